@@ -1,0 +1,5 @@
+"""`kvcal fit` (not yet built)."""
+
+
+def register(app) -> None:  # placeholder until the command lands
+    return None

@@ -1,0 +1,1 @@
+"""Engine pairs that kvcal can drive; each engine is one module behind :class:`EnginePair`."""

@@ -1,0 +1,79 @@
+"""The small interface every engine pair implements.
+
+A pair is a producer (holds the prefix) and a consumer (serves the probe). The
+runner asks the pair for one leg at a time with a fresh prompt; the pair returns
+what it measured. Everything about processes, HTTP, transports and metrics stays
+behind this interface, so a new engine is one new module.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcal.records import Leg
+
+
+@dataclass(frozen=True)
+class LegMeasurement:
+    """What one leg measured. Unknown values are ``None``, never ``0``."""
+
+    ttft_ms: float
+    bytes_moved: int | None
+    producer_ttft_ms: float | None = None
+    overhead_ms: float | None = None
+    metrics_delta: dict[str, float] = field(default_factory=dict)
+
+
+class EnginePair(ABC):
+    """A producer/consumer pair; used as a context manager that owns its processes."""
+
+    name: str = "abstract"
+
+    @property
+    @abstractmethod
+    def block_size(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def max_model_len(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def kv_bytes_per_token(self) -> int | None: ...
+
+    def __enter__(self) -> "EnginePair":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @abstractmethod
+    def start(self) -> None:
+        """Launch or attach, and return once both engines answer. Raise EngineError otherwise."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Release everything start() took; idempotent, safe after a failed start."""
+
+    @abstractmethod
+    def warm_up(self, token_ids: list[int]) -> None:
+        """Pay one-time costs (handshakes, compilation) with a prompt whose result is discarded."""
+
+    @abstractmethod
+    def measure(self, leg: Leg, token_ids: list[int]) -> LegMeasurement:
+        """Serve ``token_ids`` on the consumer by ``leg`` and measure it."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Provenance for run.json: versions, hardware, transport settings, commands."""
+
+    def dry_run_commands(self) -> list[str]:
+        """The commands start() would run (for --dry-run); attach-mode pairs return none."""
+        return []
