@@ -1,5 +1,30 @@
-"""`kvcal export` (not yet built)."""
+"""`kvcal export`: a run's valid probes as the interchange CSV."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from kvcal.cli.output import info
+from kvcal.errors import InputError
+from kvcal.recorder import RunFolder, export_interchange
 
 
-def register(app) -> None:  # placeholder until the command lands
-    return None
+def export(
+    run: Path = typer.Argument(..., help="A run folder written by `kvcal sweep`."),
+    output: Path = typer.Option(..., "-o", "--output", help="CSV file to write."),
+) -> None:
+    """Write the probe table (prefix_tokens, leg, ttft_ms, rep, bytes_moved), one row per valid probe.
+
+    Example: kvcal export results/my-run -o probes.csv
+    """
+    folder = RunFolder(run)
+    if not RunFolder.is_run_folder(run):
+        raise InputError(f"{run} is not a kvcal run folder (no run.json)")
+    rows = export_interchange(folder, output)
+    info(f"kvcal: wrote {rows} probes to {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)

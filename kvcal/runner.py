@@ -1,0 +1,264 @@
+"""Run a sweep: drive an engine pair through the plan, gate every probe, record it.
+
+The runner owns the probe protocol, not the engines: a fresh random prompt per probe
+and attempt (the consumer caches what it just served), the pair warmed once and the
+warm-up discarded, the plan's shuffled order, and the gates:
+
+* a pull that moved no bytes (or less than ``min_pull_fraction`` of the expected KV)
+  measured recompute against recompute;
+* a recompute control that moved bytes was not a recompute.
+
+Either marks the attempt invalid; it is retried with a new prompt up to
+``max_attempts`` times, after which the run fails with the reason. Every attempt is
+appended to probes.jsonl the moment it ends, so a run that dies loses nothing and
+``resume`` repeats no finished probe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from kvcal.config import SweepConfig
+from kvcal.engines.base import EnginePair, LegMeasurement
+from kvcal.errors import GateError, InputError
+from kvcal.plan import PlannedProbe, build_plan, default_prefix_lengths, validate_prefix_lengths
+from kvcal.progress import NullProgress, SweepProgress
+from kvcal.provenance import host_provenance, utc_now
+from kvcal.recorder import RunFolder, attempts_so_far, completed_probe_ids
+from kvcal.records import Leg, ProbeRecord, RunManifest
+
+log = logging.getLogger(__name__)
+
+PairFactory = Callable[[SweepConfig, RunFolder], EnginePair]
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    run_dir: Path
+    total: int
+    done_before: int
+    measured: int
+    invalid_attempts: int
+    resumed: bool
+
+
+@dataclass(frozen=True)
+class DryRun:
+    run_dir: Path
+    commands: list[str]
+    plan: list[PlannedProbe]
+
+
+def default_run_name(config: SweepConfig) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    label = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(config.model_label).name or config.model_label).strip("-")
+    return f"{stamp}-{label or 'model'}"
+
+
+def make_pair(config: SweepConfig, run: RunFolder) -> EnginePair:
+    """The engine pair named by the config (imported lazily: the sim needs no vLLM)."""
+    if config.engine == "sim":
+        from kvcal.engines.sim import SimCosts, SimPair
+
+        sim = config.sim
+        costs = SimCosts(**sim.model_dump(exclude={"fail_pull_rate", "max_model_len"}))
+        return SimPair(costs, block_size=config.block_size, max_model_len=sim.max_model_len, seed=config.seed,
+                       fail_pull_rate=sim.fail_pull_rate)
+    from kvcal.engines.vllm import pair_from_config
+
+    return pair_from_config(config, run)
+
+
+class PromptSource:
+    """Fresh random token ids: exact lengths, no text-to-token guess, no accidental cache hit."""
+
+    def __init__(self, seed: int, vocab_size: int) -> None:
+        # Fresh entropy on every run: a resumed run must not resend a prompt the
+        # consumer may have cached before the crash.
+        self._rng = np.random.default_rng([seed, int(time.time_ns() % (2**63))])
+        margin = min(256, vocab_size // 4)
+        self._low, self._high = min(100, vocab_size // 4), vocab_size - margin
+
+    def tokens(self, n: int) -> list[int]:
+        return self._rng.integers(self._low, self._high, size=n).tolist()
+
+
+def gate(leg: Leg, measured: LegMeasurement, expected_bytes: int | None, min_pull_fraction: float) -> str | None:
+    """Why an attempt cannot be trusted, or None when it passes."""
+    if leg is Leg.RECOMPUTE:
+        if measured.bytes_moved:
+            return f"recompute control moved {measured.bytes_moved} bytes (a transfer fired on a leg that must prefill)"
+        return None
+    if measured.bytes_moved is None:
+        return "the pull's bytes could not be counted (the engine exposes no transfer metric)"
+    if measured.bytes_moved == 0:
+        return ("pull moved no bytes: it measured recompute against recompute "
+                "(check the kv-transfer-config and that PYTHONHASHSEED matches on both engines)")
+    if expected_bytes and measured.bytes_moved < min_pull_fraction * expected_bytes:
+        return f"pull moved {measured.bytes_moved} bytes, under {min_pull_fraction:.0%} of the expected {expected_bytes}"
+    return None
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt so every context manager (and engine) unwinds."""
+
+    def _raise(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _prepare(config: SweepConfig, resume: bool) -> tuple[SweepConfig, RunFolder, list[PlannedProbe] | None]:
+    """Pick the run folder; on resume, return the stored settings and plan."""
+    output_dir = Path(config.output_dir)
+    if resume:
+        if config.name:
+            run = RunFolder(output_dir / config.name)
+        else:
+            candidates = sorted((p for p in output_dir.glob("*") if RunFolder.is_run_folder(p)),
+                                key=lambda p: p.stat().st_mtime)
+            if not candidates:
+                raise InputError(f"no run to resume in {output_dir}; give --name or --output-dir")
+            run = RunFolder(candidates[-1])
+        if not RunFolder.is_run_folder(run.path):
+            raise InputError(f"no run to resume at {run.path} (no run.json)")
+        manifest = run.manifest()
+        stored = SweepConfig.model_validate({**manifest.settings, "output_dir": output_dir, "name": run.path.name})
+        plan = [PlannedProbe.from_json(p) for p in manifest.plan]
+        return stored, run, plan
+    name = config.name or default_run_name(config)
+    run = RunFolder(output_dir / name)
+    if run.has_probes() or RunFolder.is_run_folder(run.path):
+        raise InputError(f"run folder {run.path} already exists; add --resume to continue it or choose another --name")
+    return config.model_copy(update={"name": name}), run, None
+
+
+def _lengths_for(config: SweepConfig, pair: EnginePair) -> list[int]:
+    lengths = config.prefix_lengths or default_prefix_lengths(config.block_size, pair.max_model_len)
+    return validate_prefix_lengths(lengths, config.block_size, pair.max_model_len)
+
+
+def plan_dry_run(config: SweepConfig, pair_factory: PairFactory = make_pair) -> DryRun:
+    """What ``sweep`` would run, without starting anything or writing any file."""
+    config, run, plan = _prepare(config, resume=False)
+    pair = pair_factory(config, run)
+    plan = build_plan(_lengths_for(config, pair), config.reps, config.seed)
+    return DryRun(run.path, pair.dry_run_commands(), plan)
+
+
+def run_sweep(
+    config: SweepConfig,
+    *,
+    resume: bool = False,
+    pair_factory: PairFactory = make_pair,
+    progress: SweepProgress | None = None,
+) -> SweepOutcome:
+    """Run (or resume) a sweep; every finished probe is on disk even if this raises."""
+    progress = progress or NullProgress()
+    config, run, stored_plan = _prepare(config, resume)
+    pair = pair_factory(config, run)
+    if stored_plan is None:
+        # Fail on bad lengths before minutes of engine start-up when the limit is known.
+        _lengths_for(config, pair)
+    run.create()
+    records = run.read_probes(repair_torn_tail=True) if resume else []
+    done_ids = completed_probe_ids(records)
+    attempts = attempts_so_far(records)
+    with _sigterm_unwinds():
+        progress.on_phase("starting engines" if config.engine != "sim" else "starting simulated pair")
+        with pair:
+            plan = stored_plan if stored_plan is not None else build_plan(_lengths_for(config, pair), config.reps, config.seed)
+            if stored_plan is None:
+                run.write_manifest(_manifest(config, run, pair, plan))
+            todo = [p for p in plan if p.probe_id not in done_ids]
+            prompts = PromptSource(config.seed, pair.vocab_size)
+            progress.on_phase("warming the pair (discarded)")
+            pair.warm_up(prompts.tokens(min(p.prefix_tokens for p in plan)))
+            done = len(plan) - len(todo)
+            progress.on_start(len(plan), done)
+            measured = invalid = 0
+            try:
+                for planned in todo:
+                    record = _probe_until_valid(pair, planned, prompts, run, config, attempts, progress, done, len(plan))
+                    invalid += record.attempt
+                    measured += 1
+                    done += 1
+            finally:
+                run.write_summary()
+                progress.on_complete(done, len(plan))
+    return SweepOutcome(run.path, len(plan), len(plan) - len(todo), measured, invalid, resume)
+
+
+def _probe_until_valid(
+    pair: EnginePair,
+    planned: PlannedProbe,
+    prompts: PromptSource,
+    run: RunFolder,
+    config: SweepConfig,
+    attempts: dict[str, int],
+    progress: SweepProgress,
+    done: int,
+    total: int,
+) -> ProbeRecord:
+    kv_per_token = pair.kv_bytes_per_token
+    expected = planned.prefix_tokens * kv_per_token if (kv_per_token and planned.leg is Leg.PULL) else (0 if planned.leg is Leg.RECOMPUTE else None)
+    first_attempt = attempts.get(planned.probe_id, 0)
+    reasons = []
+    for attempt in range(first_attempt, first_attempt + config.max_attempts):
+        started_at = utc_now()
+        began = time.perf_counter()
+        measured = pair.measure(planned.leg, prompts.tokens(planned.prefix_tokens))
+        wall_ms = (time.perf_counter() - began) * 1e3
+        engine_ms = measured.ttft_ms + (measured.producer_ttft_ms or 0.0)
+        reason = gate(planned.leg, measured, expected, config.min_pull_fraction)
+        record = ProbeRecord(
+            probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,
+            prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep,
+            ttft_ms=measured.ttft_ms, bytes_moved=measured.bytes_moved, expected_bytes=expected,
+            producer_ttft_ms=measured.producer_ttft_ms,
+            overhead_ms=measured.overhead_ms if measured.overhead_ms is not None else max(wall_ms - engine_ms, 0.0),
+            valid=reason is None, invalid_reason=reason, started_at=started_at,
+            metrics_delta=measured.metrics_delta,
+        )
+        run.append_probe(record)
+        attempts[planned.probe_id] = attempt + 1
+        progress.on_probe(record, done + (1 if reason is None else 0), total)
+        if reason is None:
+            return record
+        log.warning("probe %s attempt %d invalid: %s", planned.probe_id, attempt, reason)
+        reasons.append(reason)
+    raise GateError(
+        f"probe {planned.probe_id} failed its gate {config.max_attempts} times in a row ({reasons[-1]}); "
+        f"every finished probe is kept in {run.probes_path}; fix the cause and rerun with --resume"
+    )
+
+
+def _manifest(config: SweepConfig, run: RunFolder, pair: EnginePair, plan: list[PlannedProbe]) -> RunManifest:
+    provenance = host_provenance()
+    provenance["engine"] = pair.describe()
+    return RunManifest(
+        name=run.path.name, created_at=utc_now(), engine=config.engine,
+        transport=None if config.engine == "sim" else config.transport,
+        model=config.model_label, block_size=config.block_size, kv_bytes_per_token=pair.kv_bytes_per_token,
+        settings=config.model_dump(mode="json"), provenance=provenance,
+        plan=[p.to_json() for p in plan],
+    )
