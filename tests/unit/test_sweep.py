@@ -1,0 +1,212 @@
+"""The sweep runner on the simulated pair: plan order, gates, records, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from kvcal.config import SweepConfig, resolve_config
+from kvcal.engines.base import LegMeasurement
+from kvcal.engines.sim import SimPair
+from kvcal.errors import GateError, InputError
+from kvcal.plan import build_plan, default_prefix_lengths, validate_prefix_lengths
+from kvcal.recorder import RunFolder, summarize
+from kvcal.records import Leg
+from kvcal.runner import gate, run_sweep
+
+
+def sim_config(tmp_path, **overrides) -> SweepConfig:
+    base = dict(engine="sim", prefix_lengths=[256, 512, 1024, 2048], reps=2, output_dir=tmp_path, name="run")
+    base.update(overrides)
+    return SweepConfig.model_validate(base)
+
+
+def test_plan_covers_every_cell_once_in_a_seeded_shuffle():
+    plan = build_plan([256, 512, 1024], reps=3, seed=7)
+    cells = Counter((p.prefix_tokens, p.leg, p.rep) for p in plan)
+    assert len(plan) == 18 and set(cells.values()) == {1}
+    assert [p.probe_id for p in plan] == [p.probe_id for p in build_plan([256, 512, 1024], 3, 7)]
+    assert [p.probe_id for p in plan] != [p.probe_id for p in build_plan([256, 512, 1024], 3, 8)]
+    in_grid_order = sorted(plan, key=lambda p: (p.prefix_tokens, p.leg.value, p.rep))
+    assert [p.probe_id for p in plan] != [p.probe_id for p in in_grid_order]
+
+
+def test_default_ladder_fits_the_model_and_the_blocks():
+    lengths = default_prefix_lengths(64, 8192)
+    assert lengths[0] == 256 and lengths[-1] == 8128
+    assert all(n % 64 == 0 for n in lengths) and lengths == sorted(set(lengths))
+
+
+@pytest.mark.parametrize(
+    "lengths, message",
+    [([300], "not a multiple of the block size 64"), ([8192], "does not fit the model's max length"), ([], "no prefix lengths")],
+)
+def test_bad_lengths_are_named(lengths, message):
+    with pytest.raises(InputError, match=message):
+        validate_prefix_lengths(lengths, 64, 8192)
+
+
+def test_gates_reject_empty_pulls_and_busy_controls():
+    assert gate(Leg.PULL, LegMeasurement(10.0, 0), 1000, 0.5).startswith("pull moved no bytes")
+    assert "under 50%" in gate(Leg.PULL, LegMeasurement(10.0, 100), 1000, 0.5)
+    assert "could not be counted" in gate(Leg.PULL, LegMeasurement(10.0, None), 1000, 0.5)
+    assert gate(Leg.PULL, LegMeasurement(10.0, 990), 1000, 0.5) is None
+    assert "recompute control moved 64 bytes" in gate(Leg.RECOMPUTE, LegMeasurement(10.0, 64), 0, 0.5)
+    assert gate(Leg.RECOMPUTE, LegMeasurement(10.0, 0), 0, 0.5) is None
+
+
+def test_sweep_records_every_probe_with_proof_of_bytes(tmp_path):
+    outcome = run_sweep(sim_config(tmp_path))
+    run = RunFolder(outcome.run_dir)
+    records = run.read_probes()
+    assert len(records) == outcome.total == 16
+    assert all(r.valid for r in records)
+    for r in records:
+        assert (r.bytes_moved > 0) if r.leg is Leg.PULL else (r.bytes_moved == 0)
+        if r.leg is Leg.PULL:
+            assert r.bytes_moved == r.prefix_tokens * 2048 == r.expected_bytes
+    assert [r.plan_index for r in records] == sorted(r.plan_index for r in records)
+    manifest = run.manifest()
+    assert manifest.engine == "sim" and len(manifest.plan) == 16 and manifest.settings["reps"] == 2
+    assert manifest.provenance["kvcal_version"]
+    summary = summarize(records)
+    assert set(summary["n_valid"]) == {2} and len(summary) == 8
+
+
+def test_flaky_pulls_are_retried_and_recorded(tmp_path):
+    config = sim_config(tmp_path, sim={"fail_pull_rate": 0.3}, seed=3, max_attempts=10)
+    outcome = run_sweep(config)
+    records = RunFolder(outcome.run_dir).read_probes()
+    invalid = [r for r in records if not r.valid]
+    assert invalid, "a 30% failure rate over 8 pulls should fail at least once"
+    assert all(r.leg is Leg.PULL and "moved no bytes" in r.invalid_reason for r in invalid)
+    assert outcome.invalid_attempts == len(invalid)
+    assert len({r.probe_id for r in records if r.valid}) == 16
+
+
+def test_persistent_gate_failure_fails_the_run_and_keeps_probes(tmp_path):
+    config = sim_config(tmp_path, sim={"fail_pull_rate": 1.0}, max_attempts=2)
+    with pytest.raises(GateError, match="failed its gate 2 times"):
+        run_sweep(config)
+    records = RunFolder(tmp_path / "run").read_probes()
+    first_pull = next(i for i, r in enumerate(records) if r.leg is Leg.PULL)
+    assert all(r.valid for r in records[:first_pull])
+    assert [r.attempt for r in records[first_pull:]] == [0, 1]
+
+
+class Crash(Exception):
+    pass
+
+
+def crashing_factory(after: int):
+    """A sim pair that dies after ``after`` measurements, as a killed engine would."""
+
+    def factory(config, run):
+        pair = SimPair(block_size=config.block_size, seed=config.seed)
+        original, calls = pair.measure, {"n": 0}
+
+        def measure(leg, ids):
+            calls["n"] += 1
+            if calls["n"] > after:
+                raise Crash("engine died")
+            return original(leg, ids)
+
+        pair.measure = measure
+        return pair
+
+    return factory
+
+
+def test_resume_repeats_no_finished_probe(tmp_path):
+    config = sim_config(tmp_path)
+    with pytest.raises(Crash):
+        run_sweep(config, pair_factory=crashing_factory(5))
+    run = RunFolder(tmp_path / "run")
+    before = run.read_probes()
+    assert len(before) == 5
+    outcome = run_sweep(config, resume=True)
+    after = run.read_probes()
+    assert outcome.done_before == 5 and outcome.measured == 11
+    assert after[:5] == before
+    ids = [r.probe_id for r in after]
+    assert len(ids) == len(set(ids)) == 16
+
+
+def test_resume_drops_a_torn_last_line_but_rejects_corruption(tmp_path):
+    config = sim_config(tmp_path)
+    with pytest.raises(Crash):
+        run_sweep(config, pair_factory=crashing_factory(3))
+    run = RunFolder(tmp_path / "run")
+    with open(run.probes_path, "a") as handle:
+        handle.write('{"schema": "kvcal.probe/1", "probe_id": "L2')
+    outcome = run_sweep(config, resume=True)
+    assert outcome.done_before == 3 and len(run.read_probes()) == 16
+
+    lines = run.probes_path.read_text().splitlines()
+    lines[4] = "this is not json"
+    run.probes_path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match="line 5 is corrupt"):
+        run_sweep(config, resume=True)
+
+
+def test_existing_run_needs_resume_and_resume_needs_a_run(tmp_path):
+    run_sweep(sim_config(tmp_path))
+    with pytest.raises(InputError, match="already exists; add --resume"):
+        run_sweep(sim_config(tmp_path))
+    with pytest.raises(InputError, match="no run to resume"):
+        run_sweep(sim_config(tmp_path, name="other"), resume=True)
+
+
+def test_flags_override_the_campaign_file_and_unknown_keys_fail():
+    config = resolve_config({"reps": 5, "seed": 9, "prefix_lengths": [256]}, {"reps": 2, "seed": None})
+    assert (config.reps, config.seed, config.prefix_lengths) == (2, 9, [256])
+    with pytest.raises(InputError, match="unknown setting"):
+        resolve_config({"repz": 3}, {})
+    with pytest.raises(InputError, match="reps"):
+        resolve_config({}, {"reps": 0})
+
+
+def test_cli_sweep_export_and_dry_run(tmp_path, kvcal):
+    campaign = tmp_path / "campaign.yaml"
+    campaign.write_text("engine: sim\nprefix-lengths: [256, 512]\nreps: 1\n")
+    dry = kvcal("sweep", "--config", campaign, "--output-dir", tmp_path, "--dry-run")
+    assert dry.code == 0 and "4 probes over lengths 256,512" in dry.out
+    assert not any(tmp_path.glob("*/run.json"))
+    done = kvcal("sweep", "--config", campaign, "--output-dir", tmp_path, "--name", "r", "--reps", "2")
+    assert done.code == 0, done.err
+    assert len(RunFolder(tmp_path / "r").read_probes()) == 8
+    exported = kvcal("export", tmp_path / "r", "-o", tmp_path / "p.csv")
+    assert exported.code == 0
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert rows[0] == "prefix_tokens,leg,ttft_ms,rep,bytes_moved" and len(rows) == 9
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--prefix-lengths", "256,300"], "not a multiple of the block size"),
+        (["--prefix-lengths", "256,abc"], "comma-separated integers"),
+        (["--reps", "0"], "reps"),
+        (["--config", "/nonexistent.yaml"], "does not exist"),
+        (["--engine", "gpu-magic"], "engine"),
+    ],
+)
+def test_cli_bad_input_is_one_line(tmp_path, kvcal, args, message):
+    result = kvcal("sweep", "--engine", "sim", "--output-dir", tmp_path, *args)
+    assert result.code != 0
+    assert message in result.err
+    assert "Traceback" not in result.err and len(result.err.strip().splitlines()) == 1
+
+
+def test_cli_export_of_a_non_run(tmp_path, kvcal):
+    result = kvcal("export", tmp_path, "-o", tmp_path / "x.csv")
+    assert result.code == 2 and "not a kvcal run folder" in result.err
+
+
+def test_probe_lines_are_valid_json_objects(tmp_path):
+    outcome = run_sweep(sim_config(tmp_path, reps=1))
+    for line in (outcome.run_dir / "probes.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        assert record["schema"] == "kvcal.probe/1" and isinstance(record["ttft_ms"], float)
