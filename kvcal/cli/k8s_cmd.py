@@ -1,5 +1,74 @@
-"""`kvcal k8s` (not yet built)."""
+"""`kvcal k8s-job`: render a Kubernetes Job that runs the sweep in-cluster, next to the engines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kvcal.cli.output import info
+from kvcal.errors import InputError
+from kvcal.k8s import JobSpec, render_job
+
+EPILOG = """Examples:
+
+  kvcal k8s-job --image ghcr.io/me/kvcal:0.1.0 --model openai/gpt-oss-120b \\
+      --producer-url http://10.0.3.17:8000 --consumer-url http://10.0.4.22:8000 | kubectl apply -f -
+
+  kvcal k8s-job --image IMG --model M --producer-url http://P:8000 --consumer-url http://C:8000 \\
+      --pvc kvcal-results --prefix-lengths 1024,2048,4096,8192,16384 -o job.yaml -- --max-attempts 5
+
+Arguments after `--` are passed to `kvcal sweep` unchanged."""
 
 
-def register(app) -> None:  # placeholder until the command lands
-    return None
+def _lengths(text: Optional[str]) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise InputError(f"--prefix-lengths must be comma-separated integers, got {text!r}") from None
+
+
+def k8s_job(
+    image: str = typer.Option(..., "--image", help="Container image with kvcal installed (no GPU or vLLM needed in it)."),
+    producer_url: str = typer.Option(..., "--producer-url", help="Producer engine base URL as seen in-cluster, e.g. http://10.0.3.17:8000."),
+    consumer_url: str = typer.Option(..., "--consumer-url", help="Consumer engine base URL as seen in-cluster."),
+    model: str = typer.Option(..., "--model", help="Model name the engines serve."),
+    name: str = typer.Option("kvcal-calibrate", "--name", help="Job name (a DNS label); also the run folder name."),
+    namespace: str = typer.Option("default", "--namespace", "-n", help="Namespace of the Job (usually the engines')."),
+    transport: str = typer.Option("p2p-tier", "--transport", help="How the engines move KV: p2p-tier (llm-d P2P) or nixl-pd."),
+    prefix_lengths: Optional[str] = typer.Option(None, "--prefix-lengths", help="Comma-separated prefix lengths (default: kvcal sweep's)."),
+    reps: Optional[int] = typer.Option(None, "--reps", help="Repetitions per length and leg (default: kvcal sweep's)."),
+    producer_p2p_host: Optional[str] = typer.Option(None, "--producer-p2p-host", help="Producer's P2P side-channel host (p2p-tier)."),
+    producer_p2p_port: Optional[int] = typer.Option(None, "--producer-p2p-port", help="Producer's P2P side-channel port (p2p-tier)."),
+    pvc: Optional[str] = typer.Option(None, "--pvc", help="PersistentVolumeClaim for /results (default: an emptyDir)."),
+    run_name: Optional[str] = typer.Option(None, "--run-name", help="Run folder name under /results (default: the Job name)."),
+    cpu: str = typer.Option("1", "--cpu", help="CPU request of the kvcal container."),
+    memory: str = typer.Option("2Gi", "--memory", help="Memory request and limit of the kvcal container."),
+    ttl: int = typer.Option(86400, "--ttl", help="ttlSecondsAfterFinished: seconds before Kubernetes deletes the finished Job."),
+    service_account: Optional[str] = typer.Option(None, "--service-account", help="serviceAccountName for the pod."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the manifest to FILE instead of stdout."),
+    sweep_args: Optional[list[str]] = typer.Argument(None, metavar="[-- SWEEP_ARGS...]", help="Extra `kvcal sweep` arguments."),
+) -> None:
+    """Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable from a laptop)."""
+    spec = JobSpec(
+        image=image, producer_url=producer_url, consumer_url=consumer_url, model=model, name=name, namespace=namespace,
+        transport=transport, run_name=run_name, prefix_lengths=_lengths(prefix_lengths), reps=reps,
+        producer_p2p_host=producer_p2p_host, producer_p2p_port=producer_p2p_port, pvc=pvc, cpu=cpu, memory=memory,
+        ttl_seconds=ttl, service_account=service_account, extra_args=tuple(sweep_args or ()),
+    )
+    text = render_job(spec)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"-o {output}: cannot write it ({err.strerror or err})") from None
+    info(f"kvcal: wrote {output}; apply with: kubectl apply -f {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("k8s-job", epilog=EPILOG)(k8s_job)

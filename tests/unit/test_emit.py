@@ -1,0 +1,313 @@
+"""Threshold rule and the non-Helm formats of `kvcal emit-config`."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvcal import emit as em
+from kvcal.errors import InputError, NotRecommended
+from kvcal.records import CurveFit, FitResult
+
+RECOMPUTE = CurveFit(model="quadratic", intercept_ms=5.0, per_token_us=25.0, per_token2_ns=0.012)
+PULL = CurveFit(model="affine", intercept_ms=20.0, per_token_us=3.0, per_token2_ns=0.0)
+
+
+def true_break_even() -> float:
+    a, b, c = 0.012 / 1e6, (25.0 - 3.0) / 1e3, 5.0 - 20.0
+    return (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
+
+
+def make_fit(status: str = "crossover", be: float | None = 1500.0, ci: list[float] | None = (1300.0, 1800.0),
+             block_size: int | None = 64, smallest_win: int | None = None, measured: list[int] = (256, 16384),
+             source: dict | None = None, recompute: CurveFit = RECOMPUTE, pull: CurveFit = PULL) -> FitResult:
+    return FitResult(
+        status=status, break_even_tokens=be, break_even_ci=list(ci) if ci else None, confidence=0.95, extrapolated=False,
+        measured_range=list(measured), recompute=recompute, pull=pull, block_size=block_size,
+        smallest_pull_win_tokens=smallest_win, source=source or {}, kvcal_version="test", created_at="2026-01-01T00:00:00Z",
+    )
+
+
+# ------------------------------------------------------------------ threshold rule
+
+def test_crossover_uses_upper_bound_margin_and_rounds_up() -> None:
+    t = em.compute_threshold(make_fit(), margin=0.25)
+    assert t.min_cached_token_delta == 2304  # 1800 x 1.25 = 2250 -> next multiple of 64
+    assert t.block_size == 64 and t.status == "crossover"
+    text = "\n".join(t.steps)
+    assert "1,800" in text and "0.25" in text and "2304" in text
+
+
+def test_margin_zero_on_a_block_multiple_is_exact() -> None:
+    assert em.compute_threshold(make_fit(ci=[1000.0, 2048.0]), margin=0).min_cached_token_delta == 2048
+
+
+def test_default_margin_is_documented_value() -> None:
+    assert em.DEFAULT_MARGIN == 0.25
+    assert em.compute_threshold(make_fit()).margin == 0.25
+
+
+def test_block_size_override_and_default() -> None:
+    assert em.compute_threshold(make_fit(), margin=0, block_size=256).min_cached_token_delta == 2048
+    t = em.compute_threshold(make_fit(block_size=None, ci=[100.0, 130.0]), margin=0)
+    assert t.block_size == 64 and t.min_cached_token_delta == 192
+    assert any("default" in s for s in t.steps)
+
+
+def test_tiny_break_even_still_gives_one_block() -> None:
+    assert em.compute_threshold(make_fit(be=3.0, ci=[1.0, 5.0]), margin=0.1).min_cached_token_delta == 64
+
+
+def test_no_interval_falls_back_to_point_estimate_with_warning() -> None:
+    t = em.compute_threshold(make_fit(be=1000.0, ci=None), margin=0)
+    assert t.min_cached_token_delta == 1024
+    assert any("no break-even interval" in w for w in t.warnings)
+
+
+def test_upper_bound_beyond_range_warns() -> None:
+    t = em.compute_threshold(make_fit(be=15000.0, ci=[12000.0, 30000.0], measured=[256, 16384]))
+    assert any("extend the sweep upward" in w for w in t.warnings)
+
+
+def test_pull_always_wins_is_capped_at_smallest_win_and_warns() -> None:
+    fit = make_fit(status="pull-always-wins", be=900.0, ci=[400.0, 3000.0], smallest_win=2048, measured=[2048, 49152])
+    t = em.compute_threshold(fit, margin=0.25)
+    assert t.min_cached_token_delta == 2048  # 3000 x 1.25 -> 3776, capped at 2048
+    assert any("extend the sweep downward" in w for w in t.warnings)
+    assert any("capped" in s for s in t.steps)
+
+
+def test_pull_always_wins_below_cap_keeps_rule() -> None:
+    fit = make_fit(status="pull-always-wins", be=300.0, ci=[200.0, 500.0], smallest_win=2048, measured=[2048, 49152])
+    assert em.compute_threshold(fit, margin=0.25).min_cached_token_delta == 640
+
+
+def test_pull_always_wins_without_estimate_uses_smallest_win_rounded_down() -> None:
+    fit = make_fit(status="pull-always-wins", be=None, ci=None, smallest_win=2100, measured=[2100, 8000])
+    assert em.compute_threshold(fit).min_cached_token_delta == 2048
+
+
+def test_published_ladder_gives_the_guides_2048() -> None:
+    """The llm-d ladder (pull wins from 2048 up) must not yield a number above 2048."""
+    fit = make_fit(status="pull-always-wins", be=None, ci=None, smallest_win=2048, measured=[2048, 49152])
+    assert em.compute_threshold(fit).min_cached_token_delta == 2048
+
+
+@pytest.mark.parametrize("fmt", em.FORMATS)
+def test_recompute_always_wins_raises_not_recommended(fmt: str, tmp_path) -> None:
+    fit = make_fit(status="recompute-always-wins", be=None, ci=None)
+    values = tmp_path / "v.yaml"
+    values.write_text("a: 1\n")
+    opts = em.EmitOptions(format=fmt, values=values if fmt == "helm" else None)
+    with pytest.raises(NotRecommended) as err:
+        em.emit(fit, opts)
+    assert err.value.exit_code == 3
+    assert "not recommended" in str(err.value)
+    assert values.read_text() == "a: 1\n"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"margin": -0.1}, "--margin"),
+    ({"margin": float("nan")}, "--margin"),
+    ({"block_size": 0}, "--block-size"),
+    ({"block_size": -64}, "--block-size"),
+    ({"format": "toml"}, "--format"),
+    ({"format": "helm"}, "--values"),
+    ({"format": "env", "in_place": True}, "--in-place"),
+    ({"prefill_profile": "two words"}, "--prefill-profile"),
+    ({"format": "vllm", "transport": "carrier-pigeon"}, "transport"),
+])
+def test_bad_options_are_one_line_input_errors(kwargs: dict, match: str) -> None:
+    with pytest.raises(InputError, match=re.escape(match)) as err:
+        em.EmitOptions(**kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_crossover_without_any_estimate_is_an_input_error() -> None:
+    with pytest.raises(InputError):
+        em.compute_threshold(make_fit(be=None, ci=None))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lo=st.floats(0, 1e6, allow_nan=False), width=st.floats(0, 1e6, allow_nan=False),
+    margin=st.floats(0, 3, allow_nan=False), block=st.sampled_from([1, 16, 32, 64, 128, 256]) | st.integers(1, 1024),
+)
+def test_threshold_is_a_block_multiple_at_or_above_the_raised_upper_bound(lo, width, margin, block) -> None:
+    hi = lo + width
+    t = em.compute_threshold(make_fit(be=lo + width / 2, ci=[lo, hi], block_size=block), margin=margin)
+    n = t.min_cached_token_delta
+    assert isinstance(n, int) and n >= 1 and n % block == 0
+    assert n >= hi and n >= hi * (1 + margin)
+    assert n - block < max(hi * (1 + margin), block)  # the smallest such multiple
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    hi=st.floats(0, 1e5, allow_nan=False), win=st.integers(1, 100_000),
+    margin=st.floats(0, 3, allow_nan=False), block=st.integers(1, 512),
+)
+def test_pull_always_wins_never_exceeds_smallest_win(hi, win, margin, block) -> None:
+    fit = make_fit(status="pull-always-wins", be=hi / 2, ci=[0.0, hi], block_size=block, smallest_win=win, measured=[win, win * 8])
+    n = em.compute_threshold(fit, margin=margin).min_cached_token_delta
+    assert n % block == 0 and n >= block
+    assert n <= max(block, win // block * block)
+
+
+# ------------------------------------------------------------------ formats
+
+def test_env_is_exactly_one_line() -> None:
+    out = em.emit(make_fit(), em.EmitOptions(format="env")).stdout
+    assert re.fullmatch(r"MIN_CACHED_TOKEN_DELTA=\d+\n", out)
+    assert out == "MIN_CACHED_TOKEN_DELTA=2304\n"
+
+
+def test_json_has_the_contract_keys() -> None:
+    data = json.loads(em.emit(make_fit(), em.EmitOptions(format="json")).stdout)
+    assert set(data) == {"minCachedTokenDelta", "break_even_tokens", "break_even_ci", "margin", "block_size", "status"}
+    assert data["minCachedTokenDelta"] == 2304 and isinstance(data["minCachedTokenDelta"], int)
+    assert data["break_even_ci"] == [1300.0, 1800.0] and data["status"] == "crossover" and data["block_size"] == 64
+
+
+def test_plugin_is_a_yaml_list_with_the_entry() -> None:
+    out = em.emit(make_fit(), em.EmitOptions(format="plugin", prefill_profile="prefill")).stdout
+    data = yaml.safe_load(out)
+    assert data == [{"type": "p2p-source-producer", "parameters": {
+        "prefixMatchInfoProducerName": "precise-prefix-cache-producer", "prefillProfileName": "prefill",
+        "minCachedTokenDelta": 2304}}]
+
+
+def test_costmodel_reproduces_the_break_even_in_the_router_comparison() -> None:
+    be = true_break_even()
+    fit = make_fit(be=be, ci=[be * 0.9, be * 1.1])
+    res = em.emit(fit, em.EmitOptions(format="costmodel"))
+    block = yaml.safe_load(res.stdout)["costModel"]
+    p, tr, f = block["prefillMicrosecondsPerToken"], block["transferMicrosecondsPerToken"], block["transferFixedMs"]
+    assert tr == pytest.approx(3.0) and f == pytest.approx(20.0)
+    # the router pulls when P*n > F*1e3 + T*n: its idle crossover is F*1e3 / (P - T)
+    assert f * 1e3 / (p - tr) == pytest.approx(be, rel=1e-3)
+    for key in em.LOAD_DEPENDENT_COST_KEYS:
+        assert key not in block and f"# {key}:" in res.stdout
+    assert "Not calibrated" in res.stdout
+    assert any("secant" in n for n in res.notes)
+
+
+def test_costmodel_clamps_negative_floor() -> None:
+    fit = make_fit(pull=CurveFit(model="affine", intercept_ms=-2.0, per_token_us=3.0, per_token2_ns=0.0))
+    res = em.emit(fit, em.EmitOptions(format="costmodel"))
+    assert yaml.safe_load(res.stdout)["costModel"]["transferFixedMs"] == 0
+    assert any("negative" in w for w in res.warnings)
+
+
+def test_vllm_p2p_tier_renders_offloading_connector() -> None:
+    res = em.emit(make_fit(source={"transport": "p2p-tier"}), em.EmitOptions(format="vllm"))
+    data = yaml.safe_load(res.stdout)
+    args = data["args"]
+    assert args[args.index("--block-size") + 1] == "64"
+    cfg = json.loads(args[args.index("--kv-transfer-config") + 1])
+    assert cfg["kv_connector"] == "OffloadingConnector" and cfg["kv_role"] == "kv_both"
+    extra = cfg["kv_connector_extra_config"]
+    assert extra["spec_name"] == "TieringOffloadingSpec"
+    assert extra["secondary_tiers"] == [{"type": "p2p", "port": 7777, "host": "$(POD_IP)"}]
+    env = {e["name"]: e for e in data["env"]}
+    assert [e["name"] for e in data["env"]][0] == "POD_IP"  # must precede the $(POD_IP) references
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["VLLM_P2P_SIDE_CHANNEL_PORT"]["value"] == "5710" and "PYTHONHASHSEED" in env
+    assert any("cpu_bytes_to_use" in w for w in res.warnings)
+
+
+def test_vllm_uses_the_recorded_config_and_flag_transport() -> None:
+    recorded = {"kv_connector": "OffloadingConnector", "kv_connector_extra_config": {"cpu_bytes_to_use": 1000}}
+    res = em.emit(make_fit(source={"kv_transfer_config": recorded}),
+                  em.EmitOptions(format="vllm", transport="p2p_tier", block_size=128))
+    args = yaml.safe_load(res.stdout)["args"]
+    cfg = json.loads(args[args.index("--kv-transfer-config") + 1])
+    assert cfg["kv_connector_extra_config"]["cpu_bytes_to_use"] == 1000
+    assert args[args.index("--block-size") + 1] == "128"
+    assert not any("cpu_bytes_to_use" in w for w in res.warnings)
+
+
+def test_vllm_nixl_pd_warns_it_is_a_proxy() -> None:
+    res = em.emit(make_fit(source={"transport": "nixl-pd", "kv_transfer_config": {"kv_buffer_device": "cpu"}}),
+                  em.EmitOptions(format="vllm"))
+    data = yaml.safe_load(res.stdout)
+    cfg = json.loads(data["args"][data["args"].index("--kv-transfer-config") + 1])
+    assert cfg == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+    assert {e["name"] for e in data["env"]} >= {"VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT"}
+    assert any("proxy" in w for w in res.warnings)
+
+
+def test_vllm_without_transport_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="--transport"):
+        em.emit(make_fit(), em.EmitOptions(format="vllm"))
+
+
+# ------------------------------------------------------------------ CLI
+
+def write_fit(tmp_path, fit: FitResult):
+    path = tmp_path / "fit.json"
+    path.write_text(fit.model_dump_json(by_alias=True))
+    return path
+
+
+def test_cli_env_and_explanation_on_stderr(tmp_path, capsys) -> None:
+    from kvcal.cli.app import main
+
+    rc = main(["emit-config", str(write_fit(tmp_path, make_fit())), "--format", "env", "--margin", "0.5"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and out == "MIN_CACHED_TOKEN_DELTA=2752\n"  # 1800 x 1.5 = 2700 -> 2752
+    assert "interval" in err and "margin 0.5" in err and "2752" in err
+
+
+def test_cli_recompute_always_wins_exits_3_with_empty_stdout(tmp_path, capsys) -> None:
+    from kvcal.cli.app import main
+
+    path = write_fit(tmp_path, make_fit(status="recompute-always-wins", be=None, ci=None))
+    rc = main(["emit-config", str(path), "--format", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 3 and out == ""
+    assert "P2P is not recommended" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args", [["--margin", "-1"], ["--block-size", "0"], ["--format", "helm"]])
+def test_cli_bad_flags_one_line(tmp_path, capsys, args) -> None:
+    from kvcal.cli.app import main
+
+    rc = main(["emit-config", str(write_fit(tmp_path, make_fit())), *args])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cli_not_a_fit_file(tmp_path, capsys) -> None:
+    from kvcal.cli.app import main
+
+    bad = tmp_path / "fit.json"
+    bad.write_text('{"schema": "something/else", "x": 1}')
+    rc = main(["emit-config", str(bad)])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.startswith("kvcal: error:") and err.count("\n") == 1
+    assert bad.read_text() == '{"schema": "something/else", "x": 1}'
+
+
+def test_cli_fits_a_sim_run_folder_on_the_fly(tmp_path, capsys) -> None:
+    """sweep (sim) -> emit-config on the run folder, with no fit.json: fitted on the fly."""
+    from kvcal.cli.app import main
+    from kvcal.engines.sim import SimCosts
+
+    assert main(["sweep", "--engine", "sim", "--prefix-lengths", "256,512,1024,2048,4096", "--reps", "3",
+                 "--output-dir", str(tmp_path), "--name", "r"]) == 0
+    capsys.readouterr()
+    assert not (tmp_path / "r" / "fit.json").exists()
+    assert main(["emit-config", str(tmp_path / "r"), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    truth = SimCosts().true_break_even()
+    lo, hi = data["break_even_ci"]
+    assert data["status"] == "crossover" and data["minCachedTokenDelta"] % 64 == 0
+    assert data["minCachedTokenDelta"] >= hi * 1.25
+    assert lo * 0.8 <= truth <= hi * 1.2  # the sim's known truth sits at the interval
