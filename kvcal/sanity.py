@@ -1,0 +1,380 @@
+"""Sanity checks of a fitted run against its model and hardware profiles.
+
+Stage owned: the "sanity" section of ``kvcal fit`` and ``kvcal compare``. Pure functions:
+a :class:`~kvcal.records.FitResult` plus the profiles in, a list of
+:class:`SanityFinding` out; nothing is printed. Three checks:
+
+``pull_bandwidth``
+    measured GB/s = kv_bytes_per_token / marginal pull cost per token (the slope of the
+    pull fit at the middle of the measured range; the fixed floor is not bandwidth),
+    expected GB/s = link nominal x link efficiency. Above the nominal rate is impossible
+    (the bytes per token are overstated: wrong KV dtype); under a third of the expected
+    rate names the likely cause for the link (TCP fallback on RDMA, CPU-tier setup).
+``prefill_flops``
+    achieved TFLOP/s = F(n_max) / recompute(n_max) at the longest measured prefix,
+    against peak x devices x the accelerator's usual MFU. Above peak means the
+    recompute leg did not recompute (a cache hit) or the profile is wrong; under a
+    quarter of the usual rate points at core binding (CPU) or the device count (GPU).
+``kv_bytes``
+    the run's own KV bytes per token (``fit.source['kv_bytes_per_token']``) against the
+    profile's: a 2x ratio is a KV dtype mismatch.
+
+The resolvers map a run's model name or path, GPU/CPU name and transport name to
+profiles; they return None (never raise) when nothing matches.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from kvcal.errors import InputError
+from kvcal.profiles import (
+    Accelerator,
+    Link,
+    ModelProfile,
+    kv_layout,
+    load_model,
+    load_profiles,
+    match_profile,
+    normalize_kv_dtype,
+    prefill_flops,
+)
+from kvcal.records import CurveFit, FitResult
+
+log = logging.getLogger(__name__)
+
+Severity = Literal["ok", "info", "warning"]
+
+#: A pull below this share of the link's usual rate is reported.
+LOW_PULL_RATIO = 1 / 3
+#: A prefill below this share of the accelerator's usual MFU is reported.
+LOW_PREFILL_RATIO = 0.25
+#: Measured above nominal by more than this is impossible (rounding and fit noise aside).
+OVER_NOMINAL = 1.05
+
+
+@dataclass(frozen=True)
+class SanityFinding:
+    """One check: what was measured, what the profiles lead us to expect, and what to do."""
+
+    check: str
+    measured: float | None
+    expected: float | None
+    ratio: float | None
+    unit: str
+    severity: Severity
+    advice: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SanityContext:
+    """The profiles a run resolved to (None where unknown) and the run's own facts."""
+
+    model: ModelProfile | None
+    hardware: Accelerator | None
+    link: Link | None
+    devices: int = 1
+    kv_dtype: str | None = None
+    run_kv_bytes_per_token: int | None = None
+
+
+# ---------------------------------------------------------------- resolvers
+
+
+def _profiles(root: Path | str | None) -> Any:
+    try:
+        return load_profiles(root)
+    except InputError as err:
+        log.warning("profiles unavailable, sanity checks skipped: %s", err)
+        return None
+
+
+def resolve_model_profile(name_or_path: str | None, root: Path | str | None = None) -> ModelProfile | None:
+    """The profile a run's model name, HF id or path refers to, or None when nothing matches."""
+    if not name_or_path:
+        return None
+    try:
+        return load_model(str(name_or_path), root)
+    except InputError:
+        pass
+    profiles = _profiles(root)
+    if profiles is None:
+        return None
+    text = str(name_or_path).rstrip("/")
+    for candidate in (text, text.rsplit("/", 1)[-1], "/".join(text.split("/")[-2:])):
+        found = match_profile(profiles.models, candidate)
+        if found is not None:
+            return found
+    return None
+
+
+def resolve_hardware(name: str | None, root: Path | str | None = None) -> Accelerator | None:
+    """The accelerator a GPU/CPU name refers to ('NVIDIA H200', 'h100', 'Intel(R) Xeon(R) Processor'), or None."""
+    profiles = _profiles(root) if name else None
+    if profiles is None:
+        return None
+    found = match_profile(profiles.accelerators, str(name))
+    if found is not None:
+        return found
+    text = f" {_words(str(name))} "
+    for acc in profiles.accelerators.values():
+        if any(f" {_words(t)} " in text for t in (acc.name, *acc.aliases)):
+            return acc
+    return None
+
+
+def _words(text: str) -> str:
+    return " ".join(text.lower().replace("-", " ").replace("_", " ").split())
+
+
+_TRANSPORT_WORDS = {
+    "tcp": ("tcp", "sockets"),
+    "shm": ("cma", "shm", "posix", "knem", "xpmem"),
+    "rdma": ("rdma", "roce", "verbs", "infiniband", "rc_", "dc_", "ib"),
+    "pcie": ("pcie", "cuda_copy", "h2d"),
+}
+
+
+def resolve_link(transport: str | None, accelerator: Accelerator | None = None, root: Path | str | None = None) -> Link | None:
+    """The link a run's transport name refers to: a profile name; else a kind word ('tcp', 'rdma', 'cma') picks
+    that kind, preferring the accelerator's default and links of its device (cpu-*); else an alias; else the default."""
+    profiles = _profiles(root)
+    if profiles is None:
+        return None
+    text = (transport or "").strip().lower()
+    if text in profiles.links:
+        return profiles.links[text]
+    default = profiles.links.get(accelerator.default_link) if accelerator else None
+    wanted = next((k for k, words in _TRANSPORT_WORDS.items() if any(w in text for w in words)), None) if text else None
+    if wanted is not None:
+        if default is not None and default.transport == wanted:
+            return default
+        candidates = [lk for lk in profiles.links.values() if lk.transport == wanted]
+        if accelerator is not None:
+            same_device = [lk for lk in candidates if lk.name.startswith("cpu-") == (accelerator.device == "cpu")]
+            candidates = same_device or candidates
+        if candidates:
+            return candidates[0]
+    found = match_profile(profiles.links, text) if text else None
+    return found if found is not None else default
+
+
+def _hardware_name(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        for key in ("accelerator", "gpu", "gpu_name", "device", "cpu", "cpu_model", "name"):
+            if isinstance(value.get(key), str):
+                return value[key]
+            if isinstance(value.get(key), list) and value[key] and isinstance(value[key][0], str):
+                return value[key][0]
+    return None
+
+
+def _transport_hint(src: dict[str, Any]) -> str | None:
+    """The run's transport name, sharpened by UCX_TLS: a UCX limited to tcp is a TCP link whatever the transport says."""
+    transport = src.get("transport")
+    provenance = src.get("provenance") if isinstance(src.get("provenance"), dict) else {}
+    tls = str((provenance.get("ucx_env") or {}).get("UCX_TLS", "")).lower()
+    if tls and "tcp" in tls and not any(w in tls for w in (*_TRANSPORT_WORDS["rdma"], *_TRANSPORT_WORDS["shm"])):
+        return f"{transport or 'ucx'} tcp"
+    return transport
+
+
+def _cpu_only(src: dict[str, Any], provenance: dict[str, Any]) -> bool:
+    """True when the run says it had no GPU: a CPU engine name, gpu_count 0, or a '+cpu' torch build."""
+    return ("cpu" in str(src.get("engine", "")).lower() or provenance.get("gpu_count") == 0
+            or str(provenance.get("torch_version", "")).endswith("+cpu"))
+
+
+def context_from_fit(fit: FitResult, root: Path | str | None = None) -> SanityContext:
+    """Resolve the run's model, hardware and transport (from ``fit.source``) to profiles; a sim run resolves to nothing."""
+    src = fit.source or {}
+    if src.get("engine") == "sim" or src.get("kind") == "sim":
+        return SanityContext(model=None, hardware=None, link=None)
+    settings = src.get("settings") if isinstance(src.get("settings"), dict) else {}
+    provenance = src.get("provenance") if isinstance(src.get("provenance"), dict) else {}
+    hardware_name = _hardware_name(src.get("hardware")) or _hardware_name(provenance.get("hardware"))
+    if hardware_name is None and _cpu_only(src, provenance):
+        hardware_name = provenance.get("cpu_model") or "cpu"
+    hardware = resolve_hardware(hardware_name, root)
+    transport = _transport_hint(src)
+    link = resolve_link(transport, hardware, root) if (hardware or transport) else None
+    devices = src.get("devices") or settings.get("devices") or settings.get("tensor_parallel_size") or 1
+    kv_dtype = src.get("kv_dtype") or settings.get("kv_cache_dtype")
+    return SanityContext(
+        model=resolve_model_profile(src.get("model"), root),
+        hardware=hardware,
+        link=link,
+        devices=int(devices) if isinstance(devices, (int, float)) and devices >= 1 else 1,
+        kv_dtype=str(kv_dtype) if kv_dtype and str(kv_dtype) != "auto" else None,
+        run_kv_bytes_per_token=_int_or_none(src.get("kv_bytes_per_token")),
+    )
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _curve_ms(curve: CurveFit, n: float) -> float:
+    return curve.intercept_ms + curve.per_token_us * n / 1e3 + curve.per_token2_ns * n * n / 1e6
+
+
+def _slope_us(curve: CurveFit, n: float) -> float:
+    return curve.per_token_us + 2 * curve.per_token2_ns * n / 1e3
+
+
+def sanity_findings(
+    fit: FitResult,
+    *,
+    model: ModelProfile | None,
+    hardware: Accelerator | None,
+    link: Link | None,
+    devices: int = 1,
+    kv_dtype: str | None = None,
+    run_kv_bytes_per_token: int | None = None,
+    root: Path | str | None = None,
+) -> list[SanityFinding]:
+    """Every check the known facts allow; an empty list when nothing is known."""
+    run_kv = run_kv_bytes_per_token or _int_or_none((fit.source or {}).get("kv_bytes_per_token"))
+    try:
+        kv_dtype = normalize_kv_dtype(kv_dtype) if kv_dtype and kv_dtype != "auto" else None
+    except InputError:  # an engine dtype name kvcal does not know: use the profile's default
+        log.info("unknown KV dtype %r in the run; using the profile's", kv_dtype)
+        kv_dtype = None
+    profile_kv = kv_layout(model, kv_dtype).bytes_per_token if model is not None else None
+    findings: list[SanityFinding] = []
+    if model is not None and run_kv is not None and profile_kv is not None:
+        findings.append(_kv_bytes_check(model, run_kv, profile_kv, kv_dtype))
+    kv_bytes = run_kv or profile_kv
+    if kv_bytes is not None or fit.pull_bandwidth_gbps is not None:
+        findings.append(_pull_check(fit, kv_bytes, link, root))
+    if model is not None and hardware is not None:
+        findings.append(_prefill_check(fit, model, hardware, max(1, devices)))
+    return findings
+
+
+def sanity_for_fit(fit: FitResult, root: Path | str | None = None) -> tuple[SanityContext, list[SanityFinding]]:
+    """Resolve ``fit.source`` to profiles and run every check: what ``kvcal fit``/``compare`` print."""
+    ctx = context_from_fit(fit, root)
+    return ctx, sanity_findings(
+        fit, model=ctx.model, hardware=ctx.hardware, link=ctx.link, devices=ctx.devices,
+        kv_dtype=ctx.kv_dtype, run_kv_bytes_per_token=ctx.run_kv_bytes_per_token, root=root,
+    )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _kv_bytes_check(model: ModelProfile, run_kv: int, profile_kv: int, kv_dtype: str | None) -> SanityFinding:
+    ratio = run_kv / profile_kv
+    dtype = kv_layout(model, None).kv_dtype if kv_dtype is None else kv_dtype
+    full = kv_layout(model, kv_dtype, sliding_window_full=True).bytes_per_token
+    if abs(ratio - 1) <= 0.01:
+        sev: Severity = "ok"
+        advice = f"the run's KV layout matches {model.name} in {dtype}"
+    elif model.attention.sliding_window and abs(run_kv / full - 1) <= 0.01:
+        sev, advice = "info", ("the engine counts sliding-window layers on every token (hybrid KV manager off); "
+                               "pass --sliding-window-full to kvcal predict to compare like with like")
+    elif abs(ratio - 0.5) <= 0.02 or abs(ratio - 2) <= 0.04:
+        other = "an 8-bit" if ratio < 1 else "a 16-bit"
+        sev, advice = "warning", (f"wrong KV dtype? the run stores {run_kv} B/token, {ratio:.2f}x the profile's {dtype} "
+                                  f"figure, as {other} cache would: check --kv-cache-dtype and pass the same --kv-dtype")
+    else:
+        sev, advice = "warning", (f"the run stores {run_kv} B/token but {model.name} in {dtype} needs {profile_kv}: "
+                                  "the model that ran is probably not this profile (check the model name or config)")
+    return SanityFinding("kv_bytes", float(run_kv), float(profile_kv), ratio, "B/token", sev, advice)
+
+
+def _pull_check(fit: FitResult, kv_bytes: int | None, link: Link | None, root: Path | str | None) -> SanityFinding:
+    lo, hi = (fit.measured_range + [0, 0])[:2] if fit.measured_range else (0, 0)
+    slope_us = _slope_us(fit.pull, (lo + hi) / 2)
+    if kv_bytes is not None and slope_us > 0:
+        measured: float | None = kv_bytes / slope_us / 1e3  # B/us -> GB/s
+    elif kv_bytes is None:
+        measured = fit.pull_bandwidth_gbps  # taken as GB/s (1e9 B/s)
+    else:
+        return SanityFinding("pull_bandwidth", None, None, None, "GB/s", "info",
+                             "the pull cost does not grow with prefix length in the measured range (a floor-dominated "
+                             "pull): its bandwidth cannot be read; sweep longer prefixes to measure it")
+    if link is None or measured is None:
+        return SanityFinding("pull_bandwidth", measured, None, None, "GB/s", "info",
+                             "no link profile matches the run's transport: pass one to compare against its rate")
+    nominal = link.nominal_bytes_per_s / 1e9
+    expected = nominal * link.efficiency
+    ratio = measured / expected
+    where = f"{measured:.2f} GB/s against {link.name}'s usual {expected:.2f} GB/s ({nominal:.1f} GB/s nominal)"
+    if measured > OVER_NOMINAL * nominal:
+        return SanityFinding("pull_bandwidth", measured, expected, ratio, "GB/s", "warning",
+                             f"{where}: faster than the link can carry, so the KV bytes per token ({kv_bytes}) overstate "
+                             "what moved: wrong KV dtype (an fp8 cache counted as bf16?), sliding-window layers that "
+                             "moved only their window, or a faster link than the profile (check --link)")
+    if ratio < LOW_PULL_RATIO:
+        if kv_bytes is None:  # fit.pull_bandwidth_gbps averages over the whole pull, floor included: a lower bound
+            return SanityFinding("pull_bandwidth", measured, expected, ratio, "GB/s", "info",
+                                 f"{where}, but this is bytes moved over the whole pull time (floor included), a lower "
+                                 "bound; name the model so kvcal can read the rate from the pull slope")
+        return SanityFinding("pull_bandwidth", measured, expected, ratio, "GB/s", "warning",
+                             f"{where}: {_slow_pull_cause(link, measured, root)}")
+    if ratio > 1 / LOW_PULL_RATIO:
+        return SanityFinding("pull_bandwidth", measured, expected, ratio, "GB/s", "info",
+                             f"{where}: faster than pulls usually run on this link; is the transport really {link.name}?")
+    return SanityFinding("pull_bandwidth", measured, expected, ratio, "GB/s", "ok", f"{where}: within the usual range")
+
+
+def _slow_pull_cause(link: Link, measured_gb_s: float, root: Path | str | None) -> str:
+    if link.transport == "rdma":
+        profiles = _profiles(root)
+        tcp = [lk for lk in profiles.links.values() if lk.transport == "tcp" and not lk.name.startswith("cpu-")] if profiles else []
+        tcp_rate = max((lk.nominal_bytes_per_s * lk.efficiency / 1e9 for lk in tcp), default=0.0)
+        if tcp_rate and measured_gb_s <= 1.5 * tcp_rate:
+            return ("as slow as TCP: the transport likely fell back to TCP; check UCX_TLS includes rc/dc/ib, that the RDMA "
+                    "devices are visible in the pod (ibv_devinfo), and NIXL's backend choice in the engine log; if RDMA "
+                    "was in use, check NIC/GPU NUMA affinity and GPUDirect RDMA")
+        return ("well below RDMA's usual rate: check NIC/GPU NUMA affinity, GPUDirect RDMA, and whether the CPU tier "
+                "stages every block (cpu_bytes_to_use too small?)")
+    if link.transport == "shm":
+        return ("the CPU pull path is slower than usual: check UCX_TLS allows cma/shm, that each engine is bound to its "
+                "own core (VLLM_CPU_OMP_THREADS_BIND), and that nothing else is using the cores")
+    if link.transport == "tcp":
+        return "slower than TCP usually runs: check MTU, NIC offloads and whether the producer engine is busy"
+    return "slower than this PCIe link usually runs: check pinned host memory and the slot's PCIe generation and width"
+
+
+def _prefill_check(fit: FitResult, model: ModelProfile, hardware: Accelerator, devices: int) -> SanityFinding:
+    n = float(max(fit.measured_range)) if fit.measured_range else 0.0
+    t_ms = _curve_ms(fit.recompute, n) if n > 0 else 0.0
+    if t_ms <= 0:
+        return SanityFinding("prefill_flops", None, None, None, "TFLOP/s", "info",
+                             "the recompute fit gives no positive time at the longest prefix: cannot rate the prefill")
+    peak = hardware.peak_tflops(model.compute_dtype) * devices
+    measured = prefill_flops(model, n) / (t_ms / 1e3) / 1e12
+    expected = peak * hardware.default_mfu
+    ratio, mfu = measured / expected, measured / peak
+    where = (f"{measured:.3g} TFLOP/s at {int(n)} tokens, {mfu:.1%} of the {peak:.4g} TFLOP/s peak of "
+             f"{devices} x {hardware.name} (usual {hardware.default_mfu:.0%})")
+    if mfu > 1:
+        return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", "warning",
+                             f"{where}: faster than the hardware can compute, so the recompute leg did not recompute "
+                             "the whole prefix (a prefix-cache hit? the control gate should catch it), the profile is "
+                             "larger than the model that ran, or more devices ran than assumed (--devices)")
+    if ratio < LOW_PREFILL_RATIO:
+        if hardware.device == "cpu":
+            cause = ("check core binding: each engine on its own core (VLLM_CPU_OMP_THREADS_BIND=0 and =1); with a KV "
+                     "connector on 2 unbound cores vLLM takes an 8x slower path")
+        else:
+            cause = ("check the device count (--devices), eager mode or missing CUDA graphs, power capping or a busy GPU, "
+                     "and for an FP8 model whether it ran in BF16")
+        sev: Severity = "info" if devices > 1 else "warning"
+        note = "; multi-device prefill of one request often runs far below the one-device rate" if devices > 1 else ""
+        return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", sev, f"{where}: far below usual: {cause}{note}")
+    if ratio > 1 / LOW_PREFILL_RATIO:
+        return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", "info",
+                             f"{where}: faster than usual; check --devices and whether the GEMMs ran in FP8")
+    return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", "ok", f"{where}: within the usual range")
