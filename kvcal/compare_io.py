@@ -1,0 +1,319 @@
+"""What goes in and out of a comparison: loading runs, the deployed threshold from Helm
+values, the Markdown summary for a CI job page, and the overlay plot.
+
+A run is a ``fit.json``, a run folder (its fit.json, or a fit made now) or a probe
+table (fitted now); its probes are found for the plot when they are at hand. The
+overlay draws each run with :func:`kvcal.plot.draw_run` (points, curves, bands and
+break-even) in its own colour on one pair of axes, plus the deployed threshold if given.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvcal.errors import InputError, KvcalError
+from kvcal.records import FitResult
+
+if TYPE_CHECKING:
+    from kvcal.compare import Comparison, Row
+
+log = logging.getLogger(__name__)
+
+PLOT_SIZE_IN = (10.0, 6.0)
+PLOT_DPI = 100
+BASELINE_COLOUR = "tab:blue"
+CURRENT_COLOUR = "tab:red"
+PLUGIN_TYPE = "p2p-source-producer"
+THRESHOLD_KEY = "minCachedTokenDelta"
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """One side of a comparison: the fit, where it came from, and its probes if found."""
+
+    path: Path
+    fit: FitResult
+    label: str
+    probes: Any = None  # kvcal.tables.ProbeTable when the probes were found (and asked for), else None
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_run(path: Path | str, *, probes: bool = True) -> LoadedRun:
+    """Load a ``fit.json``, a run folder (its fit.json, or a fit made now) or a probe table (fitted now).
+
+    With ``probes`` the run's probes are looked for too (for plots); a fit without them still loads.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    try:
+        if path.is_file() and _looks_like_json(path):
+            fit = _read_fit_file(path)
+        else:  # a run folder (its fit.json, or fitted now) or a probe table (fitted now)
+            from kvcal.fit import load_or_fit
+
+            fit = load_or_fit(path)
+    except KvcalError:
+        raise
+    except (ValueError, OSError, KeyError, TypeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"{path}: not a usable fit ({first})") from None
+    return LoadedRun(path=path, fit=fit, label=run_label(path), probes=_find_probes(path, fit) if probes else None)
+
+
+def _read_fit_file(path: Path) -> FitResult:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"{path}: corrupt fit (not JSON: {err.__class__.__name__} at {getattr(err, 'pos', '?')})") from None
+    if not isinstance(data, dict) or data.get("schema") != "kvcal.fit/1":
+        raise InputError(f"{path}: not a kvcal fit (expected schema 'kvcal.fit/1'); pass a fit.json or a run folder")
+    try:
+        return FitResult.model_validate(data)
+    except ValueError as err:
+        errors = getattr(err, "errors", None)
+        first = errors()[0] if callable(errors) else {"loc": (), "msg": str(err)}
+        where = ".".join(str(p) for p in first.get("loc", ())) or "record"
+        raise InputError(f"{path}: corrupt fit ({where}: {first.get('msg', 'invalid')})") from None
+
+
+def run_label(path: Path) -> str:
+    """A short name for a run: its folder (also for a fit.json inside one, e.g. a baseline's), else the file stem."""
+    if path.is_file():
+        return path.parent.name if path.name == "fit.json" else path.stem
+    return path.resolve().name
+
+
+def _find_probes(path: Path, fit: FitResult) -> Any:
+    """The probes behind a fit, for plotting (a :class:`kvcal.tables.ProbeTable`), or None.
+
+    Looked for: the input itself when it is a table; the run folder (run.json and
+    probes.jsonl) holding the fit; ``probes.csv`` beside the fit (a committed
+    baseline); the input the fit records in ``source.path``.
+    """
+    from kvcal.tables import load_probe_table
+
+    folder = path if path.is_dir() else path.parent
+    candidates: list[Path] = []
+    if path.is_file() and not _looks_like_json(path):
+        candidates.append(path)
+    if (folder / "run.json").is_file() and (folder / "probes.jsonl").is_file():
+        candidates.append(folder)
+    candidates.append(folder / "probes.csv")
+    source_path = fit.source.get("path")
+    if isinstance(source_path, str) and source_path:
+        candidates.append(Path(source_path))
+    for candidate in candidates:
+        if candidate.exists():
+            try:
+                return load_probe_table(candidate)
+            except KvcalError as err:
+                log.warning("cannot read probes %s for the plot (%s); plotting curves only", candidate, err)
+                return None
+    return None
+
+
+def _looks_like_json(path: Path) -> bool:
+    with path.open("rb") as handle:
+        return handle.read(64).lstrip().startswith(b"{")
+
+
+# ---------------------------------------------------------------- text
+
+
+def fmt_value(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    if unit == "tokens":
+        return f"{value:.0f}"
+    return f"{value:.4g}"
+
+
+def fmt_ci(ci: tuple[float, float] | None, unit: str = "") -> str:
+    return "—" if ci is None else f"[{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}]"
+
+
+def fmt_change(row: Row) -> str:
+    if row.change_rel is None:
+        return "—"
+    text = f"{row.change_rel * 100:+.1f}%"
+    if row.change_ci is not None:
+        text += f" [{row.change_ci[0] * 100:+.0f}%, {row.change_ci[1] * 100:+.0f}%]"
+    return text
+
+
+def fmt_significant(row: Row) -> str:
+    return "n/a" if row.significant is None else "yes" if row.significant else "no"
+
+
+QUANTITY_NAMES = {
+    "break-even": "break-even (tokens)",
+    "intercept_ms": "fixed cost (ms)", "per_token_us": "per token (us)", "per_token2_ns": "per token^2 (ns)",
+    "pull bandwidth": "pull bandwidth (GB/s)",
+}
+TABLE_HEADER = ["quantity", "baseline [CI]", "current [CI]", "change [CI]", "significant"]
+
+
+def quantity_name(row: Row) -> str:
+    """'recompute per_token_us' -> 'recompute per token (us)'."""
+    if row.quantity in QUANTITY_NAMES:
+        return QUANTITY_NAMES[row.quantity]
+    leg, _, coefficient = row.quantity.partition(" ")
+    return f"{leg} {QUANTITY_NAMES.get(coefficient, coefficient)}"
+
+
+def _with_ci(value: float | None, ci: tuple[float, float] | None, unit: str) -> str:
+    return fmt_value(value, unit) + ("" if ci is None else f" {fmt_ci(ci, unit)}")
+
+
+def table_rows(result: Comparison, *, notes: bool = False) -> list[list[str]]:
+    """The comparison table as strings (TABLE_HEADER's columns, plus a note column if ``notes``)."""
+    out = []
+    for row in result.rows:
+        cells = [quantity_name(row), _with_ci(row.baseline, row.baseline_ci, row.unit),
+                 _with_ci(row.current, row.current_ci, row.unit), fmt_change(row), fmt_significant(row)]
+        out.append(cells + [row.note] if notes else cells)
+    return out
+
+
+def row_notes(result: Comparison) -> list[str]:
+    """Per-row notes as 'quantity: note', for a terminal table that has no room for them."""
+    return [f"{quantity_name(row)}: {row.note}" for row in result.rows if row.note]
+
+
+def render_markdown(result: Comparison, plot_path: Path | None = None, markdown_path: Path | None = None) -> str:
+    """A summary for a CI job page (GitHub step summary or an artifact)."""
+    b, c = result.baseline, result.current
+    lines = [
+        f"## kvcal compare: {'REGRESSION' if result.regression else 'no regression'}",
+        "",
+        f"**{result.verdict}**",
+        "",
+        f"- baseline: `{b.path}` ({b.fit.status}, {b.fit.n_probes} probes, fitted {b.fit.created_at})",
+        f"- current: `{c.path}` ({c.fit.status}, {c.fit.n_probes} probes, fitted {c.fit.created_at})",
+        f"- tolerance {result.tolerance:.0%}, confidence {result.confidence:.0%}; intervals are bootstrap percentiles",
+    ]
+    if result.deployed is not None:
+        lines.append(f"- deployed threshold ({result.deployed.origin}): {result.deployed.message}")
+    header = [*TABLE_HEADER, "note"]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for cells in table_rows(result, notes=True):
+        lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
+    if result.notes:
+        lines += ["", *[f"- note: {note}" for note in result.notes]]
+    if plot_path is not None:
+        target = plot_path
+        if markdown_path is not None:
+            try:
+                target = plot_path.resolve().relative_to(markdown_path.resolve().parent)
+            except ValueError:
+                target = plot_path
+        lines += ["", f"![baseline vs current]({target.as_posix()})"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- plot
+
+
+def plot_comparison(result: Comparison):
+    """Overlay both runs (points, curves, bands, break-evens) on one Figure; the caller saves it.
+
+    Per run, :func:`kvcal.plot.draw_run` draws two fitted curves (recompute solid, pull
+    dashed), their bootstrap bands, the probes when found, and the break-even line with
+    its interval; the deployed threshold, when given, is one more dotted black line.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from kvcal.plot import draw_run, grid
+
+    fig = Figure(figsize=PLOT_SIZE_IN, dpi=PLOT_DPI, layout="constrained")
+    ax = fig.add_subplot(1, 1, 1)
+    runs = ((result.baseline, BASELINE_COLOUR, "baseline"), (result.current, CURRENT_COLOUR, "current"))
+    top = max(float(grid(run.fit)[-1]) for run, _, _ in runs)
+    if result.deployed is not None:
+        top = max(top, 1.05 * result.deployed.threshold_tokens)
+    n = np.linspace(0.0, top, 240)  # one grid for both, so the curves span the same lengths
+    for run, colour, role in runs:
+        draw_run(ax, run.fit, run.probes, color=colour, label=role, n=n)
+    if result.deployed is not None:
+        ax.axvline(result.deployed.threshold_tokens, color="black", linestyle="-.", linewidth=1.2,
+                   label=f"deployed {result.deployed.threshold_tokens} ({result.deployed.verdict})")
+    ax.set_xlabel("prefix length (tokens)")
+    ax.set_ylabel("time to first token (ms)")
+    ax.set_title("\n".join(textwrap.wrap(result.verdict, 120)[:2]), fontsize=9)
+    ax.legend(loc="upper left", fontsize=7, ncol=2,
+              title=f"baseline: {result.baseline.label}   current: {result.current.label}", title_fontsize=8)
+    return fig
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Save a Figure as PNG (or whatever the suffix names), creating the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fig.savefig(path, dpi=PLOT_DPI)
+    except (ValueError, OSError) as err:
+        raise InputError(f"cannot write plot {path}: {err}") from None
+
+
+# ---------------------------------------------------------------- deployed threshold from Helm values
+
+
+def read_deployed_threshold(path: Path) -> int:
+    """``minCachedTokenDelta`` of the ``p2p-source-producer`` plugin in a Helm values file.
+
+    The EPP config sits in the values as a YAML *string* (``pluginsCustomConfig``), so
+    every string that mentions the plugin is parsed as YAML too. The plugin's default
+    (1) applies when it is configured without the key.
+    """
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    if not path.is_file():
+        raise InputError(f"{path}: no such values file")
+    yaml = YAML(typ="safe", pure=True)
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"))
+    except (YAMLError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    found: list[int] = []
+    _collect_thresholds(data, yaml, found)
+    if not found:
+        raise InputError(f"{path}: no '{PLUGIN_TYPE}' plugin found (looked in the values and in embedded EPP configs)")
+    if len(set(found)) > 1:
+        raise InputError(f"{path}: several '{PLUGIN_TYPE}' plugins with different {THRESHOLD_KEY} "
+                         f"{sorted(set(found))}; pass --deployed")
+    return found[0]
+
+
+def _collect_thresholds(node: Any, yaml: Any, found: list[int]) -> None:
+    from ruamel.yaml.error import YAMLError
+
+    if isinstance(node, dict):
+        if node.get("type") == PLUGIN_TYPE:
+            params = node.get("parameters") or {}
+            value = params.get(THRESHOLD_KEY, 1) if isinstance(params, dict) else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"{THRESHOLD_KEY} must be an integer >= 1, found {value!r}")
+            found.append(value)
+        for child in node.values():
+            _collect_thresholds(child, yaml, found)
+    elif isinstance(node, list):
+        for child in node:
+            _collect_thresholds(child, yaml, found)
+    elif isinstance(node, str) and "\n" in node and PLUGIN_TYPE in node:  # an embedded EPP config
+        try:
+            _collect_thresholds(yaml.load(io.StringIO(node)), yaml, found)
+        except YAMLError:
+            log.warning("a values string mentions %s but is not YAML; skipped", PLUGIN_TYPE)
