@@ -83,6 +83,8 @@ class CurveFit(Record):
     alternatives: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Every candidate model's fit and score.")
     selection: str | None = Field(None, description="The criterion that chose ``model`` and its values.")
     downweighted: list[dict[str, Any]] = Field(default_factory=list, description="Probes the robust loss down-weighted.")
+    noise_cv: float | None = Field(None, description="Robust (MAD) scale of the relative residuals: the probes' noise as a fraction of TTFT.")
+    robust_f_scale: float | None = Field(None, description="Huber threshold in relative units; None when the fit was plain weighted least squares.")
 
 
 class FitResult(Record):

@@ -1,5 +1,97 @@
-"""`kvcal fit` (not yet built)."""
+"""`kvcal fit`: fit cost curves to a sweep, find the break-even and how sure we are of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich import box
+from rich.table import Table
+
+from kvcal.cli.output import stdout
+from kvcal.records import CurveFit, FitResult
+
+EPILOG = """Examples:
+
+  kvcal fit results/llama8b-rdma            # a run folder; writes results/llama8b-rdma/fit.json
+
+  kvcal fit probes.csv --confidence 0.95 --seed 7 --output fit.json
+
+  kubectl logs job/calibrate-min-cached-token-delta > job.txt && kvcal fit job.txt --json
+"""
+
+UNITS = (("intercept_ms", "floor, ms", "{:.2f}"), ("per_token_us", "us/token", "{:.3f}"),
+         ("per_token2_ns", "ns/token^2", "{:.4g}"))
 
 
-def register(app) -> None:  # placeholder until the command lands
-    return None
+def register(app: typer.Typer) -> None:
+    @app.command("fit", epilog=EPILOG)
+    def fit(
+        input: Path = typer.Argument(..., show_default=False, help="A run folder, a probe CSV "
+                                     "(prefix_tokens,leg,ttft_ms[,rep,bytes_moved]) or the llm-d calibration Job's table."),
+        json_out: bool = typer.Option(False, "--json", help="Print fit.json to stdout and nothing else."),
+        confidence: float = typer.Option(0.9, "--confidence", help="Level of the bootstrap intervals, between 0 and 1."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."),
+        output: Path | None = typer.Option(None, "--output", "-o", show_default=False, help="Where to write fit.json "
+                                           "(default: <run>/fit.json, or <input>.fit.json beside a file)."),
+        resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples (0: no intervals)."),
+    ) -> None:
+        """Fit recompute (affine or quadratic) and pull (affine) costs and report the break-even with its interval.
+
+        Example: kvcal fit results/my-run --confidence 0.9 --seed 0
+        """
+        from kvcal.fit import dumps, fit_and_write
+
+        result, written = fit_and_write(input, output, confidence=confidence, seed=seed, n_resamples=resamples)
+        if json_out:
+            print(dumps(result))
+            return
+        render(result)
+        stdout.print(f"wrote {written}")
+
+
+def render(result: FitResult) -> None:
+    """The human report: coefficients with units and intervals, the chosen models, the break-even, warnings."""
+    level = f"{result.confidence:.0%}"
+    table = Table(title=f"kvcal fit: {result.source.get('path') or 'input'}", title_justify="left", box=box.SIMPLE_HEAD)
+    for name, justify in (("leg", "left"), ("model", "left"), ("coefficient", "left"), ("value", "right"),
+                          (f"{level} interval", "right"), ("noise", "right")):
+        table.add_column(name, justify=justify)
+    for leg in ("recompute", "pull"):
+        curve: CurveFit = getattr(result, leg)
+        noise = f"{curve.noise_cv:.1%}" if curve.noise_cv is not None else "-"
+        rows = UNITS if curve.model == "quadratic" else UNITS[:2]
+        for i, (name, header, fmt) in enumerate(rows):
+            ci = curve.ci.get(name)
+            interval = f"{fmt.format(ci[0])}-{fmt.format(ci[1])}" if ci and None not in ci else "-"
+            table.add_row(leg if i == 0 else "", curve.model if i == 0 else "", header,
+                          fmt.format(getattr(curve, name)), interval, noise if i == 0 else "",
+                          end_section=i == len(rows) - 1)
+    stdout.print(table)
+    stdout.print(f"break-even: {_break_even(result)}")
+    stdout.print(f"status: {result.status}" + ("  (extrapolated)" if result.extrapolated else "")
+                 + f"; measured {result.measured_range[0]}-{result.measured_range[1]} tokens, {result.n_probes} probes"
+                 + (f", {result.n_invalid_excluded} invalid excluded" if result.n_invalid_excluded else ""))
+    if result.smallest_pull_win_tokens is not None:
+        stdout.print(f"smallest measured length where the pull's median won: {result.smallest_pull_win_tokens} tokens")
+    if result.pull_bandwidth_gbps is not None:
+        stdout.print(f"pull bandwidth at the longest length: {result.pull_bandwidth_gbps:.2f} GB/s")
+    stdout.print(f"recompute model: {result.recompute.selection}")
+    boot = result.bootstrap
+    if boot.get("no_crossover_share") is not None:
+        stdout.print(f"bootstrap: {boot['n_resamples']} resamples ({boot['method']}, seed {boot['seed']}); "
+                     f"no crossover in {boot['no_crossover_share']:.1%}")
+    for line in result.warnings:
+        stdout.print(f"[yellow]warning:[/yellow] {line}", markup=True, highlight=False)
+
+
+def _break_even(result: FitResult) -> str:
+    if result.break_even_tokens is None:
+        return "none (the fitted pull never catches up with recompute)"
+    text = f"{result.break_even_tokens:.0f} tokens"
+    if result.break_even_ci:
+        text += f" ({result.confidence:.0%} interval {result.break_even_ci[0]:.0f}-{result.break_even_ci[1]:.0f})"
+    elif result.bootstrap.get("break_even_ci_bounds"):
+        low = result.bootstrap["break_even_ci_bounds"][0]
+        text += f" ({result.confidence:.0%} interval from {low:.0f}, open above)" if low is not None else ""
+    return text

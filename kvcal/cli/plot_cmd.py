@@ -1,5 +1,38 @@
-"""`kvcal plot` (not yet built)."""
+"""`kvcal plot`: draw the probes, both fitted curves with bands, the break-even and the pull's saving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from kvcal.cli.output import stdout
+
+EPILOG = """Examples:
+
+  kvcal plot results/llama8b-rdma -o crossover.png
+
+  kvcal plot results/llama8b-rdma/fit.json -o crossover.svg --log-x
+
+  kvcal plot job.txt -o job.png            # the llm-d calibration Job's table
+"""
 
 
-def register(app) -> None:  # placeholder until the command lands
-    return None
+def register(app: typer.Typer) -> None:
+    @app.command("plot", epilog=EPILOG)
+    def plot(
+        input: Path = typer.Argument(..., show_default=False,
+                                     help="A run folder, a fit.json, a probe CSV or the llm-d Job's table."),
+        output: Path = typer.Option(..., "--output", "-o", help="Image to write; .png or .svg by extension.", show_default=False),
+        log_x: bool = typer.Option(False, "--log-x", help="Logarithmic prefix-length axis."),
+        confidence: float = typer.Option(0.9, "--confidence", help="Band level when the input must be fitted first."),
+        seed: int = typer.Option(0, "--seed", help="Bootstrap seed when the input must be fitted first."),
+    ) -> None:
+        """Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent.
+
+        Example: kvcal plot results/my-run -o my-run.png --log-x
+        """
+        from kvcal.plot import plot_input
+
+        written = plot_input(input, output, log_x=log_x, confidence=confidence, seed=seed)
+        stdout.print(f"wrote {written}")

@@ -1,0 +1,212 @@
+"""Plots of a fit: measured probes, both fitted curves with bands, the break-even, the saving.
+
+Drawn with matplotlib's object API (``matplotlib.figure.Figure``, no pyplot, no
+display), so it runs headless and leaves no global state. Two building blocks draw
+one run onto a given Axes, so ``kvcal compare``/``history`` can overlay runs:
+
+* :func:`draw_run` - probes, fitted curves, pointwise bootstrap bands, break-even
+  line with its interval;
+* :func:`draw_saving` - the pull's saving, 100 * (recompute - pull) / recompute, in
+  percent of recompute's TTFT, with its band and the per-length measured medians.
+
+Bands are pointwise percentile bands of the curves evaluated at every bootstrap
+resample stored in fit.json (``bootstrap.<leg>_samples``), at the fit's confidence.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from kvcal.errors import InputError
+from kvcal.fit import curve_ms, fit_table, load_fit
+from kvcal.fit.curves import poly_ms
+from kvcal.records import FitResult
+from kvcal.tables import ProbeTable, load_probe_table
+
+log = logging.getLogger(__name__)
+
+FORMATS = (".png", ".svg")
+LEG_COLORS = {"recompute": "tab:red", "pull": "tab:blue"}
+LEG_STYLE = {"recompute": ("-", "o"), "pull": ("--", "^")}
+
+
+def plot_input(path: str | Path, output: str | Path, *, log_x: bool = False, confidence: float = 0.9,
+               seed: int = 0) -> Path:
+    """Plot a run folder, probe CSV, llm-d table or fit.json into ``output`` (.png or .svg)."""
+    out = Path(output)
+    if out.suffix.lower() not in FORMATS:
+        raise InputError(f"{out}: the plot format is chosen by extension; use .png or .svg")
+    fit, table = load_for_plot(path, confidence=confidence, seed=seed)
+    figure = figure_for(fit, table, log_x=log_x)
+    return save(figure, out)
+
+
+def load_for_plot(path: str | Path, *, confidence: float = 0.9, seed: int = 0) -> tuple[FitResult, ProbeTable | None]:
+    """The fit and, when the probes can be found, the table: a fit.json's source is followed if it exists."""
+    p = Path(path)
+    if p.is_file() and (p.suffix.lower() == ".json"):
+        fit = load_fit(p)
+        source = fit.source.get("path")
+        table = None
+        if source and Path(source).exists():
+            try:
+                table = load_probe_table(source)
+            except InputError as err:
+                log.info("probes of %s not plotted: %s", p, err)
+        return fit, table
+    table = load_probe_table(p)
+    if p.is_dir() and (p / "fit.json").is_file():
+        return load_fit(p / "fit.json"), table
+    return fit_table(table, confidence=confidence, seed=seed), table
+
+
+def figure_for(fit: FitResult, table: ProbeTable | None = None, *, log_x: bool = False,
+               title: str | None = None) -> Figure:
+    """A two-panel figure: TTFT against length (top) and the pull's saving (bottom)."""
+    figure = Figure(figsize=(8.0, 7.0), layout="constrained")
+    top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+    draw_run(top, fit, table, log_x=log_x)
+    draw_saving(bottom, fit, table, log_x=log_x)
+    top.set_ylabel("time to first token (ms)")
+    top.legend(loc="upper left", fontsize="small")
+    bottom.set_xlabel("prefix length (tokens)" + (", log scale" if log_x else ""))
+    bottom.set_ylabel("pull saving (% of recompute)")
+    if log_x:
+        bottom.set_xscale("log")
+    figure.suptitle(title or default_title(fit), fontsize="medium")
+    return figure
+
+
+def default_title(fit: FitResult) -> str:
+    src = fit.source
+    what = " / ".join(str(src[k]) for k in ("model", "transport", "engine") if src.get(k)) or str(src.get("path") or "")
+    if fit.break_even_tokens is None:
+        be = "no break-even"
+    else:
+        be = f"break-even {fit.break_even_tokens:.0f} tokens"
+        if fit.break_even_ci:
+            be += f" ({fit.confidence:.0%}: {fit.break_even_ci[0]:.0f}-{fit.break_even_ci[1]:.0f})"
+    return f"{what}: {fit.status}, {be}".strip(": ")
+
+
+def grid(fit: FitResult, *, log_x: bool = False, points: int = 200) -> np.ndarray:
+    """Lengths to draw the curves at: the measured range, stretched to show an extrapolated break-even."""
+    low, high = fit.measured_range
+    ends = [high]
+    if fit.break_even_tokens is not None:
+        ends.append(fit.break_even_tokens)
+    if fit.break_even_ci:
+        ends.append(fit.break_even_ci[1])
+    top = 1.05 * max(ends)
+    if log_x:
+        bottom = min([low] + [b for b in (fit.break_even_tokens,) if b]) / 2
+        return np.geomspace(max(bottom, 1.0), top, points)
+    return np.linspace(0.0, top, points)
+
+
+def curve_band(fit: FitResult, leg: str, n: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Pointwise percentile band of one leg's curve over the stored bootstrap samples, or None."""
+    samples = _coef_samples(fit, leg)
+    if samples is None:
+        return None
+    curves = poly_ms(samples, n)
+    tail = 100 * (1 - fit.confidence) / 2
+    return np.percentile(curves, tail, axis=0), np.percentile(curves, 100 - tail, axis=0)
+
+
+def draw_run(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, color: str | None = None,
+             label: str | None = None, log_x: bool = False, bands: bool = True, points: bool = True,
+             n: np.ndarray | None = None) -> None:
+    """Draw one run onto ``ax``: probes, both fitted curves, bands, break-even and its interval.
+
+    With ``color`` both legs take that colour (recompute solid, pull dashed) so
+    runs can be told apart in an overlay; ``label`` prefixes the legend entries.
+    """
+    n = grid(fit, log_x=log_x) if n is None else n
+    prefix = f"{label}: " if label else ""
+    for leg in ("recompute", "pull"):
+        curve = getattr(fit, leg)
+        c = color or LEG_COLORS[leg]
+        line, marker = LEG_STYLE[leg]
+        ax.plot(n, curve_ms(curve, n), line, color=c, lw=1.8, label=f"{prefix}{leg} fit ({curve.model})")
+        band = curve_band(fit, leg, n) if bands else None
+        if band is not None:
+            ax.fill_between(n, band[0], band[1], color=c, alpha=0.15, lw=0)
+        if points and table is not None:
+            rows = table.leg(leg)
+            ax.plot(rows["prefix_tokens"], rows["ttft_ms"], marker, color=c, ms=4, alpha=0.6, ls="none",
+                    label=f"{prefix}{leg} probes")
+    _break_even_marks(ax, fit, color or "black", prefix)
+    if log_x:
+        ax.set_xscale("log")
+    ax.grid(True, alpha=0.3)
+
+
+def draw_saving(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, color: str | None = None,
+                label: str | None = None, log_x: bool = False, n: np.ndarray | None = None) -> None:
+    """Draw the pull's saving in percent of recompute's TTFT (positive: the pull wins)."""
+    n = grid(fit, log_x=log_x) if n is None else n
+    c = color or "tab:green"
+    prefix = f"{label}: " if label else ""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rec, pull = curve_ms(fit.recompute, n), curve_ms(fit.pull, n)
+        ax.plot(n, 100 * (rec - pull) / rec, color=c, lw=1.8, label=f"{prefix}fitted saving")
+        rec_s, pull_s = _coef_samples(fit, "recompute"), _coef_samples(fit, "pull")
+        if rec_s is not None and pull_s is not None:
+            r, p = poly_ms(rec_s, n), poly_ms(pull_s, n)
+            saving = 100 * (r - p) / r
+            tail = 100 * (1 - fit.confidence) / 2
+            ax.fill_between(n, np.nanpercentile(saving, tail, axis=0), np.nanpercentile(saving, 100 - tail, axis=0),
+                            color=c, alpha=0.15, lw=0)
+    if table is not None:
+        med = table.medians().dropna()
+        if len(med):
+            ax.plot(med["prefix_tokens"], 100 * (med["recompute_ms"] - med["pull_ms"]) / med["recompute_ms"], "s",
+                    color=c, ms=5, label=f"{prefix}measured (medians)")
+    ax.axhline(0.0, color="grey", lw=0.8)
+    _break_even_marks(ax, fit, color or "black", prefix, legend=False)
+    ax.set_ylim(max(ax.get_ylim()[0], -100.0), min(ax.get_ylim()[1], 100.0))
+    if log_x:
+        ax.set_xscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right", fontsize="small")
+
+
+def save(figure: Figure, path: str | Path) -> Path:
+    """Write the figure (format from the extension); InputError when the place cannot be written."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(p, dpi=110)
+    except OSError as err:
+        raise InputError(f"{p}: cannot write ({err.strerror})") from None
+    return p
+
+
+def _coef_samples(fit: FitResult, leg: str) -> np.ndarray | None:
+    stored: dict[str, Any] | None = fit.bootstrap.get(f"{leg}_samples")
+    if not stored:
+        return None
+    cols = [np.asarray([math.nan if v is None else v for v in stored[k]], dtype=float)
+            for k in ("intercept_ms", "per_token_us", "per_token2_ns")]
+    samples = np.stack(cols, axis=1)
+    samples = samples[np.all(np.isfinite(samples), axis=1)]
+    return samples if len(samples) else None
+
+
+def _break_even_marks(ax: Axes, fit: FitResult, color: str, prefix: str, *, legend: bool = True) -> None:
+    be = fit.break_even_tokens
+    if be is None or be <= 0:
+        return
+    if fit.break_even_ci:
+        ax.axvspan(fit.break_even_ci[0], fit.break_even_ci[1], color=color, alpha=0.08, lw=0,
+                   label=f"{prefix}{fit.confidence:.0%} interval" if legend else None)
+    text = f"{prefix}break-even {be:.0f} tokens" + (" (extrapolated)" if fit.extrapolated else "")
+    ax.axvline(be, color=color, ls=":", lw=1.5, label=text if legend else None)

@@ -1,0 +1,362 @@
+"""Loading probe tables: the one stage that turns any accepted input into rows to fit.
+
+Three inputs are accepted and detected by shape, not by file name:
+
+* a **run folder** (a directory holding ``run.json`` and ``probes.jsonl``, as
+  ``kvcal sweep`` writes it), read through :class:`kvcal.recorder.RunFolder`; probes
+  marked invalid are excluded and counted; when one probe id has several attempts,
+  its valid attempt counts; a torn last line is skipped with a warning;
+* a **probe CSV** in the interchange format: a header row with ``prefix_tokens``
+  (int), ``leg`` (``recompute``|``pull``), ``ttft_ms`` (float) and optionally
+  ``rep`` (int), ``bytes_moved`` (int) and ``valid`` (bool; rows with false are
+  excluded and counted); one row per probe;
+* the **llm-d calibration Job table** (its log, pasted or saved): whitespace
+  separated rows ``tokens recompute_ms pull_ms [delta[%]] [pulled_MB]``, each row
+  one length (the Job prints 5-rep medians). A header line is optional, and so is
+  the RFC 3339 stamp ``kubectl logs --timestamps`` puts before each line. A line
+  whose first field is not an integer (``src=...``, ``mesh warm: ...``,
+  ``MIN_CACHED_TOKEN_DELTA=2048``) is log chatter and skipped; a line that starts
+  with an integer is a row and must parse in full, or loading fails.
+
+Every problem a user can cause raises :class:`~kvcal.errors.InputError` with one
+line that names the file and, where it applies, the line or row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvcal.errors import InputError
+from kvcal.records import Leg, ProbeRecord
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved"]
+CSV_REQUIRED = ("prefix_tokens", "leg", "ttft_ms")
+CSV_OPTIONAL = ("rep", "bytes_moved", "valid")
+LEGS = (Leg.RECOMPUTE.value, Leg.PULL.value)
+MB = 1_000_000  # the llm-d Job divides byte deltas by 1e6 for its pulled_MB column
+
+_TABLE_HEADER = re.compile(r"^\s*tokens\s+recompute_ms\s+pull_ms\b", re.IGNORECASE)
+_INT = re.compile(r"^[+]?\d+$")
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?\s+")  # kubectl logs --timestamps
+
+
+@dataclass(frozen=True)
+class ProbeTable:
+    """Valid probes of one campaign, ready to fit.
+
+    ``probes`` has one row per valid probe with columns ``prefix_tokens`` (int),
+    ``leg`` (str), ``ttft_ms`` (float), ``rep`` (int) and ``bytes_moved``
+    (nullable Int64: unknown is <NA>, never 0).
+    """
+
+    probes: pd.DataFrame
+    n_invalid_excluded: int = 0
+    block_size: int | None = None
+    kv_bytes_per_token: int | None = None
+    source: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def leg(self, leg: str | Leg) -> pd.DataFrame:
+        """The rows of one leg, sorted by length then rep."""
+        name = leg.value if isinstance(leg, Leg) else leg
+        rows = self.probes[self.probes["leg"] == name]
+        return rows.sort_values(["prefix_tokens", "rep"], kind="stable").reset_index(drop=True)
+
+    @property
+    def lengths(self) -> list[int]:
+        return sorted(int(n) for n in self.probes["prefix_tokens"].unique())
+
+    def medians(self) -> pd.DataFrame:
+        """Per-length medians: columns prefix_tokens, recompute_ms, pull_ms (NaN where a leg lacks the length)."""
+        med = self.probes.groupby(["prefix_tokens", "leg"])["ttft_ms"].median().unstack("leg")
+        med = med.reindex(columns=list(LEGS))
+        med.columns = [f"{c}_ms" for c in med.columns]
+        return med.reset_index()
+
+
+def load_probe_table(path: str | Path) -> ProbeTable:
+    """Read a run folder, a probe CSV or an llm-d Job table (detected by content)."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file or folder")
+    if p.is_dir():
+        return _load_run_folder(p)
+    try:
+        text = p.read_text(encoding="utf-8-sig", errors="strict")  # -sig: a spreadsheet's byte-order mark
+    except UnicodeDecodeError:
+        raise InputError(f"{p}: not a text file (expected a run folder, a probe CSV or an llm-d table)") from None
+    except OSError as err:
+        raise InputError(f"{p}: cannot read ({err.strerror})") from None
+    if not text.strip():
+        raise InputError(f"{p}: file is empty")
+    first = next(line for line in text.splitlines() if line.strip())
+    if "," in first and "prefix_tokens" in first:
+        return _load_csv(p, text)
+    if any(_TABLE_HEADER.match(_unstamped(line)) or _looks_like_row(line) for line in text.splitlines()):
+        return _load_llmd_table(p, text)
+    raise InputError(
+        f"{p}: unrecognised format (expected a run folder, a CSV with a prefix_tokens,leg,ttft_ms header, "
+        "or the llm-d calibration table 'tokens recompute_ms pull_ms delta pulled_MB')"
+    )
+
+
+def from_rows(rows: list[dict[str, Any]], *, source: dict[str, Any] | None = None, block_size: int | None = None,
+              kv_bytes_per_token: int | None = None, n_invalid_excluded: int = 0,
+              warnings: list[str] | None = None) -> ProbeTable:
+    """Build a table from dicts with the COLUMNS keys (rep and bytes_moved may be missing)."""
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame = _normalise(frame)
+    notes = list(warnings or [])
+    notes += _length_warnings(frame, block_size)
+    return ProbeTable(frame, n_invalid_excluded, block_size, kv_bytes_per_token, dict(source or {}), tuple(notes))
+
+
+def sim_table(costs: Any, lengths: list[int], reps: int, *, seed: int = 0, block_size: int = 64,
+              kv_bytes_per_token: int = 2048) -> ProbeTable:
+    """A synthetic campaign from :class:`kvcal.engines.sim.SimPair` (tests and benchmarks only).
+
+    Legs alternate within each (length, rep) as a sweep's shuffled plan would; the
+    truth is ``costs.true_break_even()``.
+    """
+    from kvcal.engines.sim import SimPair
+
+    pair = SimPair(costs, seed=seed, block_size=block_size, kv_bytes_per_token=kv_bytes_per_token)
+    rows = []
+    for rep in range(reps):
+        for n in lengths:
+            ids = [0] * int(n)
+            for leg in (Leg.RECOMPUTE, Leg.PULL):
+                m = pair.measure(leg, ids)
+                rows.append({"prefix_tokens": int(n), "leg": leg.value, "ttft_ms": m.ttft_ms, "rep": rep,
+                             "bytes_moved": m.bytes_moved})
+    return from_rows(rows, source={"path": None, "kind": "sim", "engine": "sim", "sim_costs": pair.describe()["sim_costs"]},
+                     block_size=block_size, kv_bytes_per_token=kv_bytes_per_token)
+
+
+# --- run folder -------------------------------------------------------------------------------
+
+
+def _load_run_folder(folder: Path) -> ProbeTable:
+    from kvcal.recorder import RunFolder
+
+    run = RunFolder(folder)
+    if not RunFolder.is_run_folder(folder):
+        raise InputError(f"{folder}: not a run folder (no run.json)")
+    manifest = run.manifest()
+    if not run.has_probes():
+        raise InputError(f"{folder}: no probes recorded yet (probes.jsonl is missing or empty)")
+    notes: list[str] = []
+    if not run.probes_path.read_bytes().endswith(b"\n"):  # read_probes drops it; say so in fit.json too
+        notes.append(f"{run.probes_path.name}: the last line is torn (an interrupted write?) and was skipped")
+    chosen: dict[str, ProbeRecord] = {}
+    n_invalid = 0
+    for record in run.read_probes():
+        usable = record.valid and record.ttft_ms is not None and math.isfinite(record.ttft_ms) and record.ttft_ms > 0
+        if not usable:
+            n_invalid += 1
+            continue
+        chosen[record.probe_id] = record  # a later valid attempt of one probe id replaces an earlier one
+    rows = [{"prefix_tokens": r.prefix_tokens, "leg": r.leg.value, "ttft_ms": r.ttft_ms, "rep": r.rep,
+             "bytes_moved": r.bytes_moved} for r in chosen.values()]
+    if not rows:
+        raise InputError(f"{run.probes_path}: no valid probes ({n_invalid} invalid excluded)")
+    source = {
+        "path": str(folder),
+        "kind": "run-folder",
+        "run": manifest.name,
+        "engine": manifest.engine,
+        "model": manifest.model,
+        "transport": manifest.transport,
+        "block_size": manifest.block_size,
+        "kv_bytes_per_token": manifest.kv_bytes_per_token,
+        "hardware": manifest.provenance.get("hardware"),
+        "settings": manifest.settings,
+        "provenance": manifest.provenance,
+    }
+    if n_invalid:
+        notes.append(f"{n_invalid} invalid probe record(s) excluded (see invalid_reason in probes.jsonl)")
+    return from_rows(rows, source=source, block_size=manifest.block_size, kv_bytes_per_token=manifest.kv_bytes_per_token,
+                     n_invalid_excluded=n_invalid, warnings=notes)
+
+
+# --- probe CSV --------------------------------------------------------------------------------
+
+
+def _load_csv(path: Path, text: str) -> ProbeTable:
+    reader = csv.reader(io.StringIO(text))
+    header = [h.strip() for h in next(reader)]
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise InputError(f"{path}: duplicate column '{name}' in the header")
+        seen.add(name)
+    missing = [c for c in CSV_REQUIRED if c not in header]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)} (need prefix_tokens, leg, ttft_ms)")
+    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
+    frame.columns = header
+    extra = [c for c in header if c not in CSV_REQUIRED + CSV_OPTIONAL]
+    notes = [f"ignored unknown column(s): {', '.join(extra)}"] if extra else []
+    if frame.empty:
+        raise InputError(f"{path}: header only, no probe rows")
+    n_invalid = 0
+    if "valid" in frame.columns:
+        flags = frame["valid"].str.strip().str.lower()
+        bad = ~flags.isin(["true", "false", "1", "0", "yes", "no"])
+        if bad.any():
+            row = int(np.argmax(bad.to_numpy())) + 2
+            raise InputError(f"{path} row {row}: valid must be true or false, got '{frame['valid'].iloc[row - 2]}'")
+        keep = flags.isin(["true", "1", "yes"]).to_numpy()
+        n_invalid = int((~keep).sum())
+        frame = frame[keep]
+        if frame.empty:
+            raise InputError(f"{path}: no valid probes ({n_invalid} invalid excluded)")
+    rows = []
+    for index, raw in frame.iterrows():
+        where = f"{path} row {int(index) + 2}"  # the header is row 1
+        optional = {c: raw[c].strip() if c in frame.columns else "" for c in ("rep", "bytes_moved")}
+        rows.append({
+            "prefix_tokens": _int_field(raw["prefix_tokens"], "prefix_tokens", where, positive=True),
+            "leg": _leg_field(raw["leg"], where),
+            "ttft_ms": _time_field(raw["ttft_ms"], "ttft_ms", where),
+            "rep": _int_field(optional["rep"], "rep", where) if optional["rep"] else None,
+            "bytes_moved": _int_field(optional["bytes_moved"], "bytes_moved", where) if optional["bytes_moved"] else None,
+        })
+    if n_invalid:
+        notes.append(f"{n_invalid} row(s) with valid=false excluded")
+    return from_rows(rows, source={"path": str(path), "kind": "probe-csv"}, n_invalid_excluded=n_invalid, warnings=notes)
+
+
+def _int_field(value: str, name: str, where: str, *, positive: bool = False) -> int:
+    text = str(value).strip()
+    try:
+        number = float(text)
+    except ValueError:
+        raise InputError(f"{where}: {name} '{text}' is not a number") from None
+    if not math.isfinite(number) or number != int(number):
+        raise InputError(f"{where}: {name} '{text}' is not a whole number")
+    if number < 0 or (positive and number == 0):
+        raise InputError(f"{where}: {name} must be {'positive' if positive else 'non-negative'}, got {text}")
+    return int(number)
+
+
+def _time_field(value: str, name: str, where: str) -> float:
+    text = str(value).strip()
+    try:
+        number = float(text)
+    except ValueError:
+        raise InputError(f"{where}: {name} '{text}' is not a number") from None
+    if not math.isfinite(number):
+        raise InputError(f"{where}: {name} is {text} (NaN or infinite)")
+    if number <= 0:
+        raise InputError(f"{where}: {name} must be positive, got {text}")
+    return number
+
+
+def _leg_field(value: str, where: str) -> str:
+    text = str(value).strip().lower()
+    if text not in LEGS:
+        raise InputError(f"{where}: leg '{value}' is neither 'recompute' nor 'pull'")
+    return text
+
+
+# --- llm-d Job table --------------------------------------------------------------------------
+
+
+def _unstamped(line: str) -> str:
+    return _STAMP.sub("", line, count=1)
+
+
+def _looks_like_row(line: str) -> bool:
+    fields = _unstamped(line).split()
+    return len(fields) >= 3 and bool(_INT.match(fields[0]))
+
+
+def _load_llmd_table(path: Path, text: str) -> ProbeTable:
+    rows: list[dict[str, Any]] = []
+    headers = 0
+    notes: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = _unstamped(line)
+        if _TABLE_HEADER.match(line):
+            headers += 1
+            if headers > 1:
+                raise InputError(f"{path} line {number}: a second table header (two runs in one file? split them)")
+            continue
+        fields = line.split()
+        if not fields or not _INT.match(fields[0]):
+            continue  # log chatter: src=..., mesh warm: ..., MIN_CACHED_TOKEN_DELTA=...
+        where = f"{path} line {number}"
+        if not 3 <= len(fields) <= 5:
+            raise InputError(f"{where}: expected 'tokens recompute_ms pull_ms [delta%] [pulled_MB]', got {len(fields)} fields")
+        tokens = _int_field(fields[0], "tokens", where, positive=True)
+        recompute = _time_field(fields[1], "recompute_ms", where)
+        pull = _time_field(fields[2], "pull_ms", where)
+        if len(fields) >= 4:
+            delta = _number(fields[3].rstrip("%"), "delta", where)
+            expected = 100.0 * (pull - recompute) / recompute
+            if abs(delta - expected) > 1.0:
+                notes.append(f"line {number}: delta {delta:+.1f}% disagrees with the times ({expected:+.1f}%): columns swapped?")
+        moved = None
+        if len(fields) == 5:
+            megabytes = _number(fields[4], "pulled_MB", where)
+            if megabytes < 0:
+                raise InputError(f"{where}: pulled_MB must be non-negative, got {fields[4]}")
+            moved = int(round(megabytes * MB))
+        rep = sum(1 for r in rows if r["prefix_tokens"] == tokens and r["leg"] == "recompute")
+        rows.append({"prefix_tokens": tokens, "leg": "recompute", "ttft_ms": recompute, "rep": rep, "bytes_moved": None})
+        rows.append({"prefix_tokens": tokens, "leg": "pull", "ttft_ms": pull, "rep": rep, "bytes_moved": moved})
+    if not rows:
+        raise InputError(f"{path}: the llm-d table has a header but no rows")
+    if any(r["leg"] == "pull" and r["bytes_moved"] == 0 for r in rows):
+        notes.append("some pull rows moved 0 MB: those timings compare recompute with recompute; check the P2P tier")
+    return from_rows(rows, source={"path": str(path), "kind": "llmd-table"}, warnings=notes)
+
+
+def _number(text: str, name: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{where}: {name} '{text}' is not a number") from None
+    if not math.isfinite(value):
+        raise InputError(f"{where}: {name} is {text} (NaN or infinite)")
+    return value
+
+
+# --- shared -----------------------------------------------------------------------------------
+
+
+def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
+    """Types, and reps numbered in file order within (length, leg) where the input gave none."""
+    frame = frame.copy()
+    frame["prefix_tokens"] = frame["prefix_tokens"].astype("int64")
+    frame["leg"] = frame["leg"].astype(str)
+    frame["ttft_ms"] = frame["ttft_ms"].astype("float64")
+    order = frame.groupby(["prefix_tokens", "leg"]).cumcount()
+    frame["rep"] = frame["rep"].where(frame["rep"].notna(), order).astype("int64")
+    frame["bytes_moved"] = pd.array([None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
+                                     for v in frame["bytes_moved"]], dtype="Int64")
+    return frame.reset_index(drop=True)
+
+
+def _length_warnings(frame: pd.DataFrame, block_size: int | None) -> list[str]:
+    if not block_size or frame.empty:
+        return []
+    odd = sorted({int(n) for n in frame["prefix_tokens"] if int(n) % block_size})
+    if not odd:
+        return []
+    shown = ", ".join(str(n) for n in odd[:5]) + (" ..." if len(odd) > 5 else "")
+    return [f"length(s) {shown} are not multiples of the block size {block_size}: a partial last block "
+            "cannot be cached or pulled, so those pulls carry some recompute"]
