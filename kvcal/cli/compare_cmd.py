@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from kvcal.cli.output import stdout
+from kvcal.cli.output import print_sanity, stdout
 from kvcal.errors import RegressionDetected
 
 EPILOG = """Exit codes: 0 no regression, 1 regression, 2 bad input.
@@ -39,7 +39,6 @@ def compare(
     seed: int = typer.Option(0, "--seed", help="Seed of the draws that estimate the change's interval."),
 ) -> None:
     """Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed threshold."""
-    from rich.console import Console
     from rich.table import Table
 
     from kvcal.compare import CompareConfig, run_compare
@@ -52,10 +51,12 @@ def compare(
     table = Table(*TABLE_HEADER, title=f"{result.baseline.label} -> {result.current.label}")
     for cells in table_rows(result):
         table.add_row(*cells)
-    # Off a terminal (CI logs, pipes) rich would wrap at 80 columns; print the table wide instead.
-    (stdout if stdout.is_terminal else Console(width=200, soft_wrap=True)).print(table)
+    stdout.print(table)
     for line in row_notes(result) + result.notes:
         stdout.print(f"  note: {line}", markup=False)
+    from kvcal.sanity import sanity_for_fit
+
+    print_sanity(sanity_for_fit(result.current.fit)[1])
     stdout.print(result.verdict, markup=False)
     if result.deployed is not None:
         stdout.print(result.deployed.message, markup=False)

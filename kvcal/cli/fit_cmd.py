@@ -8,7 +8,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from kvcal.cli.output import stdout
+from kvcal.cli.output import print_sanity, stdout
 from kvcal.records import CurveFit, FitResult
 
 EPILOG = """Examples:
@@ -83,6 +83,9 @@ def render(result: FitResult) -> None:
                      f"no crossover in {boot['no_crossover_share']:.1%}")
     for line in result.warnings:
         stdout.print(f"[yellow]warning:[/yellow] {line}", markup=True, highlight=False)
+    from kvcal.sanity import sanity_for_fit
+
+    print_sanity(sanity_for_fit(result)[1])
 
 
 def _break_even(result: FitResult) -> str:

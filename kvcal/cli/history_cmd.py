@@ -25,7 +25,6 @@ def history(
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write the trend table as Markdown here."),
 ) -> None:
     """Show how the break-even (with its interval) and the cost coefficients moved over runs."""
-    from rich.console import Console
     from rich.table import Table
 
     from kvcal.history import HEADER, HistoryConfig, run_history, table_rows
@@ -34,8 +33,7 @@ def history(
     table = Table(*HEADER, title=f"kvcal history ({len(entries)} runs, oldest first)")
     for cells in table_rows(entries):
         table.add_row(*cells)
-    # Off a terminal (CI logs, pipes) rich would wrap at 80 columns; print the table wide instead.
-    (stdout if stdout.is_terminal else Console(width=200, soft_wrap=True)).print(table)
+    stdout.print(table)
     for path in (output, markdown):
         if path is not None:
             stdout.print(f"wrote {path}", markup=False)

@@ -6,8 +6,23 @@ import sys
 
 from rich.console import Console
 
-stdout = Console(soft_wrap=True)
-stderr = Console(stderr=True, soft_wrap=True)
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; print them wide instead.
+stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+stderr = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+
+
+def print_sanity(findings: list) -> None:
+    """The sanity section of fit and compare: each check that is not plainly ok, with its advice."""
+    shown = [f for f in findings if f.severity == "warning"]
+    checked = [f for f in findings if f.expected is not None]
+    if not checked and not shown:
+        return  # no profile matched the run: nothing was compared
+    stdout.print(f"sanity: {len(checked)} checks against the model and hardware profiles, {len(shown)} flagged")
+    for finding in shown:
+        measured = "-" if finding.measured is None else f"{finding.measured:.3g} {finding.unit}".strip()
+        expected = "-" if finding.expected is None else f"{finding.expected:.3g} {finding.unit}".strip()
+        stdout.print(f"  {finding.severity}: {finding.check}: measured {measured}, expected {expected}. {finding.advice}",
+                     markup=False, highlight=False)
 
 
 def error_line(message: str) -> None:
