@@ -410,7 +410,8 @@ class CompareConfig:
 
 def run_compare(config: CompareConfig) -> Comparison:
     """Load both runs, compare them, and write the Markdown summary and plot if asked."""
-    from kvcal.compare_io import plot_comparison, read_deployed_threshold, render_markdown, save_figure
+    from kvcal.compare_io import plot_comparison, render_markdown, save_figure
+    from kvcal.helm import read_threshold
 
     if config.deployed_tokens is not None and config.values_file is not None:
         raise InputError("give the deployed threshold once: --deployed N or --values FILE, not both")
@@ -418,7 +419,7 @@ def run_compare(config: CompareConfig) -> Comparison:
     if config.deployed_tokens is not None:
         deployed = (config.deployed_tokens, "--deployed")
     elif config.values_file is not None:
-        deployed = (read_deployed_threshold(config.values_file), str(config.values_file))
+        deployed = (read_threshold(config.values_file), str(config.values_file))
     with_probes = config.plot is not None  # only the plot shows them
     result = compare_runs(load_run(config.baseline, probes=with_probes), load_run(config.current, probes=with_probes),
                           tolerance=config.tolerance, force=config.force, deployed=deployed, seed=config.seed)

@@ -9,7 +9,6 @@ break-even) in its own colour on one pair of axes, plus the deployed threshold i
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import textwrap
@@ -29,8 +28,6 @@ PLOT_SIZE_IN = (10.0, 6.0)
 PLOT_DPI = 100
 BASELINE_COLOUR = "tab:blue"
 CURRENT_COLOUR = "tab:red"
-PLUGIN_TYPE = "p2p-source-producer"
-THRESHOLD_KEY = "minCachedTokenDelta"
 
 
 @dataclass(frozen=True)
@@ -265,55 +262,3 @@ def save_figure(fig: Any, path: Path) -> None:
         fig.savefig(path, dpi=PLOT_DPI)
     except (ValueError, OSError) as err:
         raise InputError(f"cannot write plot {path}: {err}") from None
-
-
-# ---------------------------------------------------------------- deployed threshold from Helm values
-
-
-def read_deployed_threshold(path: Path) -> int:
-    """``minCachedTokenDelta`` of the ``p2p-source-producer`` plugin in a Helm values file.
-
-    The EPP config sits in the values as a YAML *string* (``pluginsCustomConfig``), so
-    every string that mentions the plugin is parsed as YAML too. The plugin's default
-    (1) applies when it is configured without the key.
-    """
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
-
-    if not path.is_file():
-        raise InputError(f"{path}: no such values file")
-    yaml = YAML(typ="safe", pure=True)
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"))
-    except (YAMLError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    found: list[int] = []
-    _collect_thresholds(data, yaml, found)
-    if not found:
-        raise InputError(f"{path}: no '{PLUGIN_TYPE}' plugin found (looked in the values and in embedded EPP configs)")
-    if len(set(found)) > 1:
-        raise InputError(f"{path}: several '{PLUGIN_TYPE}' plugins with different {THRESHOLD_KEY} "
-                         f"{sorted(set(found))}; pass --deployed")
-    return found[0]
-
-
-def _collect_thresholds(node: Any, yaml: Any, found: list[int]) -> None:
-    from ruamel.yaml.error import YAMLError
-
-    if isinstance(node, dict):
-        if node.get("type") == PLUGIN_TYPE:
-            params = node.get("parameters") or {}
-            value = params.get(THRESHOLD_KEY, 1) if isinstance(params, dict) else 1
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InputError(f"{THRESHOLD_KEY} must be an integer >= 1, found {value!r}")
-            found.append(value)
-        for child in node.values():
-            _collect_thresholds(child, yaml, found)
-    elif isinstance(node, list):
-        for child in node:
-            _collect_thresholds(child, yaml, found)
-    elif isinstance(node, str) and "\n" in node and PLUGIN_TYPE in node:  # an embedded EPP config
-        try:
-            _collect_thresholds(yaml.load(io.StringIO(node)), yaml, found)
-        except YAMLError:
-            log.warning("a values string mentions %s but is not YAML; skipped", PLUGIN_TYPE)

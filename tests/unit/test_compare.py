@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from kvcal.compare import BE_CEIL_TOKENS, CompareConfig, compare_runs, deployed_check, run_compare
-from kvcal.compare_io import LoadedRun, load_run, read_deployed_threshold, render_markdown
+from kvcal.compare_io import LoadedRun, load_run, render_markdown
+from kvcal.helm import read_threshold as read_deployed_threshold
 from kvcal.errors import InputError
 from kvcal.records import CurveFit, FitResult
 
