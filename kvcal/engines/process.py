@@ -1,0 +1,279 @@
+"""Own the server processes kvcal launches, so none can outlive the run.
+
+:class:`ServerProcess` is a context manager around one server: it checks the port is
+free, starts the command in a new session (its own process group) with output going
+to a log file, registers the group with the reaper (:mod:`kvcal.engines.reaper`, for
+a SIGKILLed kvcal), polls readiness over HTTP while failing fast if the child died,
+and on exit, error, Ctrl-C or SIGTERM kills the whole tree (SIGTERM to the group and every
+descendant psutil finds, then SIGKILL to whatever is left after a grace period).
+Descendants are collected by psutil as well as by process group because vLLM's
+engine core and workers are spawned children that a group kill alone would miss if
+any of them ever moved to a session of its own.
+
+:func:`sigterm_raises` turns SIGTERM into an exception in the main thread, so ``with``
+blocks unwind and kill their servers when kvcal itself is terminated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+
+import httpx
+import psutil
+
+from kvcal.engines.reaper import shared_reaper
+from kvcal.errors import EngineError
+
+log = logging.getLogger(__name__)
+
+_LOG_TAIL_LINES = 6
+_LOG_TAIL_CHARS = 600
+_POLL_INTERVAL_S = 0.5
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """While active, SIGTERM raises KeyboardInterrupt so context managers unwind.
+
+    Installed only where nobody handles SIGTERM yet (a caller's handler is left in
+    place) and only in the main thread (Python lets no other thread set handlers).
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def _raise(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def port_is_free(port: int, host: str = "0.0.0.0") -> bool:
+    """True if a TCP socket can bind ``host:port`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def check_port_free(port: int, what: str, host: str = "0.0.0.0") -> None:
+    """Raise EngineError naming ``what`` if ``port`` is taken."""
+    if not port_is_free(port, host):
+        raise EngineError(f"port {port} for the {what} is already in use: stop what holds it or choose another port")
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports the OS reports free (held open together so they differ)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            socks.append(sock)
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def log_tail(path: Path, lines: int = _LOG_TAIL_LINES, limit: int = _LOG_TAIL_CHARS) -> str:
+    """The last non-empty lines of a log, joined by ' | ' and truncated: fits one error line."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return "(no log)"
+    tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    joined = " | ".join(tail)
+    return joined if len(joined) <= limit else "..." + joined[-limit:]
+
+
+def kill_tree(pid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM the process group led by ``pid`` and all descendants; SIGKILL survivors after ``grace_s``."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=5.0)
+
+
+class ServerProcess:
+    """One launched HTTP server, owned from start to kill.
+
+    ``ready_url`` is polled until it answers 200; ``ports`` are checked free before launch.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log_path: Path,
+        ready_url: str,
+        ports: Sequence[int] = (),
+        cwd: Path | None = None,
+        kill_grace_s: float = 10.0,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.log_path = Path(log_path)
+        self.ready_url = ready_url
+        self.ports = list(ports)
+        self.cwd = cwd
+        self.kill_grace_s = kill_grace_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at: float | None = None
+        self.ready_after_s: float | None = None
+        self._tree: list[psutil.Process] | None = None
+
+    def __enter__(self) -> "ServerProcess":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Check ports, then launch in a new session with output to ``log_path``."""
+        for port in self.ports:
+            check_port_free(port, self.name)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log_file:
+            log.info("starting %s: %s (log %s)", self.name, " ".join(self.argv), self.log_path)
+            try:
+                self.proc = subprocess.Popen(
+                    self.argv,
+                    env=self.env,
+                    cwd=self.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as err:
+                raise EngineError(f"cannot start {self.name}: {err}") from None
+        self.started_at = time.monotonic()
+        # The reaper kills the group even if kvcal dies by SIGKILL, where no context manager runs.
+        shared_reaper().watch(self.proc.pid)
+
+    def check_alive(self) -> None:
+        """Raise EngineError with the log's last lines if the process has exited."""
+        if self.proc is None:
+            raise EngineError(f"{self.name} was never started")
+        code = self.proc.poll()
+        if code is not None:
+            raise EngineError(f"{self.name} exited with status {code}: {log_tail(self.log_path)} (log: {self.log_path})")
+
+    def is_ready(self, client: httpx.Client) -> bool:
+        """One readiness probe: alive (else EngineError) and ``ready_url`` answers 200."""
+        self.check_alive()
+        try:
+            return client.get(self.ready_url).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system, s) used so far by the server and its descendants."""
+        if self.proc is None:
+            return 0.0
+        if self._tree is None:  # vLLM's process tree is fixed once the server is ready
+            with contextlib.suppress(psutil.NoSuchProcess):
+                root = psutil.Process(self.proc.pid)
+                self._tree = [root, *root.children(recursive=True)]
+        used = 0.0
+        for proc in self._tree or []:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                times = proc.cpu_times()
+                used += times.user + times.system
+        return used
+
+    def stop(self) -> None:
+        """Kill the whole tree; idempotent."""
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        self._tree = None
+        if proc.poll() is None:
+            log.info("stopping %s (pid %d)", self.name, proc.pid)
+        kill_tree(proc.pid, self.kill_grace_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5.0)
+        shared_reaper().forget(proc.pid)
+
+
+def wait_all_ready(servers: Sequence[ServerProcess], timeout_s: float) -> None:
+    """Poll every server until all are ready; fail fast on the first that dies or on timeout."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(servers)
+    with httpx.Client(timeout=2.0) as client:
+        while pending:
+            for server in list(pending):
+                if server.is_ready(client):
+                    assert server.started_at is not None
+                    server.ready_after_s = time.monotonic() - server.started_at
+                    log.info("%s ready after %.1f s", server.name, server.ready_after_s)
+                    pending.remove(server)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(s.name for s in pending)
+                tail = log_tail(pending[0].log_path)
+                raise EngineError(f"{names} not ready after {timeout_s:.0f} s: {tail} (log: {pending[0].log_path})")
+            time.sleep(_POLL_INTERVAL_S)
+
+
+def wait_until_idle(
+    servers: Sequence[ServerProcess], *, max_cores: float, window_s: float = 0.1, timeout_s: float = 5.0
+) -> tuple[bool, float]:
+    """Wait until the servers together use under ``max_cores`` cores over one ``window_s``; return (idle, waited s).
+
+    Why: after each request vLLM's engine core and workers keep spinning on their
+    shared-memory queues for about a second (``busy_loop_s`` in vLLM's shm_broadcast),
+    and after a NIXL transfer both engines step until the notification is handled. On
+    a host with few cores that tail slows the next leg (measured on 2 cores: a 2,048-
+    token recompute right after a pull took 200-450 ms instead of 80). Waiting for the
+    tail to end is a poll with a timeout, not a fixed sleep.
+    """
+    began = time.monotonic()
+    previous = sum(server.cpu_seconds() for server in servers)
+    while True:
+        time.sleep(window_s)
+        current = sum(server.cpu_seconds() for server in servers)
+        if (current - previous) / window_s < max_cores:
+            return True, time.monotonic() - began
+        if time.monotonic() - began >= timeout_s:
+            return False, time.monotonic() - began
+        previous = current

@@ -1,0 +1,220 @@
+"""How kvcal launches a vLLM pair: settings, ports, core/GPU binding, the two commands.
+
+Pure planning, no processes: :class:`LaunchPlan` turns :class:`VllmSettings` into the
+``python -m kvcal.serve ...`` argv and environment of each role, so ``--dry-run``
+prints exactly what :class:`~kvcal.engines.vllm.VllmPair` will run. Choices it makes:
+
+- ports: free ones picked once (HTTP and the transport's side channel, per role);
+- CPU: each engine gets its own half of the cores, for its compute threads
+  (``VLLM_CPU_OMP_THREADS_BIND``; with a KV connector, two unbound engines on 2 cores
+  prefill about 8x slower) and for all its processes (``KVCAL_CPU_AFFINITY``, applied
+  by kvcal.serve: vLLM's engine core and API server busy-wait and would otherwise
+  land on the other engine's cores);
+  ``VLLM_CPU_KVCACHE_SPACE``; NIXL's progress-thread poll timeout (see kvcal.serve);
+- GPU: ``CUDA_VISIBLE_DEVICES`` per role when given;
+- both: the same ``PYTHONHASHSEED``; vLLM's compile caches, IPC sockets and temporary
+  files inside kvcal's cache folder (``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``,
+  ``VLLM_RPC_BASE_PATH``, ``TMPDIR``); ``HF_HUB_OFFLINE=1`` for local models.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from kvcal.engines.process import free_ports
+from kvcal.provenance import gpu_inventory
+from kvcal.tinymodel import TINY_MODEL_DIRNAME
+from kvcal.transports.base import Role, SideChannel, Transport
+
+log = logging.getLogger(__name__)
+
+SERVED_MODEL_NAME = "kvcal-model"
+TINY_MAX_MODEL_LEN = 8192
+ROLES = (Role.PRODUCER, Role.CONSUMER)
+
+
+def default_cache_dir() -> Path:
+    """``$KVCAL_CACHE_DIR`` or ``~/.cache/kvcal``: tiny model and vLLM/inductor caches."""
+    return Path(os.environ.get("KVCAL_CACHE_DIR") or Path.home() / ".cache" / "kvcal").expanduser()
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """Everything the vLLM pair needs; defaults launch kvcal's tiny model over nixl-pd on this host."""
+
+    model: str | None = None  # local folder or hub id; None: kvcal's tiny model (random weights)
+    transport: str = "nixl-pd"
+    transport_options: dict[str, Any] = field(default_factory=dict)
+    producer_url: str | None = None  # attach mode: both URLs set, nothing launched
+    consumer_url: str | None = None
+    producer_p2p_host: str | None = None  # p2p-tier attach: the producer's P2P side channel
+    producer_p2p_port: int | None = None
+    host: str = "127.0.0.1"
+    producer_port: int | None = None  # None: a free port
+    consumer_port: int | None = None
+    producer_side_port: int | None = None  # the transport's side channel (NIXL / P2P)
+    consumer_side_port: int | None = None
+    block_size: int = 64
+    max_model_len: int | None = None  # None: the tiny model's 8192, else vLLM's default
+    load_format: str | None = None  # None: 'dummy' for the tiny model, vLLM's default otherwise
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    producer_cpus: str | None = None  # VLLM_CPU_OMP_THREADS_BIND; None: first/second half of the cores
+    consumer_cpus: str | None = None
+    producer_gpus: str | None = None  # CUDA_VISIBLE_DEVICES; None: inherited
+    consumer_gpus: str | None = None
+    python_hash_seed: str = "0"
+    extra_args: tuple[str, ...] = ()  # passed to both `vllm serve`s
+    cpu_kvcache_space_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE (CPU only)
+    nixl_progress_delay_us: int | None = 1000  # CPU only; see kvcal.serve. None: NIXL's spinning default
+    startup_timeout_s: float = 600.0
+    request_timeout_s: float = 300.0
+    settle_timeout_s: float = 5.0
+    idle_max_cores: float | None = None  # pace legs until launched engines idle; None: 0.3 on CPU, off on GPU
+    idle_timeout_s: float = 5.0
+    warmup_tries: int = 3
+    vocab_size: int | None = None  # override when the model's config.json cannot be read
+    run_dir: Path | None = None  # server logs go to run_dir/logs; None: the cache folder
+    cache_dir: Path | None = None  # None: default_cache_dir()
+
+    @property
+    def attach(self) -> bool:
+        return self.producer_url is not None or self.consumer_url is not None
+
+
+def _cpu_ranges(cpus: list[int]) -> str:
+    """[0,1,2,5] -> '0-2,5' (the syntax VLLM_CPU_OMP_THREADS_BIND parses)."""
+    parts: list[str] = []
+    start = prev = cpus[0]
+    for cpu in [*cpus[1:], None]:
+        if cpu is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if cpu is not None:
+            start = prev = cpu
+    return ",".join(parts)
+
+
+def split_cpus() -> tuple[str, str]:
+    """Producer and consumer core lists: the first and second half of the cores this process may use."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        log.warning("one core only: producer and consumer share it, and prefill with a KV connector is slow")
+        return str(cpus[0]), str(cpus[0])
+    half = len(cpus) // 2
+    return _cpu_ranges(cpus[:half]), _cpu_ranges(cpus[half:])
+
+
+def looks_local(model: str) -> bool:
+    """A local folder (absolute, ./relative, ~ or existing) rather than a hub id."""
+    return model.startswith(("/", "./", "../", "~")) or Path(model).expanduser().exists()
+
+
+class LaunchPlan:
+    """The argv and environment of each role for ``settings`` (ports resolved once, lazily)."""
+
+    def __init__(self, settings: VllmSettings, transport: Transport, cache_dir: Path, run_dir: Path) -> None:
+        self.settings = settings
+        self.transport = transport
+        self.cache_dir = cache_dir
+        self.run_dir = run_dir
+        # vLLM leaves its IPC socket files behind: one folder per pair, removed on stop.
+        self.rpc_dir = cache_dir / "rpc" / uuid.uuid4().hex[:8]
+        self._gpus: dict[str, Any] | None = None
+        self._ports: dict[str, int] | None = None
+
+    @property
+    def device(self) -> str:
+        if self.settings.device != "auto":
+            return self.settings.device
+        if self._gpus is None:
+            self._gpus = gpu_inventory() or {}
+        return "cuda" if self._gpus else "cpu"
+
+    def model_path(self) -> str:
+        model = self.settings.model
+        if model is None:
+            return str(self.cache_dir / "models" / TINY_MODEL_DIRNAME)
+        return str(Path(model).expanduser()) if looks_local(model) else model
+
+    def max_model_len(self) -> int | None:
+        """What the engines are started with: the setting, the tiny model's limit, or vLLM's default (None)."""
+        if self.settings.max_model_len is not None:
+            return self.settings.max_model_len
+        return TINY_MAX_MODEL_LEN if self.settings.model is None else None
+
+    def ports(self) -> dict[str, int]:
+        if self._ports is None:
+            s = self.settings
+            wanted = {
+                "producer_http": s.producer_port,
+                "consumer_http": s.consumer_port,
+                "producer_side": s.producer_side_port,
+                "consumer_side": s.consumer_side_port,
+            }
+            auto = iter(free_ports(sum(v is None for v in wanted.values()), s.host))
+            self._ports = {k: v if v is not None else next(auto) for k, v in wanted.items()}
+        return self._ports
+
+    def side(self, role: Role) -> SideChannel:
+        if self.settings.attach:
+            return SideChannel(self.settings.producer_p2p_host or "", self.settings.producer_p2p_port or 0)
+        return SideChannel(self.settings.host, self.ports()[f"{role.value}_side"])
+
+    def argv(self, role: Role) -> list[str]:
+        s = self.settings
+        argv = [sys.executable, "-m", "kvcal.serve", self.model_path()]
+        argv += ["--host", s.host, "--port", str(self.ports()[f"{role.value}_http"])]
+        argv += ["--served-model-name", SERVED_MODEL_NAME, "--block-size", str(s.block_size)]
+        max_len = self.max_model_len()
+        if max_len is not None:
+            argv += ["--max-model-len", str(max_len)]
+        load_format = s.load_format or ("dummy" if s.model is None else None)
+        if load_format:
+            argv += ["--load-format", load_format]
+        config = self.transport.kv_transfer_config(role, self.device, self.side(role))
+        argv += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
+        return argv + list(s.extra_args)
+
+    def env(self, role: Role) -> dict[str, str]:
+        """The variables kvcal sets for ``role`` (the server gets them over kvcal's own environment)."""
+        s = self.settings
+        env = {
+            "PYTHONHASHSEED": s.python_hash_seed,
+            "VLLM_CACHE_ROOT": str(self.cache_dir / "vllm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(self.cache_dir / "inductor"),
+            "VLLM_RPC_BASE_PATH": str(self.rpc_dir),
+            "TMPDIR": str(self.cache_dir / "tmp"),  # vLLM's dist-init files would land in /tmp
+            "KVCAL_RUN": str(self.run_dir.resolve()),  # marks the run's processes (tests find them by it)
+        }
+        if s.model is None or looks_local(s.model):
+            env["HF_HUB_OFFLINE"] = "1"
+        if self.device == "cpu":
+            cpus = dict(zip(ROLES, split_cpus()))
+            chosen = (s.producer_cpus if role is Role.PRODUCER else s.consumer_cpus) or cpus[role]
+            env["VLLM_CPU_OMP_THREADS_BIND"] = chosen
+            env["KVCAL_CPU_AFFINITY"] = chosen  # the whole server, not only its compute threads (kvcal.serve)
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(s.cpu_kvcache_space_gib)
+            if s.nixl_progress_delay_us:
+                env["KVCAL_NIXL_PROGRESS_DELAY_US"] = str(s.nixl_progress_delay_us)
+        else:
+            gpus = s.producer_gpus if role is Role.PRODUCER else s.consumer_gpus
+            if gpus is not None:
+                env["CUDA_VISIBLE_DEVICES"] = gpus
+        env.update(self.transport.env(role, self.side(role)))
+        return env
+
+    def commands(self) -> list[str]:
+        """Each role's command as one shell line with the variables kvcal sets in front."""
+        return [
+            " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env(role).items()) + " " + shlex.join(self.argv(role))
+            for role in ROLES
+        ]
