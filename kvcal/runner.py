@@ -16,12 +16,10 @@ appended to probes.jsonl the moment it ends, so a run that dies loses nothing an
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
-import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,7 +28,8 @@ import numpy as np
 
 from kvcal.config import SweepConfig
 from kvcal.engines.base import EnginePair, LegMeasurement
-from kvcal.errors import GateError, InputError
+from kvcal.engines.process import sigterm_raises
+from kvcal.errors import EngineError, GateError, InputError
 from kvcal.plan import PlannedProbe, build_plan, default_prefix_lengths, validate_prefix_lengths
 from kvcal.progress import NullProgress, SweepProgress
 from kvcal.provenance import host_provenance, utc_now
@@ -109,24 +108,6 @@ def gate(leg: Leg, measured: LegMeasurement, expected_bytes: int | None, min_pul
     return None
 
 
-@contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt so every context manager (and engine) unwinds."""
-
-    def _raise(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    try:
-        previous = signal.signal(signal.SIGTERM, _raise)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _prepare(config: SweepConfig, resume: bool) -> tuple[SweepConfig, RunFolder, list[PlannedProbe] | None]:
     """Pick the run folder; on resume, return the stored settings and plan."""
     output_dir = Path(config.output_dir)
@@ -183,7 +164,7 @@ def run_sweep(
     records = run.read_probes(repair_torn_tail=True) if resume else []
     done_ids = completed_probe_ids(records)
     attempts = attempts_so_far(records)
-    with _sigterm_unwinds():
+    with sigterm_raises():
         progress.on_phase("starting engines" if config.engine != "sim" else "starting simulated pair")
         with pair:
             plan = stored_plan if stored_plan is not None else build_plan(_lengths_for(config, pair), config.reps, config.seed)
@@ -226,19 +207,32 @@ def _probe_until_valid(
     for attempt in range(first_attempt, first_attempt + config.max_attempts):
         started_at = utc_now()
         began = time.perf_counter()
-        measured = pair.measure(planned.leg, prompts.tokens(planned.prefix_tokens))
+        try:
+            measured = pair.measure(planned.leg, prompts.tokens(planned.prefix_tokens))
+        except EngineError as err:
+            # A request the engine refused (e.g. a KV load that failed) is an invalid attempt;
+            # an engine that is gone fails every retry quickly and ends the run below.
+            measured, reason = None, f"request failed: {err}"
+        else:
+            reason = gate(planned.leg, measured, expected, config.min_pull_fraction)
         wall_ms = (time.perf_counter() - began) * 1e3
-        engine_ms = measured.ttft_ms + (measured.producer_ttft_ms or 0.0)
-        reason = gate(planned.leg, measured, expected, config.min_pull_fraction)
-        record = ProbeRecord(
-            probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,
-            prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep,
-            ttft_ms=measured.ttft_ms, bytes_moved=measured.bytes_moved, expected_bytes=expected,
-            producer_ttft_ms=measured.producer_ttft_ms,
-            overhead_ms=measured.overhead_ms if measured.overhead_ms is not None else max(wall_ms - engine_ms, 0.0),
-            valid=reason is None, invalid_reason=reason, started_at=started_at,
-            metrics_delta=measured.metrics_delta,
-        )
+        if measured is None:
+            record = ProbeRecord(
+                probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,
+                prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep, ttft_ms=None,
+                bytes_moved=None, expected_bytes=expected, valid=False, invalid_reason=reason, started_at=started_at,
+            )
+        else:
+            engine_ms = measured.ttft_ms + (measured.producer_ttft_ms or 0.0)
+            record = ProbeRecord(
+                probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,
+                prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep,
+                ttft_ms=measured.ttft_ms, bytes_moved=measured.bytes_moved, expected_bytes=expected,
+                producer_ttft_ms=measured.producer_ttft_ms,
+                overhead_ms=measured.overhead_ms if measured.overhead_ms is not None else max(wall_ms - engine_ms, 0.0),
+                valid=reason is None, invalid_reason=reason, started_at=started_at,
+                metrics_delta=measured.metrics_delta,
+            )
         run.append_probe(record)
         attempts[planned.probe_id] = attempt + 1
         progress.on_probe(record, done + (1 if reason is None else 0), total)
@@ -246,6 +240,11 @@ def _probe_until_valid(
             return record
         log.warning("probe %s attempt %d invalid: %s", planned.probe_id, attempt, reason)
         reasons.append(reason)
+    if all(r.startswith("request failed") for r in reasons):
+        raise EngineError(
+            f"probe {planned.probe_id} failed {config.max_attempts} times in a row ({reasons[-1]}); "
+            f"every finished probe is kept in {run.probes_path}; fix the engine and rerun with --resume"
+        )
     raise GateError(
         f"probe {planned.probe_id} failed its gate {config.max_attempts} times in a row ({reasons[-1]}); "
         f"every finished probe is kept in {run.probes_path}; fix the cause and rerun with --resume"

@@ -210,3 +210,40 @@ def test_probe_lines_are_valid_json_objects(tmp_path):
     for line in (outcome.run_dir / "probes.jsonl").read_text().splitlines():
         record = json.loads(line)
         assert record["schema"] == "kvcal.probe/1" and isinstance(record["ttft_ms"], float)
+
+
+def refusing_factory(refusals: int):
+    """A sim pair whose engine refuses the first ``refusals`` requests (e.g. a failed KV load)."""
+
+    def factory(config, run):
+        from kvcal.errors import EngineError
+
+        pair = SimPair(block_size=config.block_size, seed=config.seed)
+        original, calls = pair.measure, {"n": 0}
+
+        def measure(leg, ids):
+            calls["n"] += 1
+            if calls["n"] <= refusals:
+                raise EngineError("consumer answered HTTP 500")
+            return original(leg, ids)
+
+        pair.measure = measure
+        return pair
+
+    return factory
+
+
+def test_a_refused_request_is_an_invalid_attempt_that_is_retried(tmp_path):
+    outcome = run_sweep(sim_config(tmp_path), pair_factory=refusing_factory(1))
+    records = RunFolder(outcome.run_dir).read_probes()
+    assert records[0].valid is False and records[0].ttft_ms is None
+    assert "request failed: consumer answered HTTP 500" in records[0].invalid_reason
+    assert records[1].probe_id == records[0].probe_id and records[1].valid
+
+
+def test_an_engine_that_keeps_refusing_ends_the_run_as_an_engine_error(tmp_path):
+    from kvcal.errors import EngineError
+
+    with pytest.raises(EngineError, match="failed 3 times in a row"):
+        run_sweep(sim_config(tmp_path), pair_factory=refusing_factory(100))
+    assert len(RunFolder(tmp_path / "run").read_probes()) == 3
