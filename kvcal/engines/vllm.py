@@ -34,6 +34,7 @@ import os
 import shutil
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -290,18 +291,28 @@ class VllmPair(EnginePair):
             kv_request_id = str(uuid.uuid4())
             held = self._client(Role.PRODUCER).complete(token_ids, self.transport.hold_params(kv_request_id))
             producer_ms = held.elapsed_ms
-            self._wait_held(before[Role.PRODUCER])
+            if Role.PRODUCER in before:  # only transports with hold_settle_metrics scrape the producer
+                self._wait_held(before[Role.PRODUCER])
             params = self.transport.pull_params(held.kv_transfer_params, kv_request_id, self.plan.side(Role.PRODUCER))
         timing = self._client(Role.CONSUMER).stream_completion(token_ids, params)
         # Each engine that served a request this leg must have counted it before we read it.
+        # The scrape (about 10 ms on a CPU engine) runs beside the pacing wait for the
+        # engines' busy tail, which the next leg needs anyway, so it adds no wall time there.
         served = {Role.CONSUMER} | ({Role.PRODUCER} if leg is Leg.PULL else set())
-        after = {role: self._settled_after(role, before[role], int(role in served)) for role in scraped}
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcal-scrape") as scraper:
+            scraping = scraper.submit(
+                lambda: {role: self._settled_after(role, before[role], int(role in served)) for role in scraped}
+            )
+            paced_ns = time.perf_counter_ns()
+            self._wait_engines_idle()
+            paced_ns = time.perf_counter_ns() - paced_ns
+            after = scraping.result()
         if self._servers:
             self._last_reading.update(after)
         metrics_delta: dict[str, float] = {}
         for role in scraped:
             metrics_delta.update({f"{role.value}/{k}": v for k, v in delta(before[role], after[role]).items()})
-        elapsed_ms = (time.perf_counter_ns() - start_ns) / 1e6
+        elapsed_ms = (time.perf_counter_ns() - start_ns - paced_ns) / 1e6
         return LegMeasurement(
             ttft_ms=timing.ttft_ms,
             bytes_moved=self._bytes_moved(before, after),
