@@ -158,8 +158,12 @@ def run_sweep(
     config, run, stored_plan = _prepare(config, resume)
     pair = pair_factory(config, run)
     if stored_plan is None:
-        # Fail on bad lengths before minutes of engine start-up when the limit is known.
-        _lengths_for(config, pair)
+        # Fail on bad lengths before minutes of engine start-up when the limit is known
+        # (attached engines report theirs only once reached).
+        try:
+            _lengths_for(config, pair)
+        except EngineError:
+            pass
     run.create()
     records = run.read_probes(repair_torn_tail=True) if resume else []
     done_ids = completed_probe_ids(records)

@@ -247,3 +247,14 @@ def test_an_engine_that_keeps_refusing_ends_the_run_as_an_engine_error(tmp_path)
     with pytest.raises(EngineError, match="failed 3 times in a row"):
         run_sweep(sim_config(tmp_path), pair_factory=refusing_factory(100))
     assert len(RunFolder(tmp_path / "run").read_probes()) == 3
+
+
+def test_cli_attach_to_unreachable_engines_names_the_engine(tmp_path, kvcal):
+    pytest.importorskip("vllm")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096}')
+    result = kvcal("sweep", "--producer-url", "http://127.0.0.1:9", "--consumer-url", "http://127.0.0.1:10",
+                   "--model", model, "--output-dir", tmp_path, "--prefix-lengths", "256")
+    assert result.code == 4
+    assert "producer at http://127.0.0.1:9: unreachable" in result.err and "Traceback" not in result.err
