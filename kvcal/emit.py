@@ -367,6 +367,8 @@ def _recorded_kv_config(fit: FitResult) -> dict[str, Any]:
                 value = json.loads(value)
             except ValueError:
                 value = None
+        if isinstance(value, dict) and isinstance(value.get("consumer"), dict):
+            value = value["consumer"]  # a sweep records one config per role; the consumer is the engine that pulls
         if isinstance(value, dict):
             return dict(value)
         queue.extend(v for v in node.values() if isinstance(v, dict))

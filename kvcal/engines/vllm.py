@@ -369,7 +369,7 @@ class VllmPair(EnginePair):
             "block_size": self.block_size,
             "max_model_len": self._engine_facts.get("max_model_len") or self.plan.max_model_len(),
             "kv_bytes_per_token": self.kv_bytes_per_token,
-            "transport_config": {r.value: self.transport.kv_transfer_config(r, self.plan.device, self.plan.side(r)) for r in roles}
+            "kv_transfer_config": {r.value: self.transport.kv_transfer_config(r, self.plan.device, self.plan.side(r)) for r in roles}
             if launch
             else None,
             "env": {r.value: self.plan.env(r) for r in roles} if launch else None,

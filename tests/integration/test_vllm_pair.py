@@ -52,7 +52,7 @@ def _env_of(proc: psutil.Process) -> dict[str, str]:
 def test_engine_facts(pair):
     assert (pair.block_size, pair.max_model_len, pair.kv_bytes_per_token) == (64, 8192, 2048)
     described = pair.describe()
-    assert described["transport_config"]["consumer"]["kv_role"] == "kv_consumer"
+    assert described["kv_transfer_config"]["consumer"]["kv_role"] == "kv_consumer"
     assert all(seconds and seconds > 0 for seconds in described["startup_s"].values())
 
 

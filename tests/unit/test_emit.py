@@ -311,3 +311,25 @@ def test_cli_fits_a_sim_run_folder_on_the_fly(tmp_path, capsys) -> None:
     assert data["status"] == "crossover" and data["minCachedTokenDelta"] % 64 == 0
     assert data["minCachedTokenDelta"] >= hi * 1.25
     assert lo * 0.8 <= truth <= hi * 1.2  # the sim's known truth sits at the interval
+
+
+def test_vllm_format_reads_the_per_role_config_a_sweep_records(tmp_path):
+    """A sweep records {producer: {...}, consumer: {...}}; the consumer's settings are the ones reported."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "kvcal.cli.app", "sweep", "--engine", "sim", "--prefix-lengths",
+                    "256,1024,4096", "--reps", "2", "--output-dir", str(tmp_path), "--name", "run"], check=True,
+                   capture_output=True)
+    manifest = json.loads((run / "run.json").read_text())
+    manifest["provenance"]["engine"]["kv_transfer_config"] = {
+        "producer": {"kv_connector": "NixlConnector", "kv_role": "kv_producer", "kv_buffer_device": "cpu"},
+        "consumer": {"kv_connector": "NixlConnector", "kv_role": "kv_consumer", "kv_buffer_device": "cpu"},
+    }
+    manifest["transport"] = "nixl-pd"
+    (run / "run.json").write_text(json.dumps(manifest))
+    out = subprocess.run([sys.executable, "-m", "kvcal.cli.app", "emit-config", str(run), "--format", "vllm"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "kv_buffer_device 'cpu' as in the run" in out.stderr

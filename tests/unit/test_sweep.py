@@ -100,8 +100,8 @@ class Crash(Exception):
     pass
 
 
-def crashing_factory(after: int):
-    """A sim pair that dies after ``after`` measurements, as a killed engine would."""
+def faulty_factory(fails, error):
+    """A sim pair whose ``measure`` raises ``error`` on the calls where ``fails(call_number)`` holds."""
 
     def factory(config, run):
         pair = SimPair(block_size=config.block_size, seed=config.seed)
@@ -109,14 +109,19 @@ def crashing_factory(after: int):
 
         def measure(leg, ids):
             calls["n"] += 1
-            if calls["n"] > after:
-                raise Crash("engine died")
+            if fails(calls["n"]):
+                raise error
             return original(leg, ids)
 
         pair.measure = measure
         return pair
 
     return factory
+
+
+def crashing_factory(after: int):
+    """A pair that dies after ``after`` measurements, as a killed engine would."""
+    return faulty_factory(lambda n: n > after, Crash("engine died"))
 
 
 def test_resume_repeats_no_finished_probe(tmp_path):
@@ -213,24 +218,10 @@ def test_probe_lines_are_valid_json_objects(tmp_path):
 
 
 def refusing_factory(refusals: int):
-    """A sim pair whose engine refuses the first ``refusals`` requests (e.g. a failed KV load)."""
+    """A pair whose engine refuses the first ``refusals`` requests (e.g. a failed KV load)."""
+    from kvcal.errors import EngineError
 
-    def factory(config, run):
-        from kvcal.errors import EngineError
-
-        pair = SimPair(block_size=config.block_size, seed=config.seed)
-        original, calls = pair.measure, {"n": 0}
-
-        def measure(leg, ids):
-            calls["n"] += 1
-            if calls["n"] <= refusals:
-                raise EngineError("consumer answered HTTP 500")
-            return original(leg, ids)
-
-        pair.measure = measure
-        return pair
-
-    return factory
+    return faulty_factory(lambda n: n <= refusals, EngineError("consumer answered HTTP 500"))
 
 
 def test_a_refused_request_is_an_invalid_attempt_that_is_retried(tmp_path):
