@@ -12,16 +12,8 @@ from kvcal.engines.sim import SimCosts
 from kvcal.records import FitResult
 from kvcal.tables import sim_table
 
-JOB_TABLE = """\
-mesh warm: first pull 6012 ms (one-time session cost, discarded)
-  tokens  recompute_ms    pull_ms    delta  pulled_MB
-    2048          70.6       49.0  -30.6%       75.5
-    8192         205.4      120.1  -41.5%      301.9
-   16384         426.3      196.2  -54.0%      603.8
-   32768         983.0      376.3  -61.7%     1207.7
-   49152        1695.0      550.5  -67.5%     1811.5
-MIN_CACHED_TOKEN_DELTA=2048
-"""
+# The job log minus its first chatter line: the table as users paste it.
+JOB_TABLE = "".join((Path(__file__).parents[1] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text().splitlines(keepends=True)[1:])
 
 
 @pytest.fixture()

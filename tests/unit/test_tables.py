@@ -13,17 +13,7 @@ from kvcal.errors import InputError
 from kvcal.records import Leg, ProbeRecord, RunManifest
 from kvcal.tables import load_probe_table, sim_table
 
-JOB_LOG = """\
-src=http://10.0.0.1:8200 dst=http://10.0.0.2:8200 pull_source=10.0.0.1:7777 model=openai/gpt-oss-120b lengths=[2048, 8192, 16384, 32768, 49152] reps=5 dp_ranks=1
-mesh warm: first pull 6012 ms (one-time session cost, discarded)
-  tokens  recompute_ms    pull_ms    delta  pulled_MB
-    2048          70.6       49.0  -30.6%       75.5
-    8192         205.4      120.1  -41.5%      301.9
-   16384         426.3      196.2  -54.0%      603.8
-   32768         983.0      376.3  -61.7%     1207.7
-   49152        1695.0      550.5  -67.5%     1811.5
-MIN_CACHED_TOKEN_DELTA=2048
-"""
+JOB_LOG = (Path(__file__).parents[1] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text()
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
