@@ -253,15 +253,9 @@ def _int_field(value: str, name: str, where: str, *, positive: bool = False) -> 
 
 
 def _time_field(value: str, name: str, where: str) -> float:
-    text = str(value).strip()
-    try:
-        number = float(text)
-    except ValueError:
-        raise InputError(f"{where}: {name} '{text}' is not a number") from None
-    if not math.isfinite(number):
-        raise InputError(f"{where}: {name} is {text} (NaN or infinite)")
+    number = _number(str(value).strip(), name, where)
     if number <= 0:
-        raise InputError(f"{where}: {name} must be positive, got {text}")
+        raise InputError(f"{where}: {name} must be positive, got {str(value).strip()}")
     return number
 
 

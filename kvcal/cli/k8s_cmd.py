@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.options import int_list
 from kvcal.cli.output import info
 from kvcal.errors import InputError
 from kvcal.k8s import JobSpec, render_job
@@ -20,15 +21,6 @@ EPILOG = """Examples:
       --pvc kvcal-results --prefix-lengths 1024,2048,4096,8192,16384 -o job.yaml -- --max-attempts 5
 
 Arguments after `--` are passed to `kvcal sweep` unchanged."""
-
-
-def _lengths(text: Optional[str]) -> tuple[int, ...]:
-    if not text:
-        return ()
-    try:
-        return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
-    except ValueError:
-        raise InputError(f"--prefix-lengths must be comma-separated integers, got {text!r}") from None
 
 
 def k8s_job(
@@ -55,7 +47,7 @@ def k8s_job(
     """Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable from a laptop)."""
     spec = JobSpec(
         image=image, producer_url=producer_url, consumer_url=consumer_url, model=model, name=name, namespace=namespace,
-        transport=transport, run_name=run_name, prefix_lengths=_lengths(prefix_lengths), reps=reps,
+        transport=transport, run_name=run_name, prefix_lengths=tuple(int_list(prefix_lengths, "--prefix-lengths") or ()), reps=reps,
         producer_p2p_host=producer_p2p_host, producer_p2p_port=producer_p2p_port, pvc=pvc, cpu=cpu, memory=memory,
         ttl_seconds=ttl, service_account=service_account, extra_args=tuple(sweep_args or ()),
     )

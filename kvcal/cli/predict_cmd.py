@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.options import int_list
 from kvcal.cli.output import stdout
-from kvcal.errors import InputError
 
 EPILOG = """An estimate from the model's KV layout and FLOPs and the hardware's nominal
 rates (docs/predict.md lists every assumption): use it to plan a sweep and to judge
@@ -25,15 +25,6 @@ Examples:
   kvcal predict --model ~/models/Qwen3-32B/config.json --hardware b200 --lengths 4096,16384,65536
 
   kvcal predict --model tiny-llama --hardware cpu-amx"""
-
-
-def _lengths(text: Optional[str]) -> Optional[tuple[int, ...]]:
-    if not text:
-        return None
-    try:
-        return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
-    except ValueError:
-        raise InputError(f"--lengths must be comma-separated integers, got {text!r}") from None
 
 
 def predict(
@@ -57,7 +48,7 @@ def predict(
 
     settings = PredictSettings(
         kv_dtype=kv_dtype, mfu=mfu, devices=devices, overhead_ms=overhead_ms, pull_floor_ms=pull_floor_ms,
-        link_efficiency=link_efficiency, sliding_window_full=sliding_window_full, lengths=_lengths(lengths),
+        link_efficiency=link_efficiency, sliding_window_full=sliding_window_full, lengths=tuple(int_list(lengths, "--lengths") or ()) or None,
     )
     profiles = load_profiles()
     accelerator = profiles.accelerator(hardware)

@@ -7,10 +7,10 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.options import int_list
 from kvcal.cli.output import info
 from kvcal.cli.progress_view import progress_for_terminal
 from kvcal.config import field_help, load_campaign_file, resolve_config
-from kvcal.errors import InputError
 
 EPILOG = """Examples:
 
@@ -26,15 +26,6 @@ EPILOG = """Examples:
 
   kvcal sweep --config campaign.yaml --dry-run
 """
-
-
-def _lengths(text: Optional[str]) -> Optional[list[int]]:
-    if text is None:
-        return None
-    try:
-        return [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise InputError(f"--prefix-lengths must be comma-separated integers, got '{text}'") from None
 
 
 def sweep(
@@ -69,7 +60,7 @@ def sweep(
     flags = dict(
         model=model, engine=engine, transport=transport, producer_url=producer_url, consumer_url=consumer_url,
         producer_p2p_host=producer_p2p_host, producer_p2p_port=producer_p2p_port,
-        prefix_lengths=_lengths(prefix_lengths), reps=reps, block_size=block_size, seed=seed,
+        prefix_lengths=int_list(prefix_lengths, "--prefix-lengths"), reps=reps, block_size=block_size, seed=seed,
         output_dir=output_dir, name=name, max_model_len=max_model_len,
         producer_gpus=producer_gpus, consumer_gpus=consumer_gpus, producer_cpus=producer_cpus,
         consumer_cpus=consumer_cpus, engine_args=engine_arg or None, startup_timeout_s=startup_timeout_s,
