@@ -28,7 +28,7 @@ from dataclasses import replace
 
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
-from kvcal.tables import sim_table
+from kvcal.fit.tables import sim_table
 
 TRUTHS = {
     # Defaults resemble the tiny CPU model: a 20 ms pull floor, a break-even near 680 tokens.

@@ -20,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvcal.config import SweepConfig
-from kvcal.progress import NullProgress
-from kvcal.recorder import RunFolder
+from kvcal.sweep.config import SweepConfig
+from kvcal.sweep.progress import NullProgress
+from kvcal.sweep.recorder import RunFolder
 from kvcal.records import Leg
-from kvcal.runner import run_sweep
+from kvcal.sweep.runner import run_sweep
 
 
 class Timeline(NullProgress):

@@ -41,8 +41,8 @@ def compare(
     """Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed threshold."""
     from rich.table import Table
 
-    from kvcal.compare import CompareConfig, run_compare
-    from kvcal.compare_io import TABLE_HEADER, row_notes, table_rows
+    from kvcal.report.compare import CompareConfig, run_compare
+    from kvcal.report.compare_io import TABLE_HEADER, row_notes, table_rows
 
     result = run_compare(CompareConfig(
         baseline=baseline, current=current, tolerance=tolerance, force=force, deployed_tokens=deployed,
@@ -54,7 +54,7 @@ def compare(
     stdout.print(table)
     for line in row_notes(result) + result.notes:
         stdout.print(f"  note: {line}", markup=False)
-    from kvcal.sanity import sanity_for_fit
+    from kvcal.estimate.sanity import sanity_for_fit
 
     print_sanity(sanity_for_fit(result.current.fit)[1])
     stdout.print(result.verdict, markup=False)

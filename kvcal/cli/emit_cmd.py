@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from kvcal.cli.output import info, warn
-from kvcal.emit import DEFAULT_MARGIN, FORMATS, GUIDE_PREFILL_PROFILE, GUIDE_PREFIX_MATCH_PRODUCER, EmitOptions, emit
+from kvcal.emit.formats import DEFAULT_MARGIN, FORMATS, GUIDE_PREFILL_PROFILE, GUIDE_PREFIX_MATCH_PRODUCER, EmitOptions, emit
 
 EPILOG = """Examples:
 

@@ -8,7 +8,7 @@ import typer
 
 from kvcal.cli.output import info
 from kvcal.errors import InputError
-from kvcal.recorder import RunFolder, export_interchange
+from kvcal.sweep.recorder import RunFolder, export_interchange
 
 
 def export(

@@ -83,7 +83,7 @@ def render(result: FitResult) -> None:
                      f"no crossover in {boot['no_crossover_share']:.1%}")
     for line in result.warnings:
         stdout.print(f"[yellow]warning:[/yellow] {line}", markup=True, highlight=False)
-    from kvcal.sanity import sanity_for_fit
+    from kvcal.estimate.sanity import sanity_for_fit
 
     print_sanity(sanity_for_fit(result)[1])
 

@@ -27,7 +27,7 @@ def history(
     """Show how the break-even (with its interval) and the cost coefficients moved over runs."""
     from rich.table import Table
 
-    from kvcal.history import HEADER, HistoryConfig, run_history, table_rows
+    from kvcal.report.history import HEADER, HistoryConfig, run_history, table_rows
 
     entries = run_history(HistoryConfig(inputs=list(inputs), plot=output, markdown=markdown))
     table = Table(*HEADER, title=f"kvcal history ({len(entries)} runs, oldest first)")

@@ -10,7 +10,7 @@ import typer
 from kvcal.cli.options import int_list
 from kvcal.cli.output import info
 from kvcal.errors import InputError
-from kvcal.k8s import JobSpec, render_job
+from kvcal.emit.k8s import JobSpec, render_job
 
 EPILOG = """Examples:
 

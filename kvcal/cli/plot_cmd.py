@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
 
         Example: kvcal plot results/my-run -o my-run.png --log-x
         """
-        from kvcal.plot import plot_input
+        from kvcal.report.plot import plot_input
 
         written = plot_input(input, output, log_x=log_x, confidence=confidence, seed=seed)
         stdout.print(f"wrote {written}")

@@ -39,12 +39,12 @@ def predict(
     link_efficiency: Optional[float] = typer.Option(None, "--link-efficiency", help="Share of the link's nominal rate a pull reaches, 0-1."),
     sliding_window_full: bool = typer.Option(False, "--sliding-window-full", help="Count sliding-window layers on every token (engine keeps all)."),
     lengths: Optional[str] = typer.Option(None, "--lengths", help="Comma-separated prefix lengths to tabulate (default: powers of two to the context)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON (schema kvcal.predict/1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON (schema kvcal.estimate.predict/1)."),
 ) -> None:
     """Predict KV bytes per token, prefill FLOPs, the recompute and pull curves, the break-even and the link's floor."""
-    from kvcal.predict import PredictSettings
-    from kvcal.predict import predict as run_predict
-    from kvcal.profiles import load_model, load_profiles
+    from kvcal.estimate.predict import PredictSettings
+    from kvcal.estimate.predict import predict as run_predict
+    from kvcal.estimate.profiles import load_model, load_profiles
 
     settings = PredictSettings(
         kv_dtype=kv_dtype, mfu=mfu, devices=devices, overhead_ms=overhead_ms, pull_floor_ms=pull_floor_ms,
@@ -63,7 +63,7 @@ def say(text: str) -> None:
     stdout.print(text, markup=False, highlight=False)
 
 
-def _print_text(r) -> None:  # r: kvcal.predict.Prediction
+def _print_text(r) -> None:  # r: kvcal.estimate.predict.Prediction
     a = r.assumptions
     say(f"{r.model} on {r.devices} x {r.hardware}, pulling over {r.link} (an estimate: see docs/predict.md)")
     parts = ", ".join(f"{k} {v:,}" for k, v in r.kv_bytes_breakdown.items())

@@ -20,7 +20,7 @@ EPILOG = """Examples:
 
   kvcal profiles from-config ~/models/Llama-3.1-8B/config.json --json
 
-Profiles live in profiles/models and profiles/hardware (override the folder with
+Profiles live in kvcal/estimate/profile_data/models and kvcal/estimate/profile_data/hardware (override the folder with
 KVCAL_PROFILES_DIR). See docs/profiles.md."""
 
 KV_DTYPE_HELP = "KV cache dtype: bf16, fp16, fp8 (e4m3), fp8_e5m2, fp32, or auto (the model's)."
@@ -48,7 +48,7 @@ def list_profiles(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """List every model, accelerator and link profile with its key figures."""
-    from kvcal.profiles import load_profiles, model_summary
+    from kvcal.estimate.profiles import load_profiles, model_summary
 
     profiles = load_profiles()
     models = [model_summary(m) for m in profiles.models.values()]
@@ -84,7 +84,7 @@ def show_profile(
 ) -> None:
     """Show one profile: its fields, the file it came from and (for a model) the derived KV and FLOP figures."""
     from kvcal.errors import InputError
-    from kvcal.profiles import load_profiles, match_profile, model_summary
+    from kvcal.estimate.profiles import load_profiles, match_profile, model_summary
 
     profiles = load_profiles()
     for kind, table in (("model", profiles.models), ("accelerator", profiles.accelerators), ("link", profiles.links)):
@@ -134,8 +134,8 @@ def from_config(
     as_json: bool = typer.Option(False, "--json", help='Print JSON: {"kv_bytes_per_token": int, ..., "profile": {...}}.'),
 ) -> None:
     """Read a config.json and print its KV bytes per token, FLOPs and the profile it implies (save it as YAML to keep it)."""
-    from kvcal.hfconfig import model_profile_from_config
-    from kvcal.profiles import model_summary
+    from kvcal.estimate.hfconfig import model_profile_from_config
+    from kvcal.estimate.profiles import model_summary
 
     path = file / "config.json" if file.is_dir() else file
     model = model_profile_from_config(path, name=name)

@@ -10,7 +10,7 @@ import typer
 from kvcal.cli.options import int_list
 from kvcal.cli.output import info
 from kvcal.cli.progress_view import progress_for_terminal
-from kvcal.config import field_help, load_campaign_file, resolve_config
+from kvcal.sweep.config import field_help, load_campaign_file, resolve_config
 
 EPILOG = """Examples:
 
@@ -55,7 +55,7 @@ def sweep(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the engine commands and the probe plan; run nothing."),
 ) -> None:
     """Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."""
-    from kvcal.runner import plan_dry_run, run_sweep
+    from kvcal.sweep.runner import plan_dry_run, run_sweep
 
     flags = dict(
         model=model, engine=engine, transport=transport, producer_url=producer_url, consumer_url=consumer_url,

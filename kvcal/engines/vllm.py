@@ -44,16 +44,16 @@ from kvcal.engines.metrics import Snapshot, delta, first_exposed, info_labels, p
 from kvcal.engines.process import ServerProcess, sigterm_raises, wait_all_ready, wait_until_idle
 from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings, default_cache_dir, looks_local
 from kvcal.errors import EngineError, InputError
-from kvcal.hfconfig import model_profile_from_config
-from kvcal.profiles import ModelProfile, kv_bytes_per_token
+from kvcal.estimate.hfconfig import model_profile_from_config
+from kvcal.estimate.profiles import ModelProfile, kv_bytes_per_token
 from kvcal.records import Leg
-from kvcal.tinymodel import ensure_tiny_model
-from kvcal.transports import get_transport
-from kvcal.transports.base import MetricRef, Role
+from kvcal.engines.tinymodel import ensure_tiny_model
+from kvcal.engines.transports import get_transport
+from kvcal.engines.transports.base import MetricRef, Role
 
 if TYPE_CHECKING:
-    from kvcal.config import SweepConfig
-    from kvcal.recorder import RunFolder
+    from kvcal.sweep.config import SweepConfig
+    from kvcal.sweep.recorder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ class VllmPair(EnginePair):
     # -- provenance ---------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        """The pair's own provenance; versions, CPU, GPUs and UCX_* env are in :func:`kvcal.provenance.host_provenance`."""
+        """The pair's own provenance; versions, CPU, GPUs and UCX_* env are in :func:`kvcal.sweep.provenance.host_provenance`."""
         launch = not self.settings.attach
         roles = ROLES
         return {

@@ -1,16 +1,16 @@
 """How kvcal launches a vLLM pair: settings, ports, core/GPU binding, the two commands.
 
 Pure planning, no processes: :class:`LaunchPlan` turns :class:`VllmSettings` into the
-``python -m kvcal.serve ...`` argv and environment of each role, so ``--dry-run``
+``python -m kvcal.engines.serve ...`` argv and environment of each role, so ``--dry-run``
 prints exactly what :class:`~kvcal.engines.vllm.VllmPair` will run. Choices it makes:
 
 - ports: free ones picked once (HTTP and the transport's side channel, per role);
 - CPU: each engine gets its own half of the cores, for its compute threads
   (``VLLM_CPU_OMP_THREADS_BIND``; with a KV connector, two unbound engines on 2 cores
   prefill about 8x slower) and for all its processes (``KVCAL_CPU_AFFINITY``, applied
-  by kvcal.serve: vLLM's engine core and API server busy-wait and would otherwise
+  by kvcal.engines.serve: vLLM's engine core and API server busy-wait and would otherwise
   land on the other engine's cores);
-  ``VLLM_CPU_KVCACHE_SPACE``; NIXL's progress-thread poll timeout (see kvcal.serve);
+  ``VLLM_CPU_KVCACHE_SPACE``; NIXL's progress-thread poll timeout (see kvcal.engines.serve);
 - GPU: ``CUDA_VISIBLE_DEVICES`` per role when given;
 - both: the same ``PYTHONHASHSEED``; vLLM's compile caches, IPC sockets and temporary
   files inside kvcal's cache folder (``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``,
@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvcal.engines.process import free_ports
-from kvcal.provenance import gpu_inventory
-from kvcal.tinymodel import TINY_MODEL_DIRNAME
-from kvcal.transports.base import Role, SideChannel, Transport
+from kvcal.sweep.provenance import gpu_inventory
+from kvcal.engines.tinymodel import TINY_MODEL_DIRNAME
+from kvcal.engines.transports.base import Role, SideChannel, Transport
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class VllmSettings:
     python_hash_seed: str = "0"
     extra_args: tuple[str, ...] = ()  # passed to both `vllm serve`s
     cpu_kvcache_space_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE (CPU only)
-    nixl_progress_delay_us: int | None = 1000  # CPU only; see kvcal.serve. None: NIXL's spinning default
+    nixl_progress_delay_us: int | None = 1000  # CPU only; see kvcal.engines.serve. None: NIXL's spinning default
     startup_timeout_s: float = 600.0
     request_timeout_s: float = 300.0
     settle_timeout_s: float = 5.0
@@ -171,7 +171,7 @@ class LaunchPlan:
 
     def argv(self, role: Role) -> list[str]:
         s = self.settings
-        argv = [sys.executable, "-m", "kvcal.serve", self.model_path()]
+        argv = [sys.executable, "-m", "kvcal.engines.serve", self.model_path()]
         argv += ["--host", s.host, "--port", str(self.ports()[f"{role.value}_http"])]
         argv += ["--served-model-name", SERVED_MODEL_NAME, "--block-size", str(s.block_size)]
         max_len = self.max_model_len()
@@ -201,7 +201,7 @@ class LaunchPlan:
             cpus = dict(zip(ROLES, split_cpus()))
             chosen = (s.producer_cpus if role is Role.PRODUCER else s.consumer_cpus) or cpus[role]
             env["VLLM_CPU_OMP_THREADS_BIND"] = chosen
-            env["KVCAL_CPU_AFFINITY"] = chosen  # the whole server, not only its compute threads (kvcal.serve)
+            env["KVCAL_CPU_AFFINITY"] = chosen  # the whole server, not only its compute threads (kvcal.engines.serve)
             env["VLLM_CPU_KVCACHE_SPACE"] = str(s.cpu_kvcache_space_gib)
             if s.nixl_progress_delay_us:
                 env["KVCAL_NIXL_PROGRESS_DELAY_US"] = str(s.nixl_progress_delay_us)

@@ -2,7 +2,7 @@
 
 Public API (other stages call these; names and signatures are stable):
 
-* :func:`fit_table` - fit a loaded :class:`~kvcal.tables.ProbeTable`;
+* :func:`fit_table` - fit a loaded :class:`~kvcal.fit.tables.ProbeTable`;
 * :func:`fit_input` - load any accepted input (run folder, probe CSV, llm-d table) and fit;
 * :func:`load_fit` - read a ``fit.json``;
 * :func:`load_or_fit` - a fit.json, a run folder (its fit.json if present) or a table;
@@ -28,7 +28,7 @@ from kvcal.fit.breakeven import break_even_tokens, classify
 from kvcal.fit.curves import LegData, fit_leg, poly_ms
 from kvcal.fit.result import build_result
 from kvcal.records import FIT_SCHEMA, CurveFit, FitResult
-from kvcal.tables import ProbeTable, load_probe_table
+from kvcal.fit.tables import ProbeTable, load_probe_table
 
 __all__ = ["fit_table", "fit_input", "fit_and_write", "load_fit", "load_or_fit", "write_fit", "dumps", "default_output", "curve_ms",
            "break_even_tokens", "classify", "FitResult", "CurveFit"]

@@ -18,7 +18,7 @@ from kvcal.fit.bootstrap import BootstrapResult
 from kvcal.fit.breakeven import STATUSES, break_even_tokens, classify, classify_many, interval, status_warning
 from kvcal.fit.curves import LegFit, poly_ms
 from kvcal.records import CurveFit, FitResult
-from kvcal.tables import ProbeTable
+from kvcal.fit.tables import ProbeTable
 
 COEFS = ("intercept_ms", "per_token_us", "per_token2_ns")
 MEASURED_DISAGREE_MIN = 0.05  # a fitted winner contradicting the medians is reported when they differ by > 5%

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcal import emit as em
+from kvcal.emit import formats as em
 from kvcal.errors import InputError, NotRecommended
 from kvcal.records import CurveFit, FitResult
 

@@ -19,7 +19,7 @@ from kvcal.fit.bootstrap import t_expansion
 from kvcal.fit.breakeven import break_even_tokens, classify, interval
 from kvcal.fit.curves import LegData, fit_leg, solve_nnls
 from kvcal.records import FitResult
-from kvcal.tables import from_rows, load_probe_table, sim_table
+from kvcal.fit.tables import from_rows, load_probe_table, sim_table
 
 CPU = SimCosts()  # break-even ~682 tokens
 CONVEX = SimCosts(recompute_intercept_ms=2.0, recompute_per_token_us=12.0, recompute_per_token2_ns=0.4,

@@ -10,7 +10,7 @@ import pytest
 from kvcal.cli.app import main
 from kvcal.engines.sim import SimCosts
 from kvcal.records import FitResult
-from kvcal.tables import sim_table
+from kvcal.fit.tables import sim_table
 
 # The job log minus its first chatter line: the table as users paste it.
 JOB_TABLE = "".join((Path(__file__).parents[1] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text().splitlines(keepends=True)[1:])

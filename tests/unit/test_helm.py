@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from kvcal import helm
+from kvcal.emit import helm
 from kvcal.errors import InputError, KvcalError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "values"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kvcal.compare_io import load_run
-from kvcal.history import build_history, plot_history, provenance_changes
+from kvcal.report.compare_io import load_run
+from kvcal.report.history import build_history, plot_history, provenance_changes
 from kvcal.records import CurveFit, FitResult, RunManifest
 
 PROVENANCE = {
@@ -107,8 +107,8 @@ def test_cli_history_bad_input_exits_2(tmp_path, kvcal):
 
 def test_history_of_real_sweeps_fits_run_folders_and_names_the_change(tmp_path, kvcal, monkeypatch):
     """Two simulated sweeps written by the real runner (no fit.json): fitted on the spot, ordered, labelled."""
-    from kvcal import runner
-    from kvcal.config import SweepConfig
+    from kvcal.sweep import runner
+    from kvcal.sweep.config import SweepConfig
 
     folders = []
     for name, floor_ms in (("first", 40.0), ("second", 60.0)):

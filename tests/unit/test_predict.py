@@ -10,8 +10,8 @@ import pytest
 
 from kvcal.cli.app import main
 from kvcal.errors import InputError
-from kvcal.predict import PredictSettings, build_cost_model, predict, solve_break_even
-from kvcal.profiles import load_profiles
+from kvcal.estimate.predict import PredictSettings, build_cost_model, predict, solve_break_even
+from kvcal.estimate.profiles import load_profiles
 
 REPO = Path(__file__).resolve().parents[2]
 SETUPS = [  # (model, accelerator, link): every attention family, GPU and CPU
@@ -30,7 +30,7 @@ SETUPS = [  # (model, accelerator, link): every attention family, GPU and CPU
 
 @pytest.fixture(scope="module")
 def profiles():
-    return load_profiles(REPO / "profiles")
+    return load_profiles(REPO / "kvcal" / "estimate" / "profile_data")
 
 
 def _cost(profiles, model, hw, link, **settings):
@@ -143,7 +143,7 @@ def test_cli_json_contract(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["kv_bytes_per_token"] == 131_072 and isinstance(out["kv_bytes_per_token"], int)
     assert out["break_even_tokens"] is None or isinstance(out["break_even_tokens"], (int, float))
-    assert out["estimate"] is True and out["schema"] == "kvcal.predict/1"
+    assert out["estimate"] is True and out["schema"] == "kvcal.estimate.predict/1"
     for key in ("recompute_ms_at", "pull_ms_at", "min_transfer_ms_at"):
         assert set(out[key]) == {str(n) for n in out["lengths"]}
         assert all(isinstance(v, float) for v in out[key].values())

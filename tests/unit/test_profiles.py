@@ -11,8 +11,8 @@ import yaml
 
 from kvcal.cli.app import main
 from kvcal.errors import InputError
-from kvcal.hfconfig import model_profile_from_config
-from kvcal.profiles import (
+from kvcal.estimate.hfconfig import model_profile_from_config
+from kvcal.estimate.profiles import (
     PROFILES_ENV,
     kv_bytes_per_token,
     kv_layout,
@@ -32,7 +32,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "hf_configs"
 
 @pytest.fixture(scope="module")
 def profiles():
-    return load_profiles(REPO / "profiles")
+    return load_profiles(REPO / "kvcal" / "estimate" / "profile_data")
 
 
 # --- KV bytes per token, by family --------------------------------------------------------------
@@ -189,13 +189,13 @@ def _yaml(path: Path):
     return yaml.safe_load(path.read_text())
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "profiles" / "models").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((REPO / "kvcal" / "estimate" / "profile_data" / "models").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_model_profile_file_validates(path):
     model = parse_model_profile(_yaml(path), path)
     assert model.name == path.stem and model.sources
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "profiles" / "hardware").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((REPO / "kvcal" / "estimate" / "profile_data" / "hardware").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_hardware_profile_file_validates_and_cites_its_figures(path):
     profile = parse_hardware_profile(_yaml(path), path)
     assert profile.name == path.stem
@@ -215,7 +215,7 @@ def test_required_profiles_are_present(profiles):
 @pytest.fixture()
 def profile_copy(tmp_path):
     root = tmp_path / "profiles"
-    shutil.copytree(REPO / "profiles", root)
+    shutil.copytree(REPO / "kvcal" / "estimate" / "profile_data", root)
     return root
 
 
@@ -273,7 +273,7 @@ def test_profiles_dir_env_override(monkeypatch, profile_copy, tmp_path):
     with pytest.raises(InputError, match=PROFILES_ENV):
         profiles_dir()
     monkeypatch.delenv(PROFILES_ENV)
-    assert profiles_dir() == REPO / "profiles"
+    assert profiles_dir() == REPO / "kvcal" / "estimate" / "profile_data"
 
 
 # --- CLI -----------------------------------------------------------------------------------------

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvcal.predict import PredictSettings, build_cost_model
-from kvcal.profiles import load_profiles
+from kvcal.estimate.predict import PredictSettings, build_cost_model
+from kvcal.estimate.profiles import load_profiles
 from kvcal.records import CurveFit, FitResult
-from kvcal.sanity import (
+from kvcal.estimate.sanity import (
     SanityFinding,
     context_from_fit,
     resolve_hardware,
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def profiles():
-    return load_profiles(REPO / "profiles")
+    return load_profiles(REPO / "kvcal" / "estimate" / "profile_data")
 
 
 def _fit(recompute: tuple[float, float, float], pull: tuple[float, float, float], *, lo=1024, hi=16384,
@@ -57,7 +57,7 @@ def _by_check(findings: list[SanityFinding]) -> dict[str, SanityFinding]:
 
 def _run(profiles, fit, model, hw, link, **kw):
     return _by_check(sanity_findings(fit, model=profiles.model(model), hardware=profiles.accelerator(hw),
-                                     link=profiles.link(link), root=REPO / "profiles", **kw))
+                                     link=profiles.link(link), root=REPO / "kvcal" / "estimate" / "profile_data", **kw))
 
 
 @pytest.mark.parametrize("setup", [("gpt-oss-120b", "h200", "rdma-400"), ("llama-3.1-8b", "h100", "tcp-100g"),
@@ -85,7 +85,7 @@ def test_slow_but_faster_than_tcp_rdma_names_other_causes(profiles):
     fast_link = profiles.link("rdma-400").model_copy(update={"efficiency": 0.5})
     fit = _predicted_fit(profiles, "llama-3.1-8b", "h100", "rdma-400")
     finding = _by_check(sanity_findings(fit, model=profiles.model("llama-3.1-8b"), hardware=profiles.accelerator("h100"),
-                                        link=fast_link, root=REPO / "profiles"))["pull_bandwidth"]
+                                        link=fast_link, root=REPO / "kvcal" / "estimate" / "profile_data"))["pull_bandwidth"]
     assert finding.severity == "warning" and "TCP" not in finding.advice and "NUMA" in finding.advice
 
 
@@ -136,12 +136,12 @@ def test_flat_pull_cannot_be_rated_and_nothing_known_gives_nothing(profiles):
 
 def test_bandwidth_from_the_fit_when_kv_bytes_are_unknown(profiles):
     fit = _fit((3.0, 2.0, 0.5), (28.0, 2.2, 0.0), lo=512, hi=8192, bandwidth=0.9)
-    found = _by_check(sanity_findings(fit, model=None, hardware=None, link=profiles.link("cpu-ucx-cma"), root=REPO / "profiles"))
+    found = _by_check(sanity_findings(fit, model=None, hardware=None, link=profiles.link("cpu-ucx-cma"), root=REPO / "kvcal" / "estimate" / "profile_data"))
     assert found["pull_bandwidth"].measured == 0.9 and found["pull_bandwidth"].severity == "ok"
     assert json.loads(json.dumps(found["pull_bandwidth"].to_dict()))["check"] == "pull_bandwidth"
     # averaged over the whole pull it is only a lower bound: a low value is not a verdict
     low = _fit((3.0, 2.0, 0.5), (28.0, 2.2, 0.0), lo=512, hi=8192, bandwidth=0.1)
-    found = _by_check(sanity_findings(low, model=None, hardware=None, link=profiles.link("cpu-ucx-cma"), root=REPO / "profiles"))
+    found = _by_check(sanity_findings(low, model=None, hardware=None, link=profiles.link("cpu-ucx-cma"), root=REPO / "kvcal" / "estimate" / "profile_data"))
     assert found["pull_bandwidth"].severity == "info" and "lower bound" in found["pull_bandwidth"].advice
 
 
@@ -159,26 +159,26 @@ def test_bandwidth_from_the_fit_when_kv_bytes_are_unknown(profiles):
     (None, None),
 ])
 def test_resolve_model_profile(name, expected):
-    found = resolve_model_profile(name, REPO / "profiles")
+    found = resolve_model_profile(name, REPO / "kvcal" / "estimate" / "profile_data")
     assert (found.name if found else None) == expected
 
 
 def test_resolve_model_profile_from_a_model_folder(tmp_path):
     (tmp_path / "config.json").write_text((REPO / "tests/fixtures/hf_configs/glm-4.5.json").read_text())
-    found = resolve_model_profile(str(tmp_path), REPO / "profiles")
+    found = resolve_model_profile(str(tmp_path), REPO / "kvcal" / "estimate" / "profile_data")
     assert found is not None and found.attention.num_heads == 96
 
 
 @pytest.mark.parametrize("name,expected", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"), ("b200", "b200"),
                                            ("Intel(R) Xeon(R) Processor", "cpu-amx"), ("AMD Instinct MI300X", None)])
 def test_resolve_hardware(name, expected):
-    found = resolve_hardware(name, REPO / "profiles")
+    found = resolve_hardware(name, REPO / "kvcal" / "estimate" / "profile_data")
     assert (found.name if found else None) == expected
 
 
 def test_resolve_link(profiles):
     h200, cpu = profiles.accelerator("h200"), profiles.accelerator("cpu-amx")
-    root = REPO / "profiles"
+    root = REPO / "kvcal" / "estimate" / "profile_data"
     assert resolve_link("p2p-tier", h200, root).name == "rdma-400"  # no kind word: the accelerator's default
     assert resolve_link("nixl tcp", h200, root).name == "tcp-100g"
     assert resolve_link("nixl-pd", cpu, root).name == "cpu-ucx-cma"
@@ -188,7 +188,7 @@ def test_resolve_link(profiles):
 
 
 def test_sanity_for_fit_reads_a_run_folder_source(profiles, monkeypatch):
-    monkeypatch.setenv("KVCAL_PROFILES_DIR", str(REPO / "profiles"))
+    monkeypatch.setenv("KVCAL_PROFILES_DIR", str(REPO / "kvcal" / "estimate" / "profile_data"))
     source = {"kind": "run-folder", "engine": "vllm", "model": "tiny-llama", "transport": "nixl-pd", "hardware": None,
               "kv_bytes_per_token": 2048,
               "provenance": {"cpu_model": "Intel(R) Xeon(R) Processor", "torch_version": "2.13.0+cpu",

@@ -7,14 +7,14 @@ from collections import Counter
 
 import pytest
 
-from kvcal.config import SweepConfig, resolve_config
+from kvcal.sweep.config import SweepConfig, resolve_config
 from kvcal.engines.base import LegMeasurement
 from kvcal.engines.sim import SimPair
 from kvcal.errors import GateError, InputError
-from kvcal.plan import build_plan, default_prefix_lengths, validate_prefix_lengths
-from kvcal.recorder import RunFolder, summarize
+from kvcal.sweep.plan import build_plan, default_prefix_lengths, validate_prefix_lengths
+from kvcal.sweep.recorder import RunFolder, summarize
 from kvcal.records import Leg
-from kvcal.runner import gate, run_sweep
+from kvcal.sweep.runner import gate, run_sweep
 
 
 def sim_config(tmp_path, **overrides) -> SweepConfig:

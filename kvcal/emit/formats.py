@@ -1,7 +1,7 @@
 """Emit stage: turn a fit into the router threshold and the configs that carry it.
 
 This module owns the threshold rule and every output format except the Helm values
-patch (``kvcal.helm``). The rule, in tokens:
+patch (``kvcal.emit.helm``). The rule, in tokens:
 
     upper     = upper end of the break-even interval (the point estimate if there is none)
     raised    = upper x (1 + margin)
@@ -481,8 +481,7 @@ def emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
     if options.format == "vllm":
         text, more_notes, more_warn = render_vllm(fit, t.block_size, options.transport, origin)
         return EmitResult(text, t, tuple(notes + more_notes), tuple(warnings + more_warn))
-    from kvcal import helm
-
+    from kvcal.emit import helm
     assert options.values is not None
     spec = helm.PluginSpec(t.min_cached_token_delta, options.prefix_match_producer, options.prefill_profile)
     out = helm.patch_values_file(options.values, spec, add_plugin=options.add_plugin,

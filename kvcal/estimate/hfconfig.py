@@ -1,4 +1,4 @@
-"""Read a Hugging Face ``config.json`` into a :class:`~kvcal.profiles.ModelProfile`.
+"""Read a Hugging Face ``config.json`` into a :class:`~kvcal.estimate.profiles.ModelProfile`.
 
 Stage owned: ``kvcal profiles from-config`` and ``--model path/to/config.json``. It knows
 the key names of the families kvcal ships profiles for: Llama/Mistral/Qwen2/Qwen3
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcal.errors import InputError
-from kvcal.profiles import ModelProfile, parse_model_profile
+from kvcal.estimate.profiles import ModelProfile, parse_model_profile
 
 _MLA_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa"}
 

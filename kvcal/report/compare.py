@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kvcal.compare_io import LoadedRun, load_run
+from kvcal.report.compare_io import LoadedRun, load_run
 from kvcal.errors import InputError
 from kvcal.records import CurveFit, FitResult
 
@@ -410,8 +410,8 @@ class CompareConfig:
 
 def run_compare(config: CompareConfig) -> Comparison:
     """Load both runs, compare them, and write the Markdown summary and plot if asked."""
-    from kvcal.compare_io import plot_comparison, render_markdown, save_figure
-    from kvcal.helm import read_threshold
+    from kvcal.report.compare_io import plot_comparison, render_markdown, save_figure
+    from kvcal.emit.helm import read_threshold
 
     if config.deployed_tokens is not None and config.values_file is not None:
         raise InputError("give the deployed threshold once: --deployed N or --values FILE, not both")

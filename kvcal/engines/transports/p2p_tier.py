@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcal.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
+from kvcal.engines.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
 
 DEFAULT_CPU_BYTES = 8 * 1024**3
 

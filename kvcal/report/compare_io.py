@@ -3,7 +3,7 @@ values, the Markdown summary for a CI job page, and the overlay plot.
 
 A run is a ``fit.json``, a run folder (its fit.json, or a fit made now) or a probe
 table (fitted now); its probes are found for the plot when they are at hand. The
-overlay draws each run with :func:`kvcal.plot.draw_run` (points, curves, bands and
+overlay draws each run with :func:`kvcal.report.plot.draw_run` (points, curves, bands and
 break-even) in its own colour on one pair of axes, plus the deployed threshold if given.
 """
 
@@ -20,7 +20,7 @@ from kvcal.errors import InputError, KvcalError
 from kvcal.records import FitResult
 
 if TYPE_CHECKING:
-    from kvcal.compare import Comparison, Row
+    from kvcal.report.compare import Comparison, Row
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class LoadedRun:
     path: Path
     fit: FitResult
     label: str
-    probes: Any = None  # kvcal.tables.ProbeTable when the probes were found (and asked for), else None
+    probes: Any = None  # kvcal.fit.tables.ProbeTable when the probes were found (and asked for), else None
 
 
 # ---------------------------------------------------------------- loading
@@ -90,13 +90,13 @@ def run_label(path: Path) -> str:
 
 
 def _find_probes(path: Path, fit: FitResult) -> Any:
-    """The probes behind a fit, for plotting (a :class:`kvcal.tables.ProbeTable`), or None.
+    """The probes behind a fit, for plotting (a :class:`kvcal.fit.tables.ProbeTable`), or None.
 
     Looked for: the input itself when it is a table; the run folder (run.json and
     probes.jsonl) holding the fit; ``probes.csv`` beside the fit (a committed
     baseline); the input the fit records in ``source.path``.
     """
-    from kvcal.tables import load_probe_table
+    from kvcal.fit.tables import load_probe_table
 
     folder = path if path.is_dir() else path.parent
     candidates: list[Path] = []
@@ -223,7 +223,7 @@ def render_markdown(result: Comparison, plot_path: Path | None = None, markdown_
 def plot_comparison(result: Comparison):
     """Overlay both runs (points, curves, bands, break-evens) on one Figure; the caller saves it.
 
-    Per run, :func:`kvcal.plot.draw_run` draws two fitted curves (recompute solid, pull
+    Per run, :func:`kvcal.report.plot.draw_run` draws two fitted curves (recompute solid, pull
     dashed), their bootstrap bands, the probes when found, and the break-even line with
     its interval; the deployed threshold, when given, is one more dotted black line.
     """
@@ -233,7 +233,7 @@ def plot_comparison(result: Comparison):
     import numpy as np
     from matplotlib.figure import Figure
 
-    from kvcal.plot import draw_run, grid
+    from kvcal.report.plot import draw_run, grid
 
     fig = Figure(figsize=PLOT_SIZE_IN, dpi=PLOT_DPI, layout="constrained")
     ax = fig.add_subplot(1, 1, 1)

@@ -1,8 +1,8 @@
 """Model and hardware profiles: the KV layout and compute facts that predictions start from.
 
-Stage owned: loading and validating ``profiles/models/*.yaml`` and ``profiles/hardware/*.yaml``
+Stage owned: loading and validating ``kvcal/estimate/profile_data/models/*.yaml`` and ``kvcal/estimate/profile_data/hardware/*.yaml``
 (a bad file is one ``InputError`` naming the file and the field; the schemas themselves
-are in :mod:`kvcal.profile_schema` and re-exported here), looking profiles up by name,
+are in :mod:`kvcal.estimate.profile_schema` and re-exported here), looking profiles up by name,
 and the two derived quantities every prediction needs.
 
 KV bytes per token (what one pulled token costs on the wire), ``b`` bytes per element:
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -42,7 +41,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kvcal.errors import InputError
-from kvcal.profile_schema import (  # re-exported: kvcal.profiles is the public face of profiles
+from kvcal.estimate.profile_schema import (  # re-exported: kvcal.estimate.profiles is the public face of profiles
     DTYPE_BYTES,
     HARDWARE_SCHEMA,
     MODEL_SCHEMA,
@@ -212,14 +211,14 @@ def model_summary(model: ModelProfile, kv_dtype: str | None = None) -> dict[str,
 
 
 def profiles_dir() -> Path:
-    """Where the profiles live: $KVCAL_PROFILES_DIR, else ``profiles/`` beside the kvcal package, else the installed share dir."""
+    """Where the profiles live: $KVCAL_PROFILES_DIR, else ``profile_data/`` inside this package (shipped in the wheel)."""
     env = os.environ.get(PROFILES_ENV)
     if env:
         path = Path(env).expanduser()
         if not path.is_dir():
             raise InputError(f"{PROFILES_ENV}={env} is not a folder")
         return path
-    candidates = [Path(__file__).resolve().parent.parent / "profiles", Path(sys.prefix) / "share" / "kvcal" / "profiles"]
+    candidates = [Path(__file__).resolve().parent / "profile_data"]
     for path in candidates:
         if (path / "models").is_dir():
             return path
@@ -350,7 +349,7 @@ def load_model(name_or_path: str, root: Path | str | None = None) -> ModelProfil
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
     if path.is_file():
-        from kvcal.hfconfig import model_profile_from_config
+        from kvcal.estimate.hfconfig import model_profile_from_config
 
         return model_profile_from_config(path)
     return load_profiles(root).model(name_or_path)

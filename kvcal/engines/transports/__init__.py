@@ -10,7 +10,7 @@ import pkgutil
 from typing import Any
 
 from kvcal.errors import InputError
-from kvcal.transports.base import Transport
+from kvcal.engines.transports.base import Transport
 
 _NOT_TRANSPORTS = {"base"}
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvcal.errors import InputError
-from kvcal.profiles import (
+from kvcal.estimate.profiles import (
     Accelerator,
     Link,
     ModelProfile,

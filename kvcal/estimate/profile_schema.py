@@ -1,9 +1,9 @@
-"""The schemas of kvcal's profile files: what ``profiles/models/*.yaml`` and ``profiles/hardware/*.yaml`` may say.
+"""The schemas of kvcal's profile files: what ``kvcal/estimate/profile_data/models/*.yaml`` and ``kvcal/estimate/profile_data/hardware/*.yaml`` may say.
 
 Stage owned: the shape of a profile. Every schema forbids unknown keys (a renamed key
 must fail loudly, not vanish) and describes every field; hardware figures must each
 carry a citation in ``sources``. Loading, lookup and the derived quantities (KV bytes
-per token, prefill FLOPs) live in :mod:`kvcal.profiles`, which re-exports these names.
+per token, prefill FLOPs) live in :mod:`kvcal.estimate.profiles`, which re-exports these names.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ class Mlp(Spec):
 
 
 class ModelProfile(Spec):
-    """One model's KV layout and compute facts (``profiles/models/NAME.yaml``)."""
+    """One model's KV layout and compute facts (``kvcal/estimate/profile_data/models/NAME.yaml``)."""
 
     schema_: Literal["kvcal.model/1"] = Field(MODEL_SCHEMA, alias="schema", description="Schema id; always kvcal.model/1.")
     name: str = Field(min_length=1, description="Profile name used on the command line, e.g. llama-3.1-8b.")

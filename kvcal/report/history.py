@@ -1,7 +1,7 @@
 """The break-even over time: a trend of fits, ordered by run time, labelled by what changed.
 
 This stage owns ``kvcal history``. Each input (a ``fit.json`` or a run folder) is loaded
-as in :mod:`kvcal.compare`; runs are ordered by the time the run was made (the run's
+as in :mod:`kvcal.report.compare`; runs are ordered by the time the run was made (the run's
 ``created_at`` from run.json or the fit's source, else the fit's own time), and each is
 labelled by the provenance keys that differ from the run before it (versions of vLLM,
 NIXL, torch and kvcal; transport; model; CPU/GPU; UCX settings; engine settings), so a
@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kvcal.compare_io import LoadedRun, load_run
+from kvcal.report.compare_io import LoadedRun, load_run
 from kvcal.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def run_history(config: HistoryConfig) -> list[HistoryEntry]:
     """Load, order and label the runs; write the plot and Markdown table if asked."""
     entries = build_history([load_run(path, probes=False) for path in config.inputs])
     if config.plot is not None:
-        from kvcal.compare_io import save_figure
+        from kvcal.report.compare_io import save_figure
 
         save_figure(plot_history(entries), config.plot)
     if config.markdown is not None:
@@ -192,7 +192,7 @@ HEADER = ["#", "run", "run time", "status", "break-even", "CI", "recompute us/to
 
 
 def table_rows(entries: list[HistoryEntry]) -> list[list[str]]:
-    from kvcal.compare_io import fmt_ci, fmt_value
+    from kvcal.report.compare_io import fmt_ci, fmt_value
 
     rows = []
     for index, entry in enumerate(entries, start=1):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcal.errors import EngineError
-from kvcal.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
+from kvcal.engines.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
 
 _KV_ROLES = {Role.PRODUCER: "kv_producer", Role.CONSUMER: "kv_consumer"}
 

@@ -28,7 +28,7 @@ from kvcal.errors import InputError
 from kvcal.fit import curve_ms, fit_table, load_fit
 from kvcal.fit.curves import poly_ms
 from kvcal.records import FitResult
-from kvcal.tables import ProbeTable, load_probe_table
+from kvcal.fit.tables import ProbeTable, load_probe_table
 
 log = logging.getLogger(__name__)
 

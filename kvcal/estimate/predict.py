@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from kvcal import __version__
 from kvcal.errors import InputError
-from kvcal.profiles import (
+from kvcal.estimate.profiles import (
     Accelerator,
     KvLayout,
     Link,
@@ -34,7 +34,7 @@ from kvcal.profiles import (
     prefill_flops,
 )
 
-PREDICT_SCHEMA = "kvcal.predict/1"
+PREDICT_SCHEMA = "kvcal.estimate.predict/1"
 DEFAULT_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 Status = Literal["crossover", "pull-always-wins", "recompute-always-wins"]

@@ -26,14 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kvcal.config import SweepConfig
+from kvcal.sweep.config import SweepConfig
 from kvcal.engines.base import EnginePair, LegMeasurement
 from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError, GateError, InputError
-from kvcal.plan import PlannedProbe, build_plan, default_prefix_lengths, validate_prefix_lengths
-from kvcal.progress import NullProgress, SweepProgress
-from kvcal.provenance import host_provenance, utc_now
-from kvcal.recorder import RunFolder, attempts_so_far, completed_probe_ids
+from kvcal.sweep.plan import PlannedProbe, build_plan, default_prefix_lengths, validate_prefix_lengths
+from kvcal.sweep.progress import NullProgress, SweepProgress
+from kvcal.sweep.provenance import host_provenance, utc_now
+from kvcal.sweep.recorder import RunFolder, attempts_so_far, completed_probe_ids
 from kvcal.records import Leg, ProbeRecord, RunManifest
 
 log = logging.getLogger(__name__)

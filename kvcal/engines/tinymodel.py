@@ -8,7 +8,7 @@ the folder is the same on every machine.
 
 Model shape (per cpu-vllm.md, see docs/engines.md): hidden 256, 4 layers, 4 heads, 2 KV heads,
 head_dim 64, max_position_embeddings 8192, bf16. Its KV cache is
-2 x 4 x 2 x 64 x 2 B = 2,048 B per token (kvcal.profiles computes it from the
+2 x 4 x 2 x 64 x 2 B = 2,048 B per token (kvcal.estimate.profiles computes it from the
 config like any other model's).
 """
 

@@ -3,7 +3,7 @@
 Three inputs are accepted and detected by shape, not by file name:
 
 * a **run folder** (a directory holding ``run.json`` and ``probes.jsonl``, as
-  ``kvcal sweep`` writes it), read through :class:`kvcal.recorder.RunFolder`; probes
+  ``kvcal sweep`` writes it), read through :class:`kvcal.sweep.recorder.RunFolder`; probes
   marked invalid are excluded and counted; when one probe id has several attempts,
   its valid attempt counts; a torn last line is skipped with a warning;
 * a **probe CSV** in the interchange format: a header row with ``prefix_tokens``
@@ -149,7 +149,7 @@ def sim_table(costs: Any, lengths: list[int], reps: int, *, seed: int = 0, block
 
 
 def _load_run_folder(folder: Path) -> ProbeTable:
-    from kvcal.recorder import RunFolder
+    from kvcal.sweep.recorder import RunFolder
 
     run = RunFolder(folder)
     if not RunFolder.is_run_folder(folder):

@@ -1,0 +1,1 @@
+"""First-principles estimates: model and hardware profiles, predicted curves, sanity checks of a measurement."""

@@ -1,0 +1,1 @@
+"""Report stage: comparing runs, plotting fits, trends over history."""
