@@ -11,11 +11,16 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kvcal.records_v1 import upgrade_fit, upgrade_run
+from kvcal.sweep.config import SweepConfig
 
 PROBE_SCHEMA = "kvcal.probe/1"
-RUN_SCHEMA = "kvcal.run/1"
-FIT_SCHEMA = "kvcal.fit/1"
+RUN_SCHEMA = "kvcal.run/2"
+FIT_SCHEMA = "kvcal.fit/2"
+RUN_SCHEMA_V1 = "kvcal.run/1"
+FIT_SCHEMA_V1 = "kvcal.fit/1"
 
 
 class Record(BaseModel):
@@ -54,22 +59,60 @@ class ProbeRecord(Record):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-class RunManifest(Record):
-    """``run.json``: resolved settings and provenance of one sweep run."""
+class RunSetup(Record):
+    """What a run measured on: built once by the sweep, stored in run.json and copied into fit.json.
 
-    schema_: Literal["kvcal.run/1"] = Field(RUN_SCHEMA, alias="schema")
+    Unknown is ``None``: a probe CSV or an llm-d Job log carries only what the command's
+    flags supply; an attached engine only what kvcal could read from it.
+    """
+
+    model: str | None = Field(None, description="Model label or path the engines served.")
+    engine: str | None = Field(None, description="'vllm' or 'sim'.")
+    transport: str | None = Field(None, description="How the consumer pulled KV, e.g. 'nixl-pd', 'p2p-tier'; None for sim.")
+    block_size: int | None = Field(None, gt=0, description="KV block size in tokens.")
+    kv_bytes_per_token: int | None = Field(None, gt=0, description="KV bytes one token occupies on one engine.")
+    kv_dtype: str | None = Field(None, description="KV cache dtype the engines were started with (--kv-cache-dtype); None: the model's.")
+    accelerator: str | None = Field(None, description="GPU name, or the CPU model on a CPU engine.")
+    device_count: int | None = Field(None, ge=0, description="Devices each engine ran on.")
+    tensor_parallel_size: int | None = Field(None, ge=1, description="Tensor-parallel size of each engine.")
+    python_hash_seed: int | None = Field(None, ge=0, description="PYTHONHASHSEED of both engines (block hashes match only when equal).")
+    kv_transfer_config: dict[str, dict[str, Any]] | None = Field(None, description="--kv-transfer-config per role ('producer', 'consumer').")
+    engine_versions: dict[str, str | None] | None = Field(None, description="Versions of the engine stack (vllm, nixl, torch).")
+    ucx_env: dict[str, str] | None = Field(None, description="UCX_* variables the launched engines inherited (they choose NIXL's link).")
+    created_at: str | None = Field(None, description="ISO-8601 UTC time the run was made.")
+
+
+class PlannedProbe(Record):
+    """One probe of the plan; ``probe_id`` is stable across resumes."""
+
+    plan_index: int = Field(ge=0)
+    probe_id: str
+    prefix_tokens: int = Field(gt=0)
+    leg: Leg
+    rep: int = Field(ge=0)
+
+
+class RunManifest(Record):
+    """``run.json``: resolved settings, setup and provenance of one sweep run.
+
+    A ``kvcal.run/1`` file (setup facts at the top level and in the provenance) is
+    upgraded on read by :func:`kvcal.records_v1.upgrade_run`.
+    """
+
+    schema_: Literal["kvcal.run/2"] = Field(RUN_SCHEMA, alias="schema")
     name: str
     created_at: str
-    engine: str
-    transport: str | None
-    model: str
-    block_size: int
-    kv_bytes_per_token: int | None
-    settings: dict[str, Any] = Field(description="The resolved sweep settings (flags merged over the campaign file).")
-    provenance: dict[str, Any] = Field(description="kvcal/vLLM/NIXL/torch versions, hardware, UCX env, command line.")
-    plan: list[dict[str, Any]] = Field(description="The shuffled probe plan; resume replays it.")
+    settings: SweepConfig = Field(description="The resolved sweep settings (flags merged over the campaign file).")
+    setup: RunSetup = Field(description="What the run measured on; fit.json copies it.")
+    provenance: dict[str, Any] = Field(description="Free-form: kvcal/vLLM/NIXL/torch versions, host, UCX env, command line, the pair's own account.")
+    plan: list[PlannedProbe] = Field(description="The shuffled probe plan; resume replays it.")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        return upgrade_run(data)
 
 
 class CurveFit(Record):
@@ -87,10 +130,44 @@ class CurveFit(Record):
     robust_f_scale: float | None = Field(None, description="Huber threshold in relative units; None when the fit was plain weighted least squares.")
 
 
-class FitResult(Record):
-    """``fit.json``: the fitted curves, the break-even and how sure we are of it."""
+class FitSource(Record):
+    """Where a fit's probes came from (the setup they measured is :class:`RunSetup`)."""
 
-    schema_: Literal["kvcal.fit/1"] = Field(FIT_SCHEMA, alias="schema")
+    path: str | None = Field(None, description="The input: a run folder, probe CSV or llm-d Job log; None when built in memory.")
+    kind: Literal["run-folder", "probe-csv", "llmd-table", "sim", "test"] | None = None
+    run: str | None = Field(None, description="The run's name (run folders).")
+
+
+class BootstrapSummary(Record):
+    """How the intervals were made, and the resamples behind them (bands, compare)."""
+
+    n_resamples: int = Field(0, ge=0)
+    seed: int = 0
+    method: str | None = None
+    methods: dict[str, str] = Field(default_factory=dict, description="Resampling scheme per leg.")
+    no_crossover_share: float | None = None
+    status_shares: dict[str, float] = Field(default_factory=dict)
+    quadratic_share: float | None = None
+    residual_df: int | None = None
+    t_expansion: float | None = None
+    break_even_ci_bounds: list[float | None] | None = Field(None, description="Unrounded interval ends; None above means open.")
+    break_even_samples: list[float | None] = Field(default_factory=list, description="Per resample; None where no break-even.")
+    recompute_samples: dict[str, list[float | None]] | None = Field(None, description="Coefficient name -> per-resample value.")
+    pull_samples: dict[str, list[float | None]] | None = None
+
+    def leg_samples(self, leg: str) -> dict[str, list[float | None]] | None:
+        """The coefficient samples of ``leg`` ('recompute' or 'pull'), if kept."""
+        return self.recompute_samples if leg == "recompute" else self.pull_samples if leg == "pull" else None
+
+
+class FitResult(Record):
+    """``fit.json``: the fitted curves, the break-even and how sure we are of it.
+
+    A ``kvcal.fit/1`` file (a free-form ``source``) is upgraded on read by
+    :func:`kvcal.records_v1.upgrade_fit`.
+    """
+
+    schema_: Literal["kvcal.fit/2"] = Field(FIT_SCHEMA, alias="schema")
     status: Literal["crossover", "pull-always-wins", "recompute-always-wins"]
     break_even_tokens: float | None
     break_even_ci: list[float] | None
@@ -105,9 +182,15 @@ class FitResult(Record):
     n_invalid_excluded: int = 0
     smallest_pull_win_tokens: int | None = Field(None, description="Smallest measured length where the pull's median beat recompute's.")
     pull_bandwidth_gbps: float | None = Field(None, description="Achieved pull bandwidth from bytes moved, when known.")
-    bootstrap: dict[str, Any] = Field(default_factory=dict, description="n_resamples, seed, method, no_crossover_share, break_even_samples.")
-    source: dict[str, Any] = Field(default_factory=dict, description="Input path and kind; model, transport, hardware, provenance of the run.")
+    bootstrap: BootstrapSummary = Field(default_factory=BootstrapSummary)
+    setup: RunSetup = Field(default_factory=RunSetup, description="For a run folder: run.json's setup, unchanged.")
+    source: FitSource = Field(default_factory=FitSource, description="The input the probes came from (path, kind, run).")
     kvcal_version: str
     created_at: str
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        return upgrade_fit(data)

@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
 def render(result: FitResult) -> None:
     """The human report: coefficients with units and intervals, the chosen models, the break-even, warnings."""
     level = f"{result.confidence:.0%}"
-    table = Table(title=f"kvcal fit: {result.source.get('path') or 'input'}", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(title=f"kvcal fit: {result.source.path or 'input'}", title_justify="left", box=box.SIMPLE_HEAD)
     for name, justify in (("leg", "left"), ("model", "left"), ("coefficient", "left"), ("value", "right"),
                           (f"{level} interval", "right"), ("noise", "right")):
         table.add_column(name, justify=justify)
@@ -78,9 +78,9 @@ def render(result: FitResult) -> None:
         stdout.print(f"pull bandwidth at the longest length: {result.pull_bandwidth_gbps:.2f} GB/s")
     stdout.print(f"recompute model: {result.recompute.selection}")
     boot = result.bootstrap
-    if boot.get("no_crossover_share") is not None:
-        stdout.print(f"bootstrap: {boot['n_resamples']} resamples ({boot['method']}, seed {boot['seed']}); "
-                     f"no crossover in {boot['no_crossover_share']:.1%}")
+    if boot.no_crossover_share is not None:
+        stdout.print(f"bootstrap: {boot.n_resamples} resamples ({boot.method}, seed {boot.seed}); "
+                     f"no crossover in {boot.no_crossover_share:.1%}")
     for line in result.warnings:
         stdout.print(f"[yellow]warning:[/yellow] {line}", markup=True, highlight=False)
     from kvcal.estimate.sanity import sanity_for_fit
@@ -94,7 +94,7 @@ def _break_even(result: FitResult) -> str:
     text = f"{result.break_even_tokens:.0f} tokens"
     if result.break_even_ci:
         text += f" ({result.confidence:.0%} interval {result.break_even_ci[0]:.0f}-{result.break_even_ci[1]:.0f})"
-    elif result.bootstrap.get("break_even_ci_bounds"):
-        low = result.bootstrap["break_even_ci_bounds"][0]
+    elif result.bootstrap.break_even_ci_bounds:
+        low = result.bootstrap.break_even_ci_bounds[0]
         text += f" ({result.confidence:.0%} interval from {low:.0f}, open above)" if low is not None else ""
     return text

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcal.errors import InputError, KvcalError, NotRecommended
+from kvcal.fit.inputs import load_fit_input
 from kvcal.records import CurveFit, FitResult
 
 log = logging.getLogger(__name__)
@@ -351,28 +352,8 @@ def render_costmodel(fit: FitResult, origin: str = "") -> tuple[str, list[str], 
 
 
 def _recorded_kv_config(fit: FitResult) -> dict[str, Any]:
-    """The kv-transfer-config the run used, when recorded anywhere in the fit's source (else {}).
-
-    Searched breadth-first, so ``source.kv_transfer_config`` wins over one nested in the
-    provenance (e.g. the engine pair's ``describe()``).
-    """
-    queue: list[Any] = [fit.source]
-    while queue:
-        node = queue.pop(0)
-        if not isinstance(node, dict):
-            continue
-        value = node.get("kv_transfer_config")
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                value = None
-        if isinstance(value, dict) and isinstance(value.get("consumer"), dict):
-            value = value["consumer"]  # a sweep records one config per role; the consumer is the engine that pulls
-        if isinstance(value, dict):
-            return dict(value)
-        queue.extend(v for v in node.values() if isinstance(v, dict))
-    return {}
+    """The consumer's kv-transfer-config the run used (the engine that pulls), else {}."""
+    return dict((fit.setup.kv_transfer_config or {}).get("consumer") or {})
 
 
 def engine_side(fit: FitResult, block_size: int, transport: str | None = None) -> tuple[dict[str, Any], list[str], list[str]]:
@@ -383,11 +364,12 @@ def engine_side(fit: FitResult, block_size: int, transport: str | None = None) -
     """
     notes: list[str] = []
     warnings: list[str] = []
-    name = transport or fit.source.get("transport")
+    name = transport or fit.setup.transport
     if not name:
         raise InputError("--format vllm needs the measured transport and the fit records none: pass --transport p2p-tier|nixl-pd")
     kind = canonical_transport(str(name))
     recorded = _recorded_kv_config(fit)
+    seed = fit.setup.python_hash_seed
     extra = dict(recorded.get("kv_connector_extra_config") or {})
     pod_ip = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     if kind == "p2p-tier":
@@ -402,8 +384,10 @@ def engine_side(fit: FitResult, block_size: int, transport: str | None = None) -
         env = pod_ip + [
             {"name": "VLLM_P2P_SIDE_CHANNEL_HOST", "value": "$(POD_IP)"},
             {"name": "VLLM_P2P_SIDE_CHANNEL_PORT", "value": "5710"},
-            {"name": "PYTHONHASHSEED", "value": str(fit.source.get("pythonhashseed", 0))},
+            {"name": "PYTHONHASHSEED", "value": str(seed if seed is not None else 0)},
         ]
+        if seed is None:
+            warnings.append("PYTHONHASHSEED 0 is a default, not from the run (it records none): use the value every engine runs with")
         notes.append("PYTHONHASHSEED must be the same on every engine, or no block hash matches and pulls silently move nothing")
     else:
         config = {"kv_connector": "NixlConnector", "kv_role": "kv_both",
@@ -442,22 +426,8 @@ def render_vllm(fit: FitResult, block_size: int, transport: str | None = None, o
 
 
 def load_input(path: Path) -> FitResult:
-    """A FitResult from a fit.json or a run folder (fitted on the fly); one-line errors only."""
-    from pydantic import ValidationError
-
-    from kvcal import fit as fit_stage
-
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path} does not exist (give a fit.json or a run folder)")
-    try:
-        return fit_stage.load_or_fit(path)
-    except KvcalError:
-        raise
-    except ValidationError as err:
-        raise InputError(f"{path} is not a kvcal fit: {err.errors()[0].get('msg', 'invalid')} at {err.errors()[0].get('loc')}") from None
-    except (ValueError, OSError) as err:
-        raise InputError(f"{path} is not a kvcal fit: {err}") from None
+    """A FitResult from any input :func:`kvcal.fit.load_fit_input` accepts (fitted now when it has no fit)."""
+    return load_fit_input(path, probes=False).fitted()
 
 
 def emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:

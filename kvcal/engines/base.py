@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcal.records import Leg
+from kvcal.records import Leg, RunSetup
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,10 @@ class EnginePair(ABC):
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """Provenance for run.json: versions, hardware, transport settings, commands."""
+
+    def setup(self) -> RunSetup:
+        """What the pair knows of the setup it runs on (unknown None); the sweep adds model and time."""
+        return RunSetup(engine=self.name, block_size=self.block_size, kv_bytes_per_token=self.kv_bytes_per_token)
 
     def dry_run_commands(self) -> list[str]:
         """The commands start() would run (for --dry-run); attach-mode pairs return none."""

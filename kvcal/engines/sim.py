@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from kvcal.engines.base import EnginePair, LegMeasurement
-from kvcal.records import Leg
+from kvcal.records import Leg, RunSetup
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ class SimPair(EnginePair):
         vocab_size: int = 32000,
         seed: int = 0,
         fail_pull_rate: float = 0.0,
+        python_hash_seed: int | None = None,
     ) -> None:
         self.costs = costs or SimCosts()
         self._block_size = block_size
@@ -79,6 +80,9 @@ class SimPair(EnginePair):
         self._vocab_size = vocab_size
         self._rng = np.random.default_rng(seed)
         self.fail_pull_rate = fail_pull_rate
+        # No process hashes anything here; the seed a launched pair would share is recorded
+        # so that a simulated run exercises the same setup -> emit path as a real one.
+        self.python_hash_seed = python_hash_seed
         self.started = False
         self.warmed = False
 
@@ -123,6 +127,9 @@ class SimPair(EnginePair):
             moved = (n // self._block_size) * self._block_size * self._kv_bytes_per_token
             return LegMeasurement(ttft_ms=self._noisy(self.costs.pull_ms(n)), bytes_moved=moved, producer_ttft_ms=None)
         return LegMeasurement(ttft_ms=self._noisy(self.costs.recompute_ms(n)), bytes_moved=0)
+
+    def setup(self) -> RunSetup:
+        return super().setup().model_copy(update={"python_hash_seed": self.python_hash_seed})
 
     def describe(self) -> dict[str, Any]:
         return {"engine": "sim", "simulated": True, "sim_costs": asdict(self.costs)}

@@ -43,10 +43,11 @@ from kvcal.engines.http import EngineClient
 from kvcal.engines.metrics import Snapshot, delta, first_exposed, info_labels, poll_until, total
 from kvcal.engines.process import ServerProcess, sigterm_raises, wait_all_ready, wait_until_idle
 from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings, default_cache_dir, looks_local
+from kvcal.engines.vllm_setup import vllm_setup
 from kvcal.errors import EngineError, InputError
 from kvcal.estimate.hfconfig import model_profile_from_config
 from kvcal.estimate.profiles import ModelProfile, kv_bytes_per_token
-from kvcal.records import Leg
+from kvcal.records import Leg, RunSetup
 from kvcal.engines.tinymodel import ensure_tiny_model
 from kvcal.engines.transports import get_transport
 from kvcal.engines.transports.base import MetricRef, Role
@@ -355,6 +356,12 @@ class VllmPair(EnginePair):
 
     # -- provenance ---------------------------------------------------------------------
 
+    roles = ROLES
+
+    def setup(self) -> RunSetup:
+        """Launch: everything kvcal chose (seed, kv-transfer-config per role, versions); attach: what the engines report."""
+        return vllm_setup(self)
+
     def describe(self) -> dict[str, Any]:
         """The pair's own provenance; versions, CPU, GPUs and UCX_* env are in :func:`kvcal.sweep.provenance.host_provenance`."""
         launch = not self.settings.attach
@@ -396,6 +403,7 @@ def pair_from_config(config: "SweepConfig", run: "RunFolder") -> VllmPair:
             producer_gpus=config.producer_gpus,
             consumer_gpus=config.consumer_gpus,
             extra_args=tuple(config.engine_args),
+            python_hash_seed=str(config.python_hash_seed),
             startup_timeout_s=config.startup_timeout_s,
             request_timeout_s=config.probe_timeout_s,
             run_dir=run.path,

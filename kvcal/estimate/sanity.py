@@ -16,7 +16,7 @@ a :class:`~kvcal.records.FitResult` plus the profiles in, a list of
     recompute leg did not recompute (a cache hit) or the profile is wrong; under a
     quarter of the usual rate points at core binding (CPU) or the device count (GPU).
 ``kv_bytes``
-    the run's own KV bytes per token (``fit.source['kv_bytes_per_token']``) against the
+    the run's own KV bytes per token (``fit.setup.kv_bytes_per_token``) against the
     profile's: a 2x ratio is a KV dtype mismatch.
 
 The resolvers map a run's model name or path, GPU/CPU name and transport name to
@@ -42,7 +42,7 @@ from kvcal.estimate.profiles import (
     normalize_kv_dtype,
     prefill_flops,
 )
-from kvcal.records import CurveFit, FitResult
+from kvcal.records import CurveFit, FitResult, RunSetup
 
 log = logging.getLogger(__name__)
 
@@ -165,56 +165,36 @@ def resolve_link(transport: str | None, accelerator: Accelerator | None = None, 
     return found if found is not None else default
 
 
-def _hardware_name(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        for key in ("accelerator", "gpu", "gpu_name", "device", "cpu", "cpu_model", "name"):
-            if isinstance(value.get(key), str):
-                return value[key]
-            if isinstance(value.get(key), list) and value[key] and isinstance(value[key][0], str):
-                return value[key][0]
-    return None
-
-
-def _transport_hint(src: dict[str, Any]) -> str | None:
+def _transport_hint(setup: RunSetup) -> str | None:
     """The run's transport name, sharpened by UCX_TLS: a UCX limited to tcp is a TCP link whatever the transport says."""
-    transport = src.get("transport")
-    provenance = src.get("provenance") if isinstance(src.get("provenance"), dict) else {}
-    tls = str((provenance.get("ucx_env") or {}).get("UCX_TLS", "")).lower()
+    tls = str((setup.ucx_env or {}).get("UCX_TLS", "")).lower()
     if tls and "tcp" in tls and not any(w in tls for w in (*_TRANSPORT_WORDS["rdma"], *_TRANSPORT_WORDS["shm"])):
-        return f"{transport or 'ucx'} tcp"
-    return transport
+        return f"{setup.transport or 'ucx'} tcp"
+    return setup.transport
 
 
-def _cpu_only(src: dict[str, Any], provenance: dict[str, Any]) -> bool:
-    """True when the run says it had no GPU: a CPU engine name, gpu_count 0, or a '+cpu' torch build."""
-    return ("cpu" in str(src.get("engine", "")).lower() or provenance.get("gpu_count") == 0
-            or str(provenance.get("torch_version", "")).endswith("+cpu"))
+def _cpu_only(setup: RunSetup) -> bool:
+    """True when the run says it had no GPU: a '+cpu' torch build."""
+    return str((setup.engine_versions or {}).get("torch") or "").endswith("+cpu")
 
 
 def context_from_fit(fit: FitResult, root: Path | str | None = None) -> SanityContext:
-    """Resolve the run's model, hardware and transport (from ``fit.source``) to profiles; a sim run resolves to nothing."""
-    src = fit.source or {}
-    if src.get("engine") == "sim" or src.get("kind") == "sim":
+    """Resolve the run's model, hardware and transport (``fit.setup``) to profiles; a sim run resolves to nothing."""
+    setup = fit.setup
+    if setup.engine == "sim" or fit.source.kind == "sim":
         return SanityContext(model=None, hardware=None, link=None)
-    settings = src.get("settings") if isinstance(src.get("settings"), dict) else {}
-    provenance = src.get("provenance") if isinstance(src.get("provenance"), dict) else {}
-    hardware_name = _hardware_name(src.get("hardware")) or _hardware_name(provenance.get("hardware"))
-    if hardware_name is None and _cpu_only(src, provenance):
-        hardware_name = provenance.get("cpu_model") or "cpu"
+    hardware_name = setup.accelerator or ("cpu" if _cpu_only(setup) else None)
     hardware = resolve_hardware(hardware_name, root)
-    transport = _transport_hint(src)
+    transport = _transport_hint(setup)
     link = resolve_link(transport, hardware, root) if (hardware or transport) else None
-    devices = src.get("devices") or settings.get("devices") or settings.get("tensor_parallel_size") or 1
-    kv_dtype = src.get("kv_dtype") or settings.get("kv_cache_dtype")
+    devices = setup.device_count or setup.tensor_parallel_size or 1
     return SanityContext(
-        model=resolve_model_profile(src.get("model"), root),
+        model=resolve_model_profile(setup.model, root),
         hardware=hardware,
         link=link,
-        devices=int(devices) if isinstance(devices, (int, float)) and devices >= 1 else 1,
-        kv_dtype=str(kv_dtype) if kv_dtype and str(kv_dtype) != "auto" else None,
-        run_kv_bytes_per_token=_int_or_none(src.get("kv_bytes_per_token")),
+        devices=max(1, devices),
+        kv_dtype=setup.kv_dtype if setup.kv_dtype and setup.kv_dtype != "auto" else None,
+        run_kv_bytes_per_token=setup.kv_bytes_per_token,
     )
 
 
@@ -241,7 +221,7 @@ def sanity_findings(
     root: Path | str | None = None,
 ) -> list[SanityFinding]:
     """Every check the known facts allow; an empty list when nothing is known."""
-    run_kv = run_kv_bytes_per_token or _int_or_none((fit.source or {}).get("kv_bytes_per_token"))
+    run_kv = run_kv_bytes_per_token or fit.setup.kv_bytes_per_token
     try:
         kv_dtype = normalize_kv_dtype(kv_dtype) if kv_dtype and kv_dtype != "auto" else None
     except InputError:  # an engine dtype name kvcal does not know: use the profile's default
@@ -260,16 +240,12 @@ def sanity_findings(
 
 
 def sanity_for_fit(fit: FitResult, root: Path | str | None = None) -> tuple[SanityContext, list[SanityFinding]]:
-    """Resolve ``fit.source`` to profiles and run every check: what ``kvcal fit``/``compare`` print."""
+    """Resolve ``fit.setup`` to profiles and run every check: what ``kvcal fit``/``compare`` print."""
     ctx = context_from_fit(fit, root)
     return ctx, sanity_findings(
         fit, model=ctx.model, hardware=ctx.hardware, link=ctx.link, devices=ctx.devices,
         kv_dtype=ctx.kv_dtype, run_kv_bytes_per_token=ctx.run_kv_bytes_per_token, root=root,
     )
-
-
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def _kv_bytes_check(model: ModelProfile, run_kv: int, profile_kv: int, kv_dtype: str | None) -> SanityFinding:

@@ -17,7 +17,7 @@ from kvcal import __version__
 from kvcal.fit.bootstrap import BootstrapResult
 from kvcal.fit.breakeven import STATUSES, break_even_tokens, classify, classify_many, interval, status_warning
 from kvcal.fit.curves import LegFit, poly_ms
-from kvcal.records import CurveFit, FitResult
+from kvcal.records import BootstrapSummary, CurveFit, FitResult
 from kvcal.fit.tables import ProbeTable
 
 COEFS = ("intercept_ms", "per_token_us", "per_token2_ns")
@@ -45,8 +45,7 @@ def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: Boots
     warnings += _downweight_notes(recompute) + _downweight_notes(pull)
 
     ci: list[float] | None = None
-    boot_summary: dict[str, Any] = {"n_resamples": 0, "seed": seed, "method": None, "no_crossover_share": None,
-                                    "break_even_samples": []}
+    boot_summary: dict[str, Any] = {"n_resamples": 0, "seed": seed}
     coef_ci: dict[str, dict[str, list[float]]] = {"recompute": {}, "pull": {}}
     if boot is not None:
         low, high = interval(boot.break_even, confidence)
@@ -98,8 +97,9 @@ def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: Boots
         n_invalid_excluded=table.n_invalid_excluded,
         smallest_pull_win_tokens=smallest_pull_win(table),
         pull_bandwidth_gbps=pull_bandwidth_gbps(table),
-        bootstrap=boot_summary,
-        source=dict(table.source),
+        bootstrap=BootstrapSummary(**boot_summary),
+        setup=table.setup,
+        source=table.origin,
         kvcal_version=__version__,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )

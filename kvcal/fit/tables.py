@@ -37,7 +37,9 @@ import numpy as np
 import pandas as pd
 
 from kvcal.errors import InputError
-from kvcal.records import Leg, ProbeRecord
+from kvcal.engines.sim import SimCosts, SimPair
+from kvcal.records import FitSource, Leg, ProbeRecord, RunSetup
+from kvcal.sweep.recorder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +65,23 @@ class ProbeTable:
 
     probes: pd.DataFrame
     n_invalid_excluded: int = 0
-    block_size: int | None = None
-    kv_bytes_per_token: int | None = None
-    source: dict[str, Any] = field(default_factory=dict)
+    setup: RunSetup = field(default_factory=RunSetup)
+    origin: FitSource = field(default_factory=FitSource)
     warnings: tuple[str, ...] = ()
+
+    @property
+    def block_size(self) -> int | None:
+        return self.setup.block_size
+
+    @property
+    def kv_bytes_per_token(self) -> int | None:
+        return self.setup.kv_bytes_per_token
+
+    def with_setup(self, setup: RunSetup) -> "ProbeTable":
+        """The same probes under another setup (e.g. one the flags supplied); length warnings follow its block size."""
+        warnings = tuple(w for w in self.warnings if w not in _length_warnings(self.probes, self.block_size))
+        return ProbeTable(self.probes, self.n_invalid_excluded, setup, self.origin,
+                          warnings + tuple(_length_warnings(self.probes, setup.block_size)))
 
     def leg(self, leg: str | Leg) -> pd.DataFrame:
         """The rows of one leg, sorted by length then rep."""
@@ -112,26 +127,24 @@ def load_probe_table(path: str | Path) -> ProbeTable:
     )
 
 
-def from_rows(rows: list[dict[str, Any]], *, source: dict[str, Any] | None = None, block_size: int | None = None,
-              kv_bytes_per_token: int | None = None, n_invalid_excluded: int = 0,
-              warnings: list[str] | None = None) -> ProbeTable:
+def from_rows(rows: list[dict[str, Any]], *, setup: RunSetup | None = None, origin: FitSource | None = None,
+              n_invalid_excluded: int = 0, warnings: list[str] | None = None) -> ProbeTable:
     """Build a table from dicts with the COLUMNS keys (rep and bytes_moved may be missing)."""
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame = _normalise(frame)
+    setup = setup or RunSetup()
     notes = list(warnings or [])
-    notes += _length_warnings(frame, block_size)
-    return ProbeTable(frame, n_invalid_excluded, block_size, kv_bytes_per_token, dict(source or {}), tuple(notes))
+    notes += _length_warnings(frame, setup.block_size)
+    return ProbeTable(frame, n_invalid_excluded, setup, origin or FitSource(), tuple(notes))
 
 
-def sim_table(costs: Any, lengths: list[int], reps: int, *, seed: int = 0, block_size: int = 64,
+def sim_table(costs: SimCosts, lengths: list[int], reps: int, *, seed: int = 0, block_size: int = 64,
               kv_bytes_per_token: int = 2048) -> ProbeTable:
     """A synthetic campaign from :class:`kvcal.engines.sim.SimPair` (tests and benchmarks only).
 
     Legs alternate within each (length, rep) as a sweep's shuffled plan would; the
     truth is ``costs.true_break_even()``.
     """
-    from kvcal.engines.sim import SimPair
-
     pair = SimPair(costs, seed=seed, block_size=block_size, kv_bytes_per_token=kv_bytes_per_token)
     rows = []
     for rep in range(reps):
@@ -141,16 +154,13 @@ def sim_table(costs: Any, lengths: list[int], reps: int, *, seed: int = 0, block
                 m = pair.measure(leg, ids)
                 rows.append({"prefix_tokens": int(n), "leg": leg.value, "ttft_ms": m.ttft_ms, "rep": rep,
                              "bytes_moved": m.bytes_moved})
-    return from_rows(rows, source={"path": None, "kind": "sim", "engine": "sim", "sim_costs": pair.describe()["sim_costs"]},
-                     block_size=block_size, kv_bytes_per_token=kv_bytes_per_token)
+    return from_rows(rows, setup=pair.setup().model_copy(update={"model": "sim"}), origin=FitSource(kind="sim"))
 
 
 # --- run folder -------------------------------------------------------------------------------
 
 
 def _load_run_folder(folder: Path) -> ProbeTable:
-    from kvcal.sweep.recorder import RunFolder
-
     run = RunFolder(folder)
     if not RunFolder.is_run_folder(folder):
         raise InputError(f"{folder}: not a run folder (no run.json)")
@@ -172,22 +182,9 @@ def _load_run_folder(folder: Path) -> ProbeTable:
              "bytes_moved": r.bytes_moved} for r in chosen.values()]
     if not rows:
         raise InputError(f"{run.probes_path}: no valid probes ({n_invalid} invalid excluded)")
-    source = {
-        "path": str(folder),
-        "kind": "run-folder",
-        "run": manifest.name,
-        "engine": manifest.engine,
-        "model": manifest.model,
-        "transport": manifest.transport,
-        "block_size": manifest.block_size,
-        "kv_bytes_per_token": manifest.kv_bytes_per_token,
-        "hardware": manifest.provenance.get("hardware"),
-        "settings": manifest.settings,
-        "provenance": manifest.provenance,
-    }
     if n_invalid:
         notes.append(f"{n_invalid} invalid probe record(s) excluded (see invalid_reason in probes.jsonl)")
-    return from_rows(rows, source=source, block_size=manifest.block_size, kv_bytes_per_token=manifest.kv_bytes_per_token,
+    return from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
                      n_invalid_excluded=n_invalid, warnings=notes)
 
 
@@ -236,7 +233,7 @@ def _load_csv(path: Path, text: str) -> ProbeTable:
         })
     if n_invalid:
         notes.append(f"{n_invalid} row(s) with valid=false excluded")
-    return from_rows(rows, source={"path": str(path), "kind": "probe-csv"}, n_invalid_excluded=n_invalid, warnings=notes)
+    return from_rows(rows, origin=FitSource(path=str(path), kind="probe-csv"), n_invalid_excluded=n_invalid, warnings=notes)
 
 
 def _int_field(value: str, name: str, where: str, *, positive: bool = False) -> int:
@@ -316,7 +313,7 @@ def _load_llmd_table(path: Path, text: str) -> ProbeTable:
         raise InputError(f"{path}: the llm-d table has a header but no rows")
     if any(r["leg"] == "pull" and r["bytes_moved"] == 0 for r in rows):
         notes.append("some pull rows moved 0 MB: those timings compare recompute with recompute; check the P2P tier")
-    return from_rows(rows, source={"path": str(path), "kind": "llmd-table"}, warnings=notes)
+    return from_rows(rows, origin=FitSource(path=str(path), kind="llmd-table"), warnings=notes)
 
 
 def _number(text: str, name: str, where: str) -> float:

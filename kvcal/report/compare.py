@@ -124,7 +124,7 @@ def check_comparable(base: FitResult, cur: FitResult, *, force: bool) -> list[st
         ("model", "a break-even is a property of the model's KV size and prefill cost"),
         ("transport", "pull cost depends on the transport, so the move would be the change you made"),
     ):
-        a, b = base.source.get(key), cur.source.get(key)
+        a, b = getattr(base.setup, key), getattr(cur.setup, key)
         if a is not None and b is not None and a != b:
             if not force:
                 raise InputError(f"baseline {key} {a!r} differs from current {b!r}: {why}; pass --force to compare anyway")
@@ -242,7 +242,7 @@ def _be_draws(fit: FitResult) -> np.ndarray | None:
     A sample of 0 means the pull won everywhere in that resample (floor); None or inf
     means it never caught up (ceiling), as :mod:`kvcal.fit.breakeven` defines them.
     """
-    samples = fit.bootstrap.get("break_even_samples")
+    samples = fit.bootstrap.break_even_samples
     if not samples:
         return None
     values = np.array([BE_CEIL_TOKENS if (v := _as_tokens(s)) is None or math.isnan(v) else v for s in samples])
@@ -304,10 +304,9 @@ def _coefficient_row(base: FitResult, cur: FitResult, leg: str, name: str, unit:
 
 
 def coefficient_samples(fit: FitResult, leg: str, name: str) -> np.ndarray | None:
-    """Bootstrap samples of one coefficient (``bootstrap["<leg>_samples"][name]``), if the fit kept them."""
-    per_leg = fit.bootstrap.get(f"{leg}_samples")
-    values = per_leg.get(name) if isinstance(per_leg, dict) else None
-    if not isinstance(values, list):
+    """Bootstrap samples of one coefficient (``bootstrap.<leg>_samples[name]``), if the fit kept them."""
+    values = (fit.bootstrap.leg_samples(leg) or {}).get(name)
+    if values is None:
         return None
     finite = np.array([v for v in values if v is not None], dtype=float)
     return finite if len(finite) else None
@@ -334,8 +333,8 @@ def _be_interval(fit: FitResult) -> tuple[float, float] | None:
     ci = _pair(fit.break_even_ci)
     if ci is not None:
         return ci
-    bounds = fit.bootstrap.get("break_even_ci_bounds")
-    if isinstance(bounds, list) and len(bounds) == 2 and bounds[0] is not None:
+    bounds = fit.bootstrap.break_even_ci_bounds
+    if bounds is not None and len(bounds) == 2 and bounds[0] is not None:
         return float(bounds[0]), math.inf if bounds[1] is None else float(bounds[1])
     value = _as_tokens(fit.break_even_tokens)
     return (value, value) if value is not None else None

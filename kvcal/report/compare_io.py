@@ -9,15 +9,16 @@ break-even) in its own colour on one pair of axes, plus the deployed threshold i
 
 from __future__ import annotations
 
-import json
 import logging
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvcal.errors import InputError, KvcalError
-from kvcal.records import FitResult
+from kvcal.errors import InputError
+from kvcal.fit.inputs import load_fit_input
+from kvcal.fit.tables import ProbeTable
+from kvcal.records import FitResult, RunManifest
 
 if TYPE_CHECKING:
     from kvcal.report.compare import Comparison, Row
@@ -37,7 +38,8 @@ class LoadedRun:
     path: Path
     fit: FitResult
     label: str
-    probes: Any = None  # kvcal.fit.tables.ProbeTable when the probes were found (and asked for), else None
+    probes: ProbeTable | None = None  # when the probes were found (and asked for)
+    manifest: RunManifest | None = None  # run.json of the run behind the fit, when at hand
 
 
 # ---------------------------------------------------------------- loading
@@ -49,37 +51,9 @@ def load_run(path: Path | str, *, probes: bool = True) -> LoadedRun:
     With ``probes`` the run's probes are looked for too (for plots); a fit without them still loads.
     """
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: no such file or folder")
-    try:
-        if path.is_file() and _looks_like_json(path):
-            fit = _read_fit_file(path)
-        else:  # a run folder (its fit.json, or fitted now) or a probe table (fitted now)
-            from kvcal.fit import load_or_fit
-
-            fit = load_or_fit(path)
-    except KvcalError:
-        raise
-    except (ValueError, OSError, KeyError, TypeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(f"{path}: not a usable fit ({first})") from None
-    return LoadedRun(path=path, fit=fit, label=run_label(path), probes=_find_probes(path, fit) if probes else None)
-
-
-def _read_fit_file(path: Path) -> FitResult:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"{path}: corrupt fit (not JSON: {err.__class__.__name__} at {getattr(err, 'pos', '?')})") from None
-    if not isinstance(data, dict) or data.get("schema") != "kvcal.fit/1":
-        raise InputError(f"{path}: not a kvcal fit (expected schema 'kvcal.fit/1'); pass a fit.json or a run folder")
-    try:
-        return FitResult.model_validate(data)
-    except ValueError as err:
-        errors = getattr(err, "errors", None)
-        first = errors()[0] if callable(errors) else {"loc": (), "msg": str(err)}
-        where = ".".join(str(p) for p in first.get("loc", ())) or "record"
-        raise InputError(f"{path}: corrupt fit ({where}: {first.get('msg', 'invalid')})") from None
+    found = load_fit_input(path, probes=probes)
+    return LoadedRun(path=path, fit=found.fitted(), label=run_label(path), probes=found.table if probes else None,
+                     manifest=found.manifest)
 
 
 def run_label(path: Path) -> str:
@@ -87,40 +61,6 @@ def run_label(path: Path) -> str:
     if path.is_file():
         return path.parent.name if path.name == "fit.json" else path.stem
     return path.resolve().name
-
-
-def _find_probes(path: Path, fit: FitResult) -> Any:
-    """The probes behind a fit, for plotting (a :class:`kvcal.fit.tables.ProbeTable`), or None.
-
-    Looked for: the input itself when it is a table; the run folder (run.json and
-    probes.jsonl) holding the fit; ``probes.csv`` beside the fit (a committed
-    baseline); the input the fit records in ``source.path``.
-    """
-    from kvcal.fit.tables import load_probe_table
-
-    folder = path if path.is_dir() else path.parent
-    candidates: list[Path] = []
-    if path.is_file() and not _looks_like_json(path):
-        candidates.append(path)
-    if (folder / "run.json").is_file() and (folder / "probes.jsonl").is_file():
-        candidates.append(folder)
-    candidates.append(folder / "probes.csv")
-    source_path = fit.source.get("path")
-    if isinstance(source_path, str) and source_path:
-        candidates.append(Path(source_path))
-    for candidate in candidates:
-        if candidate.exists():
-            try:
-                return load_probe_table(candidate)
-            except KvcalError as err:
-                log.warning("cannot read probes %s for the plot (%s); plotting curves only", candidate, err)
-                return None
-    return None
-
-
-def _looks_like_json(path: Path) -> bool:
-    with path.open("rb") as handle:
-        return handle.read(64).lstrip().startswith(b"{")
 
 
 # ---------------------------------------------------------------- text

@@ -2,7 +2,7 @@
 
 This stage owns ``kvcal history``. Each input (a ``fit.json`` or a run folder) is loaded
 as in :mod:`kvcal.report.compare`; runs are ordered by the time the run was made (the run's
-``created_at`` from run.json or the fit's source, else the fit's own time), and each is
+``created_at`` from run.json or the fit's setup, else the fit's own time), and each is
 labelled by the provenance keys that differ from the run before it (versions of vLLM,
 NIXL, torch and kvcal; transport; model; CPU/GPU; UCX settings; engine settings), so a
 jump in the trend sits next to its likely cause.
@@ -10,7 +10,6 @@ jump in the trend sits next to its likely cause.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -89,11 +88,9 @@ def build_history(runs: list[LoadedRun]) -> list[HistoryEntry]:
 
 
 def run_time(run: LoadedRun) -> str:
-    """When the measurement was made: run.json's created_at, the fit source's, else the fit's."""
-    manifest = _manifest(run)
-    for value in (manifest.get("created_at"), run.fit.source.get("created_at"),
-                  run.fit.source.get("run_created_at"), run.fit.created_at):
-        if isinstance(value, str) and value:
+    """When the measurement was made: run.json's created_at, the fit's setup's, else the fit's own time."""
+    for value in (run.manifest.created_at if run.manifest else None, run.fit.setup.created_at):
+        if value:
             return value
     return run.fit.created_at
 
@@ -108,38 +105,11 @@ def _sort_key(stamp: str) -> tuple[int, float, str]:
     return (0, parsed.timestamp(), stamp)
 
 
-def _manifest(run: LoadedRun) -> dict[str, Any]:
-    """run.json of the run behind a fit: beside the fit, or in the folder the fit's source names."""
-    folders = [run.path if run.path.is_dir() else run.path.parent]
-    source_path = run.fit.source.get("path")
-    if isinstance(source_path, str) and source_path:
-        folders.append(Path(source_path))
-    for folder in folders:
-        path = folder / "run.json"
-        if not path.is_file():
-            continue
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            log.warning("%s is unreadable; ordering %s by its fit's time", path, run.label)
-            continue
-        if isinstance(data, dict):
-            return data
-    return {}
-
-
 def flat_provenance(run: LoadedRun) -> dict[str, Any]:
-    """The setup a run measured, as dotted keys: the fit's source and the run's provenance."""
-    manifest = _manifest(run)
-    merged: dict[str, Any] = {}
-    for key in ("engine", "transport", "model", "block_size", "kv_bytes_per_token"):
-        if manifest.get(key) is not None:
-            merged[key] = manifest[key]
-    source = {k: v for k, v in run.fit.source.items() if k != "provenance"}
-    merged.update(source)
-    for prov in (manifest.get("provenance"), run.fit.source.get("provenance")):
-        if isinstance(prov, dict):
-            merged.update(prov)
+    """The setup a run measured, as dotted keys: the fit's setup, then the run's provenance when run.json is at hand."""
+    merged: dict[str, Any] = run.fit.setup.model_dump(mode="json")
+    if run.manifest is not None:
+        merged.update(run.manifest.provenance)
     flat: dict[str, Any] = {}
     _flatten("", merged, flat)
     return {k: v for k, v in flat.items() if k.rsplit(".", 1)[-1] not in NOISY_KEYS}

@@ -18,17 +18,16 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from kvcal.errors import InputError
-from kvcal.fit import curve_ms, fit_table, load_fit
+from kvcal.fit import curve_ms, load_fit_input
 from kvcal.fit.curves import poly_ms
 from kvcal.records import FitResult
-from kvcal.fit.tables import ProbeTable, load_probe_table
+from kvcal.fit.tables import ProbeTable
 
 log = logging.getLogger(__name__)
 
@@ -49,22 +48,9 @@ def plot_input(path: str | Path, output: str | Path, *, log_x: bool = False, con
 
 
 def load_for_plot(path: str | Path, *, confidence: float = 0.9, seed: int = 0) -> tuple[FitResult, ProbeTable | None]:
-    """The fit and, when the probes can be found, the table: a fit.json's source is followed if it exists."""
-    p = Path(path)
-    if p.is_file() and (p.suffix.lower() == ".json"):
-        fit = load_fit(p)
-        source = fit.source.get("path")
-        table = None
-        if source and Path(source).exists():
-            try:
-                table = load_probe_table(source)
-            except InputError as err:
-                log.info("probes of %s not plotted: %s", p, err)
-        return fit, table
-    table = load_probe_table(p)
-    if p.is_dir() and (p / "fit.json").is_file():
-        return load_fit(p / "fit.json"), table
-    return fit_table(table, confidence=confidence, seed=seed), table
+    """The input's fit (made now if it has none) and its probes when they can be found."""
+    found = load_fit_input(path)
+    return found.fitted(confidence=confidence, seed=seed), found.table
 
 
 def figure_for(fit: FitResult, table: ProbeTable | None = None, *, log_x: bool = False,
@@ -85,8 +71,8 @@ def figure_for(fit: FitResult, table: ProbeTable | None = None, *, log_x: bool =
 
 
 def default_title(fit: FitResult) -> str:
-    src = fit.source
-    what = " / ".join(str(src[k]) for k in ("model", "transport", "engine") if src.get(k)) or str(src.get("path") or "")
+    setup = fit.setup
+    what = " / ".join(str(v) for v in (setup.model, setup.transport, setup.engine) if v) or str(fit.source.path or "")
     if fit.break_even_tokens is None:
         be = "no break-even"
     else:
@@ -191,7 +177,7 @@ def save(figure: Figure, path: str | Path) -> Path:
 
 
 def _coef_samples(fit: FitResult, leg: str) -> np.ndarray | None:
-    stored: dict[str, Any] | None = fit.bootstrap.get(f"{leg}_samples")
+    stored = fit.bootstrap.leg_samples(leg)
     if not stored:
         return None
     cols = [np.asarray([math.nan if v is None else v for v in stored[k]], dtype=float)

@@ -58,6 +58,7 @@ class SweepConfig(BaseModel):
     producer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the producer (CPU hosts); default: core 0.")
     consumer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the consumer (CPU hosts); default: core 1.")
     engine_args: list[str] = Field(default_factory=list, description="Extra arguments passed to both `vllm serve` processes.")
+    python_hash_seed: int = Field(0, ge=0, le=4294967295, description="PYTHONHASHSEED kvcal sets for both launched engines (prefix-cache block hashes match only when it is equal); recorded in run.json.")
     startup_timeout_s: float = Field(900.0, gt=0, description="How long to wait for the engines to become ready.")
     probe_timeout_s: float = Field(300.0, gt=0, description="How long one request may take.")
     max_attempts: int = Field(3, ge=1, le=20, description="Tries per probe before a failed gate fails the run.")
@@ -75,11 +76,26 @@ class SweepConfig(BaseModel):
     def attach(self) -> bool:
         return self.producer_url is not None or self.consumer_url is not None
 
+    def engine_arg(self, *names: str) -> str | None:
+        """The value of an engine argument (``--name value`` or ``--name=value``) in ``engine_args``, or None."""
+        return arg_value(self.engine_args, *names)
+
     @property
     def model_label(self) -> str:
         if self.engine == "sim":
             return self.model or "sim"
         return self.model or "tiny-llama"
+
+
+def arg_value(args: tuple[str, ...] | list[str], *names: str) -> str | None:
+    """The value of ``--name value`` or ``--name=value`` in an argument list, or None."""
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
 
 
 def field_help(name: str) -> str:

@@ -8,36 +8,12 @@ record.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 
 from kvcal.errors import InputError
-from kvcal.records import Leg
+from kvcal.records import Leg, PlannedProbe
 
-
-@dataclass(frozen=True)
-class PlannedProbe:
-    """One probe of the plan; ``probe_id`` is stable across resumes."""
-
-    plan_index: int
-    probe_id: str
-    prefix_tokens: int
-    leg: Leg
-    rep: int
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "leg": self.leg.value}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "PlannedProbe":
-        return cls(
-            plan_index=int(data["plan_index"]),
-            probe_id=str(data["probe_id"]),
-            prefix_tokens=int(data["prefix_tokens"]),
-            leg=Leg(data["leg"]),
-            rep=int(data["rep"]),
-        )
+__all__ = ["PlannedProbe", "build_plan", "default_prefix_lengths", "validate_prefix_lengths"]
 
 
 def default_prefix_lengths(block_size: int, max_model_len: int) -> list[int]:
@@ -93,5 +69,5 @@ def build_plan(lengths: list[int], reps: int, seed: int) -> list[PlannedProbe]:
     plan = []
     for index, cell_index in enumerate(order):
         n, leg, rep = cells[int(cell_index)]
-        plan.append(PlannedProbe(index, f"L{n}-{leg.value}-r{rep}", n, leg, rep))
+        plan.append(PlannedProbe(plan_index=index, probe_id=f"L{n}-{leg.value}-r{rep}", prefix_tokens=n, leg=leg, rep=rep))
     return plan

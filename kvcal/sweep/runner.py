@@ -72,7 +72,7 @@ def make_pair(config: SweepConfig, run: RunFolder) -> EnginePair:
         sim = config.sim
         costs = SimCosts(**sim.model_dump(exclude={"fail_pull_rate", "max_model_len"}))
         return SimPair(costs, block_size=config.block_size, max_model_len=sim.max_model_len, seed=config.seed,
-                       fail_pull_rate=sim.fail_pull_rate)
+                       fail_pull_rate=sim.fail_pull_rate, python_hash_seed=config.python_hash_seed)
     from kvcal.engines.vllm import pair_from_config
 
     return pair_from_config(config, run)
@@ -123,8 +123,8 @@ def _prepare(config: SweepConfig, resume: bool) -> tuple[SweepConfig, RunFolder,
         if not RunFolder.is_run_folder(run.path):
             raise InputError(f"no run to resume at {run.path} (no run.json)")
         manifest = run.manifest()
-        stored = SweepConfig.model_validate({**manifest.settings, "output_dir": output_dir, "name": run.path.name})
-        plan = [PlannedProbe.from_json(p) for p in manifest.plan]
+        stored = manifest.settings.model_copy(update={"output_dir": output_dir, "name": run.path.name})
+        plan = list(manifest.plan)
         return stored, run, plan
     name = config.name or default_run_name(config)
     run = RunFolder(output_dir / name)
@@ -258,10 +258,7 @@ def _probe_until_valid(
 def _manifest(config: SweepConfig, run: RunFolder, pair: EnginePair, plan: list[PlannedProbe]) -> RunManifest:
     provenance = host_provenance()
     provenance["engine"] = pair.describe()
-    return RunManifest(
-        name=run.path.name, created_at=utc_now(), engine=config.engine,
-        transport=None if config.engine == "sim" else config.transport,
-        model=config.model_label, block_size=config.block_size, kv_bytes_per_token=pair.kv_bytes_per_token,
-        settings=config.model_dump(mode="json"), provenance=provenance,
-        plan=[p.to_json() for p in plan],
-    )
+    created_at = utc_now()
+    setup = pair.setup().model_copy(update={"model": config.model_label, "created_at": created_at})
+    return RunManifest(name=run.path.name, created_at=created_at, settings=config, setup=setup,
+                       provenance=provenance, plan=plan)

@@ -14,6 +14,8 @@ from kvcal.emit.helm import read_threshold as read_deployed_threshold
 from kvcal.errors import InputError
 from kvcal.records import CurveFit, FitResult
 
+import factories
+
 STATUS_BE = {"crossover": 1500.0, "pull-always-wins": None, "recompute-always-wins": None}
 
 
@@ -28,7 +30,6 @@ def make_fit(
     model: str = "tiny",
     transport: str = "nixl-pd",
     pull_us: float = 3.0,
-    source: dict | None = None,
     created_at: str = "2026-01-01T00:00:00+00:00",
 ) -> FitResult:
     """A fit whose break-even bootstrap is lognormal around ``be`` with relative spread ``spread``."""
@@ -51,11 +52,11 @@ def make_fit(
     floor_ms = 5.0 + 25.0 * at / 1e3 + 0.012 * at**2 / 1e6 - pull_us * at / 1e3
     pull = CurveFit(model="affine", intercept_ms=floor_ms, per_token_us=pull_us, per_token2_ns=0.0,
                     ci={"intercept_ms": [floor_ms * 0.95, floor_ms * 1.05], "per_token_us": [pull_us * 0.95, pull_us * 1.05]})
-    return FitResult(
-        status=status, break_even_tokens=be if status == "crossover" else None, break_even_ci=ci, confidence=0.95,
-        extrapolated=False, measured_range=[256, 8192], recompute=recompute, pull=pull, block_size=64,
+    return factories.make_fit(
+        status=status, break_even_tokens=be if status == "crossover" else None, break_even_ci=ci,
+        measured_range=[256, 8192], recompute=recompute, pull=pull,
         n_probes=60, pull_bandwidth_gbps=0.7 if pull_us == 3.0 else 0.7 * 3.0 / pull_us, bootstrap=boot,
-        source={"model": model, "transport": transport, **(source or {})}, kvcal_version="0.1.0", created_at=created_at,
+        setup={"model": model, "transport": transport}, created_at=created_at,
     )
 
 
@@ -156,9 +157,8 @@ def test_resamples_where_the_pull_never_catches_up_count_at_the_ceiling():
     # A fit whose resamples partly found no break-even (null samples, as kvcal.fit writes
     # them): they count as "pull never wins", which stretches the ratio's interval upward.
     base = make_fit(6000, spread=0.02)
-    boot = dict(base.bootstrap)
-    boot["break_even_samples"] = boot["break_even_samples"][:300] + [None] * 100
-    cur = base.model_copy(update={"bootstrap": boot})
+    samples = base.bootstrap.break_even_samples[:300] + [None] * 100
+    cur = base.model_copy(update={"bootstrap": base.bootstrap.model_copy(update={"break_even_samples": samples})})
     result = compare_runs(run_of(base), run_of(cur))
     assert result.rows[0].change_ci[1] > BE_CEIL_TOKENS / 6000 / 10  # the upper quantile reaches the ceiling
     assert result.rows[0].significant is False  # ... yet 75% of it agrees with the baseline
@@ -197,8 +197,8 @@ def test_bad_files_exit_2_with_one_line(tmp_path, kvcal):
     wrong.write_text(json.dumps(data))
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"hello": 1}))
-    for bad, message in ((tmp_path / "missing.json", "no such file"), (corrupt, "corrupt fit (not JSON"),
-                         (wrong, "corrupt fit (break_even_tokens"), (other, "not a kvcal fit")):
+    for bad, message in ((tmp_path / "missing.json", "no such file"), (corrupt, "corrupt fit: not JSON"),
+                         (wrong, "corrupt fit: break_even_tokens"), (other, "not a kvcal fit")):
         result = kvcal("compare", good, bad)
         assert result.code == 2, (bad, result.err)
         assert message in result.err
@@ -441,7 +441,7 @@ BASELINES = sorted((ROOT / "results" / "baselines").glob("*/fit.json"))
 @pytest.mark.parametrize("baseline", BASELINES, ids=[p.parent.name for p in BASELINES])
 def test_committed_baselines_load_and_self_compare(baseline, kvcal):
     run = load_run(baseline.parent)
-    assert run.fit.bootstrap.get("break_even_samples"), "a baseline must keep its bootstrap samples"
+    assert run.fit.bootstrap.break_even_samples, "a baseline must keep its bootstrap samples"
     assert kvcal("compare", baseline.parent, baseline.parent).code == 0
 
 

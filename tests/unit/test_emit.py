@@ -15,8 +15,9 @@ from kvcal.emit import formats as em
 from kvcal.errors import InputError, NotRecommended
 from kvcal.records import CurveFit, FitResult
 
-RECOMPUTE = CurveFit(model="quadratic", intercept_ms=5.0, per_token_us=25.0, per_token2_ns=0.012)
-PULL = CurveFit(model="affine", intercept_ms=20.0, per_token_us=3.0, per_token2_ns=0.0)
+import factories
+
+from factories import PULL, RECOMPUTE
 
 
 def true_break_even() -> float:
@@ -26,11 +27,11 @@ def true_break_even() -> float:
 
 def make_fit(status: str = "crossover", be: float | None = 1500.0, ci: list[float] | None = (1300.0, 1800.0),
              block_size: int | None = 64, smallest_win: int | None = None, measured: list[int] = (256, 16384),
-             source: dict | None = None, recompute: CurveFit = RECOMPUTE, pull: CurveFit = PULL) -> FitResult:
-    return FitResult(
-        status=status, break_even_tokens=be, break_even_ci=list(ci) if ci else None, confidence=0.95, extrapolated=False,
+             setup: dict | None = None, recompute: CurveFit = RECOMPUTE, pull: CurveFit = PULL) -> FitResult:
+    return factories.make_fit(
+        status=status, break_even_tokens=be, break_even_ci=list(ci) if ci else None,
         measured_range=list(measured), recompute=recompute, pull=pull, block_size=block_size,
-        smallest_pull_win_tokens=smallest_win, source=source or {}, kvcal_version="test", created_at="2026-01-01T00:00:00Z",
+        smallest_pull_win_tokens=smallest_win, setup=setup or {},
     )
 
 
@@ -206,7 +207,7 @@ def test_costmodel_clamps_negative_floor() -> None:
 
 
 def test_vllm_p2p_tier_renders_offloading_connector() -> None:
-    res = em.emit(make_fit(source={"transport": "p2p-tier"}), em.EmitOptions(format="vllm"))
+    res = em.emit(make_fit(setup={"transport": "p2p-tier"}), em.EmitOptions(format="vllm"))
     data = yaml.safe_load(res.stdout)
     args = data["args"]
     assert args[args.index("--block-size") + 1] == "64"
@@ -220,11 +221,20 @@ def test_vllm_p2p_tier_renders_offloading_connector() -> None:
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert env["VLLM_P2P_SIDE_CHANNEL_PORT"]["value"] == "5710" and "PYTHONHASHSEED" in env
     assert any("cpu_bytes_to_use" in w for w in res.warnings)
+    assert env["PYTHONHASHSEED"]["value"] == "0" and any("PYTHONHASHSEED 0 is a default" in w for w in res.warnings)
+
+
+@pytest.mark.parametrize("seed", [0, 7, 4294967295])
+def test_vllm_emits_the_runs_hash_seed(seed) -> None:
+    res = em.emit(make_fit(setup={"transport": "p2p-tier", "python_hash_seed": seed}), em.EmitOptions(format="vllm"))
+    env = {e["name"]: e for e in yaml.safe_load(res.stdout)["env"]}
+    assert env["PYTHONHASHSEED"]["value"] == str(seed)
+    assert not any("PYTHONHASHSEED 0 is a default" in w for w in res.warnings)
 
 
 def test_vllm_uses_the_recorded_config_and_flag_transport() -> None:
     recorded = {"kv_connector": "OffloadingConnector", "kv_connector_extra_config": {"cpu_bytes_to_use": 1000}}
-    res = em.emit(make_fit(source={"kv_transfer_config": recorded}),
+    res = em.emit(make_fit(setup={"kv_transfer_config": {"producer": {}, "consumer": recorded}}),
                   em.EmitOptions(format="vllm", transport="p2p_tier", block_size=128))
     args = yaml.safe_load(res.stdout)["args"]
     cfg = json.loads(args[args.index("--kv-transfer-config") + 1])
@@ -234,7 +244,7 @@ def test_vllm_uses_the_recorded_config_and_flag_transport() -> None:
 
 
 def test_vllm_nixl_pd_warns_it_is_a_proxy() -> None:
-    res = em.emit(make_fit(source={"transport": "nixl-pd", "kv_transfer_config": {"kv_buffer_device": "cpu"}}),
+    res = em.emit(make_fit(setup={"transport": "nixl-pd", "kv_transfer_config": {"consumer": {"kv_buffer_device": "cpu"}}}),
                   em.EmitOptions(format="vllm"))
     data = yaml.safe_load(res.stdout)
     cfg = json.loads(data["args"][data["args"].index("--kv-transfer-config") + 1])
@@ -313,23 +323,36 @@ def test_cli_fits_a_sim_run_folder_on_the_fly(tmp_path, capsys) -> None:
     assert lo * 0.8 <= truth <= hi * 1.2  # the sim's known truth sits at the interval
 
 
-def test_vllm_format_reads_the_per_role_config_a_sweep_records(tmp_path):
-    """A sweep records {producer: {...}, consumer: {...}}; the consumer's settings are the ones reported."""
-    import subprocess
-    import sys
-
+def test_vllm_format_reads_the_per_role_config_a_sweep_records(tmp_path, kvcal):
+    """A sweep records {producer: {...}, consumer: {...}} in its setup; the consumer's settings are the ones reported."""
+    campaign = tmp_path / "campaign.yaml"
+    campaign.write_text("python_hash_seed: 7\n")
+    assert kvcal("sweep", "--engine", "sim", "--prefix-lengths", "256,1024,4096", "--reps", "2", "--config", campaign,
+                 "--output-dir", tmp_path, "--name", "run").code == 0
     run = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "kvcal.cli.app", "sweep", "--engine", "sim", "--prefix-lengths",
-                    "256,1024,4096", "--reps", "2", "--output-dir", str(tmp_path), "--name", "run"], check=True,
-                   capture_output=True)
     manifest = json.loads((run / "run.json").read_text())
-    manifest["provenance"]["engine"]["kv_transfer_config"] = {
+    assert manifest["setup"]["python_hash_seed"] == 7
+    manifest["setup"]["kv_transfer_config"] = {
         "producer": {"kv_connector": "NixlConnector", "kv_role": "kv_producer", "kv_buffer_device": "cpu"},
         "consumer": {"kv_connector": "NixlConnector", "kv_role": "kv_consumer", "kv_buffer_device": "cpu"},
     }
-    manifest["transport"] = "nixl-pd"
+    manifest["setup"]["transport"] = "nixl-pd"
     (run / "run.json").write_text(json.dumps(manifest))
-    out = subprocess.run([sys.executable, "-m", "kvcal.cli.app", "emit-config", str(run), "--format", "vllm"],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert "kv_buffer_device 'cpu' as in the run" in out.stderr
+    out = kvcal("emit-config", run, "--format", "vllm")
+    assert out.code == 0, out.err
+    assert "kv_buffer_device 'cpu' as in the run" in out.err
+
+
+def test_a_sim_sweeps_hash_seed_reaches_the_vllm_fragment(tmp_path, kvcal):
+    """sweep -> fit -> emit-config: the PYTHONHASHSEED the sweep set is the one the engines are told to use."""
+    campaign = tmp_path / "campaign.yaml"
+    campaign.write_text("python_hash_seed: 4242\n")
+    assert kvcal("sweep", "--engine", "sim", "--prefix-lengths", "256,1024,4096", "--reps", "2", "--config", campaign,
+                 "--output-dir", tmp_path, "--name", "run").code == 0
+    assert kvcal("fit", tmp_path / "run", "--resamples", "200").code == 0
+    fit = json.loads((tmp_path / "run" / "fit.json").read_text())
+    assert fit["setup"] == json.loads((tmp_path / "run" / "run.json").read_text())["setup"]
+    out = kvcal("emit-config", tmp_path / "run" / "fit.json", "--format", "vllm", "--transport", "p2p-tier")
+    assert out.code == 0, out.err
+    env = {e["name"]: e.get("value") for e in yaml.safe_load(out.out)["env"]}
+    assert env["PYTHONHASHSEED"] == "4242"

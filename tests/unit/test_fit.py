@@ -20,6 +20,12 @@ from kvcal.fit.breakeven import break_even_tokens, classify, interval
 from kvcal.fit.curves import LegData, fit_leg, solve_nnls
 from kvcal.records import FitResult
 from kvcal.fit.tables import from_rows, load_probe_table, sim_table
+from kvcal.records import FitSource, RunManifest, RunSetup
+
+import factories
+
+SETUP_KEYS = {"model", "engine", "transport", "block_size", "kv_bytes_per_token", "kv_dtype", "accelerator",
+              "device_count", "python_hash_seed", "kv_transfer_config", "created_at"}
 
 CPU = SimCosts()  # break-even ~682 tokens
 CONVEX = SimCosts(recompute_intercept_ms=2.0, recompute_per_token_us=12.0, recompute_per_token2_ns=0.4,
@@ -36,7 +42,7 @@ def ladder_table(points: dict[int, tuple[float, float]]):
     for n, (rec, pull) in points.items():
         rows.append({"prefix_tokens": n, "leg": "recompute", "ttft_ms": rec, "rep": 0, "bytes_moved": None})
         rows.append({"prefix_tokens": n, "leg": "pull", "ttft_ms": pull, "rep": 0, "bytes_moved": None})
-    return from_rows(rows, source={"path": None, "kind": "test"})
+    return from_rows(rows, origin=FitSource(kind="test"))
 
 
 # --- non-negative least squares and curves ------------------------------------------------------
@@ -84,7 +90,7 @@ def test_coefficients_are_never_negative_even_when_a_line_would_want_it():
         for model in curve.alternatives.values():
             assert min(model["intercept_ms"], model["per_token_us"], model["per_token2_ns"]) >= 0
     for name in ("recompute_samples", "pull_samples"):
-        for values in fit.bootstrap[name].values():
+        for values in fit.bootstrap.leg_samples(name.removesuffix("_samples")).values():
             assert min(values) >= 0
 
 
@@ -214,7 +220,7 @@ def test_published_gpt_oss_ladder_never_places_a_crossover_above_2048():
     assert fit.status == "pull-always-wins"
     assert fit.break_even_tokens is not None and fit.break_even_tokens < 2048
     assert fit.break_even_ci is not None and fit.break_even_ci[1] < 2048
-    assert fit.bootstrap["status_shares"]["crossover"] < 0.05
+    assert fit.bootstrap.status_shares["crossover"] < 0.05
     assert fit.smallest_pull_win_tokens == 2048
     # Straight lines would cross near 4.3K tokens, contradicting the 2048-token measurement.
     n = np.array(list(GPT_OSS), dtype=float)
@@ -244,21 +250,21 @@ def test_interval_covers_the_truth_near_its_nominal_rate_and_error_is_small():
 def test_same_seed_same_result_other_seed_other_samples():
     table = sim_table(CPU, CPU_LADDER, 3, seed=5)
     a, b, c = fit_table(table, seed=1), fit_table(table, seed=1), fit_table(table, seed=2)
-    assert a.bootstrap["break_even_samples"] == b.bootstrap["break_even_samples"]
+    assert a.bootstrap.break_even_samples == b.bootstrap.break_even_samples
     assert a.break_even_ci == b.break_even_ci and a.recompute.ci == b.recompute.ci
-    assert a.bootstrap["break_even_samples"] != c.bootstrap["break_even_samples"]
+    assert a.bootstrap.break_even_samples != c.bootstrap.break_even_samples
 
 
 def test_bootstrap_summary_fields_and_sizes():
     fit = fit_table(sim_table(CPU, CPU_LADDER, 3, seed=5), n_resamples=400, seed=3)
     boot = fit.bootstrap
-    assert boot["n_resamples"] == 400 and boot["seed"] == 3 and boot["method"] == "reps-within-length"
-    assert 0.0 <= boot["no_crossover_share"] <= 1.0
-    assert sum(boot["status_shares"].values()) == pytest.approx(1.0)
-    assert len(boot["break_even_samples"]) == 400
+    assert boot.n_resamples == 400 and boot.seed == 3 and boot.method == "reps-within-length"
+    assert 0.0 <= boot.no_crossover_share <= 1.0
+    assert sum(boot.status_shares.values()) == pytest.approx(1.0)
+    assert len(boot.break_even_samples) == 400
     for leg in ("recompute", "pull"):
-        assert set(boot[f"{leg}_samples"]) == {"intercept_ms", "per_token_us", "per_token2_ns"}
-        assert all(len(v) == 400 for v in boot[f"{leg}_samples"].values())
+        assert set(boot.leg_samples(leg)) == {"intercept_ms", "per_token_us", "per_token2_ns"}
+        assert all(len(v) == 400 for v in boot.leg_samples(leg).values())
         lo, hi = getattr(fit, leg).ci["per_token_us"]
         assert lo <= getattr(fit, leg).per_token_us <= hi
     lo, hi = fit.break_even_ci
@@ -273,7 +279,7 @@ def test_higher_confidence_gives_a_wider_interval():
 
 def test_one_rep_per_length_uses_the_residual_bootstrap():
     fit = fit_table(sim_table(CPU, [128, 256, 512, 1024, 2048, 4096, 8192], 1, seed=3), n_resamples=500)
-    assert fit.bootstrap["method"] == "residual"
+    assert fit.bootstrap.method == "residual"
     assert fit.break_even_ci is not None
     assert any("single probe" in w for w in fit.warnings)
 
@@ -335,10 +341,12 @@ def test_fit_json_round_trips_with_schema_key(tmp_path):
     fit = fit_table(sim_table(CPU, CPU_LADDER, 3, seed=1), n_resamples=300)
     path = write_fit(fit, tmp_path / "fit.json")
     raw = json.loads(path.read_text())
-    assert raw["schema"] == "kvcal.fit/1"
+    assert raw["schema"] == "kvcal.fit/2"
     for key in ("status", "break_even_tokens", "break_even_ci", "confidence", "extrapolated", "measured_range",
-                "recompute", "pull", "block_size", "warnings"):
+                "recompute", "pull", "block_size", "warnings", "n_probes", "n_invalid_excluded", "smallest_pull_win_tokens",
+                "pull_bandwidth_gbps", "bootstrap", "source", "kvcal_version", "created_at", "setup"):
         assert key in raw
+    assert set(raw["setup"]) >= SETUP_KEYS
     assert set(raw["recompute"]) >= {"model", "intercept_ms", "per_token_us", "per_token2_ns"}
     assert FitResult.model_validate_json(path.read_text()) == fit
     assert load_fit(path) == fit
@@ -364,25 +372,14 @@ def test_load_fit_rejects_other_json(tmp_path):
 
 def write_sim_run(folder: Path, table) -> Path:
     """A run folder as a sweep would leave it, from a synthetic table."""
-    from kvcal.records import Leg, ProbeRecord, RunManifest
-
-    folder.mkdir(parents=True)
-    run = RunManifest(name="sim", created_at="2026-01-01T00:00:00Z", engine="sim", transport=None, model="tiny",
-                      block_size=64, kv_bytes_per_token=2048, settings={}, provenance={}, plan=[])
-    (folder / "run.json").write_text(run.model_dump_json(by_alias=True))
-    lines = []
-    for i, row in enumerate(table.probes.itertuples()):
-        lines.append(ProbeRecord(probe_id=f"p{i}", plan_index=i, attempt=0, prefix_tokens=row.prefix_tokens,
-                                 leg=Leg(row.leg), rep=row.rep, ttft_ms=row.ttft_ms, bytes_moved=None, valid=True,
-                                 started_at="2026-01-01T00:00:00Z").model_dump_json(by_alias=True))
-    (folder / "probes.jsonl").write_text("\n".join(lines) + "\n")
-    return folder
+    return factories.write_run_folder(folder, table, manifest=factories.make_manifest(name="sim"))
 
 
 def test_load_or_fit_prefers_a_run_folders_fit_json(tmp_path):
     folder = write_sim_run(tmp_path / "run", sim_table(CPU, CPU_LADDER, 2, seed=1))
     on_the_fly = load_or_fit(folder, n_resamples=200)
-    assert on_the_fly.source["kind"] == "run-folder" and on_the_fly.source["model"] == "tiny"
+    assert on_the_fly.source.kind == "run-folder" and on_the_fly.setup.model == "tiny"
+    assert on_the_fly.setup == RunManifest.model_validate_json((folder / "run.json").read_text()).setup
     assert not (folder / "fit.json").exists()  # fitting on the fly writes nothing
     stored = fit_table(sim_table(CPU, CPU_LADDER, 2, seed=99), n_resamples=0)
     write_fit(stored, folder / "fit.json")
@@ -394,7 +391,7 @@ def test_load_or_fit_kinds(tmp_path: Path):
     csv = tmp_path / "probes.csv"
     table.probes.to_csv(csv, index=False)
     fitted = load_or_fit(csv, n_resamples=200)
-    assert fitted.source["kind"] == "probe-csv"
+    assert fitted.source.kind == "probe-csv" and fitted.setup == RunSetup()
     written = write_fit(fitted, tmp_path / "fit.json")
     assert load_or_fit(written) == fitted
     assert load_probe_table(csv).lengths == CPU_LADDER

@@ -12,6 +12,8 @@ from kvcal.engines.sim import SimCosts
 from kvcal.records import FitResult
 from kvcal.fit.tables import sim_table
 
+import factories
+
 # The job log minus its first chatter line: the table as users paste it.
 JOB_TABLE = "".join((Path(__file__).parents[1] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text().splitlines(keepends=True)[1:])
 
@@ -44,7 +46,7 @@ def test_fit_json_prints_only_the_object(capsys, csv, tmp_path):
                          "--resamples", "300")
     assert code == 0 and err == ""
     data = json.loads(out)  # the whole of stdout is one JSON object
-    assert data["schema"] == "kvcal.fit/1" and data["confidence"] == 0.8 and data["bootstrap"]["seed"] == 3
+    assert data["schema"] == "kvcal.fit/2" and data["confidence"] == 0.8 and data["bootstrap"]["seed"] == 3
     for key in ("status", "break_even_tokens", "break_even_ci", "extrapolated", "measured_range", "recompute", "pull",
                 "block_size", "warnings"):
         assert key in data
@@ -67,25 +69,17 @@ def test_fit_the_llmd_job_table(capsys, tmp_path):
     code, out, err = run(capsys, "fit", str(job), "--json")
     data = json.loads(out)
     assert code == 0 and data["status"] == "pull-always-wins" and data["source"]["kind"] == "llmd-table"
+    assert set(data["setup"].values()) == {None}  # a Job log records no setup; no flag supplied one
     assert data["break_even_tokens"] < 2048 and data["pull_bandwidth_gbps"] > 0
 
 
 def test_fit_a_run_folder_writes_into_it(capsys, tmp_path):
-    from kvcal.records import Leg, ProbeRecord, RunManifest
-
-    folder = tmp_path / "run"
-    folder.mkdir()
-    (folder / "run.json").write_text(RunManifest(
-        name="r", created_at="2026-01-01T00:00:00Z", engine="sim", transport=None, model="tiny", block_size=64,
-        kv_bytes_per_token=2048, settings={}, provenance={}, plan=[]).model_dump_json(by_alias=True))
-    table = sim_table(SimCosts(), [256, 1024, 4096], 2, seed=1)
-    lines = [ProbeRecord(probe_id=f"p{i}", plan_index=i, attempt=0, prefix_tokens=r.prefix_tokens, leg=Leg(r.leg), rep=r.rep,
-                         ttft_ms=r.ttft_ms, bytes_moved=None, valid=True, started_at="2026-01-01T00:00:00Z"
-                         ).model_dump_json(by_alias=True) for i, r in enumerate(table.probes.itertuples())]
-    (folder / "probes.jsonl").write_text("\n".join(lines) + "\n")
+    folder = factories.write_run_folder(tmp_path / "run", sim_table(SimCosts(), [256, 1024, 4096], 2, seed=1))
     code, out, err = run(capsys, "fit", str(folder), "--resamples", "200")
     assert code == 0, err
-    assert FitResult.model_validate_json((folder / "fit.json").read_text()).source["model"] == "tiny"
+    written = json.loads((folder / "fit.json").read_text())
+    assert written["setup"] == json.loads((folder / "run.json").read_text())["setup"]
+    assert FitResult.model_validate(written).setup.model == "tiny"
 
 
 BAD_INPUTS = {

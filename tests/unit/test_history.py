@@ -8,7 +8,9 @@ import pytest
 
 from kvcal.report.compare_io import load_run
 from kvcal.report.history import build_history, plot_history, provenance_changes
-from kvcal.records import CurveFit, FitResult, RunManifest
+from kvcal.records import FitResult
+
+import factories
 
 PROVENANCE = {
     "kvcal_version": "0.1.0", "vllm_version": "0.32.0", "nixl_version": "1.5.1", "torch_version": "2.13.0",
@@ -17,12 +19,10 @@ PROVENANCE = {
 
 
 def fit_of(be: float | None, *, status: str = "crossover", pull_us: float = 3.0, fitted_at: str = "2026-06-01T00:00:00+00:00") -> FitResult:
-    curve = CurveFit(model="affine", intercept_ms=20.0, per_token_us=pull_us, per_token2_ns=0.0)
-    return FitResult(
-        status=status, break_even_tokens=be, break_even_ci=[be * 0.9, be * 1.1] if be else None, confidence=0.95,
-        extrapolated=False, measured_range=[256, 8192], block_size=64, pull=curve,
-        recompute=CurveFit(model="quadratic", intercept_ms=5.0, per_token_us=25.0, per_token2_ns=0.012),
-        source={"model": "tiny", "transport": "nixl-pd"}, kvcal_version="0.1.0", created_at=fitted_at,
+    return factories.make_fit(
+        status=status, break_even_tokens=be, break_even_ci=[be * 0.9, be * 1.1] if be else None,
+        measured_range=[256, 8192], pull=factories.make_curve(20.0, pull_us),
+        setup={"model": "tiny", "transport": "nixl-pd"}, created_at=fitted_at,
     )
 
 
@@ -30,9 +30,11 @@ def run_folder(root: Path, name: str, created_at: str, fit: FitResult, **provena
     """A run folder with run.json (its created_at orders the history) and fit.json; returns fit.json."""
     folder = root / name
     folder.mkdir(parents=True)
-    manifest = RunManifest(name=name, created_at=created_at, engine="sim", transport=provenance.pop("transport", "nixl-pd"),
-                           model="tiny", block_size=64, kv_bytes_per_token=2048, settings={},
-                           provenance={**PROVENANCE, "command_line": f"kvcal sweep --name {name}", **provenance}, plan=[])
+    manifest = factories.make_manifest(
+        name=name, created_at=created_at,
+        setup={"model": "tiny", "engine": "sim", "transport": provenance.pop("transport", "nixl-pd"), "block_size": 64,
+               "kv_bytes_per_token": 2048, "created_at": created_at},
+        provenance={**PROVENANCE, "command_line": f"kvcal sweep --name {name}", **provenance})
     (folder / "run.json").write_text(manifest.model_dump_json(by_alias=True))
     (folder / "fit.json").write_text(fit.model_dump_json(by_alias=True))
     return folder / "fit.json"

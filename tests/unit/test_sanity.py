@@ -10,7 +10,7 @@ import pytest
 
 from kvcal.estimate.predict import PredictSettings, build_cost_model
 from kvcal.estimate.profiles import load_profiles
-from kvcal.records import CurveFit, FitResult
+from kvcal.records import FitResult
 from kvcal.estimate.sanity import (
     SanityFinding,
     context_from_fit,
@@ -21,6 +21,8 @@ from kvcal.estimate.sanity import (
     sanity_for_fit,
 )
 
+import factories
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -30,16 +32,11 @@ def profiles():
 
 
 def _fit(recompute: tuple[float, float, float], pull: tuple[float, float, float], *, lo=1024, hi=16384,
-         source=None, bandwidth=None) -> FitResult:
+         setup=None, bandwidth=None) -> FitResult:
     """A FitResult with the given (intercept_ms, per_token_us, per_token2_ns) curves."""
-    def curve(c):
-        return CurveFit(model="quadratic" if c[2] else "affine", intercept_ms=c[0], per_token_us=c[1], per_token2_ns=c[2])
-
-    return FitResult(
-        status="crossover", break_even_tokens=1000.0, break_even_ci=None, confidence=0.9, extrapolated=False,
-        measured_range=[lo, hi], recompute=curve(recompute), pull=curve(pull), block_size=64,
-        pull_bandwidth_gbps=bandwidth, source=source or {}, kvcal_version="0.1.0", created_at="2026-01-01T00:00:00+00:00",
-    )
+    return factories.make_fit(break_even_tokens=1000.0, break_even_ci=None, confidence=0.9, measured_range=[lo, hi],
+                              recompute=factories.make_curve(*recompute), pull=factories.make_curve(*pull),
+                              pull_bandwidth_gbps=bandwidth, setup=setup or {})
 
 
 def _predicted_fit(profiles, model, hw, link, *, lo=1024, hi=16384, recompute_scale=1.0, pull_slope_scale=1.0, **kw):
@@ -92,7 +89,7 @@ def test_slow_but_faster_than_tcp_rdma_names_other_causes(profiles):
 def test_wrong_kv_dtype_shows_in_kv_bytes_and_as_an_impossible_pull(profiles):
     # the engine ran an fp8 cache (65,536 B/token) on a loopback-TCP CPU pair, the profile assumes bf16
     fit = _fit((3.0, 2.2, 0.7), (28.0, 2.2 * 0.05, 0.0), lo=512, hi=8192,
-               source={"kv_bytes_per_token": 65_536})
+               setup={"kv_bytes_per_token": 65_536})
     found = _run(profiles, fit, "llama-3.1-8b", "h100", "cpu-ucx-tcp")
     assert found["kv_bytes"].severity == "warning" and "KV dtype" in found["kv_bytes"].advice
     assert found["kv_bytes"].ratio == pytest.approx(0.5)
@@ -102,9 +99,9 @@ def test_wrong_kv_dtype_shows_in_kv_bytes_and_as_an_impossible_pull(profiles):
 
 
 def test_matching_kv_bytes_and_the_all_layers_count_of_a_window_model(profiles):
-    fit = _predicted_fit(profiles, "gpt-oss-120b", "h200", "rdma-400", source={"kv_bytes_per_token": 73_728})
+    fit = _predicted_fit(profiles, "gpt-oss-120b", "h200", "rdma-400", setup={"kv_bytes_per_token": 73_728})
     assert _run(profiles, fit, "gpt-oss-120b", "h200", "rdma-400")["kv_bytes"].severity == "info"
-    fit = _predicted_fit(profiles, "gpt-oss-120b", "h200", "rdma-400", source={"kv_bytes_per_token": 36_864})
+    fit = _predicted_fit(profiles, "gpt-oss-120b", "h200", "rdma-400", setup={"kv_bytes_per_token": 36_864})
     assert _run(profiles, fit, "gpt-oss-120b", "h200", "rdma-400")["kv_bytes"].severity == "ok"
 
 
@@ -187,15 +184,25 @@ def test_resolve_link(profiles):
     assert resolve_link(None, None, root) is None
 
 
-def test_sanity_for_fit_reads_a_run_folder_source(profiles, monkeypatch):
+def test_sanity_for_fit_reads_a_run_folder_setup(profiles, monkeypatch):
     monkeypatch.setenv("KVCAL_PROFILES_DIR", str(REPO / "kvcal" / "estimate" / "profile_data"))
-    source = {"kind": "run-folder", "engine": "vllm", "model": "tiny-llama", "transport": "nixl-pd", "hardware": None,
-              "kv_bytes_per_token": 2048,
-              "provenance": {"cpu_model": "Intel(R) Xeon(R) Processor", "torch_version": "2.13.0+cpu",
-                             "ucx_env": {"UCX_TLS": "tcp"}}}
-    fit = _predicted_fit(profiles, "tiny-llama-cpu", "cpu-amx", "cpu-ucx-tcp", lo=512, hi=8192, source=source)
+    setup = {"engine": "vllm", "model": "tiny-llama", "transport": "nixl-pd", "accelerator": "Intel(R) Xeon(R) Processor",
+             "device_count": 1, "kv_bytes_per_token": 2048, "engine_versions": {"torch": "2.13.0+cpu"},
+             "ucx_env": {"UCX_TLS": "tcp"}}
+    fit = _predicted_fit(profiles, "tiny-llama-cpu", "cpu-amx", "cpu-ucx-tcp", lo=512, hi=8192, setup=setup)
     ctx, findings = sanity_for_fit(fit)
     assert (ctx.model.name, ctx.hardware.name, ctx.link.name) == ("tiny-llama-cpu", "cpu-amx", "cpu-ucx-tcp")
     assert {f.check: f.severity for f in findings} == {"kv_bytes": "ok", "pull_bandwidth": "ok", "prefill_flops": "ok"}
-    sim = _fit((5.0, 25.0, 0.012), (20.0, 3.0, 0.0), source={"kind": "sim", "engine": "sim"})
+    sim = _fit((5.0, 25.0, 0.012), (20.0, 3.0, 0.0), setup={"engine": "sim"})
     assert context_from_fit(sim).model is None and sanity_for_fit(sim)[1] == []
+
+
+@pytest.mark.parametrize("setup,devices,kv_dtype", [
+    ({"device_count": 8, "tensor_parallel_size": 8, "kv_dtype": "fp8"}, 8, "fp8"),
+    ({"tensor_parallel_size": 4, "kv_dtype": "auto"}, 4, None),
+    ({}, 1, None),
+])
+def test_sanity_context_takes_devices_and_kv_dtype_from_the_setup(setup, devices, kv_dtype):
+    fit = _fit((5.0, 25.0, 0.012), (20.0, 3.0, 0.0), setup={"engine": "vllm", "model": "llama-3.1-8b", **setup})
+    ctx = context_from_fit(fit, REPO / "kvcal" / "estimate" / "profile_data")
+    assert (ctx.devices, ctx.kv_dtype) == (devices, kv_dtype)

@@ -69,7 +69,8 @@ def test_sweep_records_every_probe_with_proof_of_bytes(tmp_path):
             assert r.bytes_moved == r.prefix_tokens * 2048 == r.expected_bytes
     assert [r.plan_index for r in records] == sorted(r.plan_index for r in records)
     manifest = run.manifest()
-    assert manifest.engine == "sim" and len(manifest.plan) == 16 and manifest.settings["reps"] == 2
+    assert manifest.setup.engine == "sim" and len(manifest.plan) == 16 and manifest.settings.reps == 2
+    assert manifest.setup.python_hash_seed == 0 and manifest.setup.created_at == manifest.created_at
     assert manifest.provenance["kvcal_version"]
     summary = summarize(records)
     assert set(summary["n_valid"]) == {2} and len(summary) == 8

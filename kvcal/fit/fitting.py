@@ -1,0 +1,69 @@
+"""Fitting one probe table: both legs' curves, the break-even and its bootstrap interval."""
+
+from __future__ import annotations
+
+import logging
+
+from kvcal.errors import InputError
+from kvcal.fit.bootstrap import residual_df, run_bootstrap
+from kvcal.fit.curves import LegData, fit_leg
+from kvcal.fit.result import build_result
+from kvcal.fit.tables import ProbeTable
+from kvcal.records import FitResult
+
+log = logging.getLogger(__name__)
+
+RECOMPUTE_MODELS = ("affine", "quadratic")
+PULL_MODELS = ("affine",)
+
+
+def fit_table(table: ProbeTable, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000) -> FitResult:
+    """Fit both legs, find the break-even and bootstrap its interval at ``confidence``."""
+    _check_settings(confidence, seed, n_resamples)
+    legs = _leg_data(table)
+    recompute = fit_leg(legs["recompute"], RECOMPUTE_MODELS)
+    pull = fit_leg(legs["pull"], PULL_MODELS)
+    notes: list[str] = []
+    boot = None
+    if n_resamples == 0:
+        notes.append("--resamples 0: no bootstrap, no intervals")
+    else:
+        starved = [f.data.name for f in (recompute, pull) if residual_df(f) < 1]
+        if starved:
+            notes.append(f"{', '.join(starved)}: as many coefficients as probes, so no interval can be estimated; "
+                         "add reps or lengths")
+        else:
+            boot = run_bootstrap(recompute, pull, n_resamples=n_resamples, seed=seed, confidence=confidence)
+    result = build_result(table, recompute, pull, boot, confidence=confidence, seed=seed, n_resamples=n_resamples,
+                          notes=notes)
+    log.info("fit %s: %s at %s tokens", table.origin.path, result.status, result.break_even_tokens)
+    return result
+
+
+def _check_settings(confidence: float, seed: int, n_resamples: int) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise InputError(f"--confidence must lie between 0 and 1 (exclusive), got {confidence}")
+    if seed < 0:
+        raise InputError(f"--seed must be non-negative, got {seed}")
+    if n_resamples < 0:
+        raise InputError(f"the number of resamples must be non-negative, got {n_resamples}")
+    if 0 < n_resamples < 100:
+        raise InputError(f"{n_resamples} resamples are too few for a {confidence:.0%} interval; use at least 100")
+
+
+def _leg_data(table: ProbeTable) -> dict[str, LegData]:
+    where = table.origin.path or "input"
+    if table.probes.empty:
+        raise InputError(f"{where}: no probes to fit")
+    n_ref = float(table.probes["prefix_tokens"].max())
+    out = {}
+    for name in ("recompute", "pull"):
+        rows = table.leg(name)
+        if rows.empty:
+            raise InputError(f"{where}: no {name} probes (a leg is missing); both legs are needed for a break-even")
+        lengths = sorted(rows["prefix_tokens"].unique())
+        if len(lengths) < 2:
+            raise InputError(f"{where}: the {name} leg has one prefix length only ({lengths[0]}); "
+                             "a fit needs at least two lengths")
+        out[name] = LegData.from_frame(name, rows, n_ref)
+    return out

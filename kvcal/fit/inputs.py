@@ -1,0 +1,108 @@
+"""The one loader: any input a command accepts becomes a :class:`FitInput`.
+
+Accepted, told apart by shape (never by file name):
+
+* a **run folder** (``run.json`` + ``probes.jsonl``): its setup is run.json's; its
+  ``fit.json`` is the existing fit when present;
+* a **fit.json** (first non-blank character ``{``, see :func:`kvcal.fit.io.looks_like_json`):
+  the fit and its setup; the probes are looked for in the run folder holding it,
+  ``probes.csv`` beside it (a committed baseline), or the input its ``source.path`` names;
+* a **probe CSV** or an **llm-d Job log** (:mod:`kvcal.fit.tables`): the probes, with
+  a setup of what the command's flags supply (``supplied``), the rest ``None``.
+
+``fit``, ``plot``, ``compare``, ``history`` and ``emit-config`` all read their input here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvcal.errors import InputError, KvcalError
+from kvcal.fit.fitting import fit_table
+from kvcal.fit.io import load_fit, looks_like_json
+from kvcal.fit.tables import ProbeTable, load_probe_table
+from kvcal.records import FitResult, RunManifest, RunSetup
+from kvcal.sweep.recorder import RunFolder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FitInput:
+    """What one input holds: its setup, its probes (when at hand) and its fit (when one exists)."""
+
+    path: Path
+    setup: RunSetup
+    table: ProbeTable | None = None
+    fit: FitResult | None = None
+    manifest: RunManifest | None = None
+
+    def fitted(self, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000) -> FitResult:
+        """The existing fit, else a fit of the probes made now."""
+        return self.fit if self.fit is not None else self.fresh_fit(confidence=confidence, seed=seed, n_resamples=n_resamples)
+
+    def fresh_fit(self, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000) -> FitResult:
+        """A fit of the probes made now (``kvcal fit``); InputError when no probes were found."""
+        if self.table is None:
+            raise InputError(f"{self.path}: no probes to fit (give a run folder, a probe CSV or an llm-d Job log)")
+        return fit_table(self.table, confidence=confidence, seed=seed, n_resamples=n_resamples)
+
+
+def load_fit_input(path: str | Path, *, supplied: RunSetup | None = None, probes: bool = True) -> FitInput:
+    """Load ``path`` as a run folder, fit.json, probe CSV or llm-d Job log.
+
+    ``supplied``: setup facts from flags, filled in where a table records none.
+    ``probes``: also look for the probes behind an existing fit (plots need them; emit does not).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file or folder")
+    if p.is_dir():
+        return _run_folder(p, probes)
+    if looks_like_json(p):
+        return _fit_file(p, probes)
+    table = load_probe_table(p)
+    if supplied is not None:
+        table = table.with_setup(supplied)
+    return FitInput(path=p, setup=table.setup, table=table)
+
+
+def _run_folder(folder: Path, probes: bool) -> FitInput:
+    run = RunFolder(folder)
+    if not RunFolder.is_run_folder(folder):
+        raise InputError(f"{folder}: not a run folder (no run.json)")
+    manifest = run.manifest()
+    fit = load_fit(run.fit_path) if run.fit_path.is_file() else None
+    table = None
+    if fit is None:
+        table = load_probe_table(folder)
+    elif probes and run.has_probes():
+        table = _probes_or_none(folder)
+    return FitInput(path=folder, setup=manifest.setup, table=table, fit=fit, manifest=manifest)
+
+
+def _fit_file(path: Path, probes: bool) -> FitInput:
+    fit = load_fit(path)
+    named = Path(fit.source.path) if fit.source.path else None
+    folders = [path.parent] + ([named] if named is not None and named.is_dir() else [])
+    manifest = next((RunFolder(f).manifest() for f in folders if RunFolder.is_run_folder(f)), None)
+    table = None
+    if probes:
+        candidates = [f for f in folders if RunFolder(f).has_probes() and RunFolder.is_run_folder(f)]
+        candidates.append(path.parent / "probes.csv")
+        if named is not None and named.is_file():
+            candidates.append(named)
+        found = next((c for c in candidates if c.exists()), None)
+        table = _probes_or_none(found) if found is not None else None
+    return FitInput(path=path, setup=fit.setup, table=table, fit=fit, manifest=manifest)
+
+
+def _probes_or_none(path: Path) -> ProbeTable | None:
+    """The probes behind a fit, for plots; a fit whose probes cannot be read still loads (curves only)."""
+    try:
+        return load_probe_table(path)
+    except KvcalError as err:
+        log.warning("cannot read probes %s (%s); using the fit alone", path, err)
+        return None

@@ -1,0 +1,84 @@
+"""Reading and writing ``fit.json``, and the one rule for "is this file JSON"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from kvcal.errors import InputError
+from kvcal.records import FIT_SCHEMA, FitResult
+from kvcal.records_v1 import FIT_V1
+
+FIT_SCHEMAS = (FIT_V1, FIT_SCHEMA)
+
+
+def looks_like_json(path: Path) -> bool:
+    """A file whose first non-blank character is '{' (a fit.json); anything else is read as a probe table."""
+    with path.open("rb") as handle:
+        head = handle.read(256)
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{")
+
+
+def load_fit(path: str | Path) -> FitResult:
+    """Read a fit.json (version 2, or version 1 upgraded); InputError with one line if it is missing or not one."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such file or folder")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"{p}: not a kvcal fit.json (corrupt fit: not JSON, {type(err).__name__} at {getattr(err, 'pos', '?')})") from None
+    except OSError as err:
+        raise InputError(f"{p}: cannot read ({err.strerror})") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema not in FIT_SCHEMAS:
+        raise InputError(f"{p}: not a kvcal fit.json (schema {schema!r}, expected {' or '.join(map(repr, FIT_SCHEMAS))}); "
+                         "pass a fit.json or a run folder")
+    try:
+        return FitResult.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "record"
+        raise InputError(f"{p}: not a kvcal fit.json (corrupt fit: {where}: {first.get('msg', 'invalid')})") from None
+
+
+def default_output(path: str | Path) -> Path:
+    """Where ``kvcal fit`` writes without --output: ``<run>/fit.json``, else ``<input stem>.fit.json`` beside it."""
+    p = Path(path)
+    return p / "fit.json" if p.is_dir() else p.with_name(f"{p.stem}.fit.json")
+
+
+def write_fit(result: FitResult, path: str | Path) -> Path:
+    """Write fit.json (key ``schema`` by alias); InputError when the place cannot be written."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(dumps(result) + "\n", encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"{p}: cannot write ({err.strerror})") from None
+    return p
+
+
+def dumps(result: FitResult) -> str:
+    """fit.json text: indented, but each list of bootstrap samples on one line (14,000 numbers stay readable)."""
+    data = json.loads(result.model_dump_json(by_alias=True))
+    boot = data.get("bootstrap", {})
+    compact: dict[str, str] = {}
+
+    def park(holder: dict[str, Any], key: str) -> None:
+        marker = f"@@samples{len(compact)}@@"
+        compact[marker] = json.dumps(holder[key], separators=(",", ":"))
+        holder[key] = marker
+
+    if isinstance(boot.get("break_even_samples"), list):
+        park(boot, "break_even_samples")
+    for name in ("recompute_samples", "pull_samples"):
+        for key in list(boot.get(name) or {}):
+            park(boot[name], key)
+    text = json.dumps(data, indent=1)
+    for marker, values in compact.items():
+        text = text.replace(f'"{marker}"', values)
+    return text

@@ -1,0 +1,90 @@
+"""Reading ``kvcal.run/1`` and ``kvcal.fit/1`` files: their loose setup facts become a ``RunSetup``.
+
+Version 1 kept a run's setup in three places: top-level keys of run.json (model,
+engine, transport, block_size, kv_bytes_per_token), the host provenance (hardware,
+versions) and the pair's own account (``provenance.engine``: env with PYTHONHASHSEED,
+kv_transfer_config per role); fit.json copied all of it into a free-form ``source``.
+These functions map such a dict onto the version 2 shape before validation, so every
+reader sees one typed record. Facts version 1 never wrote stay ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcal.sweep.config import SweepConfig
+
+RUN_V1 = "kvcal.run/1"
+FIT_V1 = "kvcal.fit/1"
+_SOURCE_KINDS = ("run-folder", "probe-csv", "llmd-table", "sim", "test")
+_BOOTSTRAP_KEYS = ("n_resamples", "seed", "method", "methods", "no_crossover_share", "status_shares", "quadratic_share",
+                   "residual_df", "t_expansion", "break_even_ci_bounds", "break_even_samples", "recompute_samples",
+                   "pull_samples")
+
+
+def upgrade_run(data: Any) -> Any:
+    """A run.json dict in the version 2 shape (other values pass through for validation to judge)."""
+    if not isinstance(data, dict) or data.get("schema") != RUN_V1:
+        return data
+    old = dict(data)
+    provenance = _dict(old.get("provenance"))
+    setup = setup_v1(old, _dict(old.get("settings")), provenance, created_at=old.get("created_at"))
+    return {"schema": "kvcal.run/2", "name": old.get("name"), "created_at": old.get("created_at"),
+            "settings": old.get("settings"), "setup": setup, "provenance": provenance, "plan": old.get("plan")}
+
+
+def upgrade_fit(data: Any) -> Any:
+    """A fit.json dict in the version 2 shape: ``source`` split into ``setup`` and the input reference."""
+    if not isinstance(data, dict) or data.get("schema") != FIT_V1:
+        return data
+    new = dict(data)
+    legacy = _dict(new.pop("source", None))
+    new["schema"] = "kvcal.fit/2"
+    new["setup"] = setup_v1(legacy, _dict(legacy.get("settings")), _dict(legacy.get("provenance")), created_at=None)
+    kind = legacy.get("kind")
+    new["source"] = {"path": legacy.get("path"), "kind": kind if kind in _SOURCE_KINDS else None, "run": legacy.get("run")}
+    boot = _dict(new.get("bootstrap"))
+    new["bootstrap"] = {k: boot[k] for k in _BOOTSTRAP_KEYS if k in boot}
+    return new
+
+
+def setup_v1(facts: dict[str, Any], settings: dict[str, Any], provenance: dict[str, Any], *,
+             created_at: Any) -> dict[str, Any]:
+    """The RunSetup fields version 1 recorded, from its top-level facts, settings and provenance."""
+    engine = facts.get("engine")
+    pair = _dict(provenance.get("engine"))
+    hardware = _dict(facts.get("hardware") or provenance.get("hardware"))
+    env = _dict(_dict(pair.get("env")).get("producer"))
+    config = _config(settings)
+    launched = pair.get("mode") == "launch"
+    on_cpu = pair.get("device") == "cpu"
+    seed = env.get("PYTHONHASHSEED")
+    kv_config = pair.get("kv_transfer_config")
+    tp = config.engine_arg("--tensor-parallel-size", "-tp") if config else None
+    return {
+        "model": facts.get("model"),
+        "engine": engine,
+        "transport": facts.get("transport"),
+        "block_size": facts.get("block_size"),
+        "kv_bytes_per_token": facts.get("kv_bytes_per_token"),
+        "kv_dtype": config.engine_arg("--kv-cache-dtype") if config else None,
+        "accelerator": (provenance.get("cpu_model") if on_cpu else hardware.get("gpu")) if launched else None,
+        "device_count": (1 if on_cpu else hardware.get("devices") or None) if launched else None,
+        "tensor_parallel_size": int(tp) if tp and tp.isdigit() else (1 if launched else None),
+        "python_hash_seed": int(seed) if isinstance(seed, str) and seed.isdigit() else None,
+        "kv_transfer_config": kv_config if isinstance(kv_config, dict) and kv_config else None,
+        "engine_versions": {k: provenance.get(f"{k}_version") for k in ("vllm", "nixl", "torch")} if engine == "vllm" else None,
+        "ucx_env": provenance.get("ucx_env") if launched and isinstance(provenance.get("ucx_env"), dict) else None,
+        "created_at": created_at,
+    }
+
+
+def _config(settings: dict[str, Any]) -> SweepConfig | None:
+    try:
+        return SweepConfig.model_validate(settings) if settings else None
+    except ValueError:
+        return None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,96 @@
+"""One place that builds kvcal's records for tests: setups, fits, manifests, probes and run folders.
+
+Every builder takes keyword overrides, so a test states only what it is about; the
+defaults describe a small simulated run (block 64, 2048 B/token, seed 0).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kvcal.fit.io import write_fit as write_fit_file
+from kvcal.fit.tables import ProbeTable
+from kvcal.records import (
+    BootstrapSummary,
+    CurveFit,
+    FitResult,
+    FitSource,
+    Leg,
+    ProbeRecord,
+    RunManifest,
+    RunSetup,
+)
+from kvcal.sweep.config import SweepConfig
+
+CREATED_AT = "2026-01-01T00:00:00+00:00"
+RECOMPUTE = CurveFit(model="quadratic", intercept_ms=5.0, per_token_us=25.0, per_token2_ns=0.012)
+PULL = CurveFit(model="affine", intercept_ms=20.0, per_token_us=3.0, per_token2_ns=0.0)
+
+
+def make_curve(intercept_ms: float, per_token_us: float, per_token2_ns: float = 0.0, **overrides: Any) -> CurveFit:
+    """A fitted curve; quadratic when it has a squared term."""
+    fields: dict[str, Any] = dict(model="quadratic" if per_token2_ns else "affine", intercept_ms=intercept_ms,
+                                  per_token_us=per_token_us, per_token2_ns=per_token2_ns)
+    return CurveFit(**{**fields, **overrides})
+
+
+def make_setup(**overrides: Any) -> RunSetup:
+    """A run setup; every field not given stays unknown (None)."""
+    return RunSetup(**overrides)
+
+
+def make_fit(**overrides: Any) -> FitResult:
+    """A crossover fit at 1500 tokens ([1300, 1800]) of the default curves; ``setup``/``bootstrap`` may be dicts."""
+    fields: dict[str, Any] = dict(
+        status="crossover", break_even_tokens=1500.0, break_even_ci=[1300.0, 1800.0], confidence=0.95,
+        extrapolated=False, measured_range=[256, 16384], recompute=RECOMPUTE, pull=PULL, block_size=64,
+        kvcal_version="test", created_at=CREATED_AT,
+    )
+    fields.update(overrides)
+    for key, record in (("setup", RunSetup), ("bootstrap", BootstrapSummary), ("source", FitSource)):
+        if isinstance(fields.get(key), dict):
+            fields[key] = record(**fields[key])
+    return FitResult(**fields)
+
+
+def make_manifest(**overrides: Any) -> RunManifest:
+    """A run.json record of a simulated run; ``setup`` and ``settings`` may be dicts."""
+    fields: dict[str, Any] = dict(name="sim-run", created_at=CREATED_AT, settings=SweepConfig(engine="sim"),
+                                  setup=RunSetup(model="tiny", engine="sim", block_size=64, kv_bytes_per_token=2048,
+                                                 python_hash_seed=0, created_at=CREATED_AT),
+                                  provenance={}, plan=[])
+    fields.update(overrides)
+    if isinstance(fields["setup"], dict):
+        fields["setup"] = RunSetup(**fields["setup"])
+    if isinstance(fields["settings"], dict):
+        fields["settings"] = SweepConfig(**fields["settings"])
+    return RunManifest(**fields)
+
+
+def make_probe(i: int, n: int, leg: str, ttft: float | None, *, rep: int = 0, attempt: int = 0, valid: bool = True,
+               probe_id: str | None = None, bytes_moved: int | None | str = "auto") -> ProbeRecord:
+    """One probe record; a pull moves n x 2048 bytes and a recompute none unless ``bytes_moved`` says otherwise."""
+    moved = (n * 2048 if leg == "pull" else 0) if bytes_moved == "auto" else bytes_moved
+    return ProbeRecord(probe_id=probe_id or f"p{i:04d}-L{n}-{leg}-r{rep}", plan_index=i, attempt=attempt,
+                       prefix_tokens=n, leg=Leg(leg), rep=rep, ttft_ms=ttft, bytes_moved=moved, valid=valid,
+                       invalid_reason=None if valid else "gate failed", started_at=CREATED_AT)
+
+
+def probes_of(table: ProbeTable) -> list[ProbeRecord]:
+    """A table's rows as valid probe records (bytes unknown), in table order."""
+    return [make_probe(i, int(r.prefix_tokens), str(r.leg), float(r.ttft_ms), rep=int(r.rep), probe_id=f"p{i}",
+                       bytes_moved=None) for i, r in enumerate(table.probes.itertuples())]
+
+
+def write_run_folder(folder: Path, probes: list[ProbeRecord] | ProbeTable, *, manifest: RunManifest | None = None,
+                     fit: FitResult | None = None, tail: str = "") -> Path:
+    """A run folder as a sweep leaves it: run.json, probes.jsonl (``tail`` appended raw), and fit.json if given."""
+    folder.mkdir(parents=True, exist_ok=True)
+    records = probes_of(probes) if isinstance(probes, ProbeTable) else probes
+    (folder / "run.json").write_text((manifest or make_manifest()).model_dump_json(by_alias=True))
+    lines = [r.model_dump_json(by_alias=True) for r in records]
+    (folder / "probes.jsonl").write_text("\n".join(lines) + "\n" + tail)
+    if fit is not None:
+        write_fit_file(fit, folder / "fit.json")
+    return folder
