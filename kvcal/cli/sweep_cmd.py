@@ -48,6 +48,7 @@ def sweep(
     producer_cpus: Optional[str] = typer.Option(None, "--producer-cpus", help=field_help("producer_cpus")),
     consumer_cpus: Optional[str] = typer.Option(None, "--consumer-cpus", help=field_help("consumer_cpus")),
     engine_arg: Optional[list[str]] = typer.Option(None, "--engine-arg", help="Extra `vllm serve` argument for both engines (repeatable), e.g. --engine-arg=--enforce-eager."),
+    python_hash_seed: Optional[int] = typer.Option(None, "--python-hash-seed", help=field_help("python_hash_seed") + " [default: 0]"),
     startup_timeout_s: Optional[float] = typer.Option(None, "--startup-timeout", help=field_help("startup_timeout_s")),
     max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help=field_help("max_attempts")),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (--name, or the newest in --output-dir); repeats no finished probe."),
@@ -63,7 +64,8 @@ def sweep(
         prefix_lengths=int_list(prefix_lengths, "--prefix-lengths"), reps=reps, block_size=block_size, seed=seed,
         output_dir=output_dir, name=name, max_model_len=max_model_len,
         producer_gpus=producer_gpus, consumer_gpus=consumer_gpus, producer_cpus=producer_cpus,
-        consumer_cpus=consumer_cpus, engine_args=engine_arg or None, startup_timeout_s=startup_timeout_s,
+        consumer_cpus=consumer_cpus, engine_args=engine_arg or None, python_hash_seed=python_hash_seed,
+        startup_timeout_s=startup_timeout_s,
         max_attempts=max_attempts,
     )
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)

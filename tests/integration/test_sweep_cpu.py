@@ -80,8 +80,10 @@ def test_killed_sweep_resumes_and_proves_every_pull(tmp_path):
     valid = [r for r in records if r.valid]
     assert sorted(r.probe_id for r in valid) == sorted({r.probe_id for r in valid}), "a probe was repeated"
     assert len(valid) == len(LENGTHS) * REPS * 2
-    kv_per_token = run.manifest().kv_bytes_per_token
+    setup = run.manifest().setup
+    kv_per_token = setup.kv_bytes_per_token
     assert kv_per_token == 2048
+    assert setup.python_hash_seed == 0 and set(setup.kv_transfer_config) == {"producer", "consumer"}
     for r in valid:
         if r.leg is Leg.PULL:
             assert r.bytes_moved == pytest.approx(r.prefix_tokens * kv_per_token, rel=0.1)

@@ -113,3 +113,10 @@ def test_the_sweeps_hash_seed_reaches_the_launched_engines(tmp_path):
     pair = pair_from_config(config, RunFolder(tmp_path / "run"))
     assert pair.settings.python_hash_seed == "17"
     assert all(cmd.startswith("PYTHONHASHSEED=17 ") for cmd in pair.plan.commands())
+
+
+def test_the_python_hash_seed_flag_sets_the_engines_seed(tmp_path, kvcal):
+    result = kvcal("sweep", "--python-hash-seed", "5", "--dry-run", "--output-dir", tmp_path)
+    assert result.code == 0, result.err
+    commands = [line for line in result.out.splitlines() if "kvcal.engines.serve" in line]
+    assert len(commands) == 2 and all(line.startswith("PYTHONHASHSEED=5 ") for line in commands)
