@@ -24,7 +24,6 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import replace
 
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             for ladder, (lengths, reps) in ladders.items():
                 cells = [(cv, 0.0) for cv in noises] + ([(0.05, 0.03)] if reps >= 3 else [])
                 for cv, outliers in cells:
-                    costs = replace(base, noise_cv=cv, outlier_rate=outliers)
+                    costs = base.model_copy(update=dict(noise_cv=cv, outlier_rate=outliers))
                     row = run_cell(costs, lengths, reps, seeds, args.confidence)
                     print(f"{name:<11} {ladder:<6} {cv:>5.2f} {outliers:>8.2f} {costs.true_break_even():>8.0f} "
                           f"{row['med_rel_err']:>11.3f} {row['coverage']:>8.2f} {row['med_width']:>9.3f} "

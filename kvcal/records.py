@@ -129,6 +129,11 @@ class CurveFit(Record):
     noise_cv: float | None = Field(None, description="Robust (MAD) scale of the relative residuals: the probes' noise as a fraction of TTFT.")
     robust_f_scale: float | None = Field(None, description="Huber threshold in relative units; None when the fit was plain weighted least squares.")
 
+    @property
+    def coefficients(self) -> tuple[float, float, float]:
+        """(intercept_ms, per_token_us, per_token2_ns), the order :mod:`kvcal.cost_curve` takes."""
+        return self.intercept_ms, self.per_token_us, self.per_token2_ns
+
 
 class FitSource(Record):
     """Where a fit's probes came from (the setup they measured is :class:`RunSetup`)."""

@@ -2,58 +2,24 @@
 
 It is never the default engine and its output is never a measurement: every probe it
 yields comes from the curves below, so a fit of its output can be checked against
-the truth. Costs, in ms at prefix length n:
-
-    recompute(n) = recompute_intercept_ms + recompute_per_token_us*n/1e3 + recompute_per_token2_ns*n^2/1e6
-    pull(n)      = pull_intercept_ms + pull_per_token_us*n/1e3
-
-each multiplied by lognormal noise with coefficient of variation ``noise_cv``; a share
-``outlier_rate`` of probes is slowed by ``outlier_factor`` (a scheduler hiccup).
+the truth. Costs are :class:`~kvcal.engines.sim_costs.SimCosts` curves (recompute
+quadratic, pull affine, in :mod:`kvcal.cost_curve`'s form), each multiplied by
+lognormal noise with coefficient of variation ``noise_cv``; a share ``outlier_rate``
+of probes is slowed by ``outlier_factor`` (a scheduler hiccup).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from kvcal.engines.base import EnginePair, LegMeasurement
+from kvcal.engines.sim_costs import SimCosts
 from kvcal.records import Leg, RunSetup
 
-
-@dataclass(frozen=True)
-class SimCosts:
-    """True cost curves of the simulated pair (defaults resemble the tiny CPU model)."""
-
-    recompute_intercept_ms: float = 5.0
-    recompute_per_token_us: float = 25.0
-    recompute_per_token2_ns: float = 0.012
-    pull_intercept_ms: float = 20.0
-    pull_per_token_us: float = 3.0
-    noise_cv: float = 0.05
-    outlier_rate: float = 0.0
-    outlier_factor: float = 3.0
-
-    def recompute_ms(self, n: float | np.ndarray) -> Any:
-        return self.recompute_intercept_ms + self.recompute_per_token_us * n / 1e3 + self.recompute_per_token2_ns * n**2 / 1e6
-
-    def pull_ms(self, n: float | np.ndarray) -> Any:
-        return self.pull_intercept_ms + self.pull_per_token_us * n / 1e3
-
-    def true_break_even(self, upper: float = 1e7) -> float | None:
-        """Smallest n > 0 where recompute(n) >= pull(n), solved exactly; None if none below ``upper``."""
-        a = self.recompute_per_token2_ns / 1e6
-        b = (self.recompute_per_token_us - self.pull_per_token_us) / 1e3
-        c = self.recompute_intercept_ms - self.pull_intercept_ms
-        if c >= 0:
-            return 0.0
-        if a == 0:
-            return -c / b if b > 0 and -c / b <= upper else None
-        disc = b * b - 4 * a * c
-        root = (-b + math.sqrt(disc)) / (2 * a)
-        return root if 0 < root <= upper else None
+__all__ = ["SimCosts", "SimPair"]
 
 
 class SimPair(EnginePair):
@@ -132,4 +98,4 @@ class SimPair(EnginePair):
         return super().setup().model_copy(update={"python_hash_seed": self.python_hash_seed})
 
     def describe(self) -> dict[str, Any]:
-        return {"engine": "sim", "simulated": True, "sim_costs": asdict(self.costs)}
+        return {"engine": "sim", "simulated": True, "sim_costs": self.costs.model_dump()}

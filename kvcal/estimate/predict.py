@@ -17,11 +17,11 @@ recompute(n) >= pull(n), is solved exactly piece by piece with the quadratic for
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvcal import __version__
+from kvcal.cost_curve import real_roots
 from kvcal.errors import InputError
 from kvcal.estimate.profiles import (
     Accelerator,
@@ -121,20 +121,6 @@ class CostModel:
         return self.recompute_ms(n) - self.pull_ms(n)
 
 
-def _roots(c0: float, c1: float, c2: float) -> list[float]:
-    """Real roots of c2 n^2 + c1 n + c0 (numerically stable form)."""
-    if abs(c2) < 1e-300:
-        return [-c0 / c1] if c1 != 0 else []
-    disc = c1 * c1 - 4 * c2 * c0
-    if disc < 0:
-        return []
-    q = -0.5 * (c1 + math.copysign(math.sqrt(disc), c1))
-    roots = [q / c2]
-    if q != 0:
-        roots.append(c0 / q)
-    return sorted(roots)
-
-
 def solve_break_even(cost: CostModel, upper_tokens: float) -> tuple[Status, float | None]:
     """Smallest n in [1, upper] where recompute(n) >= pull(n), solved exactly piece by piece."""
     if cost.difference_ms(1.0) >= 0:
@@ -142,7 +128,7 @@ def solve_break_even(cost: CostModel, upper_tokens: float) -> tuple[Status, floa
     edges = [1.0, *[float(b) for b in cost.breakpoints() if 1 < b < upper_tokens], float(upper_tokens)]
     for lo, hi in zip(edges, edges[1:]):
         poly = cost.difference_poly((lo + hi) / 2)
-        for root in _roots(*poly):
+        for root in real_roots(*poly):
             if lo <= root <= hi and cost.difference_ms(min(hi, root + max(1e-6, root * 1e-9))) >= 0:
                 return "crossover", root
     return "recompute-always-wins", None

@@ -42,7 +42,8 @@ from kvcal.estimate.profiles import (
     normalize_kv_dtype,
     prefill_flops,
 )
-from kvcal.records import CurveFit, FitResult, RunSetup
+from kvcal import cost_curve
+from kvcal.records import FitResult, RunSetup
 
 log = logging.getLogger(__name__)
 
@@ -201,14 +202,6 @@ def context_from_fit(fit: FitResult, root: Path | str | None = None) -> SanityCo
 # ---------------------------------------------------------------- checks
 
 
-def _curve_ms(curve: CurveFit, n: float) -> float:
-    return curve.intercept_ms + curve.per_token_us * n / 1e3 + curve.per_token2_ns * n * n / 1e6
-
-
-def _slope_us(curve: CurveFit, n: float) -> float:
-    return curve.per_token_us + 2 * curve.per_token2_ns * n / 1e3
-
-
 def sanity_findings(
     fit: FitResult,
     *,
@@ -270,7 +263,7 @@ def _kv_bytes_check(model: ModelProfile, run_kv: int, profile_kv: int, kv_dtype:
 
 def _pull_check(fit: FitResult, kv_bytes: int | None, link: Link | None, root: Path | str | None) -> SanityFinding:
     lo, hi = (fit.measured_range + [0, 0])[:2] if fit.measured_range else (0, 0)
-    slope_us = _slope_us(fit.pull, (lo + hi) / 2)
+    slope_us = float(cost_curve.slope_us(fit.pull.coefficients, (lo + hi) / 2))
     if kv_bytes is not None and slope_us > 0:
         measured: float | None = kv_bytes / slope_us / 1e3  # B/us -> GB/s
     elif kv_bytes is None:
@@ -325,7 +318,7 @@ def _slow_pull_cause(link: Link, measured_gb_s: float, root: Path | str | None) 
 
 def _prefill_check(fit: FitResult, model: ModelProfile, hardware: Accelerator, devices: int) -> SanityFinding:
     n = float(max(fit.measured_range)) if fit.measured_range else 0.0
-    t_ms = _curve_ms(fit.recompute, n) if n > 0 else 0.0
+    t_ms = float(cost_curve.cost_ms(fit.recompute.coefficients, n)) if n > 0 else 0.0
     if t_ms <= 0:
         return SanityFinding("prefill_flops", None, None, None, "TFLOP/s", "info",
                              "the recompute fit gives no positive time at the longest prefix: cannot rate the prefill")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from kvcal.fit.breakeven import break_even_tokens, classify
-from kvcal.fit.curves import poly_ms
+from kvcal.cost_curve import cost_ms
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.inputs import FitInput, load_fit_input
 from kvcal.fit.io import default_output, dumps, load_fit, looks_like_json, write_fit
@@ -32,8 +32,8 @@ __all__ = ["fit_table", "fit_input", "fit_and_write", "load_fit", "load_or_fit",
 
 
 def curve_ms(curve: CurveFit, n: Any) -> np.ndarray:
-    """t(n) = intercept_ms + per_token_us*n/1e3 + per_token2_ns*n^2/1e6, in ms, at lengths n (tokens)."""
-    return poly_ms(np.array([curve.intercept_ms, curve.per_token_us, curve.per_token2_ns]), np.asarray(n, dtype=float))
+    """A fitted curve's t(n) in ms at lengths n (tokens); see :mod:`kvcal.cost_curve`."""
+    return cost_ms(curve.coefficients, n)
 
 
 def fit_input(path: str | Path, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000,

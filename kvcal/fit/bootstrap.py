@@ -39,7 +39,8 @@ import numpy as np
 from scipy import stats
 
 from kvcal.fit.breakeven import break_even_tokens
-from kvcal.fit.curves import MODEL_PARAMS, LegFit, f_statistic, poly_ms, solve_nnls, to_physical
+from kvcal.cost_curve import cost_ms
+from kvcal.fit.curves import MODEL_PARAMS, LegFit, f_statistic, solve_nnls, to_physical
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def _draw_reps(fit: LegFit, rng: np.random.Generator, n_resamples: int) -> tuple
 def _draw_residuals(fit: LegFit, rng: np.random.Generator, n_resamples: int) -> tuple[np.ndarray, np.ndarray]:
     """Fitted + resampled leverage-corrected relative residuals (B, N); starting weights 1."""
     data = fit.data
-    fitted = poly_ms(fit.chosen_fit.coef, data.n_tokens)
+    fitted = cost_ms(fit.chosen_fit.coef, data.n_tokens)
     s = data.scale_ms[data.group]
     resid = (data.ttft_ms - fitted) / s
     resid = resid / np.sqrt(np.maximum(1.0 - _leverage(fit), 1e-3))

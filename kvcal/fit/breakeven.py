@@ -1,17 +1,8 @@
 """The break-even: where fitted recompute reaches fitted pull, solved exactly, and its status.
 
-With both curves polynomials in n (tokens, ms), their difference is
-
-    D(n) = recompute(n) - pull(n) = a n^2 + b n + c
-    a = (r2 - p2) / 1e6,  b = (r1 - p1) / 1e3,  c = r0 - p0
-
-(r0 intercept_ms, r1 per_token_us, r2 per_token2_ns; p likewise). The pull wins
-where D(n) >= 0. The break-even is the smallest n >= 0 from which on the pull keeps
-winning: sup{n > 0 : D(n) < 0}, or 0 when D >= 0 for every n > 0, or infinity when
-D < 0 for arbitrarily long prefixes (the pull never catches up). When the pull's
-floor exceeds recompute's (c < 0, the usual case) this is the one positive root.
-The roots use the cancellation-free form q = -(b + sign(b) sqrt(b^2 - 4ac)) / 2,
-roots q / a and c / q.
+The break-even itself, sup{n > 0 : recompute(n) < pull(n)}, is solved in
+:func:`kvcal.cost_curve.break_even_tokens` (exactly, vectorised over resamples) and
+re-exported here.
 
 Status against the measured range [n_min, n_max]:
 
@@ -27,41 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvcal.cost_curve import break_even_tokens
+
+__all__ = ["break_even_tokens", "classify", "classify_many", "interval", "status_warning", "STATUSES"]
+
 CROSSOVER = "crossover"
 PULL_ALWAYS = "pull-always-wins"
 RECOMPUTE_ALWAYS = "recompute-always-wins"
 STATUSES = (CROSSOVER, PULL_ALWAYS, RECOMPUTE_ALWAYS)
-
-
-def break_even_tokens(recompute: np.ndarray, pull: np.ndarray) -> np.ndarray:
-    """Break-even in tokens for physical coefficients (..., 3) of each leg; inf where the pull never wins."""
-    recompute = np.asarray(recompute, dtype=float)
-    pull = np.asarray(pull, dtype=float)
-    a = (recompute[..., 2] - pull[..., 2]) / 1e6
-    b = (recompute[..., 1] - pull[..., 1]) / 1e3
-    c = recompute[..., 0] - pull[..., 0]
-    a, b, c = np.broadcast_arrays(a, b, c)
-    out = np.full(a.shape, np.inf)
-
-    # Linear difference: one root, or none.
-    lin = a == 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(lin & (b > 0), np.maximum(-c / np.where(b > 0, b, 1.0), 0.0), out)
-    out = np.where(lin & (b == 0) & (c >= 0), 0.0, out)
-
-    # Convex difference: the pull wins beyond the larger root (or everywhere without real roots).
-    quad = a > 0
-    disc = b * b - 4 * a * c
-    out = np.where(quad & (disc <= 0), 0.0, out)
-    real = quad & (disc > 0)
-    sqrt_disc = np.sqrt(np.where(real, disc, 0.0))
-    q = -0.5 * (b + np.where(b >= 0, 1.0, -1.0) * sqrt_disc)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r1 = np.where(real, q / np.where(a > 0, a, 1.0), -np.inf)
-        r2 = np.where(real & (q != 0), c / np.where(q != 0, q, 1.0), -np.inf)
-    out = np.where(real, np.maximum(np.maximum(r1, r2), 0.0), out)
-    # a < 0 (a pull more convex than recompute): D -> -inf, the pull never keeps winning: stays inf.
-    return out
 
 
 def classify(break_even: float, n_min: float, n_max: float) -> tuple[str, bool]:

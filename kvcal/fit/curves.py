@@ -3,7 +3,7 @@
 Model, in ms at prefix length n tokens (``u = n / n_ref``, n_ref the largest length,
 is used inside for conditioning and converted back):
 
-    t(n) = intercept_ms + per_token_us * n / 1e3 + per_token2_ns * n^2 / 1e6
+    t(n) = intercept_ms + per_token_us * n / 1e3 + per_token2_ns * n^2 / 1e6   (kvcal.cost_curve)
 
 with every coefficient >= 0 (a cost cannot fall with length, and a negative floor
 is the tell-tale of a straight line forced through a convex curve).
@@ -47,6 +47,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy import optimize, stats
+
+from kvcal.cost_curve import cost_ms
 
 log = logging.getLogger(__name__)
 
@@ -137,14 +139,6 @@ def to_physical(beta_u: np.ndarray, n_ref: float) -> np.ndarray:
     if beta_u.shape[-1] > 2:
         out[..., 2] = beta_u[..., 2] / n_ref**2 * 1e6
     return out
-
-
-def poly_ms(coef: np.ndarray, n_tokens: np.ndarray) -> np.ndarray:
-    """t(n) in ms for physical coefficients ``coef`` (3,) or (B, 3) at lengths ``n_tokens`` (G,) -> (G,) or (B, G)."""
-    coef = np.asarray(coef, dtype=float)
-    n = np.asarray(n_tokens, dtype=float)
-    c0, c1, c2 = (coef[..., j, None] for j in range(3)) if coef.ndim > 1 else coef
-    return c0 + c1 * n / 1e3 + c2 * n**2 / 1e6
 
 
 def solve_nnls(gram: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -258,7 +252,7 @@ def fit_leg(data: LegData, models: tuple[str, ...]) -> LegFit:
         beta, wsse = weighted_fit(data, p, w)
         fits[m] = ModelFit(m, to_physical(beta, data.n_ref), wsse, p)
     chosen, selection, f_crit = _select(fits, models, n, notes)
-    fitted = poly_ms(fits[chosen].coef, data.n_tokens)
+    fitted = cost_ms(fits[chosen].coef, data.n_tokens)
     down = [
         {"prefix_tokens": int(data.n_tokens[i]), "rep": int(data.rep[i]), "ttft_ms": round(float(data.ttft_ms[i]), 4),
          "fitted_ms": round(float(fitted[i]), 4), "weight": round(float(huber[i]), 4)}

@@ -16,11 +16,11 @@ import numpy as np
 from kvcal import __version__
 from kvcal.fit.bootstrap import BootstrapResult
 from kvcal.fit.breakeven import STATUSES, break_even_tokens, classify, classify_many, interval, status_warning
-from kvcal.fit.curves import LegFit, poly_ms
+from kvcal.cost_curve import COEFS, cost_ms
+from kvcal.fit.curves import LegFit
 from kvcal.records import BootstrapSummary, CurveFit, FitResult
 from kvcal.fit.tables import ProbeTable
 
-COEFS = ("intercept_ms", "per_token_us", "per_token2_ns")
 MEASURED_DISAGREE_MIN = 0.05  # a fitted winner contradicting the medians is reported when they differ by > 5%
 
 
@@ -149,7 +149,7 @@ def _disagreements(table: ProbeTable, recompute: LegFit, pull: LegFit) -> list[s
     if med.empty:
         return []
     n = med["prefix_tokens"].to_numpy(dtype=float)
-    fitted_gap = poly_ms(recompute.chosen_fit.coef, n) - poly_ms(pull.chosen_fit.coef, n)
+    fitted_gap = cost_ms(recompute.chosen_fit.coef, n) - cost_ms(pull.chosen_fit.coef, n)
     measured_gap = (med["recompute_ms"] - med["pull_ms"]).to_numpy()
     rel = np.abs(measured_gap) / med["recompute_ms"].to_numpy()
     bad = (np.sign(fitted_gap) != np.sign(measured_gap)) & (rel > MEASURED_DISAGREE_MIN)

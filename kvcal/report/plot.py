@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 
 from kvcal.errors import InputError
 from kvcal.fit import curve_ms, load_fit_input
-from kvcal.fit.curves import poly_ms
+from kvcal.cost_curve import cost_ms
 from kvcal.records import FitResult
 from kvcal.fit.tables import ProbeTable
 
@@ -102,7 +102,7 @@ def curve_band(fit: FitResult, leg: str, n: np.ndarray) -> tuple[np.ndarray, np.
     samples = _coef_samples(fit, leg)
     if samples is None:
         return None
-    curves = poly_ms(samples, n)
+    curves = cost_ms(samples, n)
     tail = 100 * (1 - fit.confidence) / 2
     return np.percentile(curves, tail, axis=0), np.percentile(curves, 100 - tail, axis=0)
 
@@ -146,7 +146,7 @@ def draw_saving(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, co
         ax.plot(n, 100 * (rec - pull) / rec, color=c, lw=1.8, label=f"{prefix}fitted saving")
         rec_s, pull_s = _coef_samples(fit, "recompute"), _coef_samples(fit, "pull")
         if rec_s is not None and pull_s is not None:
-            r, p = poly_ms(rec_s, n), poly_ms(pull_s, n)
+            r, p = cost_ms(rec_s, n), cost_ms(pull_s, n)
             saving = 100 * (r - p) / r
             tail = 100 * (1 - fit.confidence) / 2
             ax.fill_between(n, np.nanpercentile(saving, tail, axis=0), np.nanpercentile(saving, 100 - tail, axis=0),

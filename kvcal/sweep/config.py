@@ -14,24 +14,20 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from kvcal.engines.sim_costs import SimCosts
 from kvcal.errors import InputError
 
 
-class SimSettings(BaseModel):
-    """True curves and noise of the simulated pair (``--engine sim`` only)."""
+class SimSettings(SimCosts):
+    """The simulated pair (``--engine sim``): its true curves and noise, plus gate faults and the length limit."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    recompute_intercept_ms: float = Field(5.0, ge=0)
-    recompute_per_token_us: float = Field(25.0, ge=0)
-    recompute_per_token2_ns: float = Field(0.012, ge=0)
-    pull_intercept_ms: float = Field(20.0, ge=0)
-    pull_per_token_us: float = Field(3.0, ge=0)
-    noise_cv: float = Field(0.05, ge=0, le=2)
-    outlier_rate: float = Field(0.0, ge=0, le=1)
-    outlier_factor: float = Field(3.0, ge=1)
     fail_pull_rate: float = Field(0.0, ge=0, le=1, description="Share of pulls that move no bytes (to exercise gates).")
-    max_model_len: int = Field(65536, gt=0)
+    max_model_len: int = Field(65536, gt=0, description="The simulated engines' max model length.")
+
+    @property
+    def costs(self) -> SimCosts:
+        """The curves and noise alone."""
+        return SimCosts.model_validate(self.model_dump(include=set(SimCosts.model_fields)))
 
 
 class SweepConfig(BaseModel):

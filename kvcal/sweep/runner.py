@@ -67,11 +67,10 @@ def default_run_name(config: SweepConfig) -> str:
 def make_pair(config: SweepConfig, run: RunFolder) -> EnginePair:
     """The engine pair named by the config (imported lazily: the sim needs no vLLM)."""
     if config.engine == "sim":
-        from kvcal.engines.sim import SimCosts, SimPair
+        from kvcal.engines.sim import SimPair
 
         sim = config.sim
-        costs = SimCosts(**sim.model_dump(exclude={"fail_pull_rate", "max_model_len"}))
-        return SimPair(costs, block_size=config.block_size, max_model_len=sim.max_model_len, seed=config.seed,
+        return SimPair(sim.costs, block_size=config.block_size, max_model_len=sim.max_model_len, seed=config.seed,
                        fail_pull_rate=sim.fail_pull_rate, python_hash_seed=config.python_hash_seed)
     from kvcal.engines.vllm import pair_from_config
 

@@ -62,7 +62,7 @@ def test_solve_nnls_matches_scipy_nnls_batched():
 
 
 def test_noise_free_data_recovers_the_true_curves_and_break_even():
-    costs = replace(CONVEX, noise_cv=0.0)
+    costs = CONVEX.model_copy(update=dict(noise_cv=0.0))
     fit = fit_table(sim_table(costs, CONVEX_LADDER, 2, seed=0), n_resamples=200)
     assert fit.recompute.model == "quadratic" and fit.pull.model == "affine"
     assert fit.recompute.intercept_ms == pytest.approx(2.0, abs=1e-6)
@@ -74,7 +74,7 @@ def test_noise_free_data_recovers_the_true_curves_and_break_even():
 
 
 def test_curve_ms_units():
-    fit = fit_table(sim_table(replace(CPU, noise_cv=0.0), CPU_LADDER, 2), n_resamples=0)
+    fit = fit_table(sim_table(CPU.model_copy(update=dict(noise_cv=0.0)), CPU_LADDER, 2), n_resamples=0)
     n = np.array([0.0, 1000.0, 8192.0])
     np.testing.assert_allclose(curve_ms(fit.pull, n), CPU.pull_ms(n), rtol=1e-9)
 
@@ -106,7 +106,7 @@ def _huber_direct(data: LegData, p: int, f_scale: float) -> np.ndarray:
 
 
 def test_refit_with_converged_huber_weights_is_the_huber_solution():
-    table = sim_table(replace(CPU, outlier_rate=0.05), CPU_LADDER, 5, seed=11)
+    table = sim_table(CPU.model_copy(update=dict(outlier_rate=0.05)), CPU_LADDER, 5, seed=11)
     data = LegData.from_frame("recompute", table.leg("recompute"), max(table.lengths))
     leg = fit_leg(data, ("affine", "quadratic"))
     assert leg.f_scale is not None
@@ -143,7 +143,7 @@ def test_convex_recompute_selects_quadratic_and_reports_both():
 
 
 def test_linear_recompute_mostly_selects_affine():
-    linear = replace(CPU, recompute_per_token2_ns=0.0)
+    linear = CPU.model_copy(update=dict(recompute_per_token2_ns=0.0))
     chosen = [fit_table(sim_table(linear, CPU_LADDER, 3, seed=s), n_resamples=0).recompute.model for s in range(20)]
     assert chosen.count("affine") >= 17  # a level-0.05 test keeps the false-curvature rate low
 
@@ -151,7 +151,7 @@ def test_linear_recompute_mostly_selects_affine():
 # --- break-even: exact roots and status ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("costs", [CPU, CONVEX, replace(CPU, recompute_per_token2_ns=0.0),
+@pytest.mark.parametrize("costs", [CPU, CONVEX, CPU.model_copy(update=dict(recompute_per_token2_ns=0.0)),
                                    SimCosts(recompute_intercept_ms=0.0, recompute_per_token_us=1.0,
                                             recompute_per_token2_ns=2.0, pull_intercept_ms=500.0, pull_per_token_us=30.0)])
 def test_break_even_matches_the_simulators_exact_root(costs):

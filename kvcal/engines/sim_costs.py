@@ -1,0 +1,49 @@
+"""The simulated pair's true curves and noise, declared once.
+
+The sweep's ``sim`` settings (:class:`kvcal.sweep.config.SimSettings`) extend this record,
+so the campaign file, the run.json settings and the simulated pair share one
+declaration of every field, its bounds and its default (they resemble the tiny CPU
+model's curves).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvcal.cost_curve import break_even_tokens, cost_ms
+
+
+class SimCosts(BaseModel):
+    """True cost curves of the simulated pair: recompute quadratic, pull affine (ms at n tokens)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    recompute_intercept_ms: float = Field(5.0, ge=0, description="Recompute's fixed cost.")
+    recompute_per_token_us: float = Field(25.0, ge=0, description="Recompute's linear cost per token.")
+    recompute_per_token2_ns: float = Field(0.012, ge=0, description="Recompute's quadratic (attention) cost per token^2.")
+    pull_intercept_ms: float = Field(20.0, ge=0, description="The pull's fixed cost (handshake, producer round trip).")
+    pull_per_token_us: float = Field(3.0, ge=0, description="The pull's cost per token (bytes over the link).")
+    noise_cv: float = Field(0.05, ge=0, le=2, description="Coefficient of variation of the lognormal noise on every probe.")
+    outlier_rate: float = Field(0.0, ge=0, le=1, description="Share of probes slowed by outlier_factor (scheduler hiccups).")
+    outlier_factor: float = Field(3.0, ge=1, description="How much an outlier probe is slowed.")
+
+    @property
+    def recompute_coef(self) -> tuple[float, float, float]:
+        return self.recompute_intercept_ms, self.recompute_per_token_us, self.recompute_per_token2_ns
+
+    @property
+    def pull_coef(self) -> tuple[float, float, float]:
+        return self.pull_intercept_ms, self.pull_per_token_us, 0.0
+
+    def recompute_ms(self, n: Any) -> Any:
+        return cost_ms(self.recompute_coef, n)
+
+    def pull_ms(self, n: Any) -> Any:
+        return cost_ms(self.pull_coef, n)
+
+    def true_break_even(self, upper: float = 1e7) -> float | None:
+        """The exact break-even of the true curves (as the fit defines it); None if there is none below ``upper``."""
+        value = float(break_even_tokens(self.recompute_coef, self.pull_coef))
+        return value if value <= upper else None
