@@ -41,8 +41,7 @@ def compare(
     """Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed threshold."""
     from rich.table import Table
 
-    from kvcal.report.compare import CompareConfig, run_compare
-    from kvcal.report.compare_io import TABLE_HEADER, row_notes, table_rows
+    from kvcal.report.compare_report import TABLE_HEADER, CompareConfig, row_notes, run_compare, table_rows
 
     result = run_compare(CompareConfig(
         baseline=baseline, current=current, tolerance=tolerance, force=force, deployed_tokens=deployed,

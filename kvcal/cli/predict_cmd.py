@@ -44,7 +44,8 @@ def predict(
     """Predict KV bytes per token, prefill FLOPs, the recompute and pull curves, the break-even and the link's floor."""
     from kvcal.estimate.predict import PredictSettings
     from kvcal.estimate.predict import predict as run_predict
-    from kvcal.estimate.profiles import load_model, load_profiles
+    from kvcal.estimate.hfconfig import load_model
+    from kvcal.estimate.profiles import load_profiles
 
     settings = PredictSettings(
         kv_dtype=kv_dtype, mfu=mfu, devices=devices, overhead_ms=overhead_ms, pull_floor_ms=pull_floor_ms,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcal.errors import InputError
-from kvcal.estimate.profiles import ModelProfile, parse_model_profile
+from kvcal.estimate.profiles import ModelProfile, load_profiles, parse_model_profile
 
 _MLA_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa"}
 
@@ -169,3 +169,13 @@ def _mlp(cfg: dict[str, Any], model_type: str, layers: int) -> dict[str, Any]:
     if dense_layers > layers:
         raise InputError(f"config says {dense_layers} dense layers but only {layers} layers")
     return mlp
+
+
+def load_model(name_or_path: str, root: Path | str | None = None) -> ModelProfile:
+    """A model profile by name or alias, or built from a HF ``config.json`` (file or model folder)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    if path.is_file():
+        return model_profile_from_config(path)
+    return load_profiles(root).model(name_or_path)

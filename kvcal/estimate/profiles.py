@@ -62,7 +62,7 @@ from kvcal.estimate.profile_schema import (  # re-exported: kvcal.estimate.profi
 __all__ = [
     "DTYPE_BYTES", "HARDWARE_SCHEMA", "MODEL_SCHEMA", "PROFILES_ENV", "Accelerator", "Attention", "AttentionKind",
     "Indexer", "KvLayout", "Link", "Mlp", "ModelProfile", "Moe", "ProfileSet", "SlidingWindow", "Spec",
-    "attention_flops", "attention_terms", "kv_bytes_per_token", "kv_layout", "load_model", "load_profiles",
+    "attention_flops", "attention_terms", "kv_bytes_per_token", "kv_layout", "load_profiles",
     "match_profile", "matmul_params_per_token", "model_summary", "normalize_kv_dtype", "parse_hardware_profile",
     "parse_model_profile", "prefill_flops", "profiles_dir", "query_key_pairs", "total_active_params",
     "validation_message",
@@ -341,15 +341,3 @@ def _register(profile: Any, path: Path, table: dict[str, Any], files: dict[str, 
 def load_profiles(root: Path | str | None = None) -> ProfileSet:
     """Load and validate every profile under ``root`` (default :func:`profiles_dir`); cached per folder."""
     return _load(str(Path(root) if root is not None else profiles_dir()))
-
-
-def load_model(name_or_path: str, root: Path | str | None = None) -> ModelProfile:
-    """A model profile by name or alias, or built from a HF ``config.json`` (file or model folder)."""
-    path = Path(name_or_path).expanduser()
-    if path.is_dir() and (path / "config.json").is_file():
-        path = path / "config.json"
-    if path.is_file():
-        from kvcal.estimate.hfconfig import model_profile_from_config
-
-        return model_profile_from_config(path)
-    return load_profiles(root).model(name_or_path)

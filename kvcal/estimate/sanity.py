@@ -30,19 +30,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from kvcal import cost_curve
 from kvcal.errors import InputError
+from kvcal.estimate.hfconfig import load_model
 from kvcal.estimate.profiles import (
     Accelerator,
     Link,
     ModelProfile,
     kv_layout,
-    load_model,
     load_profiles,
     match_profile,
     normalize_kv_dtype,
     prefill_flops,
 )
-from kvcal import cost_curve
 from kvcal.records import FitResult, RunSetup
 
 log = logging.getLogger(__name__)

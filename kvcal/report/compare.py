@@ -38,14 +38,15 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from scipy.stats import norm
 
-from kvcal.report.compare_io import LoadedRun, load_run
 from kvcal.errors import InputError
+from kvcal.fit import curve_ms
 from kvcal.records import CurveFit, FitResult
+from kvcal.report.runs import LoadedRun
 
 log = logging.getLogger(__name__)
 
@@ -260,8 +261,6 @@ def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
 
 
 def _z(confidence: float) -> float:
-    from scipy.stats import norm
-
     return float(norm.ppf(0.5 + confidence / 2.0))
 
 
@@ -361,8 +360,6 @@ def deployed_check(base: FitResult, cur: FitResult, threshold: int, origin: str)
     if threshold < 1:
         raise InputError(f"deployed threshold must be >= 1 token (minCachedTokenDelta), got {threshold}")
     verdict, was = _placement(cur, threshold), _placement(base, threshold)
-    from kvcal.fit import curve_ms
-
     delta_ms = float(curve_ms(cur.pull, threshold) - curve_ms(cur.recompute, threshold))
     block = cur.block_size or 1
     interval = _be_interval(cur)
@@ -387,47 +384,3 @@ def deployed_check(base: FitResult, cur: FitResult, threshold: int, origin: str)
     if was != verdict:
         message += f" (it was {was} against the baseline)"
     return DeployedCheck(threshold, origin, verdict, message, was, round(delta_ms, 3))
-
-
-# ---------------------------------------------------------------- entry point
-
-
-@dataclass(frozen=True)
-class CompareConfig:
-    """What ``kvcal compare`` was asked to do."""
-
-    baseline: Path
-    current: Path
-    tolerance: float = 0.1
-    force: bool = False
-    deployed_tokens: int | None = None
-    values_file: Path | None = None
-    markdown: Path | None = None
-    plot: Path | None = None
-    seed: int = 0
-
-
-def run_compare(config: CompareConfig) -> Comparison:
-    """Load both runs, compare them, and write the Markdown summary and plot if asked."""
-    from kvcal.report.compare_io import plot_comparison, render_markdown, save_figure
-    from kvcal.emit.helm import read_threshold
-
-    if config.deployed_tokens is not None and config.values_file is not None:
-        raise InputError("give the deployed threshold once: --deployed N or --values FILE, not both")
-    deployed = None
-    if config.deployed_tokens is not None:
-        deployed = (config.deployed_tokens, "--deployed")
-    elif config.values_file is not None:
-        deployed = (read_threshold(config.values_file), str(config.values_file))
-    with_probes = config.plot is not None  # only the plot shows them
-    result = compare_runs(load_run(config.baseline, probes=with_probes), load_run(config.current, probes=with_probes),
-                          tolerance=config.tolerance, force=config.force, deployed=deployed, seed=config.seed)
-    if config.plot is not None:
-        save_figure(plot_comparison(result), config.plot)
-    if config.markdown is not None:
-        try:
-            config.markdown.parent.mkdir(parents=True, exist_ok=True)
-            config.markdown.write_text(render_markdown(result, config.plot, config.markdown), encoding="utf-8")
-        except OSError as err:
-            raise InputError(f"cannot write {config.markdown}: {err.strerror or err}") from None
-    return result

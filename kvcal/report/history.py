@@ -1,7 +1,7 @@
 """The break-even over time: a trend of fits, ordered by run time, labelled by what changed.
 
 This stage owns ``kvcal history``. Each input (a ``fit.json`` or a run folder) is loaded
-as in :mod:`kvcal.report.compare`; runs are ordered by the time the run was made (the run's
+by :func:`kvcal.report.runs.load_run`; runs are ordered by the time the run was made (the run's
 ``created_at`` from run.json or the fit's setup, else the fit's own time), and each is
 labelled by the provenance keys that differ from the run before it (versions of vLLM,
 NIXL, torch and kvcal; transport; model; CPU/GPU; UCX settings; engine settings), so a
@@ -11,13 +11,19 @@ jump in the trend sits next to its likely cause.
 from __future__ import annotations
 
 import logging
+import textwrap
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kvcal.report.compare_io import LoadedRun, load_run
+import numpy as np
+from matplotlib.figure import Figure
+
 from kvcal.errors import InputError
+from kvcal.report.plot import save
+from kvcal.report.runs import LoadedRun, load_run
+from kvcal.report.text import fmt_ci, fmt_value
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +65,7 @@ def run_history(config: HistoryConfig) -> list[HistoryEntry]:
     """Load, order and label the runs; write the plot and Markdown table if asked."""
     entries = build_history([load_run(path, probes=False) for path in config.inputs])
     if config.plot is not None:
-        from kvcal.report.compare_io import save_figure
-
-        save_figure(plot_history(entries), config.plot)
+        save(plot_history(entries), config.plot, dpi="figure")
     if config.markdown is not None:
         try:
             config.markdown.parent.mkdir(parents=True, exist_ok=True)
@@ -162,8 +166,6 @@ HEADER = ["#", "run", "run time", "status", "break-even", "CI", "recompute us/to
 
 
 def table_rows(entries: list[HistoryEntry]) -> list[list[str]]:
-    from kvcal.report.compare_io import fmt_ci, fmt_value
-
     rows = []
     for index, entry in enumerate(entries, start=1):
         fit = entry.run.fit
@@ -186,12 +188,6 @@ def plot_history(entries: list[HistoryEntry]):
     Series: break-even (one errorbar series, crossover runs only), recompute and pull
     us/token, recompute and pull intercept ms (one line each).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import numpy as np
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=PLOT_SIZE_IN, dpi=PLOT_DPI)
     ax_be, ax_slope, ax_fixed = fig.subplots(3, 1, sharex=True)
     x = np.arange(len(entries))
@@ -229,6 +225,4 @@ def plot_history(entries: list[HistoryEntry]):
 
 
 def _wrap(text: str, width: int = 28) -> str:
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, width)[:3])

@@ -165,14 +165,17 @@ def draw_saving(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, co
     ax.legend(loc="lower right", fontsize="small")
 
 
-def save(figure: Figure, path: str | Path) -> Path:
-    """Write the figure (format from the extension); InputError when the place cannot be written."""
+def save(figure: Figure, path: str | Path, *, dpi: float | str = 110) -> Path:
+    """Write a figure (format from the extension; ``dpi="figure"`` keeps its own), creating the folder.
+
+    InputError when the place cannot be written or the extension names no format.
+    """
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(p, dpi=110)
-    except OSError as err:
-        raise InputError(f"{p}: cannot write ({err.strerror})") from None
+        figure.savefig(p, dpi=dpi)
+    except (ValueError, OSError) as err:
+        raise InputError(f"cannot write plot {p}: {getattr(err, 'strerror', None) or err}") from None
     return p
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvcal.report.compare import BE_CEIL_TOKENS, CompareConfig, compare_runs, deployed_check, run_compare
-from kvcal.report.compare_io import LoadedRun, load_run, render_markdown
+from kvcal.report.compare import BE_CEIL_TOKENS, compare_runs, deployed_check
+from kvcal.report.compare_report import CompareConfig, plot_comparison, render_markdown, run_compare
+from kvcal.report.runs import LoadedRun, load_run
 from kvcal.emit.helm import read_threshold as read_deployed_threshold
 from kvcal.errors import InputError
 from kvcal.records import CurveFit, FitResult
@@ -451,7 +452,6 @@ def test_committed_baselines_load_and_self_compare(baseline, kvcal):
 def test_overlay_plot_draws_both_runs_and_the_deployed_threshold(tmp_path, kvcal):
     from matplotlib.image import imread
 
-    from kvcal.report.compare_io import plot_comparison
 
     base = campaign(tmp_path / "base", seed=0)
     cur = campaign(tmp_path / "cur", seed=1, pull_intercept_ms=60.0)
@@ -469,7 +469,6 @@ def test_overlay_plot_draws_both_runs_and_the_deployed_threshold(tmp_path, kvcal
 
 
 def test_overlay_plot_without_probes_or_coefficient_samples(tmp_path):
-    from kvcal.report.compare_io import plot_comparison
 
     result = compare_runs(run_of(make_fit(1500)), run_of(make_fit(None, status="recompute-always-wins")))
     ax = plot_comparison(result).axes[0]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcal.report.compare_io import load_run
+from kvcal.report.runs import load_run
 from kvcal.report.history import build_history, plot_history, provenance_changes
 from kvcal.records import FitResult
 

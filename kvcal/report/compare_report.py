@@ -1,10 +1,10 @@
-"""What goes in and out of a comparison: loading runs, the deployed threshold from Helm
-values, the Markdown summary for a CI job page, and the overlay plot.
+"""What ``kvcal compare`` produces: the runs loaded, compared (:mod:`kvcal.report.compare`),
+and shown as a table, a Markdown summary for a CI job page and an overlay plot.
 
-A run is a ``fit.json``, a run folder (its fit.json, or a fit made now) or a probe
-table (fitted now); its probes are found for the plot when they are at hand. The
-overlay draws each run with :func:`kvcal.report.plot.draw_run` (points, curves, bands and
-break-even) in its own colour on one pair of axes, plus the deployed threshold if given.
+The deployed threshold comes from ``--deployed`` or a Helm values file
+(:func:`kvcal.emit.helm.read_threshold`). The overlay draws each run with
+:func:`kvcal.report.plot.draw_run` (points, curves, bands and break-even) in its own
+colour on one pair of axes, plus the deployed threshold if given.
 """
 
 from __future__ import annotations
@@ -13,15 +13,16 @@ import logging
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from matplotlib.figure import Figure
+
+from kvcal.emit.helm import read_threshold
 from kvcal.errors import InputError
-from kvcal.fit.inputs import load_fit_input
-from kvcal.fit.tables import ProbeTable
-from kvcal.records import FitResult, RunManifest
-
-if TYPE_CHECKING:
-    from kvcal.report.compare import Comparison, Row
+from kvcal.report.compare import Comparison, Row, compare_runs
+from kvcal.report.plot import draw_run, grid, save
+from kvcal.report.runs import load_run
+from kvcal.report.text import fmt_ci, fmt_value
 
 log = logging.getLogger(__name__)
 
@@ -31,51 +32,7 @@ BASELINE_COLOUR = "tab:blue"
 CURRENT_COLOUR = "tab:red"
 
 
-@dataclass(frozen=True)
-class LoadedRun:
-    """One side of a comparison: the fit, where it came from, and its probes if found."""
-
-    path: Path
-    fit: FitResult
-    label: str
-    probes: ProbeTable | None = None  # when the probes were found (and asked for)
-    manifest: RunManifest | None = None  # run.json of the run behind the fit, when at hand
-
-
-# ---------------------------------------------------------------- loading
-
-
-def load_run(path: Path | str, *, probes: bool = True) -> LoadedRun:
-    """Load a ``fit.json``, a run folder (its fit.json, or a fit made now) or a probe table (fitted now).
-
-    With ``probes`` the run's probes are looked for too (for plots); a fit without them still loads.
-    """
-    path = Path(path)
-    found = load_fit_input(path, probes=probes)
-    return LoadedRun(path=path, fit=found.fitted(), label=run_label(path), probes=found.table if probes else None,
-                     manifest=found.manifest)
-
-
-def run_label(path: Path) -> str:
-    """A short name for a run: its folder (also for a fit.json inside one, e.g. a baseline's), else the file stem."""
-    if path.is_file():
-        return path.parent.name if path.name == "fit.json" else path.stem
-    return path.resolve().name
-
-
 # ---------------------------------------------------------------- text
-
-
-def fmt_value(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return "—"
-    if unit == "tokens":
-        return f"{value:.0f}"
-    return f"{value:.4g}"
-
-
-def fmt_ci(ci: tuple[float, float] | None, unit: str = "") -> str:
-    return "—" if ci is None else f"[{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}]"
 
 
 def fmt_change(row: Row) -> str:
@@ -167,14 +124,6 @@ def plot_comparison(result: Comparison):
     dashed), their bootstrap bands, the probes when found, and the break-even line with
     its interval; the deployed threshold, when given, is one more dotted black line.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    from kvcal.report.plot import draw_run, grid
-
     fig = Figure(figsize=PLOT_SIZE_IN, dpi=PLOT_DPI, layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
     runs = ((result.baseline, BASELINE_COLOUR, "baseline"), (result.current, CURRENT_COLOUR, "current"))
@@ -195,10 +144,42 @@ def plot_comparison(result: Comparison):
     return fig
 
 
-def save_figure(fig: Any, path: Path) -> None:
-    """Save a Figure as PNG (or whatever the suffix names), creating the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fig.savefig(path, dpi=PLOT_DPI)
-    except (ValueError, OSError) as err:
-        raise InputError(f"cannot write plot {path}: {err}") from None
+# ---------------------------------------------------------------- entry point
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """What ``kvcal compare`` was asked to do."""
+
+    baseline: Path
+    current: Path
+    tolerance: float = 0.1
+    force: bool = False
+    deployed_tokens: int | None = None
+    values_file: Path | None = None
+    markdown: Path | None = None
+    plot: Path | None = None
+    seed: int = 0
+
+
+def run_compare(config: CompareConfig) -> Comparison:
+    """Load both runs, compare them, and write the Markdown summary and plot if asked."""
+    if config.deployed_tokens is not None and config.values_file is not None:
+        raise InputError("give the deployed threshold once: --deployed N or --values FILE, not both")
+    deployed = None
+    if config.deployed_tokens is not None:
+        deployed = (config.deployed_tokens, "--deployed")
+    elif config.values_file is not None:
+        deployed = (read_threshold(config.values_file), str(config.values_file))
+    with_probes = config.plot is not None  # only the plot shows them
+    result = compare_runs(load_run(config.baseline, probes=with_probes), load_run(config.current, probes=with_probes),
+                          tolerance=config.tolerance, force=config.force, deployed=deployed, seed=config.seed)
+    if config.plot is not None:
+        save(plot_comparison(result), config.plot, dpi="figure")
+    if config.markdown is not None:
+        try:
+            config.markdown.parent.mkdir(parents=True, exist_ok=True)
+            config.markdown.write_text(render_markdown(result, config.plot, config.markdown), encoding="utf-8")
+        except OSError as err:
+            raise InputError(f"cannot write {config.markdown}: {err.strerror or err}") from None
+    return result
