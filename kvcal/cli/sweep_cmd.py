@@ -10,7 +10,7 @@ import typer
 from kvcal.cli.options import int_list
 from kvcal.cli.output import info
 from kvcal.cli.progress_view import progress_for_terminal
-from kvcal.sweep.config import field_help, load_campaign_file, resolve_config
+from kvcal.sweep.config import SweepConfig, flag_help, flag_of, load_campaign_file, resolve_config
 
 EPILOG = """Examples:
 
@@ -29,28 +29,28 @@ EPILOG = """Examples:
 
 
 def sweep(
-    model: Optional[str] = typer.Option(None, "--model", help=field_help("model")),
-    engine: Optional[str] = typer.Option(None, "--engine", help="vllm (default) or sim. " + field_help("engine")),
-    transport: Optional[str] = typer.Option(None, "--transport", help="nixl-pd (default) or p2p-tier (GPU only)."),
-    producer_url: Optional[str] = typer.Option(None, "--producer-url", help=field_help("producer_url")),
-    consumer_url: Optional[str] = typer.Option(None, "--consumer-url", help=field_help("consumer_url")),
-    producer_p2p_host: Optional[str] = typer.Option(None, "--producer-p2p-host", help=field_help("producer_p2p_host")),
-    producer_p2p_port: Optional[int] = typer.Option(None, "--producer-p2p-port", help=field_help("producer_p2p_port")),
-    prefix_lengths: Optional[str] = typer.Option(None, "--prefix-lengths", help="Comma-separated, e.g. 256,512,1024. " + field_help("prefix_lengths")),
-    reps: Optional[int] = typer.Option(None, "--reps", help=field_help("reps") + " [default: 3]"),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help=field_help("block_size") + " [default: 64]"),
-    seed: Optional[int] = typer.Option(None, "--seed", help=field_help("seed") + " [default: 0]"),
-    output_dir: Optional[Path] = typer.Option(None, "--output-dir", help=field_help("output_dir") + " [default: results]"),
-    name: Optional[str] = typer.Option(None, "--name", help=field_help("name")),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help=field_help("max_model_len")),
-    producer_gpus: Optional[str] = typer.Option(None, "--producer-gpus", help=field_help("producer_gpus")),
-    consumer_gpus: Optional[str] = typer.Option(None, "--consumer-gpus", help=field_help("consumer_gpus")),
-    producer_cpus: Optional[str] = typer.Option(None, "--producer-cpus", help=field_help("producer_cpus")),
-    consumer_cpus: Optional[str] = typer.Option(None, "--consumer-cpus", help=field_help("consumer_cpus")),
-    engine_arg: Optional[list[str]] = typer.Option(None, "--engine-arg", help="Extra `vllm serve` argument for both engines (repeatable), e.g. --engine-arg=--enforce-eager."),
-    python_hash_seed: Optional[int] = typer.Option(None, "--python-hash-seed", help=field_help("python_hash_seed") + " [default: 0]"),
-    startup_timeout_s: Optional[float] = typer.Option(None, "--startup-timeout", help=field_help("startup_timeout_s")),
-    max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help=field_help("max_attempts")),
+    model: Optional[str] = typer.Option(None, flag_of("model"), help=flag_help("model")),
+    engine: Optional[str] = typer.Option(None, flag_of("engine"), help=flag_help("engine")),
+    transport: Optional[str] = typer.Option(None, flag_of("transport"), help=flag_help("transport") + " (p2p-tier needs GPU engines)"),
+    producer_url: Optional[str] = typer.Option(None, flag_of("producer_url"), help=flag_help("producer_url")),
+    consumer_url: Optional[str] = typer.Option(None, flag_of("consumer_url"), help=flag_help("consumer_url")),
+    producer_p2p_host: Optional[str] = typer.Option(None, flag_of("producer_p2p_host"), help=flag_help("producer_p2p_host")),
+    producer_p2p_port: Optional[int] = typer.Option(None, flag_of("producer_p2p_port"), help=flag_help("producer_p2p_port")),
+    prefix_lengths: Optional[str] = typer.Option(None, flag_of("prefix_lengths"), help="Comma-separated, e.g. 256,512,1024. " + flag_help("prefix_lengths")),
+    reps: Optional[int] = typer.Option(None, flag_of("reps"), help=flag_help("reps")),
+    block_size: Optional[int] = typer.Option(None, flag_of("block_size"), help=flag_help("block_size")),
+    seed: Optional[int] = typer.Option(None, flag_of("seed"), help=flag_help("seed")),
+    output_dir: Optional[Path] = typer.Option(None, flag_of("output_dir"), help=flag_help("output_dir")),
+    name: Optional[str] = typer.Option(None, flag_of("name"), help=flag_help("name")),
+    max_model_len: Optional[int] = typer.Option(None, flag_of("max_model_len"), help=flag_help("max_model_len")),
+    producer_gpus: Optional[str] = typer.Option(None, flag_of("producer_gpus"), help=flag_help("producer_gpus")),
+    consumer_gpus: Optional[str] = typer.Option(None, flag_of("consumer_gpus"), help=flag_help("consumer_gpus")),
+    producer_cpus: Optional[str] = typer.Option(None, flag_of("producer_cpus"), help=flag_help("producer_cpus")),
+    consumer_cpus: Optional[str] = typer.Option(None, flag_of("consumer_cpus"), help=flag_help("consumer_cpus")),
+    engine_args: Optional[list[str]] = typer.Option(None, flag_of("engine_args"), help=flag_help("engine_args") + " e.g. --engine-arg=--enforce-eager."),
+    python_hash_seed: Optional[int] = typer.Option(None, flag_of("python_hash_seed"), help=flag_help("python_hash_seed")),
+    startup_timeout_s: Optional[float] = typer.Option(None, flag_of("startup_timeout_s"), help=flag_help("startup_timeout_s")),
+    max_attempts: Optional[int] = typer.Option(None, flag_of("max_attempts"), help=flag_help("max_attempts")),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (--name, or the newest in --output-dir); repeats no finished probe."),
     config: Optional[Path] = typer.Option(None, "--config", help="Campaign YAML holding any of these settings; flags override it."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the engine commands and the probe plan; run nothing."),
@@ -58,16 +58,10 @@ def sweep(
     """Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."""
     from kvcal.sweep.runner import plan_dry_run, run_sweep
 
-    flags = dict(
-        model=model, engine=engine, transport=transport, producer_url=producer_url, consumer_url=consumer_url,
-        producer_p2p_host=producer_p2p_host, producer_p2p_port=producer_p2p_port,
-        prefix_lengths=int_list(prefix_lengths, "--prefix-lengths"), reps=reps, block_size=block_size, seed=seed,
-        output_dir=output_dir, name=name, max_model_len=max_model_len,
-        producer_gpus=producer_gpus, consumer_gpus=consumer_gpus, producer_cpus=producer_cpus,
-        consumer_cpus=consumer_cpus, engine_args=engine_arg or None, python_hash_seed=python_hash_seed,
-        startup_timeout_s=startup_timeout_s,
-        max_attempts=max_attempts,
-    )
+    # Every parameter named after a SweepConfig field is that setting's flag (None: not given).
+    flags = {key: value for key, value in locals().items() if key in SweepConfig.model_fields}
+    flags["prefix_lengths"] = int_list(prefix_lengths, flag_of("prefix_lengths"))
+    flags["engine_args"] = engine_args or None
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
     if dry_run:
         plan = plan_dry_run(settings)

@@ -28,18 +28,22 @@ from urllib.parse import urlsplit
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
+from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError
+from kvcal.sweep.config import flag_of, launch_only_flags, sweep_argv
 
 RESULTS_MOUNT = "/results"
-TRANSPORTS = ("p2p-tier", "nixl-pd")
+TRANSPORTS = transport_names()
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-# Flags the Job sets itself; an extra argument repeating one would silently win or clash.
-_MANAGED = ("--engine", "--transport", "--producer-url", "--consumer-url", "--model", "--prefix-lengths", "--reps",
-            "--output-dir", "--name", "--producer-p2p-host", "--producer-p2p-port")
+# The sweep settings the Job sets itself (SweepConfig fields, in command-line order); an extra
+# argument repeating one of their flags would silently win or clash.
+JOB_SETTINGS = ("engine", "transport", "producer_url", "consumer_url", "model", "producer_p2p_host", "producer_p2p_port",
+                "prefix_lengths", "reps", "output_dir", "name")
+_MANAGED = tuple(flag_of(name) for name in JOB_SETTINGS)
 # Launch-mode flags: the Job attaches to running engines, it starts none.
-_LAUNCH_ONLY = ("--producer-gpus", "--consumer-gpus", "--producer-cpus", "--consumer-cpus", "--engine-arg", "--dry-run")
+_LAUNCH_ONLY = (*launch_only_flags(), "--dry-run")
 
 
 @dataclass(frozen=True)
@@ -150,18 +154,10 @@ def validate_url(url: str, flag: str) -> tuple[str, str, int]:
 
 def sweep_command(spec: JobSpec) -> list[str]:
     """The ``kvcal sweep`` argv the Job runs (attach mode: the engines already run)."""
-    argv = ["kvcal", "sweep", "--engine", "vllm", "--transport", spec.transport,
-            "--producer-url", spec.producer_url, "--consumer-url", spec.consumer_url, "--model", spec.model]
-    if spec.producer_p2p_host:
-        argv += ["--producer-p2p-host", spec.producer_p2p_host]
-    if spec.producer_p2p_port:
-        argv += ["--producer-p2p-port", str(spec.producer_p2p_port)]
-    if spec.prefix_lengths:
-        argv += ["--prefix-lengths", ",".join(map(str, spec.prefix_lengths))]
-    if spec.reps:
-        argv += ["--reps", str(spec.reps)]
-    argv += ["--output-dir", RESULTS_MOUNT, "--name", spec.run, *spec.extra_args]
-    return argv
+    values = dict(engine="vllm", transport=spec.transport, producer_url=spec.producer_url, consumer_url=spec.consumer_url,
+                  model=spec.model, producer_p2p_host=spec.producer_p2p_host, producer_p2p_port=spec.producer_p2p_port,
+                  prefix_lengths=spec.prefix_lengths, reps=spec.reps, output_dir=RESULTS_MOUNT, name=spec.run)
+    return ["kvcal", "sweep", *sweep_argv({name: values[name] for name in JOB_SETTINGS}), *spec.extra_args]
 
 
 def job_script(spec: JobSpec) -> str:

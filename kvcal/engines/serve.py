@@ -97,6 +97,7 @@ if os.environ.get(PROGRESS_DELAY_ENV):
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``vllm serve`` with ``argv`` (default: this process's arguments)."""
+    # vLLM is imported only now: the patches above must be in place first, and it is an optional extra.
     from vllm.entrypoints.cli.main import main as vllm_main
 
     args = sys.argv[1:] if argv is None else argv

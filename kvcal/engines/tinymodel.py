@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -54,8 +55,6 @@ def _tiny_config(vocab_size: int) -> dict[str, Any]:
 
 def _corpus() -> list[str]:
     """A fixed, generated corpus: enough distinct byte pairs for a few thousand merges."""
-    import random
-
     rng = random.Random(1234)
     letters = "abcdefghijklmnopqrstuvwxyz"
     words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(3000)]
@@ -70,6 +69,7 @@ def _corpus() -> list[str]:
 
 def _write_tokenizer(folder: Path) -> int:
     """Train and save the byte-level BPE tokenizer; return its vocabulary size."""
+    # tokenizers comes with the engine extras ([cpu]/[gpu]); the sim and the fit need none of it.
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())

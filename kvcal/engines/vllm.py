@@ -36,13 +36,13 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvcal.engines.base import EnginePair, LegMeasurement
 from kvcal.engines.http import EngineClient
 from kvcal.engines.metrics import Snapshot, delta, first_exposed, info_labels, poll_until, total
 from kvcal.engines.process import ServerProcess, sigterm_raises, wait_all_ready, wait_until_idle
-from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings, default_cache_dir, looks_local
+from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings, default_cache_dir, looks_local, settings_from_config
 from kvcal.engines.vllm_setup import vllm_setup
 from kvcal.errors import EngineError, InputError
 from kvcal.estimate.hfconfig import model_profile_from_config
@@ -51,10 +51,8 @@ from kvcal.records import Leg, RunSetup
 from kvcal.engines.tinymodel import ensure_tiny_model
 from kvcal.engines.transports import get_transport
 from kvcal.engines.transports.base import MetricRef, Role
-
-if TYPE_CHECKING:
-    from kvcal.sweep.config import SweepConfig
-    from kvcal.sweep.recorder import RunFolder
+from kvcal.sweep.config import SweepConfig
+from kvcal.sweep.recorder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -356,11 +354,10 @@ class VllmPair(EnginePair):
 
     # -- provenance ---------------------------------------------------------------------
 
-    roles = ROLES
-
     def setup(self) -> RunSetup:
         """Launch: everything kvcal chose (seed, kv-transfer-config per role, versions); attach: what the engines report."""
-        return vllm_setup(self)
+        return vllm_setup(self.settings, self.transport, self.plan, block_size=self.block_size,
+                          kv_bytes_per_token=self.kv_bytes_per_token)
 
     def describe(self) -> dict[str, Any]:
         """The pair's own provenance; versions, CPU, GPUs and UCX_* env are in :func:`kvcal.sweep.provenance.host_provenance`."""
@@ -386,29 +383,9 @@ class VllmPair(EnginePair):
         }
 
 
-def pair_from_config(config: "SweepConfig", run: "RunFolder") -> VllmPair:
+def pair_from_config(config: SweepConfig, run: RunFolder) -> VllmPair:
     """The pair ``kvcal sweep`` asks for: settings from the sweep config, server logs in the run folder."""
-    return VllmPair(
-        VllmSettings(
-            model=config.model,
-            transport=config.transport,
-            producer_url=config.producer_url,
-            consumer_url=config.consumer_url,
-            producer_p2p_host=config.producer_p2p_host,
-            producer_p2p_port=config.producer_p2p_port,
-            block_size=config.block_size,
-            max_model_len=config.max_model_len,
-            producer_cpus=config.producer_cpus,
-            consumer_cpus=config.consumer_cpus,
-            producer_gpus=config.producer_gpus,
-            consumer_gpus=config.consumer_gpus,
-            extra_args=tuple(config.engine_args),
-            python_hash_seed=str(config.python_hash_seed),
-            startup_timeout_s=config.startup_timeout_s,
-            request_timeout_s=config.probe_timeout_s,
-            run_dir=run.path,
-        )
-    )
+    return VllmPair(settings_from_config(config, run_dir=run.path))
 
 
 def _ref_total(snapshot: Snapshot, ref: MetricRef) -> float:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvcal.engines.process import free_ports
+from kvcal.sweep.config import SweepConfig
 from kvcal.sweep.provenance import gpu_inventory
 from kvcal.engines.tinymodel import TINY_MODEL_DIRNAME
 from kvcal.engines.transports.base import Role, SideChannel, Transport
@@ -46,12 +47,22 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("KVCAL_CACHE_DIR") or Path.home() / ".cache" / "kvcal").expanduser()
 
 
+def _sweep_default(name: str) -> Any:
+    """A launch setting the sweep also declares takes the sweep's default (declared once, in SweepConfig)."""
+    return SweepConfig.model_fields[name].get_default(call_default_factory=True)
+
+
+#: Launch settings whose name differs from the SweepConfig field that sets them; every other
+#: VllmSettings field that SweepConfig also has is set from the field of the same name.
+SWEEP_NAMES = {"extra_args": "engine_args", "request_timeout_s": "probe_timeout_s"}
+
+
 @dataclass(frozen=True)
 class VllmSettings:
     """Everything the vLLM pair needs; defaults launch kvcal's tiny model over nixl-pd on this host."""
 
     model: str | None = None  # local folder or hub id; None: kvcal's tiny model (random weights)
-    transport: str = "nixl-pd"
+    transport: str = _sweep_default("transport")
     transport_options: dict[str, Any] = field(default_factory=dict)
     producer_url: str | None = None  # attach mode: both URLs set, nothing launched
     consumer_url: str | None = None
@@ -62,7 +73,7 @@ class VllmSettings:
     consumer_port: int | None = None
     producer_side_port: int | None = None  # the transport's side channel (NIXL / P2P)
     consumer_side_port: int | None = None
-    block_size: int = 64
+    block_size: int = _sweep_default("block_size")
     max_model_len: int | None = None  # None: the tiny model's 8192, else vLLM's default
     load_format: str | None = None  # None: 'dummy' for the tiny model, vLLM's default otherwise
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -70,12 +81,12 @@ class VllmSettings:
     consumer_cpus: str | None = None
     producer_gpus: str | None = None  # CUDA_VISIBLE_DEVICES; None: inherited
     consumer_gpus: str | None = None
-    python_hash_seed: str = "0"
+    python_hash_seed: str = str(_sweep_default("python_hash_seed"))
     extra_args: tuple[str, ...] = ()  # passed to both `vllm serve`s
     cpu_kvcache_space_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE (CPU only)
     nixl_progress_delay_us: int | None = 1000  # CPU only; see kvcal.engines.serve. None: NIXL's spinning default
-    startup_timeout_s: float = 600.0
-    request_timeout_s: float = 300.0
+    startup_timeout_s: float = _sweep_default("startup_timeout_s")
+    request_timeout_s: float = _sweep_default("probe_timeout_s")
     settle_timeout_s: float = 5.0
     idle_max_cores: float | None = None  # pace legs until launched engines idle; None: 0.3 on CPU, off on GPU
     idle_timeout_s: float = 5.0
@@ -87,6 +98,15 @@ class VllmSettings:
     @property
     def attach(self) -> bool:
         return self.producer_url is not None or self.consumer_url is not None
+
+
+def settings_from_config(config: SweepConfig, **more: Any) -> VllmSettings:
+    """The launch settings a sweep config asks for: every shared setting copied by name, plus ``more``."""
+    values = {name: getattr(config, SWEEP_NAMES.get(name, name)) for name in VllmSettings.__dataclass_fields__
+              if SWEEP_NAMES.get(name, name) in SweepConfig.model_fields}
+    values["extra_args"] = tuple(values["extra_args"])
+    values["python_hash_seed"] = str(values["python_hash_seed"])
+    return VllmSettings(**{**values, **more})
 
 
 def _cpu_ranges(cpus: list[int]) -> str:

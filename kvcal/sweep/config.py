@@ -1,9 +1,14 @@
 """The sweep's settings, declared once.
 
-Each field's type, bounds, default and description drive validation, the CLI flag's
-help and the campaign-file schema. A campaign file (``--config FILE``, YAML) may set
-any field; flags given on the command line override it; unknown keys are an error
-so that a renamed key cannot vanish silently.
+Each field's type, bounds, default and description drive validation, the campaign-file
+schema, the ``kvcal sweep`` flag's name and help (:func:`flag_of`, :func:`flag_help`),
+the vLLM pair's launch settings (:func:`kvcal.engines.vllm_launch.settings_from_config`)
+and the sweep command line a Kubernetes Job runs (:func:`sweep_argv`). A field's
+``json_schema_extra`` may name its flag when it is not ``--`` plus the field name with
+dashes, and marks settings that only matter when kvcal launches the engines
+(``launch_only``). A campaign file (``--config FILE``, YAML) may set any field; flags
+given on the command line override it; unknown keys are an error so that a renamed key
+cannot vanish silently.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kvcal.engines.sim_costs import SimCosts
+from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError
 
 
@@ -37,7 +43,7 @@ class SweepConfig(BaseModel):
 
     model: str | None = Field(None, description="Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'.")
     engine: Literal["vllm", "sim"] = Field("vllm", description="vllm: real engines; sim: simulated curves, never a measurement.")
-    transport: Literal["nixl-pd", "p2p-tier"] = Field("nixl-pd", description="How the consumer pulls KV from the producer.")
+    transport: str = Field("nixl-pd", description=f"How the consumer pulls KV from the producer: {' or '.join(transport_names())}.")
     producer_url: str | None = Field(None, description="Attach to a running producer at this URL instead of launching one.")
     consumer_url: str | None = Field(None, description="Attach to a running consumer at this URL instead of launching one.")
     producer_p2p_host: str | None = Field(None, description="p2p-tier attach: the producer's P2P side-channel host.")
@@ -49,17 +55,27 @@ class SweepConfig(BaseModel):
     output_dir: Path = Field(Path("results"), description="Folder that holds run folders.")
     name: str | None = Field(None, description="Run folder name; default: time stamp plus model.")
     max_model_len: int | None = Field(None, gt=0, description="Engine max model length; default: the model's own.")
-    producer_gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for the producer (GPU hosts).")
-    consumer_gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for the consumer (GPU hosts).")
-    producer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the producer (CPU hosts); default: core 0.")
-    consumer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the consumer (CPU hosts); default: core 1.")
-    engine_args: list[str] = Field(default_factory=list, description="Extra arguments passed to both `vllm serve` processes.")
-    python_hash_seed: int = Field(0, ge=0, le=4294967295, description="PYTHONHASHSEED kvcal sets for both launched engines (prefix-cache block hashes match only when it is equal); recorded in run.json.")
-    startup_timeout_s: float = Field(900.0, gt=0, description="How long to wait for the engines to become ready.")
+    producer_gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for the producer (GPU hosts).", json_schema_extra={"launch_only": True})
+    consumer_gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for the consumer (GPU hosts).", json_schema_extra={"launch_only": True})
+    producer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the producer (CPU hosts); default: core 0.", json_schema_extra={"launch_only": True})
+    consumer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the consumer (CPU hosts); default: core 1.", json_schema_extra={"launch_only": True})
+    engine_args: list[str] = Field(default_factory=list, description="Extra argument passed to both `vllm serve` processes (repeatable).",
+                                   json_schema_extra={"flag": "--engine-arg", "launch_only": True})
+    python_hash_seed: int = Field(0, ge=0, le=4294967295, description="PYTHONHASHSEED kvcal sets for both launched engines (prefix-cache block hashes match only when it is equal); recorded in run.json.",
+                                  json_schema_extra={"launch_only": True})
+    startup_timeout_s: float = Field(900.0, gt=0, description="How long to wait for the engines to become ready, in seconds.",
+                                     json_schema_extra={"flag": "--startup-timeout"})
     probe_timeout_s: float = Field(300.0, gt=0, description="How long one request may take.")
     max_attempts: int = Field(3, ge=1, le=20, description="Tries per probe before a failed gate fails the run.")
     min_pull_fraction: float = Field(0.5, gt=0, le=1, description="A pull must move at least this share of the expected KV bytes.")
     sim: SimSettings = Field(default_factory=SimSettings, description="Simulated pair curves (engine sim).")
+
+    @field_validator("transport")
+    @classmethod
+    def _known_transport(cls, value: str) -> str:
+        if value not in transport_names():
+            raise ValueError(f"unknown transport {value!r}; choose one of {', '.join(transport_names())}")
+        return value
 
     @field_validator("prefix_lengths")
     @classmethod
@@ -97,6 +113,47 @@ def arg_value(args: tuple[str, ...] | list[str], *names: str) -> str | None:
 def field_help(name: str) -> str:
     """The description of a SweepConfig field, for the CLI flag's help text."""
     return SweepConfig.model_fields[name].description or ""
+
+
+def _extra(name: str) -> dict[str, Any]:
+    extra = SweepConfig.model_fields[name].json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+def flag_of(name: str) -> str:
+    """The ``kvcal sweep`` flag of a field: its declared flag, else ``--`` plus the name with dashes."""
+    return str(_extra(name).get("flag") or "--" + name.replace("_", "-"))
+
+
+def flag_help(name: str) -> str:
+    """A flag's help: the field's description and, when it has one, its default (never copied by hand)."""
+    info = SweepConfig.model_fields[name]
+    default = info.get_default(call_default_factory=True)
+    shown = "" if default is None or default == [] or isinstance(default, BaseModel) else f" (default: {default})"
+    return (info.description or "") + shown
+
+
+def launch_only_flags() -> tuple[str, ...]:
+    """Flags of settings that only matter when kvcal launches the engines (an attached sweep ignores them)."""
+    return tuple(flag_of(name) for name in SweepConfig.model_fields if _extra(name).get("launch_only"))
+
+
+def sweep_argv(values: dict[str, Any]) -> list[str]:
+    """``kvcal sweep`` arguments that set these fields (in this order); None is left out, lists are comma-joined
+    (a repeatable flag is repeated instead)."""
+    argv: list[str] = []
+    for name, value in values.items():
+        flag = flag_of(name)
+        if value is None:
+            continue
+        if isinstance(value, (list, tuple)):
+            if flag == "--engine-arg":
+                argv += [f"{flag}={item}" for item in value]
+            elif value:
+                argv += [flag, ",".join(map(str, value))]
+        else:
+            argv += [flag, str(value)]
+    return argv
 
 
 def load_campaign_file(path: Path) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import shlex
+import shutil
+import subprocess
 import sys
 from datetime import datetime, timezone
 from importlib import metadata
@@ -40,9 +42,6 @@ def cpu_model() -> str | None:
 
 def gpu_inventory() -> dict[str, Any] | None:
     """GPU name and count from nvidia-smi, or None on a host without NVIDIA GPUs."""
-    import shutil
-    import subprocess
-
     if shutil.which("nvidia-smi") is None:
         return None
     try:

@@ -28,6 +28,8 @@ import numpy as np
 
 from kvcal.sweep.config import SweepConfig
 from kvcal.engines.base import EnginePair, LegMeasurement
+from kvcal.engines.sim import SimPair
+from kvcal.engines.vllm import pair_from_config
 from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError, GateError, InputError
 from kvcal.sweep.plan import PlannedProbe, build_plan, default_prefix_lengths, validate_prefix_lengths
@@ -65,15 +67,11 @@ def default_run_name(config: SweepConfig) -> str:
 
 
 def make_pair(config: SweepConfig, run: RunFolder) -> EnginePair:
-    """The engine pair named by the config (imported lazily: the sim needs no vLLM)."""
+    """The engine pair named by the config."""
     if config.engine == "sim":
-        from kvcal.engines.sim import SimPair
-
         sim = config.sim
         return SimPair(sim.costs, block_size=config.block_size, max_model_len=sim.max_model_len, seed=config.seed,
                        fail_pull_rate=sim.fail_pull_rate, python_hash_seed=config.python_hash_seed)
-    from kvcal.engines.vllm import pair_from_config
-
     return pair_from_config(config, run)
 
 

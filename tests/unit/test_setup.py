@@ -11,7 +11,6 @@ import yaml
 from kvcal.emit import formats as em
 from kvcal.engines.vllm import VllmPair, VllmSettings, pair_from_config
 from kvcal.engines.vllm_launch import ROLES
-from kvcal.engines.vllm_setup import vllm_setup
 from kvcal.fit import fit_table, load_fit, load_fit_input, write_fit
 from kvcal.fit.tables import sim_table
 from kvcal.records import FIT_SCHEMA, RUN_SCHEMA, FitResult, RunManifest, RunSetup
@@ -94,7 +93,7 @@ def test_one_rule_for_json_inputs(tmp_path):
 def test_launch_mode_records_the_hash_seed_it_sets(tmp_path):
     pair = VllmPair(VllmSettings(device="cpu", python_hash_seed="4242", cache_dir=tmp_path / "cache", run_dir=tmp_path / "run",
                                  extra_args=("--kv-cache-dtype", "fp8", "--tensor-parallel-size=2")))
-    setup = vllm_setup(pair)
+    setup = pair.setup()
     assert {pair.plan.env(role)["PYTHONHASHSEED"] for role in ROLES} == {"4242"}
     assert setup.python_hash_seed == 4242 and setup.kv_dtype == "fp8" and setup.tensor_parallel_size == 2
     assert setup.kv_transfer_config == {r.value: pair.transport.kv_transfer_config(r, "cpu", pair.plan.side(r)) for r in ROLES}
@@ -103,7 +102,7 @@ def test_launch_mode_records_the_hash_seed_it_sets(tmp_path):
 
 def test_attach_mode_leaves_what_it_cannot_know_unknown():
     pair = VllmPair(VllmSettings(producer_url="http://a:1", consumer_url="http://b:2", block_size=32))
-    setup = vllm_setup(pair)
+    setup = pair.setup()
     assert setup.block_size == 32 and setup.python_hash_seed is None and setup.kv_transfer_config is None
     assert setup.accelerator is None and setup.engine_versions is None
 

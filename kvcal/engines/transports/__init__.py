@@ -27,6 +27,11 @@ def available() -> dict[str, type[Transport]]:
     return found
 
 
+def transport_names() -> tuple[str, ...]:
+    """Every transport's name, sorted: the one list flags, settings and manifests check against."""
+    return tuple(sorted(available()))
+
+
 def get_transport(name: str, options: dict[str, Any] | None = None) -> Transport:
     """Build the transport called ``name``; InputError naming the choices if unknown."""
     choices = available()
