@@ -1,0 +1,79 @@
+"""The tree shows the pipeline: no import circles, small modules, imports at the top (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "kvcal"
+MAX_LINES = 400
+# Owned by other work this round and to be split there; listed so that no other module grows past the limit.
+OVER_LIMIT_FOR_NOW = {"emit/formats.py", "emit/helm.py"}
+# Imports inside functions that are deliberate: the CLI loads a command's stage only when it runs;
+# serve.py imports vLLM after patching it; formats.py is owned by other work this round.
+LAZY_ALLOWED = ("cli/", "engines/serve.py", "emit/formats.py")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = ("kvcal", *path.relative_to(PACKAGE).with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(tree: ast.AST, modules: dict[str, Path]) -> list[tuple[ast.AST, str]]:
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        found += [(node, name) for name in names if name in modules]
+    return found
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    modules = _modules()
+    graph = {name: {target for _, target in _imports(ast.parse(path.read_text()), modules)} - {name}
+             for name, path in modules.items()}
+    state: dict[str, int] = {}
+    cycle: list[str] = []
+
+    def visit(node: str, trail: list[str]) -> bool:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle.extend(trail[trail.index(nxt):] + [node, nxt] if nxt in trail else [node, nxt])
+                return True
+            if nxt not in state and visit(nxt, trail + [node]):
+                return True
+        state[node] = 2
+        return False
+
+    assert not any(visit(name, []) for name in sorted(graph) if name not in state), " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_stay_small(path):
+    if str(path.relative_to(PACKAGE)) in OVER_LIMIT_FOR_NOW:
+        pytest.skip("owned by other work this round")
+    assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+def test_kvcal_modules_are_imported_at_the_top():
+    modules = _modules()
+    late = []
+    for name, path in modules.items():
+        relative = str(path.relative_to(PACKAGE))
+        if relative.startswith(LAZY_ALLOWED):
+            continue
+        tree = ast.parse(path.read_text())
+        top = {id(node) for node in tree.body}
+        guarded = {id(child) for node in tree.body if isinstance(node, ast.If) for child in ast.walk(node)}
+        late += [f"{relative}: {target}" for node, target in _imports(tree, modules)
+                 if id(node) not in top and id(node) not in guarded]
+    assert not late
