@@ -18,6 +18,8 @@ EPILOG = """Examples:
   kvcal fit probes.csv --confidence 0.95 --seed 7 --output fit.json
 
   kubectl logs job/calibrate-min-cached-token-delta > job.txt && kvcal fit job.txt --json
+
+  kvcal fit job.txt --model openai/gpt-oss-120b --transport p2p-tier --block-size 64
 """
 
 UNITS = (("intercept_ms", "floor, ms", "{:.2f}"), ("per_token_us", "us/token", "{:.3f}"),
@@ -35,14 +37,23 @@ def register(app: typer.Typer) -> None:
         output: Path | None = typer.Option(None, "--output", "-o", show_default=False, help="Where to write fit.json "
                                            "(default: <run>/fit.json, or <input>.fit.json beside a file)."),
         resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples (0: no intervals)."),
+        model: str | None = typer.Option(None, "--model", show_default=False, help="Model the probes measured, recorded "
+                                         "in fit.json's setup (a CSV or Job log records none), e.g. openai/gpt-oss-120b."),
+        transport: str | None = typer.Option(None, "--transport", show_default=False, help="Transport the pulls used "
+                                             "(p2p-tier or nixl-pd), recorded in the setup; a CSV or Job log only."),
+        block_size: int | None = typer.Option(None, "--block-size", show_default=False, help="KV block size of the "
+                                              "engines, recorded in the setup (lengths are checked against it); a CSV or Job log only."),
     ) -> None:
         """Fit recompute (affine or quadratic) and pull (affine) costs and report the break-even with its interval.
 
         Example: kvcal fit results/my-run --confidence 0.9 --seed 0
         """
         from kvcal.fit import dumps, fit_and_write
+        from kvcal.fit.inputs import supplied_setup
 
-        result, written = fit_and_write(input, output, confidence=confidence, seed=seed, n_resamples=resamples)
+        supplied = supplied_setup(model=model, transport=transport, block_size=block_size)
+        result, written = fit_and_write(input, output, confidence=confidence, seed=seed, n_resamples=resamples,
+                                        supplied=supplied)
         if json_out:
             print(dumps(result))
             return

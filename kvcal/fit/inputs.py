@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError, KvcalError
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import load_fit, looks_like_json
@@ -50,18 +51,32 @@ class FitInput:
         return fit_table(self.table, confidence=confidence, seed=seed, n_resamples=n_resamples)
 
 
+def supplied_setup(*, model: str | None = None, transport: str | None = None, block_size: int | None = None) -> RunSetup:
+    """The setup facts a command's flags give for a probe table (which records none); checked here."""
+    if transport is not None and transport not in transport_names():
+        raise InputError(f"--transport must be one of {', '.join(transport_names())} (got {transport!r})")
+    if block_size is not None and block_size <= 0:
+        raise InputError(f"--block-size must be a positive number of tokens (got {block_size})")
+    return RunSetup(model=model, transport=transport, block_size=block_size)
+
+
 def load_fit_input(path: str | Path, *, supplied: RunSetup | None = None, probes: bool = True) -> FitInput:
     """Load ``path`` as a run folder, fit.json, probe CSV or llm-d Job log.
 
-    ``supplied``: setup facts from flags, filled in where a table records none.
+    ``supplied``: setup facts from flags for a probe table; a run folder or fit.json records
+    its own setup, so supplying any there is an InputError.
     ``probes``: also look for the probes behind an existing fit (plots need them; emit does not).
     """
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file or folder")
+    is_table = not p.is_dir() and not looks_like_json(p)
+    if supplied is not None and supplied != RunSetup() and not is_table:
+        raise InputError(f"{p} records its own setup; --model, --transport and --block-size describe a probe CSV "
+                         "or an llm-d Job log")
     if p.is_dir():
         return _run_folder(p, probes)
-    if looks_like_json(p):
+    if not is_table:
         return _fit_file(p, probes)
     table = load_probe_table(p)
     if supplied is not None:

@@ -119,3 +119,31 @@ def test_the_python_hash_seed_flag_sets_the_engines_seed(tmp_path, kvcal):
     assert result.code == 0, result.err
     commands = [line for line in result.out.splitlines() if "kvcal.engines.serve" in line]
     assert len(commands) == 2 and all(line.startswith("PYTHONHASHSEED=5 ") for line in commands)
+
+
+def test_fit_flags_fill_a_job_logs_setup_and_nothing_else(tmp_path, kvcal):
+    log = REPO / "tests" / "fixtures" / "llmd" / "gpt-oss-120b-job.log"
+    out = tmp_path / "job.fit.json"
+    result = kvcal("fit", log, "--model", "openai/gpt-oss-120b", "--transport", "p2p-tier", "--block-size", "64",
+                   "-o", out, "--resamples", "0")
+    assert result.code == 0, result.err
+    setup = json.loads(out.read_text())["setup"]
+    assert (setup["model"], setup["transport"], setup["block_size"]) == ("openai/gpt-oss-120b", "p2p-tier", 64)
+    assert {k: v for k, v in setup.items() if k not in ("model", "transport", "block_size")} == dict.fromkeys(
+        set(setup) - {"model", "transport", "block_size"})
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--transport", "tcp"], "--transport must be one of"),
+    (["--block-size", "0"], "--block-size must be a positive"),
+])
+def test_fit_setup_flags_are_checked(tmp_path, kvcal, args, message):
+    log = REPO / "tests" / "fixtures" / "llmd" / "gpt-oss-120b-job.log"
+    result = kvcal("fit", log, *args, "-o", tmp_path / "f.json")
+    assert result.code == 2 and message in result.err
+
+
+def test_a_run_folder_keeps_its_own_setup(tmp_path, kvcal):
+    folder = factories.write_run_folder(tmp_path / "run", sim_table(SimCosts(), [256, 1024, 4096], 2, seed=1))
+    result = kvcal("fit", folder, "--model", "other")
+    assert result.code == 2 and "records its own setup" in result.err
