@@ -14,6 +14,9 @@ from ruamel.yaml import YAML
 
 from kvcal.emit import helm
 from kvcal.errors import InputError, KvcalError
+from kvcal.fit.io import write_fit
+
+import factories
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "values"
 ROUTER = FIXTURES / "router-p2p.yaml"
@@ -246,15 +249,9 @@ def test_diff_is_a_unified_diff() -> None:
 
 
 def _fit_file(tmp_path):
-    from kvcal.records import CurveFit, FitResult
-
-    curve = CurveFit(model="affine", intercept_ms=1.0, per_token_us=1.0, per_token2_ns=0.0)
-    fit = FitResult(status="crossover", break_even_tokens=1500.0, break_even_ci=[1300.0, 1800.0], confidence=0.95,
-                    extrapolated=False, measured_range=[256, 16384], recompute=curve, pull=curve, block_size=64,
-                    kvcal_version="test", created_at="2026-01-01T00:00:00Z")
-    path = tmp_path / "fit.json"
-    path.write_text(fit.model_dump_json(by_alias=True))  # 1800 x 1.25 -> 2304 with the default margin
-    return path
+    curve = factories.make_curve(1.0, 1.0)
+    fit = factories.make_fit(recompute=curve, pull=curve)  # break-even 1500 [1300, 1800], block 64
+    return write_fit(fit, tmp_path / "fit.json")  # 1800 x 1.25 -> 2304 with the default margin
 
 
 def test_cli_helm_pipe_prints_the_whole_file(tmp_path, capsys) -> None:
