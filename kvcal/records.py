@@ -19,8 +19,6 @@ from kvcal.sweep.config import SweepConfig
 PROBE_SCHEMA = "kvcal.probe/1"
 RUN_SCHEMA = "kvcal.run/2"
 FIT_SCHEMA = "kvcal.fit/2"
-RUN_SCHEMA_V1 = "kvcal.run/1"
-FIT_SCHEMA_V1 = "kvcal.fit/1"
 
 
 class Record(BaseModel):
