@@ -43,3 +43,9 @@ class NotRecommended(KvcalError):
     """P2P pull never wins on this setup: no threshold is emitted (exit 3 by contract)."""
 
     exit_code = 3
+
+
+class NoThreshold(KvcalError):
+    """The fit cannot support a threshold (interval open above, legs tie, disturbed host): exit 3, nothing on stdout."""
+
+    exit_code = 3

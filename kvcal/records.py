@@ -53,6 +53,9 @@ class ProbeRecord(Record):
     invalid_reason: str | None = None
     started_at: str = Field(description="ISO-8601 UTC wall time the probe started.")
     metrics_delta: dict[str, float] = Field(default_factory=dict, description="Raw engine counter deltas over the probe.")
+    warmup: bool = Field(False, description="A discarded warm-up of a new (length, leg) shape; never fitted.")
+    host_busy: float | None = Field(None, description="Share (0-1) of the engines' CPUs (or GPUs) other processes took "
+                                    "since the previous probe; None where not measured (kvcal.sweep.disturbance).")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -163,6 +166,31 @@ class BootstrapSummary(Record):
         return self.recompute_samples if leg == "recompute" else self.pull_samples if leg == "pull" else None
 
 
+class LengthSummary(Record):
+    """One measured length in ``fit.json``: each leg's median and whether the pull won there."""
+
+    prefix_tokens: int
+    recompute_ms: float | None = Field(description="Median recompute TTFT (ms); None when the leg lacks the length.")
+    pull_ms: float | None = Field(description="Median pull TTFT (ms); None when the leg lacks the length.")
+    n_recompute: int
+    n_pull: int
+    pull_won: bool | None = Field(description="The pull's median beat recompute's.")
+    pull_won_measurably: bool | None = Field(description="...by more than the noise allows (kvcal.fit.wins).")
+
+
+class HostDisturbance(Record):
+    """How much of the engines' compute other processes took during the sweep (kvcal.sweep.disturbance)."""
+
+    resource: str = Field(description="What was watched, e.g. 'cpu cores 0,1' or 'gpu 0,1'.")
+    bound: float = Field(description="Per-probe share above which a probe counts as disturbed.")
+    run_bound: float = Field(description="Share of disturbed probes above which the run is disturbed.")
+    n_measured: int
+    median: float | None
+    max: float | None
+    disturbed_probes: list[str] = Field(default_factory=list, description="Probe ids over the bound, with their share.")
+    disturbed: bool
+
+
 class FitResult(Record):
     """``fit.json``: the fitted curves, the break-even and how sure we are of it.
 
@@ -188,6 +216,11 @@ class FitResult(Record):
     bootstrap: BootstrapSummary = Field(default_factory=BootstrapSummary)
     setup: RunSetup = Field(default_factory=RunSetup, description="For a run folder: run.json's setup, unchanged.")
     source: FitSource = Field(default_factory=FitSource, description="The input the probes came from (path, kind, run).")
+    per_length: list[LengthSummary] = Field(default_factory=list, description="Medians and wins per measured length.")
+    pull_won_from_tokens: int | None = Field(None, description="Shortest measured length from which the pull's median won at every longer length.")
+    n_duplicates_collapsed: int = Field(0, description="Rows identical to another in length, leg, rep and TTFT, dropped.")
+    n_warmup_excluded: int = Field(0, description="First-in-time probes excluded for a significant warm-up effect.")
+    host_disturbance: HostDisturbance | None = Field(None, description="Other processes' share of the engines' compute, when measured.")
     kvcal_version: str
     created_at: str
 

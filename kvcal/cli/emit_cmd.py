@@ -17,7 +17,11 @@ EPILOG = """Examples:
 
   kvcal emit-config runs/llama-nixl --format helm --values v.yaml --diff
 
-Exit 3: recomputing always won, P2P is not recommended (nothing on stdout)."""
+  kvcal emit-config runs/gpt-oss --format env --allow-extrapolation   # trust the curves below the shortest winning length
+
+Exit 3, nothing on stdout: recomputing always won (P2P not recommended), the legs tie, the break-even's
+interval is open above, or the sweep measured a disturbed host (unless --allow-disturbed); stderr says
+why and what to measure next."""
 
 
 def emit_config(
@@ -33,6 +37,11 @@ def emit_config(
                                               help="prefixMatchInfoProducerName for plugin/--add-plugin output."),
     prefill_profile: str = typer.Option(GUIDE_PREFILL_PROFILE, "--prefill-profile", help="prefillProfileName for plugin/--add-plugin output."),
     transport: str = typer.Option(None, "--transport", help="Transport for --format vllm when the fit records none: p2p-tier or nixl-pd."),
+    allow_extrapolation: bool = typer.Option(False, "--allow-extrapolation", help="Let the threshold go below the shortest "
+                                             "measured length from which the pull won (the fitted curves' shape alone), "
+                                             "e.g. kvcal emit-config RUN --format env --allow-extrapolation."),
+    allow_disturbed: bool = typer.Option(False, "--allow-disturbed", help="Emit even when the sweep measured a busy host "
+                                         "(other processes took the engines' cores), e.g. kvcal emit-config RUN --allow-disturbed."),
 ) -> None:
     """Emit minCachedTokenDelta (with a safety margin) as a plugin entry, a patched Helm values file, and more.
 
@@ -41,7 +50,7 @@ def emit_config(
     options = EmitOptions(
         format=format, margin=margin, block_size=block_size, values=values, in_place=in_place, diff=diff,
         add_plugin=add_plugin, prefix_match_producer=prefix_match_producer, prefill_profile=prefill_profile,
-        transport=transport,
+        transport=transport, allow_extrapolation=allow_extrapolation, allow_disturbed=allow_disturbed,
     )
     result = emit(input_path, options)
     for line in result.notes:

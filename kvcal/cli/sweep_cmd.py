@@ -51,6 +51,8 @@ def sweep(
     python_hash_seed: Optional[int] = typer.Option(None, flag_of("python_hash_seed"), help=flag_help("python_hash_seed")),
     startup_timeout_s: Optional[float] = typer.Option(None, flag_of("startup_timeout_s"), help=flag_help("startup_timeout_s")),
     max_attempts: Optional[int] = typer.Option(None, flag_of("max_attempts"), help=flag_help("max_attempts")),
+    warmup_probes: Optional[bool] = typer.Option(None, "--warmup-probes/--no-warmup-probes", help=flag_help("warmup_probes")
+                                                 + " e.g. kvcal sweep --warmup-probes --reps 3"),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (--name, or the newest in --output-dir); repeats no finished probe."),
     config: Optional[Path] = typer.Option(None, "--config", help="Campaign YAML holding any of these settings; flags override it."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the engine commands and the probe plan; run nothing."),

@@ -1,42 +1,29 @@
 """Emit stage: turn a fit into the router threshold and the configs that carry it.
 
-This module owns the threshold rule and every output format except the Helm values
-patch (``kvcal.emit.helm``). The rule, in tokens:
-
-    upper     = upper end of the break-even interval (the point estimate if there is none)
-    raised    = upper x (1 + margin)
-    threshold = B x ceil(raised / B), and at least B           (B = index block size)
-
-``margin`` (a fraction, default :data:`DEFAULT_MARGIN`) covers fabric contention and
-producer load, which an idle sweep does not see. For ``pull-always-wins`` the threshold
-is additionally capped at B x floor(smallest winning length / B): the data show the
-pull winning there, so the number must not exceed it. ``recompute-always-wins`` yields
-no threshold: :class:`kvcal.errors.NotRecommended` (exit 3).
-
-The router's cached counts are block counts x block size, so only multiples of B are
-meaningful values of ``minCachedTokenDelta``.
+This module renders every output format except the Helm values patch (``kvcal.emit.helm``);
+the threshold rule itself lives in :mod:`kvcal.emit.threshold` (one place, one statement).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvcal.emit.threshold import (DEFAULT_BLOCK_SIZE, DEFAULT_MARGIN, Threshold, check_threshold, compute_threshold, fmt,
+                                  resolve_block_size, validate_block_size, validate_margin)
 from kvcal.errors import InputError, KvcalError, NotRecommended
 from kvcal.fit.inputs import load_fit_input
 from kvcal.records import CurveFit, FitResult
 
+__all__ = ["DEFAULT_BLOCK_SIZE", "DEFAULT_MARGIN", "Threshold", "check_threshold", "compute_threshold", "resolve_block_size",
+           "validate_block_size", "validate_margin", "EmitOptions", "EmitResult", "emit", "FORMATS"]
+
 log = logging.getLogger(__name__)
 
-DEFAULT_MARGIN = 0.25
-"""Default safety margin: +25 % over the interval's upper end (see docs/emit.md for why)."""
-DEFAULT_BLOCK_SIZE = 64
-"""Block size when neither the flag nor the run records one (the llm-d guides use 64)."""
 GUIDE_PREFIX_MATCH_PRODUCER = "precise-prefix-cache-producer"
 GUIDE_PREFILL_PROFILE = "default"
 PLUGIN_TYPE = "p2p-source-producer"
@@ -48,31 +35,6 @@ _TRANSPORT_ALIASES = {
 }
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
 LOAD_DEPENDENT_COST_KEYS = ("sourceWaitMs", "requeueMs", "busyQueueThreshold", "fleetWeight")
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """The emitted ``minCachedTokenDelta`` and how it was reached (``steps``, for stderr)."""
-
-    min_cached_token_delta: int
-    status: str
-    break_even_tokens: float | None
-    break_even_ci: tuple[float, float] | None
-    margin: float
-    block_size: int
-    steps: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-
-    def as_json(self) -> dict[str, Any]:
-        """The ``--format json`` object (the contract's keys, nothing else)."""
-        return {
-            "minCachedTokenDelta": self.min_cached_token_delta,
-            "break_even_tokens": self.break_even_tokens,
-            "break_even_ci": list(self.break_even_ci) if self.break_even_ci else None,
-            "margin": self.margin,
-            "block_size": self.block_size,
-            "status": self.status,
-        }
 
 
 @dataclass(frozen=True)
@@ -89,6 +51,8 @@ class EmitOptions:
     prefix_match_producer: str = GUIDE_PREFIX_MATCH_PRODUCER
     prefill_profile: str = GUIDE_PREFILL_PROFILE
     transport: str | None = None
+    allow_extrapolation: bool = False
+    allow_disturbed: bool = False
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -123,18 +87,6 @@ class EmitResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def validate_margin(margin: float) -> float:
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
-        raise InputError(f"--margin must be a fraction >= 0, e.g. 0.25 for +25% (got {margin})")
-    return float(margin)
-
-
-def validate_block_size(block_size: int) -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise InputError(f"--block-size must be a positive integer number of tokens, e.g. 64 (got {block_size})")
-    return block_size
-
-
 def canonical_transport(name: str) -> str:
     """Map a recorded or given transport name to ``p2p-tier`` or ``nixl-pd``; InputError otherwise."""
     key = str(name).strip().lower().replace("_", "-")
@@ -143,107 +95,7 @@ def canonical_transport(name: str) -> str:
     return _TRANSPORT_ALIASES[key]
 
 
-def resolve_block_size(fit: FitResult, override: int | None) -> tuple[int, str]:
-    """The block size to round to, and where it came from (flag, run, or default)."""
-    if override is not None:
-        validate_block_size(override)
-        if fit.block_size and fit.block_size != override:
-            return override, f"block size {override} from --block-size (the run recorded {fit.block_size})"
-        return override, f"block size {override} from --block-size"
-    if fit.block_size:
-        validate_block_size(fit.block_size)
-        return fit.block_size, f"block size {fit.block_size} recorded in the run"
-    return DEFAULT_BLOCK_SIZE, f"block size {DEFAULT_BLOCK_SIZE} (default; nothing records one: pass --block-size)"
-
-
-def _fmt(n: float) -> str:
-    return f"{n:,.0f}" if abs(n) >= 100 else f"{n:.3g}"
-
-
-def _round_up(value: float, block: int) -> int:
-    """Smallest multiple of ``block`` that is >= value and >= block (float-safe)."""
-    out = max(block, math.ceil(value / block) * block)
-    while out < value:  # guards value/block rounding down to an integer
-        out += block
-    return out
-
-
-def compute_threshold(fit: FitResult, *, margin: float = DEFAULT_MARGIN, block_size: int | None = None) -> Threshold:
-    """Apply the threshold rule (module docstring) to ``fit``; NotRecommended when recompute always wins."""
-    margin = validate_margin(margin)
-    block, block_note = resolve_block_size(fit, block_size)
-    lo_hi = f"{fit.measured_range[0]}-{fit.measured_range[-1]} tokens" if fit.measured_range else "the measured range"
-    if fit.status == "recompute-always-wins":
-        raise NotRecommended(
-            f"P2P is not recommended on this setup: recomputing beat the pull at every measured length ({lo_hi}); "
-            "no threshold emitted (leave p2p-source-producer off, or re-measure on a faster transport)"
-        )
-    steps: list[str] = [block_note]
-    warnings: list[str] = []
-    ci = tuple(fit.break_even_ci) if fit.break_even_ci and len(fit.break_even_ci) == 2 else None
-    level = f"{fit.confidence:.0%}" if fit.confidence else "the"
-    upper: float | None = None
-    if ci is not None and math.isfinite(ci[1]):
-        upper = float(ci[1])
-        point = _fmt(fit.break_even_tokens) if fit.break_even_tokens is not None else "n/a"
-        steps.append(f"break-even {point} tokens, {level} interval [{_fmt(ci[0])}, {_fmt(ci[1])}]: upper bound {_fmt(upper)}")
-    elif fit.break_even_tokens is not None and math.isfinite(fit.break_even_tokens):
-        upper = float(fit.break_even_tokens)
-        steps.append(f"break-even {_fmt(upper)} tokens, no interval recorded: using the point estimate as the bound")
-        warnings.append("the fit has no break-even interval; the margin is the only safety: rerun `kvcal fit` with its bootstrap")
-    elif fit.status == "crossover":
-        raise InputError("the fit says 'crossover' but records no finite break-even or interval; rerun `kvcal fit` (more --reps narrows it)")
-    threshold: int | None = None
-    if upper is not None:
-        upper = max(upper, 0.0)
-        raised = upper * (1.0 + margin)
-        threshold = _round_up(raised, block)
-        steps.append(f"{_fmt(upper)} x (1 + margin {margin:g}) = {_fmt(raised)} tokens")
-        steps.append(f"rounded up to a multiple of block size {block}: {threshold}")
-    if fit.status == "crossover":
-        if fit.measured_range and upper is not None and upper > fit.measured_range[-1]:
-            warnings.append(
-                f"the break-even's upper bound ({_fmt(upper)}) lies beyond the longest measured prefix "
-                f"({fit.measured_range[-1]}): extend the sweep upward to confirm it"
-            )
-        elif fit.extrapolated:
-            warnings.append("the break-even is extrapolated outside the measured range: extend the sweep to cover it")
-    else:  # pull-always-wins
-        win = fit.smallest_pull_win_tokens or (fit.measured_range[0] if fit.measured_range else None)
-        if win is None:
-            raise InputError("the fit says 'pull-always-wins' but records neither the smallest winning length nor a measured range")
-        cap = max(block, (int(win) // block) * block)
-        if threshold is None:
-            threshold = cap
-            steps.append(f"no break-even estimate below the range: the smallest length where the pull won, {win}, rounded down to {cap}")
-        elif threshold > cap:
-            steps.append(f"capped at the smallest length where the pull was measured to win ({win}), rounded down: {cap}")
-            threshold = cap
-        warnings.append(
-            f"the pull won at every measured length down to {win} tokens, so the true break-even is below the sweep: "
-            f"extend the sweep downward (e.g. --prefix-lengths starting at {block}) to tighten this threshold"
-        )
-    assert threshold is not None
-    check_threshold(threshold, block)
-    log.info("threshold %s: %s (block %s, margin %s)", fit.status, threshold, block, margin)
-    steps.append(f"minCachedTokenDelta = {threshold}")
-    return Threshold(
-        min_cached_token_delta=threshold,
-        status=fit.status,
-        break_even_tokens=fit.break_even_tokens,
-        break_even_ci=ci,
-        margin=margin,
-        block_size=block,
-        steps=tuple(steps),
-        warnings=tuple(warnings),
-    )
-
-
-def check_threshold(value: Any, block: int) -> int:
-    """Validation of what is emitted: an int >= 1 and a multiple of the block size."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value % block:
-        raise KvcalError(f"internal: refusing to emit minCachedTokenDelta={value!r} (must be an int >= 1 and a multiple of {block})")
-    return value
+_fmt = fmt
 
 
 # ---------------------------------------------------------------- formats
@@ -434,7 +286,8 @@ def emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
     """Compute the threshold and render ``options.format``; for helm, patch (and maybe write) the values file."""
     fit = source if isinstance(source, FitResult) else load_input(Path(source))
     origin = "" if isinstance(source, FitResult) else str(source)
-    t = compute_threshold(fit, margin=options.margin, block_size=options.block_size)
+    t = compute_threshold(fit, margin=options.margin, block_size=options.block_size,
+                          allow_extrapolation=options.allow_extrapolation, allow_disturbed=options.allow_disturbed)
     notes: list[str] = list(t.steps)
     warnings: list[str] = list(t.warnings)
     if options.format == "env":

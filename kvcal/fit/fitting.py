@@ -7,6 +7,7 @@ import logging
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import residual_df, run_bootstrap
 from kvcal.fit.curves import LegData, fit_leg
+from kvcal.fit.guards import annotate, exclude_warmup
 from kvcal.fit.result import build_result
 from kvcal.fit.tables import ProbeTable
 from kvcal.records import FitResult
@@ -20,10 +21,11 @@ PULL_MODELS = ("affine",)
 def fit_table(table: ProbeTable, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000) -> FitResult:
     """Fit both legs, find the break-even and bootstrap its interval at ``confidence``."""
     _check_settings(confidence, seed, n_resamples)
+    table, n_warmup, warmup_note = exclude_warmup(table)
     legs = _leg_data(table)
     recompute = fit_leg(legs["recompute"], RECOMPUTE_MODELS)
     pull = fit_leg(legs["pull"], PULL_MODELS)
-    notes: list[str] = []
+    notes: list[str] = [warmup_note] if warmup_note else []
     boot = None
     if n_resamples == 0:
         notes.append("--resamples 0: no bootstrap, no intervals")
@@ -36,6 +38,7 @@ def fit_table(table: ProbeTable, *, confidence: float = 0.9, seed: int = 0, n_re
             boot = run_bootstrap(recompute, pull, n_resamples=n_resamples, seed=seed, confidence=confidence)
     result = build_result(table, recompute, pull, boot, confidence=confidence, seed=seed, n_resamples=n_resamples,
                           notes=notes)
+    result = annotate(result, table, recompute, pull, n_warmup)
     log.info("fit %s: %s at %s tokens", table.origin.path, result.status, result.break_even_tokens)
     return result
 

@@ -29,7 +29,7 @@ import io
 import logging
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,12 @@ from kvcal.errors import InputError
 from kvcal.engines.sim import SimCosts, SimPair
 from kvcal.records import FitSource, Leg, ProbeRecord, RunSetup
 from kvcal.sweep.recorder import RunFolder
+from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
+from kvcal.records import HostDisturbance
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved"]
+COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "order"]
 CSV_REQUIRED = ("prefix_tokens", "leg", "ttft_ms")
 CSV_OPTIONAL = ("rep", "bytes_moved", "valid")
 LEGS = (Leg.RECOMPUTE.value, Leg.PULL.value)
@@ -60,7 +62,8 @@ class ProbeTable:
 
     ``probes`` has one row per valid probe with columns ``prefix_tokens`` (int),
     ``leg`` (str), ``ttft_ms`` (float), ``rep`` (int) and ``bytes_moved``
-    (nullable Int64: unknown is <NA>, never 0).
+    (nullable Int64: unknown is <NA>, never 0), and ``order`` (the probe's rank in time
+    when recorded, else NaN).
     """
 
     probes: pd.DataFrame
@@ -68,6 +71,9 @@ class ProbeTable:
     setup: RunSetup = field(default_factory=RunSetup)
     origin: FitSource = field(default_factory=FitSource)
     warnings: tuple[str, ...] = ()
+    n_duplicates: int = 0
+    verdict: str | None = None  # the llm-d recipe's NO CROSSOVER line: recompute always won
+    host: HostDisturbance | None = None
 
     @property
     def block_size(self) -> int | None:
@@ -128,14 +134,19 @@ def load_probe_table(path: str | Path) -> ProbeTable:
 
 
 def from_rows(rows: list[dict[str, Any]], *, setup: RunSetup | None = None, origin: FitSource | None = None,
-              n_invalid_excluded: int = 0, warnings: list[str] | None = None) -> ProbeTable:
-    """Build a table from dicts with the COLUMNS keys (rep and bytes_moved may be missing)."""
+              n_invalid_excluded: int = 0, warnings: list[str] | None = None, verdict: str | None = None,
+              host: HostDisturbance | None = None) -> ProbeTable:
+    """Build a table from dicts with the COLUMNS keys (rep, bytes_moved and order may be missing); duplicates collapse."""
+    rows, n_duplicates = collapse_duplicates(rows)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame = _normalise(frame)
     setup = setup or RunSetup()
     notes = list(warnings or [])
+    if n_duplicates:
+        notes.append(duplicate_warning(n_duplicates))
     notes += _length_warnings(frame, setup.block_size)
-    return ProbeTable(frame, n_invalid_excluded, setup, origin or FitSource(), tuple(notes))
+    return ProbeTable(frame, n_invalid_excluded, setup, origin or FitSource(), tuple(notes),
+                      n_duplicates=n_duplicates, verdict=verdict, host=host)
 
 
 def sim_table(costs: SimCosts, lengths: list[int], reps: int, *, seed: int = 0, block_size: int = 64,
@@ -171,21 +182,33 @@ def _load_run_folder(folder: Path) -> ProbeTable:
     if not run.probes_path.read_bytes().endswith(b"\n"):  # read_probes drops it; say so in fit.json too
         notes.append(f"{run.probes_path.name}: the last line is torn (an interrupted write?) and was skipped")
     chosen: dict[str, ProbeRecord] = {}
-    n_invalid = 0
-    for record in run.read_probes():
+    n_invalid = n_warmup = 0
+    records = run.read_probes()
+    for record in records:
+        if record.warmup:
+            n_warmup += 1  # the sweep protocol's discarded warm-up: neither data nor a failure
+            continue
         usable = record.valid and record.ttft_ms is not None and math.isfinite(record.ttft_ms) and record.ttft_ms > 0
         if not usable:
             n_invalid += 1
             continue
         chosen[record.probe_id] = record  # a later valid attempt of one probe id replaces an earlier one
     rows = [{"prefix_tokens": r.prefix_tokens, "leg": r.leg.value, "ttft_ms": r.ttft_ms, "rep": r.rep,
-             "bytes_moved": r.bytes_moved} for r in chosen.values()]
+             "bytes_moved": r.bytes_moved, "order": r.started_at} for r in chosen.values()]
+    ranks = {stamp: i for i, stamp in enumerate(sorted({row["order"] for row in rows}))}  # ISO-8601 UTC sorts in time
+    for row in rows:
+        row["order"] = ranks[row["order"]]
     if not rows:
         raise InputError(f"{run.probes_path}: no valid probes ({n_invalid} invalid excluded)")
     if n_invalid:
         notes.append(f"{n_invalid} invalid probe record(s) excluded (see invalid_reason in probes.jsonl)")
+    if n_warmup:
+        notes.append(f"{n_warmup} warm-up probe(s) of the sweep protocol discarded (one per new length and leg)")
+    from kvcal.sweep.disturbance import resource_of, summarise
+
+    host = summarise(records, resource_of(manifest.provenance.get("engine") or {}))
     return from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
-                     n_invalid_excluded=n_invalid, warnings=notes)
+                     n_invalid_excluded=n_invalid, warnings=notes, host=host)
 
 
 # --- probe CSV --------------------------------------------------------------------------------
@@ -206,6 +229,9 @@ def _load_csv(path: Path, text: str) -> ProbeTable:
     frame.columns = header
     extra = [c for c in header if c not in CSV_REQUIRED + CSV_OPTIONAL]
     notes = [f"ignored unknown column(s): {', '.join(extra)}"] if extra else []
+    repeated_header = (frame["prefix_tokens"].str.strip() == "prefix_tokens").to_numpy()
+    if repeated_header.any():  # files concatenated with their headers: the rows below are checked as duplicates
+        frame = frame[~repeated_header]
     if frame.empty:
         raise InputError(f"{path}: header only, no probe rows")
     n_invalid = 0
@@ -276,13 +302,20 @@ def _looks_like_row(line: str) -> bool:
 
 
 def _load_llmd_table(path: Path, text: str) -> ProbeTable:
+    from kvcal.fit.recipe import check_verdict
+
+    verdict = check_verdict(path, text)  # the recipe's failure lines refuse the log before any row is read
     rows: list[dict[str, Any]] = []
     headers = 0
     notes: list[str] = []
+    seen_lines: set[tuple[str, ...]] = set()
+    n_zero = n_repeated = 0
     for number, line in enumerate(text.splitlines(), start=1):
         line = _unstamped(line)
         if _TABLE_HEADER.match(line):
             headers += 1
+            if headers > 1 and not rows:
+                continue
             if headers > 1:
                 raise InputError(f"{path} line {number}: a second table header (two runs in one file? split them)")
             continue
@@ -306,14 +339,29 @@ def _load_llmd_table(path: Path, text: str) -> ProbeTable:
             if megabytes < 0:
                 raise InputError(f"{where}: pulled_MB must be non-negative, got {fields[4]}")
             moved = int(round(megabytes * MB))
+        if moved == 0:
+            n_zero += 1  # the recipe counts a length only when its pulls moved bytes: this row timed recompute twice
+            continue
+        if tuple(fields) in seen_lines:
+            n_repeated += 1
+            continue
+        seen_lines.add(tuple(fields))
         rep = sum(1 for r in rows if r["prefix_tokens"] == tokens and r["leg"] == "recompute")
         rows.append({"prefix_tokens": tokens, "leg": "recompute", "ttft_ms": recompute, "rep": rep, "bytes_moved": None})
         rows.append({"prefix_tokens": tokens, "leg": "pull", "ttft_ms": pull, "rep": rep, "bytes_moved": moved})
+    if n_zero:
+        notes.append(f"{n_zero} row(s) whose pulls moved 0 MB excluded as non-pulls (they timed recompute against "
+                     "recompute; the recipe counts them out too): check the P2P tier and PYTHONHASHSEED")
+    if n_repeated:
+        notes.append(duplicate_warning(n_repeated))
     if not rows:
-        raise InputError(f"{path}: the llm-d table has a header but no rows")
-    if any(r["leg"] == "pull" and r["bytes_moved"] == 0 for r in rows):
-        notes.append("some pull rows moved 0 MB: those timings compare recompute with recompute; check the P2P tier")
-    return from_rows(rows, origin=FitSource(path=str(path), kind="llmd-table"), warnings=notes)
+        raise InputError(f"{path}: the llm-d table has a header but no rows" if not n_zero else
+                         f"{path}: every row of the llm-d table moved 0 MB: no pull fired; check the P2P tier")
+    if verdict:
+        notes.append(f"the recipe reported: {verdict}")
+    table = from_rows(rows, origin=FitSource(path=str(path), kind="llmd-table"), warnings=notes, n_invalid_excluded=n_zero,
+                      verdict=verdict)
+    return replace(table, n_duplicates=table.n_duplicates + n_repeated)
 
 
 def _number(text: str, name: str, where: str) -> float:
@@ -337,6 +385,7 @@ def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
     frame["ttft_ms"] = frame["ttft_ms"].astype("float64")
     order = frame.groupby(["prefix_tokens", "leg"]).cumcount()
     frame["rep"] = frame["rep"].where(frame["rep"].notna(), order).astype("int64")
+    frame["order"] = pd.to_numeric(frame["order"], errors="coerce").astype("float64")
     frame["bytes_moved"] = pd.array([None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
                                      for v in frame["bytes_moved"]], dtype="Int64")
     return frame.reset_index(drop=True)

@@ -68,6 +68,8 @@ class SweepConfig(BaseModel):
     probe_timeout_s: float = Field(300.0, gt=0, description="How long one request may take.")
     max_attempts: int = Field(3, ge=1, le=20, description="Tries per probe before a failed gate fails the run.")
     min_pull_fraction: float = Field(0.5, gt=0, le=1, description="A pull must move at least this share of the expected KV bytes.")
+    warmup_probes: bool | None = Field(None, description="Send one discarded warm-up probe before the first of each "
+                                       "(length, leg); default: on for GPU engines, off on CPU and sim.")
     sim: SimSettings = Field(default_factory=SimSettings, description="Simulated pair curves (engine sim).")
 
     @field_validator("transport")

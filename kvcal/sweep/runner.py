@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvcal.sweep import disturbance, warmup
 from kvcal.sweep.config import SweepConfig
 from kvcal.engines.base import EnginePair, LegMeasurement
 from kvcal.engines.sim import SimPair
@@ -176,11 +177,18 @@ def run_sweep(
             progress.on_phase("warming the pair (discarded)")
             pair.warm_up(prompts.tokens(min(p.prefix_tokens for p in plan)))
             done = len(plan) - len(todo)
+            description = pair.describe()
+            monitor = disturbance.monitor_for(description)  # primed here: the first probe's window starts now
+            warmups = warmup.WarmupProbes(warmup.enabled(config.warmup_probes, description))
             progress.on_start(len(plan), done)
             measured = invalid = 0
             try:
                 for planned in todo:
-                    record = _probe_until_valid(pair, planned, prompts, run, config, attempts, progress, done, len(plan))
+                    warm = warmups.before(pair, planned, prompts.tokens(planned.prefix_tokens))
+                    if warm is not None:
+                        run.append_probe(warm)
+                    record = _probe_until_valid(pair, planned, prompts, run, config, attempts, progress, done, len(plan),
+                                                monitor=monitor)
                     invalid += record.attempt
                     measured += 1
                     done += 1
@@ -200,6 +208,7 @@ def _probe_until_valid(
     progress: SweepProgress,
     done: int,
     total: int,
+    monitor: disturbance.HostMonitor | None = None,
 ) -> ProbeRecord:
     kv_per_token = pair.kv_bytes_per_token
     expected = planned.prefix_tokens * kv_per_token if (kv_per_token and planned.leg is Leg.PULL) else (0 if planned.leg is Leg.RECOMPUTE else None)
@@ -207,6 +216,8 @@ def _probe_until_valid(
     reasons = []
     for attempt in range(first_attempt, first_attempt + config.max_attempts):
         started_at = utc_now()
+        if monitor is not None:
+            monitor.before_probe()
         began = time.perf_counter()
         try:
             measured = pair.measure(planned.leg, prompts.tokens(planned.prefix_tokens))
@@ -217,11 +228,13 @@ def _probe_until_valid(
         else:
             reason = gate(planned.leg, measured, expected, config.min_pull_fraction)
         wall_ms = (time.perf_counter() - began) * 1e3
+        host_busy = monitor.after_probe() if monitor is not None else None
         if measured is None:
             record = ProbeRecord(
                 probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,
                 prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep, ttft_ms=None,
                 bytes_moved=None, expected_bytes=expected, valid=False, invalid_reason=reason, started_at=started_at,
+                host_busy=host_busy,
             )
         else:
             engine_ms = measured.ttft_ms + (measured.producer_ttft_ms or 0.0)
@@ -232,7 +245,7 @@ def _probe_until_valid(
                 producer_ttft_ms=measured.producer_ttft_ms,
                 overhead_ms=measured.overhead_ms if measured.overhead_ms is not None else max(wall_ms - engine_ms, 0.0),
                 valid=reason is None, invalid_reason=reason, started_at=started_at,
-                metrics_delta=measured.metrics_delta,
+                metrics_delta=measured.metrics_delta, host_busy=host_busy,
             )
         run.append_probe(record)
         attempts[planned.probe_id] = attempt + 1

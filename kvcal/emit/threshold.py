@@ -1,0 +1,272 @@
+"""The threshold rule, stated and enforced in one place.
+
+With ``B`` the index block size, ``upper`` the upper end of the fit's break-even interval
+and ``L`` the shortest measured length from which the pull's median won at every longer
+measured length:
+
+    threshold = max( B x ceil(upper x (1 + margin) / B),      the interval, raised
+                     B x ceil(L / B) )                        the data's floor (unless --allow-extrapolation)
+
+and at least ``B``. Why each part:
+
+* **Never below L** without ``--allow-extrapolation``: below the shortest length where the
+  pull was seen to win, the data say nothing; a smaller number comes from the fitted
+  curves' shape alone (the gpt-oss-120b ladder, measured from 2,048 up, fitted 256).
+* **Never capped below the raised upper bound**: a cap at the shortest winning length can
+  land below the true break-even when it sits just above that length (truth 1,126,
+  interval [658, 1,166], a cap gave 1,024).
+* **No threshold** (exit 3, :class:`~kvcal.errors.NoThreshold` or
+  :class:`~kvcal.errors.NotRecommended`) when recomputing always won, when the interval is
+  open above (the pull may never catch up: curves nearly parallel), when the pull never
+  beat recompute by a measurable amount (ties), or when the run measured a disturbed host
+  (unless ``--allow-disturbed``).
+
+Every warning names the command that would resolve it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
+from kvcal.records import FitResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MARGIN = 0.25
+"""Default safety margin: +25 % over the interval's upper end (see docs/emit.md for why)."""
+DEFAULT_BLOCK_SIZE = 64
+"""Block size when neither the flag nor the run records one (the llm-d guides use 64)."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The emitted ``minCachedTokenDelta`` and how it was reached (``steps``, for stderr)."""
+
+    min_cached_token_delta: int
+    status: str
+    break_even_tokens: float | None
+    break_even_ci: tuple[float, float] | None
+    margin: float
+    block_size: int
+    steps: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``--format json`` object (the contract's keys, nothing else)."""
+        return {
+            "minCachedTokenDelta": self.min_cached_token_delta,
+            "break_even_tokens": self.break_even_tokens,
+            "break_even_ci": list(self.break_even_ci) if self.break_even_ci else None,
+            "margin": self.margin,
+            "block_size": self.block_size,
+            "status": self.status,
+        }
+
+
+def validate_margin(margin: float) -> float:
+    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
+        raise InputError(f"--margin must be a fraction >= 0, e.g. 0.25 for +25% (got {margin})")
+    return float(margin)
+
+
+def validate_block_size(block_size: int) -> int:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise InputError(f"--block-size must be a positive integer number of tokens, e.g. 64 (got {block_size})")
+    return block_size
+
+
+def resolve_block_size(fit: FitResult, override: int | None) -> tuple[int, str]:
+    """The block size to round to, and where it came from (flag, run, or default)."""
+    if override is not None:
+        validate_block_size(override)
+        if fit.block_size and fit.block_size != override:
+            return override, f"block size {override} from --block-size (the run recorded {fit.block_size})"
+        return override, f"block size {override} from --block-size"
+    if fit.block_size:
+        validate_block_size(fit.block_size)
+        return fit.block_size, f"block size {fit.block_size} recorded in the run"
+    return DEFAULT_BLOCK_SIZE, f"block size {DEFAULT_BLOCK_SIZE} (default; nothing records one: pass --block-size)"
+
+
+def check_threshold(value: Any, block: int) -> int:
+    """Validation of what is emitted: an int >= 1 and a multiple of the block size."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value % block:
+        raise KvcalError(f"internal: refusing to emit minCachedTokenDelta={value!r} (must be an int >= 1 and a multiple of {block})")
+    return value
+
+
+def round_up(value: float, block: int) -> int:
+    """Smallest multiple of ``block`` that is >= value and >= block (float-safe)."""
+    out = max(block, math.ceil(value / block) * block)
+    while out < value:  # guards value/block rounding down to an integer
+        out += block
+    return out
+
+
+def fmt(n: float) -> str:
+    return f"{n:,.0f}" if abs(n) >= 100 else f"{n:.3g}"
+
+
+# ---------------------------------------------------------------- what the fit says
+
+
+def pull_won_from(fit: FitResult) -> int | None:
+    """L: the shortest measured length from which the pull won at every longer measured length.
+
+    From the per-length medians when the fit records them; for an older fit.json, the
+    status's meaning (``pull-always-wins``: the fitted pull won from the shortest length)
+    and the smallest length where the pull's median won.
+    """
+    if fit.pull_won_from_tokens is not None:
+        return int(fit.pull_won_from_tokens)
+    if fit.per_length:
+        return None  # recorded, and no winning tail: the pull lost at the longest length
+    if fit.status == "pull-always-wins" and fit.measured_range:
+        return max(int(fit.measured_range[0]), int(fit.smallest_pull_win_tokens or 0))
+    return fit.smallest_pull_win_tokens
+
+
+def legs_tie(fit: FitResult) -> tuple[bool, str]:
+    """(tie, best advantage): the pull never beat recompute by a measurable amount at any measured length.
+
+    Read from the per-length wins ``kvcal fit`` records (:mod:`kvcal.fit.wins`); a fit.json
+    written before they were recorded is not tested (its fitted curves alone cannot tell
+    a tie from a small, well-measured advantage).
+    """
+    rows = [r for r in fit.per_length if r.recompute_ms and r.pull_ms]
+    if not rows:
+        return False, ""
+    best = max((r.recompute_ms - r.pull_ms) / r.recompute_ms for r in rows)  # type: ignore[operator]
+    return (not any(r.pull_won_measurably for r in rows)), f"{best:+.1%}"
+
+
+def interval_open_above(fit: FitResult) -> bool:
+    """The bootstrap ran and the interval's upper end is unbounded (some resamples never cross)."""
+    if fit.break_even_ci and len(fit.break_even_ci) == 2 and math.isfinite(fit.break_even_ci[1]):
+        return False
+    bounds = fit.bootstrap.break_even_ci_bounds
+    return bool(fit.bootstrap.n_resamples) and bounds is not None and len(bounds) == 2 and (
+        bounds[1] is None or not math.isfinite(bounds[1]))
+
+
+def _ladder_down(floor: int, block: int) -> str:
+    lengths = sorted({max(block, round_up(floor / 2**k, block)) for k in range(5, -1, -1)})
+    return ",".join(str(n) for n in lengths)
+
+
+def _ladder_up(n_max: int, block: int) -> str:
+    return ",".join(str(round_up(n_max * f, block)) for f in (1, 2, 4))
+
+
+# ---------------------------------------------------------------- the rule
+
+
+def compute_threshold(fit: FitResult, *, margin: float = DEFAULT_MARGIN, block_size: int | None = None,
+                      allow_extrapolation: bool = False, allow_disturbed: bool = False) -> Threshold:
+    """Apply the rule (module docstring) to ``fit``; NotRecommended or NoThreshold (exit 3) when there is none."""
+    margin = validate_margin(margin)
+    block, block_note = resolve_block_size(fit, block_size)
+    steps: list[str] = [block_note]
+    warnings: list[str] = []
+    n_min, n_max = (int(fit.measured_range[0]), int(fit.measured_range[-1])) if fit.measured_range else (block, block)
+    lo_hi = f"{n_min}-{n_max} tokens" if fit.measured_range else "the measured range"
+
+    host = fit.host_disturbance
+    if host is not None and host.disturbed:
+        figure = (f"other processes took up to {host.max:.0%} (median {host.median:.0%}) of {host.resource} "
+                  f"in {len(host.disturbed_probes)} of {host.n_measured} probes")
+        if not allow_disturbed:
+            raise NoThreshold(f"no threshold: the sweep measured a disturbed host ({figure}); rerun `kvcal sweep` "
+                              "when the machine is quiet (check with `top`), or pass --allow-disturbed to emit anyway")
+        warnings.append(f"the sweep measured a disturbed host ({figure}); emitted because of --allow-disturbed: "
+                        "rerun `kvcal sweep` on a quiet machine before trusting it")
+
+    if fit.status == "recompute-always-wins":
+        raise NotRecommended(
+            f"P2P is not recommended on this setup: recomputing beat the pull at every measured length ({lo_hi}); "
+            f"no threshold emitted (leave p2p-source-producer off; if a longer prefix may win, run "
+            f"`kvcal sweep --prefix-lengths {_ladder_up(n_max, block)}`, or re-measure on a faster transport)"
+        )
+    tie, best = legs_tie(fit)
+    if tie:
+        raise NoThreshold(
+            f"no threshold: the legs tie (the pull never beat recompute by a measurable amount over {lo_hi}; "
+            f"best advantage {best}); measure next: `kvcal sweep --reps 5 --prefix-lengths {_ladder_up(n_max, block)}` "
+            "to see whether the pull pulls ahead at longer prefixes"
+        )
+    if interval_open_above(fit):
+        raise NoThreshold(
+            f"no threshold: the {fit.confidence:.0%} interval of the break-even is open above (point "
+            f"{fmt(fit.break_even_tokens) if fit.break_even_tokens is not None else 'n/a'} tokens, but "
+            f"{fit.bootstrap.no_crossover_share or 0:.0%} of resamples never cross: the curves are nearly parallel); "
+            f"measure next: `kvcal sweep --reps 5 --prefix-lengths {_ladder_up(n_max, block)}` to bound it"
+        )
+
+    ci = tuple(fit.break_even_ci) if fit.break_even_ci and len(fit.break_even_ci) == 2 else None
+    level = f"{fit.confidence:.0%}" if fit.confidence else "the"
+    upper: float | None = None
+    if ci is not None:
+        upper = float(ci[1])
+        point = fmt(fit.break_even_tokens) if fit.break_even_tokens is not None else "n/a"
+        steps.append(f"break-even {point} tokens, {level} interval [{fmt(ci[0])}, {fmt(ci[1])}]: upper bound {fmt(upper)}")
+    elif fit.break_even_tokens is not None and math.isfinite(fit.break_even_tokens):
+        upper = float(fit.break_even_tokens)
+        steps.append(f"break-even {fmt(upper)} tokens, no interval recorded: using the point estimate as the bound")
+        warnings.append("the fit has no break-even interval; the margin is the only safety: run `kvcal fit` with "
+                        "its bootstrap (--resamples 2000) and emit from that fit.json")
+    elif fit.status == "crossover":
+        raise InputError("the fit says 'crossover' but records no finite break-even or interval; "
+                         "run `kvcal fit` again (sweeping more --reps narrows it)")
+
+    threshold: int | None = None
+    if upper is not None:
+        upper = max(upper, 0.0)
+        raised = upper * (1.0 + margin)
+        threshold = round_up(raised, block)
+        steps.append(f"{fmt(upper)} x (1 + margin {margin:g}) = {fmt(raised)} tokens, "
+                     f"rounded up to a multiple of block size {block}: {threshold}")
+
+    floor = pull_won_from(fit)
+    if fit.status == "pull-always-wins" and floor is None:
+        raise InputError("the fit says 'pull-always-wins' but records neither the lengths where the pull won nor a measured range")
+    if floor is not None:
+        floor_b = round_up(floor, block)
+        if threshold is None or threshold < floor_b:
+            if allow_extrapolation and threshold is not None:
+                warnings.append(
+                    f"--allow-extrapolation: {threshold} lies below {floor} tokens, the shortest length from which the "
+                    f"pull was measured to win; confirm it with `kvcal sweep --prefix-lengths {_ladder_down(floor, block)}`")
+            else:
+                why = "no break-even estimate" if threshold is None else f"{threshold} would rest on the fitted curves alone"
+                steps.append(f"{why}: raised to {floor_b}, the shortest measured length from which the pull won at "
+                             f"every longer length ({floor} tokens, rounded up to a block); --allow-extrapolation "
+                             "drops this floor")
+                threshold = floor_b
+    elif fit.per_length:
+        warnings.append(f"the pull's median lost at the longest measured length ({n_max} tokens), so the data show no "
+                        f"length from which pulling keeps winning: run `kvcal sweep --reps 5 --prefix-lengths "
+                        f"{_ladder_up(n_max, block)}` to confirm the crossover")
+
+    if fit.status == "pull-always-wins":
+        warnings.append(
+            f"the pull won at every measured length down to {n_min} tokens, so the true break-even is at or below the "
+            f"sweep: run `kvcal sweep --prefix-lengths {_ladder_down(n_min, block)}` to locate it and lower this threshold")
+    elif upper is not None and upper > n_max:
+        warnings.append(f"the break-even's upper bound ({fmt(upper)}) lies beyond the longest measured prefix ({n_max}): "
+                        f"run `kvcal sweep --prefix-lengths {_ladder_up(n_max, block)}` to confirm it")
+    elif fit.extrapolated:
+        warnings.append("the break-even is extrapolated outside the measured range: run `kvcal sweep` with "
+                        "--prefix-lengths around it to cover it")
+
+    assert threshold is not None
+    check_threshold(threshold, block)
+    log.info("threshold %s: %s (block %s, margin %s)", fit.status, threshold, block, margin)
+    steps.append(f"minCachedTokenDelta = {threshold}")
+    return Threshold(
+        min_cached_token_delta=threshold, status=fit.status, break_even_tokens=fit.break_even_tokens, break_even_ci=ci,
+        margin=margin, block_size=block, steps=tuple(steps), warnings=tuple(warnings),
+    )
