@@ -73,29 +73,30 @@ def test_no_interval_falls_back_to_point_estimate_with_warning() -> None:
 
 def test_upper_bound_beyond_range_warns() -> None:
     t = em.compute_threshold(make_fit(be=15000.0, ci=[12000.0, 30000.0], measured=[256, 16384]))
-    assert any("extend the sweep upward" in w for w in t.warnings)
+    assert any("beyond the longest measured prefix" in w and "kvcal sweep --prefix-lengths" in w for w in t.warnings)
 
 
-def test_pull_always_wins_is_capped_at_smallest_win_and_warns() -> None:
+def test_pull_always_wins_is_never_capped_below_the_raised_bound() -> None:
     fit = make_fit(status="pull-always-wins", be=900.0, ci=[400.0, 3000.0], smallest_win=2048, measured=[2048, 49152])
     t = em.compute_threshold(fit, margin=0.25)
-    assert t.min_cached_token_delta == 2048  # 3000 x 1.25 -> 3776, capped at 2048
-    assert any("extend the sweep downward" in w for w in t.warnings)
-    assert any("capped" in s for s in t.steps)
+    assert t.min_cached_token_delta == 3776  # 3000 x 1.25 = 3750 -> 3776: a cap at 2048 would undercut the bound
+    assert any("kvcal sweep --prefix-lengths" in w for w in t.warnings)
 
 
-def test_pull_always_wins_below_cap_keeps_rule() -> None:
+def test_pull_always_wins_below_the_data_is_raised_to_the_shortest_win() -> None:
     fit = make_fit(status="pull-always-wins", be=300.0, ci=[200.0, 500.0], smallest_win=2048, measured=[2048, 49152])
-    assert em.compute_threshold(fit, margin=0.25).min_cached_token_delta == 640
+    t = em.compute_threshold(fit, margin=0.25)
+    assert t.min_cached_token_delta == 2048
+    assert em.compute_threshold(fit, margin=0.25, allow_extrapolation=True).min_cached_token_delta == 640
 
 
-def test_pull_always_wins_without_estimate_uses_smallest_win_rounded_down() -> None:
+def test_pull_always_wins_without_estimate_uses_smallest_win_rounded_up() -> None:
     fit = make_fit(status="pull-always-wins", be=None, ci=None, smallest_win=2100, measured=[2100, 8000])
-    assert em.compute_threshold(fit).min_cached_token_delta == 2048
+    assert em.compute_threshold(fit).min_cached_token_delta == 2112
 
 
 def test_published_ladder_gives_the_guides_2048() -> None:
-    """The llm-d ladder (pull wins from 2048 up) must not yield a number above 2048."""
+    """The llm-d ladder (pull wins from 2048 up) gives 2048, what the guide deployed."""
     fit = make_fit(status="pull-always-wins", be=None, ci=None, smallest_win=2048, measured=[2048, 49152])
     assert em.compute_threshold(fit).min_cached_token_delta == 2048
 
@@ -154,11 +155,12 @@ def test_threshold_is_a_block_multiple_at_or_above_the_raised_upper_bound(lo, wi
     hi=st.floats(0, 1e5, allow_nan=False), win=st.integers(1, 100_000),
     margin=st.floats(0, 3, allow_nan=False), block=st.integers(1, 512),
 )
-def test_pull_always_wins_never_exceeds_smallest_win(hi, win, margin, block) -> None:
+def test_pull_always_wins_is_at_or_above_the_shortest_win_and_the_raised_bound(hi, win, margin, block) -> None:
     fit = make_fit(status="pull-always-wins", be=hi / 2, ci=[0.0, hi], block_size=block, smallest_win=win, measured=[win, win * 8])
     n = em.compute_threshold(fit, margin=margin).min_cached_token_delta
     assert n % block == 0 and n >= block
-    assert n <= max(block, win // block * block)
+    assert n >= win and n >= hi * (1 + margin)
+    assert n - block < max(win, hi * (1 + margin), block)  # and the smallest such multiple
 
 
 # ------------------------------------------------------------------ formats

@@ -1,0 +1,163 @@
+"""Is the emitted threshold ever worse than the data? Edge-case campaigns with known truth.
+
+Each cell draws ``--seeds`` campaigns from the simulated pair (true curves known), runs
+the whole path a user runs (``kvcal fit`` then ``emit-config``'s rule with the default
+margin), and prints:
+
+* ``emitted``: share of campaigns that got a threshold (the rest exited 3: open
+  interval, tie, recompute always wins, or, in the busy cell, a disturbed host);
+* ``below_truth``: campaigns whose threshold is below the true break-even (must be 0);
+* ``min_thr/truth``: the smallest threshold relative to the truth;
+* ``coverage``: share whose interval holds the truth (open above counts when its lower
+  bound is below the truth); ``n/a`` where the truth is undefined (ties);
+* ``flag``: share in which the cell's defect was detected (warm-up excluded, duplicates
+  collapsed, disturbed host marked), where the cell has one.
+
+Cells: the defaults (6x3), one rep per length, the gpt-oss-like ladder measured above the
+break-even (extrapolated), a truth just above the shortest length (near-shortest),
+nearly parallel curves (open interval), identical legs (tie), a x1.5 first probe
+(warm-up), the CSV concatenated twice and five times (duplicates), and a busy host.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/threshold_safety.py --seeds 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from kvcal.emit.threshold import compute_threshold
+from kvcal.engines.sim import SimCosts
+from kvcal.errors import KvcalError
+from kvcal.fit import fit_table
+from kvcal.fit.tables import ProbeTable, from_rows, sim_table
+from kvcal.records import HostDisturbance
+
+LADDER = [256, 512, 1024, 2048, 4096, 8192]
+Transform = Callable[[ProbeTable, int], ProbeTable]
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    costs: SimCosts
+    lengths: list[int]
+    reps: int
+    transform: Transform | None = None
+    flag: Callable[..., bool] | None = None
+
+
+def _rows(table: ProbeTable) -> list[dict]:
+    frame = table.probes.astype(object).where(table.probes.notna(), None)
+    return frame.to_dict("records")
+
+
+def warmup(factor: float) -> Transform:
+    """The first probe in time of each (length, leg) slowed by ``factor`` (sim_table draws rep 0 first)."""
+    def apply(table: ProbeTable, seed: int) -> ProbeTable:
+        rows = _rows(table)
+        for i, row in enumerate(rows):
+            row["order"] = i
+            if row["rep"] == 0:
+                row["ttft_ms"] *= factor
+        return from_rows(rows, source=table.source, block_size=table.block_size)
+    return apply
+
+
+def duplicated(times: int) -> Transform:
+    def apply(table: ProbeTable, seed: int) -> ProbeTable:
+        return from_rows(_rows(table) * times, source=table.source, block_size=table.block_size)
+    return apply
+
+
+def busy(table: ProbeTable, seed: int) -> ProbeTable:
+    """A run whose probes all saw 40 % of the cores taken (the sweep's record of it, as the loader summarises it)."""
+    host = HostDisturbance(resource="cpu cores 0,1", bound=0.15, run_bound=0.10, n_measured=len(table.probes),
+                           median=0.4, max=0.5, disturbed_probes=[f"p{i} (40%)" for i in range(len(table.probes))],
+                           disturbed=True)
+    return replace(table, host=host)
+
+
+BASE = SimCosts()
+CELLS = [
+    Cell("default 6x3", BASE, LADDER, 3),
+    Cell("1 rep 9x1", BASE, [128, 256, 512, 768, 1024, 2048, 3072, 4096, 8192], 1),
+    Cell("1 rep 6x1", BASE, LADDER, 1),
+    # gpt-oss-like: pull wins at every measured length, truth ~530 tokens far below the ladder.
+    Cell("extrapolated", replace(BASE, recompute_intercept_ms=10.0, recompute_per_token_us=30.0, pull_intercept_ms=25.0,
+                                 pull_per_token_us=8.0), [2048, 8192, 16384, 32768, 49152], 3),
+    Cell("extrapolated 1 rep", replace(BASE, recompute_intercept_ms=10.0, recompute_per_token_us=30.0,
+                                       pull_intercept_ms=25.0, pull_per_token_us=8.0), [2048, 8192, 16384, 32768, 49152], 1),
+    # truth ~1,126 just above the shortest length 1,024
+    Cell("near-shortest", replace(BASE, pull_intercept_ms=30.0), [1024, 2048, 4096, 8192, 16384], 3),
+    # nearly parallel affine curves crossing at 6,000: the interval is often open above
+    Cell("parallel", replace(BASE, recompute_intercept_ms=5.0, recompute_per_token_us=10.0, recompute_per_token2_ns=0.0,
+                             pull_intercept_ms=17.0, pull_per_token_us=8.0), [1024, 2048, 4096, 8192, 16384], 3),
+    Cell("tie", replace(BASE, recompute_per_token2_ns=0.0, pull_intercept_ms=5.0, pull_per_token_us=25.0), LADDER, 3),
+    Cell("warm-up x1.5", BASE, LADDER, 3, warmup(1.5), lambda f: f.n_warmup_excluded > 0),
+    Cell("no warm-up (false alarm)", BASE, LADDER, 3, warmup(1.0), lambda f: f.n_warmup_excluded == 0),
+    Cell("duplicated x2", BASE, LADDER, 3, duplicated(2), lambda f: f.n_duplicates_collapsed > 0),
+    Cell("duplicated x5", BASE, LADDER, 3, duplicated(5), lambda f: f.n_duplicates_collapsed > 0),
+    Cell("busy host", BASE, LADDER, 3, busy, lambda f: f.host_disturbance is not None and f.host_disturbance.disturbed),
+]
+
+
+def run_cell(cell: Cell, seeds: int, confidence: float) -> dict[str, float | str]:
+    truth = cell.costs.true_break_even()
+    tie = cell.costs.recompute_ms(1000.0) == cell.costs.pull_ms(1000.0) and cell.costs.recompute_per_token2_ns == 0
+    emitted, below, ratios, covered, flagged = 0, 0, [], 0, 0
+    for seed in range(seeds):
+        table = sim_table(cell.costs, cell.lengths, cell.reps, seed=20_000 + seed)
+        if cell.transform:
+            table = cell.transform(table, seed)
+        fit = fit_table(table, confidence=confidence, seed=seed)
+        flagged += bool(cell.flag and cell.flag(fit))
+        low, high = (fit.bootstrap.get("break_even_ci_bounds") or [None, None])
+        if truth is not None and low is not None and low <= truth and (high is None or truth <= high):
+            covered += 1
+        try:
+            threshold = compute_threshold(fit).min_cached_token_delta
+        except KvcalError:
+            continue
+        emitted += 1
+        if truth is not None and not tie:
+            ratios.append(threshold / truth if truth > 0 else math.inf)
+            below += threshold < truth
+    return {
+        "truth": "tie" if tie else f"{truth:.0f}",
+        "emitted": emitted / seeds,
+        "below": below,
+        "min_ratio": f"{min(ratios):.2f}" if ratios else "-",
+        "med_ratio": f"{statistics.median(ratios):.2f}" if ratios else "-",
+        "coverage": "n/a" if tie else f"{covered / seeds:.2f}",
+        "flag": f"{flagged / seeds:.2f}" if cell.flag else "-",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--confidence", type=float, default=0.9)
+    parser.add_argument("--only", default=None, help="run the cells whose name contains this text")
+    args = parser.parse_args(argv)
+    print(f"threshold safety on edge-case campaigns, {args.seeds} seeds per cell, {args.confidence:.0%} intervals, margin 0.25")
+    print(f"{'cell':<26} {'truth':>6} {'emitted':>7} {'below_truth':>11} {'min_thr/truth':>13} {'med_thr/truth':>13} "
+          f"{'coverage':>8} {'flag':>5}")
+    total_below = 0
+    for cell in CELLS:
+        if args.only and args.only not in cell.name:
+            continue
+        row = run_cell(cell, args.seeds, args.confidence)
+        total_below += int(row["below"])
+        print(f"{cell.name:<26} {row['truth']:>6} {row['emitted']:>7.2f} {row['below']:>11} {row['min_ratio']:>13} "
+              f"{row['med_ratio']:>13} {row['coverage']:>8} {row['flag']:>5}", flush=True)
+    print(f"thresholds below the true break-even, all cells: {total_below}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
