@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confidence", type=float, default=0.9)
     parser.add_argument("--quick", action="store_true", help="noise 0.05 only (plus the outlier cells)")
     parser.add_argument("--timing-only", action="store_true")
+    parser.add_argument("--only", default=None, help="only ladders with this name, e.g. 9x1")
     args = parser.parse_args(argv)
     seeds = args.seeds or (30 if args.quick else 100)
     noises = (0.05,) if args.quick else NOISES
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{'coverage':>8} {'med_width':>9} {'quad':>5} {'crossover':>9}")
         for name, (base, ladders) in TRUTHS.items():
             for ladder, (lengths, reps) in ladders.items():
+                if args.only and ladder not in args.only.split(","):
+                    continue
                 cells = [(cv, 0.0) for cv in noises] + ([(0.05, 0.03)] if reps >= 3 else [])
                 for cv, outliers in cells:
                     costs = base.model_copy(update=dict(noise_cv=cv, outlier_rate=outliers))
