@@ -19,24 +19,23 @@ in ``n_invalid_excluded``).
 
 from __future__ import annotations
 
-import re
-
 from kvcal.errors import InputError
 
 FAILURE_MARKERS = ("CONTROL CONTAMINATED", "RUN DISCARDED", "NO PULL EVER FIRED")
 NO_CROSSOVER = "NO CROSSOVER in the tested range"
-_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?\s+")
 
 
 def check_verdict(path: object, text: str) -> str | None:
     """Raise InputError on a failure line; return the NO CROSSOVER line when present, else None."""
+    from kvcal.fit.tables import _unstamped  # the one reader of kubectl's time stamps
+
     no_crossover = None
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = _STAMP.sub("", raw, count=1).strip()
+        line = _unstamped(raw).strip()
         for marker in FAILURE_MARKERS:
-            if line.startswith(marker):
-                raise InputError(f"{path} line {number}: the recipe reported a failed run, not a measurement: {line} "
-                                 "(fix what it names and rerun the calibration Job)")
-        if line.startswith(NO_CROSSOVER):
-            no_crossover = line
+            if marker in line:  # also behind a logger's prefix, e.g. "ERROR RUN DISCARDED: ..."
+                raise InputError(f"{path} line {number}: the recipe reported a failed run, not a measurement: "
+                                 f"{line[line.index(marker):]} (fix what it names and rerun the calibration Job)")
+        if NO_CROSSOVER in line:
+            no_crossover = line[line.index(NO_CROSSOVER):]
     return no_crossover
