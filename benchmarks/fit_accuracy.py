@@ -59,7 +59,7 @@ def run_cell(costs: SimCosts, lengths: list[int], reps: int, seeds: int, confide
             errors.append(math.inf)
         else:
             errors.append(abs(fit.break_even_tokens - truth) / truth)
-        low, high = fit.bootstrap.get("break_even_ci_bounds", [None, None])
+        low, high = fit.bootstrap.break_even_ci_bounds or [None, None]
         if low is not None and low <= truth and (high is None or truth <= high):
             covered += 1
         if low is not None and high is not None:

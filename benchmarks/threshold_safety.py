@@ -64,13 +64,13 @@ def warmup(factor: float) -> Transform:
             row["order"] = i
             if row["rep"] == 0:
                 row["ttft_ms"] *= factor
-        return from_rows(rows, source=table.source, block_size=table.block_size)
+        return from_rows(rows, setup=table.setup, origin=table.origin)
     return apply
 
 
 def duplicated(times: int) -> Transform:
     def apply(table: ProbeTable, seed: int) -> ProbeTable:
-        return from_rows(_rows(table) * times, source=table.source, block_size=table.block_size)
+        return from_rows(_rows(table) * times, setup=table.setup, origin=table.origin)
     return apply
 
 
@@ -116,7 +116,7 @@ def run_cell(cell: Cell, seeds: int, confidence: float) -> dict[str, float | str
             table = cell.transform(table, seed)
         fit = fit_table(table, confidence=confidence, seed=seed)
         flagged += bool(cell.flag and cell.flag(fit))
-        low, high = (fit.bootstrap.get("break_even_ci_bounds") or [None, None])
+        low, high = (fit.bootstrap.break_even_ci_bounds or [None, None])
         if truth is not None and low is not None and low <= truth and (high is None or truth <= high):
             covered += 1
         try:

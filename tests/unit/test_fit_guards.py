@@ -12,7 +12,7 @@ from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
 from kvcal.fit.hygiene import warmup_test
 from kvcal.fit.tables import from_rows, load_probe_table, sim_table
-from kvcal.records import FitResult, Leg, ProbeRecord
+from kvcal.records import FitResult, Leg, ProbeRecord, RunSetup
 from kvcal.sweep import disturbance
 from kvcal.sweep.config import SweepConfig
 from kvcal.sweep.recorder import RunFolder
@@ -95,7 +95,7 @@ def _slowed(factor: float, seed: int = 5):
         row["bytes_moved"] = None
         if row["rep"] == 0:
             row["ttft_ms"] *= factor
-    return from_rows(rows, block_size=64)
+    return from_rows(rows, setup=RunSetup(block_size=64))
 
 
 def test_a_warm_up_effect_is_detected_and_its_probes_excluded():
