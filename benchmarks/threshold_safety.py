@@ -98,6 +98,7 @@ CELLS = [
     Cell("parallel", replace(BASE, recompute_intercept_ms=5.0, recompute_per_token_us=10.0, recompute_per_token2_ns=0.0,
                              pull_intercept_ms=17.0, pull_per_token_us=8.0), [1024, 2048, 4096, 8192, 16384], 3),
     Cell("tie", replace(BASE, recompute_per_token2_ns=0.0, pull_intercept_ms=5.0, pull_per_token_us=25.0), LADDER, 3),
+    Cell("default 6x2", BASE, LADDER, 2),
     Cell("warm-up x1.5", BASE, LADDER, 3, warmup(1.5), lambda f: f.n_warmup_excluded > 0),
     Cell("no warm-up (false alarm)", BASE, LADDER, 3, warmup(1.0), lambda f: f.n_warmup_excluded == 0),
     Cell("duplicated x2", BASE, LADDER, 3, duplicated(2), lambda f: f.n_duplicates_collapsed > 0),
