@@ -193,3 +193,25 @@ def test_monitor_choice_follows_the_pair():
                                            "consumer": {"VLLM_CPU_OMP_THREADS_BIND": "0"}}})
     assert isinstance(cpu, disturbance.CpuMonitor) and cpu.cores == [0]
     assert disturbance.parse_cpus("0-2,5") == [0, 1, 2, 5] and disturbance.parse_cpus("auto") == []
+
+
+def test_gpu_monitor_reads_foreign_processes_from_nvidia_smi(monkeypatch):
+    """Parsing only: the NVML / nvidia-smi path is not checked on GPU hardware."""
+    import subprocess
+
+    outputs = {"--query-gpu=index,uuid,utilization.gpu": "0, GPU-a, 90\n1, GPU-b, 40\n",
+               "--query-compute-apps=gpu_uuid,pid": "GPU-b, 999999\n"}
+
+    def fake_run(argv, **kw):
+        return subprocess.CompletedProcess(argv, 0, stdout=outputs[argv[1]], stderr="")
+
+    monkeypatch.setattr(disturbance.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(disturbance.subprocess, "run", fake_run)
+    monitor = disturbance.GpuMonitor([0, 1])
+    monitor._nvml = None
+    monitor.before_probe()
+    assert monitor.after_probe() == 0.4  # GPU 0 is busier, but only GPU 1 runs someone else's process
+    only_ours = disturbance.GpuMonitor([0])
+    only_ours._nvml = None
+    only_ours.before_probe()
+    assert only_ours.after_probe() == 0.0
