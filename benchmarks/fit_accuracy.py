@@ -7,6 +7,8 @@ settings, and compared with ``SimCosts.true_break_even()``:
 * ``med_rel_err``: median of |fitted - true| / true break-even;
 * ``coverage``: share of campaigns whose interval (at ``--confidence``) holds the
   truth; an interval open above counts when its lower bound is below the truth;
+* ``+-se``: its binomial standard error; ``vs_nominal``: ``ok`` within 0.03 of the
+  nominal level, else the gap (the target for every cell, one rep per length included);
 * ``med_width``: median interval width relative to the truth;
 * ``quad``: share of campaigns whose recompute model was quadratic;
 * ``status_ok``: share whose status was ``crossover`` (every ladder straddles the truth).
@@ -73,6 +75,17 @@ def run_cell(costs: SimCosts, lengths: list[int], reps: int, seeds: int, confide
     }
 
 
+def _se(p: float, n: int) -> float:
+    """Binomial standard error of a coverage share: within 0.03 needs a few hundred campaigns to be seen."""
+    return math.sqrt(max(p * (1 - p), 1e-9) / n)
+
+
+def _verdict(coverage: float, nominal: float) -> str:
+    """Within 0.03 of nominal ('ok'), or how far off and which way."""
+    gap = coverage - nominal
+    return "ok" if abs(gap) <= 0.03 else f"{gap:+.2f}"
+
+
 def timing(repeats: int = 5) -> tuple[float, float, float, int]:
     """Seconds for fit + 2,000 resamples on 500 probes: (best wall, median wall, median CPU, probes)."""
     lengths = [256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384]
@@ -100,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.timing_only:
         print(f"break-even accuracy and {args.confidence:.0%} interval coverage, {seeds} seeds per cell")
         print(f"{'truth':<11} {'ladder':<6} {'noise':>5} {'outliers':>8} {'true_BE':>8} {'med_rel_err':>11} "
-              f"{'coverage':>8} {'med_width':>9} {'quad':>5} {'crossover':>9}")
+              f"{'coverage':>8} {'+-se':>5} {'vs_nominal':>10} {'med_width':>9} {'quad':>5} {'crossover':>9}")
         for name, (base, ladders) in TRUTHS.items():
             for ladder, (lengths, reps) in ladders.items():
                 if args.only and ladder not in args.only.split(","):
@@ -110,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                     costs = base.model_copy(update=dict(noise_cv=cv, outlier_rate=outliers))
                     row = run_cell(costs, lengths, reps, seeds, args.confidence)
                     print(f"{name:<11} {ladder:<6} {cv:>5.2f} {outliers:>8.2f} {costs.true_break_even():>8.0f} "
-                          f"{row['med_rel_err']:>11.3f} {row['coverage']:>8.2f} {row['med_width']:>9.3f} "
+                          f"{row['med_rel_err']:>11.3f} {row['coverage']:>8.2f} {_se(row['coverage'], seeds):>5.2f} "
+                          f"{_verdict(row['coverage'], args.confidence):>10} {row['med_width']:>9.3f} "
                           f"{row['quad']:>5.2f} {row['status_ok']:>9.2f}", flush=True)
     best, median, cpu, probes = timing()
     print(f"timing: fit + 2,000 resamples on {probes} probes: wall best {best * 1e3:.0f} ms, median {median * 1e3:.0f} ms; "
