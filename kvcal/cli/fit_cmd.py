@@ -85,6 +85,9 @@ def render(result: FitResult) -> None:
                  + (f", {result.n_invalid_excluded} invalid excluded" if result.n_invalid_excluded else ""))
     if result.smallest_pull_win_tokens is not None:
         stdout.print(f"smallest measured length where the pull's median won: {result.smallest_pull_win_tokens} tokens")
+    if result.pull_won_from_tokens is not None:
+        stdout.print(f"the pull's median won at every measured length from {result.pull_won_from_tokens} tokens up "
+                     "(emit-config's floor)")
     if result.pull_bandwidth_gbps is not None:
         stdout.print(f"pull bandwidth at the longest length: {result.pull_bandwidth_gbps:.2f} GB/s")
     stdout.print(f"recompute model: {result.recompute.selection}")
