@@ -40,6 +40,8 @@ DEFAULT_MARGIN = 0.25
 """Default safety margin: +25 % over the interval's upper end (see docs/emit.md for why)."""
 DEFAULT_BLOCK_SIZE = 64
 """Block size when neither the flag nor the run records one (the llm-d guides use 64)."""
+POOLED_Z = 1.645
+"""One-sided 5 % for the pooled advantage over all lengths (the tie test)."""
 
 
 @dataclass(frozen=True)
@@ -131,17 +133,25 @@ def pull_won_from(fit: FitResult) -> int | None:
 
 
 def legs_tie(fit: FitResult) -> tuple[bool, str]:
-    """(tie, best advantage): the pull never beat recompute by a measurable amount at any measured length.
+    """(tie, best advantage): the pull never beat recompute by a measurable amount.
 
-    Read from the per-length wins ``kvcal fit`` records (:mod:`kvcal.fit.wins`); a fit.json
-    written before they were recorded is not tested (its fitted curves alone cannot tell
-    a tie from a small, well-measured advantage).
+    A tie: no length with a measurable win (:mod:`kvcal.fit.wins`) and no significant
+    advantage over all lengths pooled (one-sided 5 %: a small win at every length is a
+    win). Read from the per-length wins ``kvcal fit`` records; a fit.json written before
+    they were recorded is not tested (its curves alone cannot tell a tie from a small,
+    well-measured advantage).
     """
+    from kvcal.fit.wins import pooled_win_z
+
     rows = [r for r in fit.per_length if r.recompute_ms and r.pull_ms]
     if not rows:
         return False, ""
     best = max((r.recompute_ms - r.pull_ms) / r.recompute_ms for r in rows)  # type: ignore[operator]
-    return (not any(r.pull_won_measurably for r in rows)), f"{best:+.1%}"
+    if any(r.pull_won_measurably for r in rows):
+        return False, f"{best:+.1%}"
+    cv_r, cv_p = fit.recompute.noise_cv or 0.0, fit.pull.noise_cv or 0.0
+    pooled = pooled_win_z(rows, cv_r, cv_p) > POOLED_Z and best > 0.02
+    return not pooled, f"{best:+.1%}"
 
 
 def interval_open_above(fit: FitResult) -> bool:

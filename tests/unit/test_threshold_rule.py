@@ -142,3 +142,14 @@ def test_threshold_json_keeps_the_contract_keys(kvcal, tmp_path):
     data = json.loads(res.out)
     assert set(data) == {"minCachedTokenDelta", "break_even_tokens", "break_even_ci", "margin", "block_size", "status"}
     assert data["minCachedTokenDelta"] >= math.ceil(SimCosts().true_break_even())
+
+
+def test_a_large_noisy_win_is_not_a_tie():
+    """One rep at 20 % noise: the pull 3x faster at long lengths must not read as a tie (log-scale gaps, pooled test)."""
+    noisy = replace(EXTRAPOLATED, noise_cv=0.2)
+    for seed in range(8):
+        fit = fit_table(sim_table(noisy, [2048, 8192, 16384, 32768, 49152], 1, seed=seed), n_resamples=300, seed=seed)
+        try:
+            assert compute_threshold(fit).min_cached_token_delta >= 2048
+        except NoThreshold as err:
+            assert "tie" not in str(err)
