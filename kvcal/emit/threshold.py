@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
+from kvcal.fit.wins import pooled_win_z
 from kvcal.records import FitResult
 
 log = logging.getLogger(__name__)
@@ -141,8 +142,6 @@ def legs_tie(fit: FitResult) -> tuple[bool, str]:
     they were recorded is not tested (its curves alone cannot tell a tie from a small,
     well-measured advantage).
     """
-    from kvcal.fit.wins import pooled_win_z
-
     rows = [r for r in fit.per_length if r.recompute_ms and r.pull_ms]
     if not rows:
         return False, ""

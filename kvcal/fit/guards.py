@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcal.fit import wins
+from kvcal.fit.wins import per_length, pull_won_from
 from kvcal.fit.breakeven import RECOMPUTE_ALWAYS
 from kvcal.fit.curves import LegFit
 from kvcal.fit.hygiene import warmup_test
@@ -30,9 +30,9 @@ def exclude_warmup(table: ProbeTable) -> tuple[ProbeTable, int, str | None]:
 
 def annotate(result: FitResult, table: ProbeTable, recompute: LegFit, pull: LegFit, n_warmup: int) -> FitResult:
     """``result`` with per-length wins, counts, the host's disturbance and the recipe's verdict."""
-    rows = wins.per_length(table, recompute.sigma_rel, pull.sigma_rel)
+    rows = per_length(table, recompute.sigma_rel, pull.sigma_rel)
     warnings = list(result.warnings)
-    update: dict = {"per_length": rows, "pull_won_from_tokens": wins.pull_won_from(rows),
+    update: dict = {"per_length": rows, "pull_won_from_tokens": pull_won_from(rows),
                     "n_duplicates_collapsed": table.n_duplicates, "n_warmup_excluded": n_warmup,
                     "host_disturbance": table.host}
     host = table.host

@@ -19,19 +19,25 @@ in ``n_invalid_excluded``).
 
 from __future__ import annotations
 
+import re
+
 from kvcal.errors import InputError
 
 FAILURE_MARKERS = ("CONTROL CONTAMINATED", "RUN DISCARDED", "NO PULL EVER FIRED")
 NO_CROSSOVER = "NO CROSSOVER in the tested range"
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?\s+")  # kubectl logs --timestamps
+
+
+def unstamped(line: str) -> str:
+    """The line without the RFC 3339 stamp ``kubectl logs --timestamps`` puts before it."""
+    return _STAMP.sub("", line, count=1)
 
 
 def check_verdict(path: object, text: str) -> str | None:
     """Raise InputError on a failure line; return the NO CROSSOVER line when present, else None."""
-    from kvcal.fit.tables import _unstamped  # the one reader of kubectl's time stamps
-
     no_crossover = None
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = _unstamped(raw).strip()
+        line = unstamped(raw).strip()
         for marker in FAILURE_MARKERS:
             if marker in line:  # also behind a logger's prefix, e.g. "ERROR RUN DISCARDED: ..."
                 raise InputError(f"{path} line {number}: the recipe reported a failed run, not a measurement: "

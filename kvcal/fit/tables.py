@@ -41,6 +41,8 @@ from kvcal.engines.sim import SimCosts, SimPair
 from kvcal.records import FitSource, Leg, ProbeRecord, RunSetup
 from kvcal.sweep.recorder import RunFolder
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
+from kvcal.fit.recipe import check_verdict, unstamped
+from kvcal.sweep.disturbance import resource_of, summarise
 from kvcal.records import HostDisturbance
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,6 @@ MB = 1_000_000  # the llm-d Job divides byte deltas by 1e6 for its pulled_MB col
 
 _TABLE_HEADER = re.compile(r"^\s*tokens\s+recompute_ms\s+pull_ms\b", re.IGNORECASE)
 _INT = re.compile(r"^[+]?\d+$")
-_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?\s+")  # kubectl logs --timestamps
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def load_probe_table(path: str | Path) -> ProbeTable:
     first = next(line for line in text.splitlines() if line.strip())
     if "," in first and "prefix_tokens" in first:
         return _load_csv(p, text)
-    if any(_TABLE_HEADER.match(_unstamped(line)) or _looks_like_row(line) for line in text.splitlines()):
+    if any(_TABLE_HEADER.match(unstamped(line)) or _looks_like_row(line) for line in text.splitlines()):
         return _load_llmd_table(p, text)
     raise InputError(
         f"{p}: unrecognised format (expected a run folder, a CSV with a prefix_tokens,leg,ttft_ms header, "
@@ -204,8 +205,6 @@ def _load_run_folder(folder: Path) -> ProbeTable:
         notes.append(f"{n_invalid} invalid probe record(s) excluded (see invalid_reason in probes.jsonl)")
     if n_warmup:
         notes.append(f"{n_warmup} warm-up probe(s) of the sweep protocol discarded (one per new length and leg)")
-    from kvcal.sweep.disturbance import resource_of, summarise
-
     host = summarise(records, resource_of(manifest.provenance.get("engine") or {}))
     return from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
                      n_invalid_excluded=n_invalid, warnings=notes, host=host)
@@ -292,18 +291,12 @@ def _leg_field(value: str, where: str) -> str:
 # --- llm-d Job table --------------------------------------------------------------------------
 
 
-def _unstamped(line: str) -> str:
-    return _STAMP.sub("", line, count=1)
-
-
 def _looks_like_row(line: str) -> bool:
-    fields = _unstamped(line).split()
+    fields = unstamped(line).split()
     return len(fields) >= 3 and bool(_INT.match(fields[0]))
 
 
 def _load_llmd_table(path: Path, text: str) -> ProbeTable:
-    from kvcal.fit.recipe import check_verdict
-
     verdict = check_verdict(path, text)  # the recipe's failure lines refuse the log before any row is read
     rows: list[dict[str, Any]] = []
     headers = 0
@@ -311,7 +304,7 @@ def _load_llmd_table(path: Path, text: str) -> ProbeTable:
     seen_lines: set[tuple[str, ...]] = set()
     n_zero = n_repeated = 0
     for number, line in enumerate(text.splitlines(), start=1):
-        line = _unstamped(line)
+        line = unstamped(line)
         if _TABLE_HEADER.match(line):
             headers += 1
             if headers > 1 and not rows:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import replace
 
 import pytest
 
@@ -146,7 +145,7 @@ def test_threshold_json_keeps_the_contract_keys(kvcal, tmp_path):
 
 def test_a_large_noisy_win_is_not_a_tie():
     """One rep at 20 % noise: the pull 3x faster at long lengths must not read as a tie (log-scale gaps, pooled test)."""
-    noisy = replace(EXTRAPOLATED, noise_cv=0.2)
+    noisy = EXTRAPOLATED.model_copy(update={"noise_cv": 0.2})
     for seed in range(8):
         fit = fit_table(sim_table(noisy, [2048, 8192, 16384, 32768, 49152], 1, seed=seed), n_resamples=300, seed=seed)
         try:
