@@ -240,8 +240,11 @@ def compute_threshold(fit: FitResult, *, margin: float = DEFAULT_MARGIN, block_s
                      f"rounded up to a multiple of block size {block}: {threshold}")
 
     floor = pull_won_from(fit)
+    lost_at_longest = floor is None and bool(fit.per_length)
     if fit.status == "pull-always-wins" and floor is None:
-        raise InputError("the fit says 'pull-always-wins' but records neither the lengths where the pull won nor a measured range")
+        if not fit.measured_range:
+            raise InputError("the fit says 'pull-always-wins' but records neither the lengths where the pull won nor a measured range")
+        floor = max(n_min, int(fit.smallest_pull_win_tokens or 0))  # the fitted pull won from n_min; a median lost
     if floor is not None:
         floor_b = round_up(floor, block)
         if threshold is None or threshold < floor_b:
@@ -255,7 +258,7 @@ def compute_threshold(fit: FitResult, *, margin: float = DEFAULT_MARGIN, block_s
                              f"every longer length ({floor} tokens, rounded up to a block); --allow-extrapolation "
                              "drops this floor")
                 threshold = floor_b
-    elif fit.per_length:
+    if lost_at_longest:
         warnings.append(f"the pull's median lost at the longest measured length ({n_max} tokens), so the data show no "
                         f"length from which pulling keeps winning: run `kvcal sweep --reps 5 --prefix-lengths "
                         f"{_ladder_up(n_max, block)}` to confirm the crossover")

@@ -152,3 +152,13 @@ def test_a_large_noisy_win_is_not_a_tie():
             assert compute_threshold(fit).min_cached_token_delta >= 2048
         except NoThreshold as err:
             assert "tie" not in str(err)
+
+
+def test_pull_always_wins_with_a_lost_median_at_the_longest_length_still_emits_from_the_data():
+    rows = [LengthSummary(prefix_tokens=n, recompute_ms=10.0, pull_ms=p, n_recompute=3, n_pull=3, pull_won=p < 10.0,
+                          pull_won_measurably=p < 9.0) for n, p in ((2048, 5.0), (8192, 6.0), (32768, 10.5))]
+    fit = _fit(status="pull-always-wins", break_even_tokens=0.0, break_even_ci=[0.0, 300.0], per_length=rows,
+               pull_won_from_tokens=None, smallest_pull_win_tokens=2048, bootstrap={}, measured_range=[2048, 32768])
+    t = compute_threshold(fit)
+    assert t.min_cached_token_delta == 2048
+    assert any("lost at the longest measured length" in w and "`kvcal sweep" in w for w in t.warnings)
