@@ -73,6 +73,7 @@ class RunSetup(Record):
     block_size: int | None = Field(None, gt=0, description="KV block size in tokens.")
     kv_bytes_per_token: int | None = Field(None, gt=0, description="KV bytes one token occupies on one engine.")
     kv_dtype: str | None = Field(None, description="KV cache dtype the engines were started with (--kv-cache-dtype); None: the model's.")
+    max_num_batched_tokens: int | None = Field(None, gt=0, description="The engines' --max-num-batched-tokens (their prefill chunk), when kvcal passed one.")
     accelerator: str | None = Field(None, description="GPU name, or the CPU model on a CPU engine.")
     device_count: int | None = Field(None, ge=0, description="Devices each engine ran on.")
     tensor_parallel_size: int | None = Field(None, ge=1, description="Tensor-parallel size of each engine.")

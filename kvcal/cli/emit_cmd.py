@@ -1,23 +1,36 @@
-"""`kvcal emit-config`: turn a fit into minCachedTokenDelta and the configs that carry it."""
+"""`kvcal emit-config`: turn a fit into the router's calibrated constants and the configs that carry them."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
+from kvcal.cli.options import byte_size
 from kvcal.cli.output import info, warn
-from kvcal.emit.formats import DEFAULT_MARGIN, FORMATS, GUIDE_PREFILL_PROFILE, GUIDE_PREFIX_MATCH_PRODUCER, EmitOptions, emit
+from kvcal.emit.formats import DEFAULT_MARGIN, FORMATS, EmitOptions, emit
 
 EPILOG = """Examples:
 
-  kvcal emit-config runs/llama-nixl --format env
+  kvcal emit-config runs/r --format plugin --values router-values.yaml     # names from the values file
 
-  kvcal emit-config runs/llama-nixl/fit.json --format helm --values v.yaml | helm upgrade REL CHART -f -
+  kvcal emit-config runs/r --format helm --values v.yaml | helm upgrade REL CHART -f -
 
-  kvcal emit-config runs/llama-nixl --format helm --values v.yaml --diff
+  kvcal emit-config runs/r --format helm --values v.yaml --diff
+
+  kvcal emit-config runs/r --format affinity --chunk-size 8192
+
+  kvcal emit-config runs/r --format vllm --transport p2p-tier --cpu-bytes-to-use 88GiB --model openai/gpt-oss-120b
+
+  kvcal emit-config runs/r --format env
 
   kvcal emit-config runs/gpt-oss --format env --allow-extrapolation   # trust the curves below the shortest winning length
+
+Formats: plugin (the p2p-source-producer entry), helm (patch a values file), affinity
+(prefix-cache-affinity-filter's peakPrefillThroughput), costmodel (ONLY for a router build
+whose p2p-source-producer accepts costModel: llm-d-router main refuses it), vllm (engine
+args, env and /dev/shm volume), env, json.
 
 Exit 3, nothing on stdout: recomputing always won (P2P not recommended), the legs tie, the break-even's
 interval is open above, or the sweep measured a disturbed host (unless --allow-disturbed); stderr says
@@ -26,31 +39,47 @@ why and what to measure next."""
 
 def emit_config(
     input_path: Path = typer.Argument(..., metavar="INPUT", help="A fit.json, or a run folder (fitted on the fly if it has none)."),
-    format: str = typer.Option("plugin", "--format", "-f", help=f"Output: {', '.join(FORMATS)}."),
+    format: str = typer.Option("plugin", "--format", "-f", help=f"Output: {', '.join(FORMATS)}. costmodel needs a router "
+                               "build whose p2p-source-producer accepts costModel (llm-d-router main rejects it)."),
     margin: float = typer.Option(DEFAULT_MARGIN, "--margin", help="Safety fraction over the break-even's upper bound (0.25 = +25%)."),
     block_size: int = typer.Option(None, "--block-size", help="Round to this block size (default: the run's, else 64)."),
-    values: Path = typer.Option(None, "--values", help="Helm values file to patch (--format helm)."),
+    values: Path = typer.Option(None, "--values", help="Helm values file: patched with --format helm; plugin reads its names."),
     in_place: bool = typer.Option(False, "--in-place", help="Write the patched values file back (a .bak copy is kept)."),
     diff: bool = typer.Option(False, "--diff", help="Print a unified diff instead of the whole values file."),
     add_plugin: bool = typer.Option(False, "--add-plugin", help="Insert the p2p-source-producer plugin where the file has none."),
-    prefix_match_producer: str = typer.Option(GUIDE_PREFIX_MATCH_PRODUCER, "--prefix-match-producer",
-                                              help="prefixMatchInfoProducerName for plugin/--add-plugin output."),
-    prefill_profile: str = typer.Option(GUIDE_PREFILL_PROFILE, "--prefill-profile", help="prefillProfileName for plugin/--add-plugin output."),
-    transport: str = typer.Option(None, "--transport", help="Transport for --format vllm when the fit records none: p2p-tier or nixl-pd."),
+    prefix_match_producer: Optional[str] = typer.Option(None, "--prefix-match-producer",
+                                                        help="prefixMatchInfoProducerName (default: the values file's, else "
+                                                             "precise-prefix-cache-producer)."),
+    prefill_profile: Optional[str] = typer.Option(None, "--prefill-profile", help="prefillProfileName (default: the values "
+                                                  "file's profiles, else by --deployment: prefill for pd, default for p2p)."),
+    deployment: Optional[str] = typer.Option(None, "--deployment", help="Deployment shape for default names: pd (prefill/decode; "
+                                             "the plugin's default 'prefill') or p2p (the P2P guide's single 'default' profile). "
+                                             "Default: p2p when the run measured p2p-tier, else pd."),
+    transport: Optional[str] = typer.Option(None, "--transport", help="Transport for --format vllm when the fit records none: p2p-tier or nixl-pd."),
+    p2p_port: int = typer.Option(7777, "--p2p-port", help="--format vllm: the P2P tier's listener port (the router's sidecar names 7777)."),
+    cpu_bytes_to_use: Optional[str] = typer.Option(None, "--cpu-bytes-to-use", help="--format vllm: CPU tier per engine, e.g. 88GiB "
+                                                   "(default 8GiB, with a warning); /dev/shm is sized from it."),
+    model: Optional[str] = typer.Option(None, "--model", help="--format vllm: served model name for the KV-events topic (default: the run's)."),
+    chunk_size: Optional[int] = typer.Option(None, "--chunk-size", help="affinity/json/helm: tokens per prefill chunk for "
+                                             "peakPrefillThroughput (default: the run's --max-num-batched-tokens, else 8192)."),
+    with_costmodel: bool = typer.Option(False, "--with-costmodel", help="--format helm: also write costModel (only for a router "
+                                        "build that accepts it) and lower minCachedTokenDelta to that variant's floor."),
     allow_extrapolation: bool = typer.Option(False, "--allow-extrapolation", help="Let the threshold go below the shortest "
                                              "measured length from which the pull won (the fitted curves' shape alone), "
                                              "e.g. kvcal emit-config RUN --format env --allow-extrapolation."),
     allow_disturbed: bool = typer.Option(False, "--allow-disturbed", help="Emit even when the sweep measured a busy host "
                                          "(other processes took the engines' cores), e.g. kvcal emit-config RUN --allow-disturbed."),
 ) -> None:
-    """Emit minCachedTokenDelta (with a safety margin) as a plugin entry, a patched Helm values file, and more.
+    """Emit minCachedTokenDelta (with a safety margin) and peakPrefillThroughput as router config, engine settings, and more.
 
-    How the number was reached is printed on stderr; only the artifact goes to stdout.
+    How each number was reached is printed on stderr; only the artifact goes to stdout.
     """
     options = EmitOptions(
         format=format, margin=margin, block_size=block_size, values=values, in_place=in_place, diff=diff,
         add_plugin=add_plugin, prefix_match_producer=prefix_match_producer, prefill_profile=prefill_profile,
-        transport=transport, allow_extrapolation=allow_extrapolation, allow_disturbed=allow_disturbed,
+        deployment=deployment, transport=transport, p2p_port=p2p_port,
+        cpu_bytes_to_use=byte_size(cpu_bytes_to_use, "--cpu-bytes-to-use"), model=model, chunk_size=chunk_size,
+        with_costmodel=with_costmodel, allow_extrapolation=allow_extrapolation, allow_disturbed=allow_disturbed,
     )
     result = emit(input_path, options)
     for line in result.notes:

@@ -13,3 +13,23 @@ def int_list(text: str | None, flag: str) -> list[int] | None:
         return [int(part) for part in text.replace(" ", "").split(",") if part]
     except ValueError:
         raise InputError(f"{flag} must be comma-separated integers, got {text!r}") from None
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def byte_size(text: str | None, flag: str) -> int | None:
+    """``"88GiB"``, ``"96Gi"``, ``"8e9"`` or ``"1073741824"`` -> bytes; None -> None; else a one-line error."""
+    if text is None:
+        return None
+    raw = text.strip().replace(" ", "")
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    unit = raw[len(number):].lower()
+    try:
+        value = float(number) * _BYTE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise InputError(f"{flag} must be a byte count such as 88GiB, 96Gi, 8GB or 8589934592 (got {text!r})") from None
+    if not value >= 1 or value != value or value == float("inf"):
+        raise InputError(f"{flag} must be at least 1 byte (got {text!r})")
+    return int(value)

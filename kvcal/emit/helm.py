@@ -20,13 +20,8 @@ must equal the input with exactly the intended edits applied, or nothing is writ
 from __future__ import annotations
 
 import copy
-import difflib
 import io
 import logging
-import os
-import shutil
-import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,23 +29,38 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
-from ruamel.yaml.scalarstring import LiteralScalarString
 
+from kvcal.emit.affinity import AFFINITY_KEY, AFFINITY_TYPE
+from kvcal.emit.helm_files import check_writable, found_names, read_threshold, write_in_place  # noqa: F401 (read_threshold: re-exported)
+from kvcal.emit.helm_text import (Embedded, compose, find_embedded, get_key, lookup_path, node_at, plugins_node, problem,
+                                  rt_yaml, safe_load, scalar, set_path, unified_diff, write_back)
+from kvcal.emit.router import PLUGIN_PARAMETERS, PLUGIN_TYPE, plugin_names
 from kvcal.errors import InputError, KvcalError
 
 log = logging.getLogger(__name__)
 
-PLUGIN_TYPE = "p2p-source-producer"
 KEY = "minCachedTokenDelta"
+COST_MODEL_KEY = "costModel"
 
 
 @dataclass(frozen=True)
 class PluginSpec:
-    """The threshold to set and the parameters of a plugin entry kvcal inserts (``--add-plugin``)."""
+    """What to set, and how to name a plugin entry kvcal inserts (``--add-plugin``).
+
+    ``prefix_match_producer`` / ``prefill_profile`` None: taken from each config (its
+    prefix-match producer, its scheduling profiles), else the deployment shape's default
+    (:func:`kvcal.emit.router.plugin_names`). ``cost_model`` (``--with-costmodel`` only)
+    is written under the plugin's parameters; ``peak_prefill_throughput`` is set in every
+    ``prefix-cache-affinity-filter`` of a patched config.
+    """
 
     min_cached_token_delta: int
-    prefix_match_producer: str = "precise-prefix-cache-producer"
-    prefill_profile: str = "default"
+    prefix_match_producer: str | None = None
+    prefill_profile: str | None = None
+    deployment: str | None = None
+    transport: str | None = None
+    cost_model: dict[str, Any] | None = None
+    peak_prefill_throughput: int | None = None
 
 
 @dataclass(frozen=True)
@@ -82,83 +92,12 @@ class FilePatch:
     backup: Path | None = None
 
 
-@dataclass
-class _Embedded:
-    path: tuple[Any, ...]  # keys from the document root to the string
-    where: str
-    node: ScalarNode
-    key_column: int
-    active: bool | None  # None when no pluginsConfigFile names the active file
-
-
-def _problem(err: YAMLError) -> str:
-    mark = getattr(err, "problem_mark", None)
-    what = getattr(err, "problem", None) or str(err).splitlines()[0]
-    return f"{what} at line {mark.line + 1}" if mark is not None else str(what)
-
-
-def _compose(text: str, what: str) -> Any:
-    try:
-        return YAML(typ="rt").compose(text)
-    except YAMLError as err:
-        raise InputError(f"{what} is not valid YAML: {_problem(err)}") from None
-
-
-def _scalar(node: Any) -> str | None:
-    return node.value if isinstance(node, ScalarNode) else None
-
-
-def _get(node: Any, key: str) -> Any:
-    if isinstance(node, MappingNode):
-        for k, v in node.value:
-            if _scalar(k) == key:
-                return v
-    return None
-
-
-def _find_embedded(root: Any) -> list[_Embedded]:
-    """Every string under a ``pluginsCustomConfig`` mapping, anywhere in the document."""
-    found: list[_Embedded] = []
-    seen: set[int] = set()
-
-    def walk(node: Any, path: tuple[Any, ...]) -> None:
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        if isinstance(node, MappingNode):
-            for k, v in node.value:
-                key = _scalar(k)
-                if key == "pluginsCustomConfig" and isinstance(v, MappingNode):
-                    active_name = _scalar(_get(node, "pluginsConfigFile"))
-                    for fk, fv in v.value:
-                        fname = _scalar(fk)
-                        if isinstance(fv, ScalarNode) and str(fv.tag).endswith(":str") and id(fv) not in seen:
-                            seen.add(id(fv))
-                            where = ".".join(str(p) for p in path + (key,)) + f"[{fname}] (line {fv.start_mark.line + 1})"
-                            active = None if active_name is None else active_name == fname
-                            found.append(_Embedded(path + (key, fname), where, fv, fk.start_mark.column, active))
-                else:
-                    walk(v, path + (key,))
-        elif isinstance(node, SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, path + (i,))
-
-    walk(root, ())
-    return found
-
-
-def _split(text: str) -> list[str]:
-    """Lines of a scalar's text, one trailing newline dropped (so ``|`` and ``|-`` compare alike)."""
-    return (text[:-1] if text.endswith("\n") else text).split("\n")
-
-
-def _plugins_node(root: Any) -> SequenceNode | None:
-    plugins = _get(root, "plugins")
-    return plugins if isinstance(plugins, SequenceNode) else None
+def _entries(plugins: SequenceNode, plugin_type: str) -> list[MappingNode]:
+    return [p for p in plugins.value if isinstance(p, MappingNode) and scalar(get_key(p, "type")) == plugin_type]
 
 
 def _p2p_entries(plugins: SequenceNode) -> list[MappingNode]:
-    return [p for p in plugins.value if isinstance(p, MappingNode) and _scalar(_get(p, "type")) == PLUGIN_TYPE]
+    return _entries(plugins, PLUGIN_TYPE)
 
 
 def _insert_index(plugins: list[Any], producer: str) -> int:
@@ -169,6 +108,18 @@ def _insert_index(plugins: list[Any], producer: str) -> int:
     return len(plugins)
 
 
+def _names(doc: Any, spec: PluginSpec, where: str = "") -> tuple[str, str, tuple[str, ...]]:
+    names = plugin_names(prefix_match_producer=spec.prefix_match_producer, prefill_profile=spec.prefill_profile,
+                         deployment=spec.deployment, transport=spec.transport, found=found_names(doc, where))
+    return names.prefix_match_producer, names.prefill_profile, names.notes
+
+
+def _params(entry: Any) -> Any:
+    if not isinstance(entry.get("parameters"), dict):
+        entry["parameters"] = type(entry)()
+    return entry["parameters"]
+
+
 def _intend(doc: Any, spec: PluginSpec, add_plugin: bool) -> str:
     """Apply the intended edit to loaded data (ruamel round-trip or plain); returns the action.
 
@@ -176,129 +127,70 @@ def _intend(doc: Any, spec: PluginSpec, add_plugin: bool) -> str:
     """
     plugins = doc.get("plugins") if isinstance(doc, dict) else None
     entries = [p for p in plugins if isinstance(p, dict) and p.get("type") == PLUGIN_TYPE] if isinstance(plugins, list) else []
+    action = "no-plugin"
     if entries:
         for entry in entries:
-            if not isinstance(entry.get("parameters"), dict):
-                entry["parameters"] = type(entry)()
-            entry["parameters"][KEY] = spec.min_cached_token_delta
-        return "set"
-    if add_plugin and isinstance(plugins, list):
-        params = {"prefixMatchInfoProducerName": spec.prefix_match_producer, "prefillProfileName": spec.prefill_profile,
-                  KEY: spec.min_cached_token_delta}
+            _params(entry)[KEY] = spec.min_cached_token_delta
+            if spec.cost_model is not None:
+                _params(entry)[COST_MODEL_KEY] = copy.deepcopy(spec.cost_model)
+        action = "set"
+    elif add_plugin and isinstance(plugins, list):
+        producer, profile, _ = _names(doc, spec)
         mapping = type(doc)
         entry = mapping()
         entry["type"] = PLUGIN_TYPE
         entry["parameters"] = mapping()
-        entry["parameters"].update(params)
-        plugins.insert(_insert_index(plugins, spec.prefix_match_producer), entry)
-        return "added-plugin"
-    return "no-plugin"
+        entry["parameters"].update({"prefixMatchInfoProducerName": producer, "prefillProfileName": profile,
+                                    KEY: spec.min_cached_token_delta})
+        if spec.cost_model is not None:
+            entry["parameters"][COST_MODEL_KEY] = copy.deepcopy(spec.cost_model)
+        plugins.insert(_insert_index(plugins, producer), entry)
+        action = "added-plugin"
+    if action != "no-plugin" and spec.peak_prefill_throughput is not None:
+        for entry in plugins:
+            if isinstance(entry, dict) and entry.get("type") == AFFINITY_TYPE:
+                _params(entry)[AFFINITY_KEY] = spec.peak_prefill_throughput
+    return action
 
 
 def _splice_value(inner: str, inner_root: Any, spec: PluginSpec) -> str | None:
-    """Set the key by replacing each existing scalar's text; None when a structural edit is needed."""
-    plugins = _plugins_node(inner_root)
-    edits: list[tuple[int, int]] = []
-    for entry in _p2p_entries(plugins) if plugins is not None else []:
-        value = _get(_get(entry, "parameters"), KEY)
+    """Set the keys by replacing each existing scalar's text; None when a structural edit is needed."""
+    if spec.cost_model is not None:
+        return None
+    plugins = plugins_node(inner_root)
+    targets = [(e, KEY, spec.min_cached_token_delta) for e in _p2p_entries(plugins)] if plugins is not None else []
+    if plugins is not None and spec.peak_prefill_throughput is not None:
+        targets += [(e, AFFINITY_KEY, spec.peak_prefill_throughput) for e in _entries(plugins, AFFINITY_TYPE)]
+    edits: list[tuple[int, int, int]] = []
+    for entry, key, new in targets:
+        value = get_key(get_key(entry, "parameters"), key)
         if not isinstance(value, ScalarNode):
             return None
-        edits.append((value.start_mark.index, value.end_mark.index))
+        edits.append((value.start_mark.index, value.end_mark.index, new))
     out = inner
-    for start, end in sorted(edits, reverse=True):
-        out = out[:start] + str(spec.min_cached_token_delta) + out[end:]
+    for start, end, new in sorted(edits, reverse=True):
+        out = out[:start] + str(new) + out[end:]
     return out
 
 
-def _guess_indent(root: Any) -> tuple[int, int, int]:
-    """(mapping, sequence, offset) as ruamel's ``indent()`` takes them, the most common in the text."""
-    maps: list[int] = []
-    seqs: list[tuple[int, int]] = []
-
-    def walk(node: Any, column: int) -> None:
-        if isinstance(node, MappingNode):
-            for k, v in node.value:
-                if isinstance(v, MappingNode) and not v.flow_style and v.value:
-                    maps.append(v.start_mark.column - k.start_mark.column)
-                if isinstance(v, SequenceNode) and not v.flow_style and v.value:
-                    seqs.append((v.value[0].start_mark.column - k.start_mark.column, v.start_mark.column - k.start_mark.column))
-                walk(v, k.start_mark.column)
-        elif isinstance(node, SequenceNode):
-            for item in node.value:
-                walk(item, column)
-
-    walk(root, 0)
-    mapping = max(set(maps), key=maps.count) if maps else 2
-    sequence, offset = max(set(seqs), key=seqs.count) if seqs else (mapping, 0)
-    if sequence < offset + 2 or mapping < 1:
-        return 2, 4, 2
-    return mapping, sequence, offset
-
-
-def _rt_yaml(root: Any) -> YAML:
-    yaml = YAML(typ="rt")
-    yaml.preserve_quotes = True
-    yaml.width = 4096
-    mapping, sequence, offset = _guess_indent(root)
-    yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
-    return yaml
+def _unknown_parameters(inner_root: Any, allowed: set[str]) -> list[str]:
+    """Keys of existing p2p-source-producer entries that llm-d-router main would reject."""
+    plugins = plugins_node(inner_root)
+    found: list[str] = []
+    for entry in _p2p_entries(plugins) if plugins is not None else []:
+        params = get_key(entry, "parameters")
+        if isinstance(params, MappingNode):
+            found += [str(scalar(k)) for k, _ in params.value if scalar(k) not in allowed]
+    return found
 
 
 def _roundtrip_inner(inner: str, inner_root: Any, spec: PluginSpec, add_plugin: bool) -> str:
-    yaml = _rt_yaml(inner_root)
+    yaml = rt_yaml(inner_root)
     doc = yaml.load(inner)
     _intend(doc, spec, add_plugin)
     buf = io.StringIO()
     yaml.dump(doc, buf)
     return buf.getvalue()
-
-
-def _literal_lines(lines: list[str], emb: _Embedded) -> tuple[int, int] | None:
-    """(first content line, indent) when the block literal's lines map one-to-one onto ``lines``."""
-    node = emb.node
-    if node.style != "|":
-        return None
-    start = node.start_mark.line + 1
-    inner_lines = _split(node.value)
-    content = [ln for ln in lines[start:start + len(inner_lines)] if ln.strip()]
-    if not content:
-        return None
-    indent = len(content[0]) - len(content[0].lstrip(" "))
-    for i, il in enumerate(inner_lines):
-        if start + i >= len(lines):
-            return None
-        ol = lines[start + i]
-        if not (ol == " " * indent + il or (il == "" and ol.strip() == "")):
-            return None
-    return start, indent
-
-
-def _apply_line_edits(lines: list[str], start: int, indent: int, old: list[str], new: list[str]) -> list[str]:
-    """Write the embedded config's changed lines back at their own lines of the values file."""
-    region = lines[start:start + len(old)]
-    out: list[str] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
-        if op == "equal":
-            out.extend(region[i1:i2])
-        else:
-            out.extend(" " * indent + ln if ln else "" for ln in new[j1:j2])
-    return lines[:start] + out + lines[start + len(old):]
-
-
-def _lookup_path(doc: Any, path: tuple[Any, ...]) -> Any:
-    """Follow keys (compared as text: the composer's keys are strings) and list indices."""
-    for key in path:
-        doc = doc[key] if isinstance(doc, list) else next(v for k, v in doc.items() if str(k) == str(key))
-    return doc
-
-
-def _set_path(doc: Any, path: tuple[Any, ...], value: Any) -> None:
-    parent = _lookup_path(doc, path[:-1])
-    parent[next(k for k in parent if str(k) == str(path[-1]))] = value
-
-
-def _safe_load(text: str) -> Any:
-    return YAML(typ="safe", pure=True).load(text)
 
 
 def patch_values_text(text: str, spec: PluginSpec, *, add_plugin: bool = False, name: str = "values file") -> PatchResult:
@@ -308,22 +200,27 @@ def patch_values_text(text: str, spec: PluginSpec, *, add_plugin: bool = False, 
     crlf = "\r\n" in text
     bom = text.startswith("\ufeff")
     work = text.lstrip("\ufeff").replace("\r\n", "\n") if (crlf or bom) else text
-    root = _compose(work, name)
+    root = compose(work, name)
     if root is not None and not isinstance(root, MappingNode):
         raise InputError(f"{name} is not a Helm values mapping (its top level is a {type(root).__name__.replace('Node', '').lower()})")
-    embedded = _find_embedded(root) if root is not None else []
+    embedded = find_embedded(root) if root is not None else []
     changes: list[ConfigChange] = []
     notes: list[str] = []
     warnings: list[str] = []
-    plans: list[tuple[_Embedded, str, str]] = []  # (config, old inner, new inner)
-    configs: list[tuple[_Embedded, Any, tuple[Any, ...]]] = []  # EPP configs: (where, inner root, old values)
+    plans: list[tuple[Embedded, str, str]] = []  # (config, old inner, new inner)
+    configs: list[tuple[Embedded, Any, tuple[Any, ...]]] = []  # EPP configs: (where, inner root, old values)
     for emb in embedded:
-        inner_root = _compose(emb.node.value, f"{name}: embedded config {emb.where}")
-        if _plugins_node(inner_root) is None:
+        inner_root = compose(emb.node.value, f"{name}: embedded config {emb.where}")
+        if plugins_node(inner_root) is None:
             notes.append(f"{emb.where}: not an EndpointPickerConfig (no plugins list); left as is")
             continue
-        olds = tuple(_scalar(_get(_get(e, "parameters"), KEY)) for e in _p2p_entries(_plugins_node(inner_root)))
+        olds = tuple(scalar(get_key(get_key(e, "parameters"), KEY)) for e in _p2p_entries(plugins_node(inner_root)))
         configs.append((emb, inner_root, olds))
+        allowed = set(PLUGIN_PARAMETERS) | ({COST_MODEL_KEY} if spec.cost_model is not None else set())
+        extra = _unknown_parameters(inner_root, allowed)
+        if extra:
+            warnings.append(f"{emb.where}: {PLUGIN_TYPE} has parameter(s) {', '.join(sorted(set(extra)))} that llm-d-router main "
+                            "rejects (it then refuses the whole config); left as they are: remove them unless your router build has them")
     if not configs:
         raise InputError(f"{name} has no embedded EPP config (router.epp.pluginsCustomConfig or inferenceExtension.pluginsCustomConfig)")
     with_plugin = [c for c in configs if c[2]]
@@ -348,14 +245,20 @@ def patch_values_text(text: str, spec: PluginSpec, *, add_plugin: bool = False, 
         changes.append(ConfigChange(emb.where, action, olds))
         if emb.active is False:
             warnings.append(f"{emb.where} is patched but pluginsConfigFile selects another file: the router will not read it")
+        if spec.peak_prefill_throughput is not None and plugins_node(inner_root) is not None \
+                and _entries(plugins_node(inner_root), AFFINITY_TYPE):
+            notes.append(f"{emb.where}: {AFFINITY_TYPE} {AFFINITY_KEY} -> {spec.peak_prefill_throughput}")
         if action == "added-plugin":
-            names = [p.get("name") or p.get("type") for p in (_safe_load(inner).get("plugins") or []) if isinstance(p, dict)]
-            if spec.prefix_match_producer not in names:
-                warnings.append(f"{emb.where}: no plugin named {spec.prefix_match_producer!r} for prefixMatchInfoProducerName: "
+            loaded = safe_load(inner)
+            producer, profile, name_notes = _names(loaded, spec, emb.where)
+            notes.extend(f"{emb.where}: {n}" for n in name_notes)
+            names = [p.get("name") or p.get("type") for p in (loaded.get("plugins") or []) if isinstance(p, dict)]
+            if producer not in names:
+                warnings.append(f"{emb.where}: no plugin named {producer!r} for prefixMatchInfoProducerName: "
                                 "add it or pass --prefix-match-producer")
             notes.append(f"{emb.where}: inserted a {PLUGIN_TYPE} entry (no scheduling profile references it; producers need none)")
         plans.append((emb, inner, new_inner))
-    new_text = _write_back(work, plans, notes)
+    new_text = write_back(work, plans, notes)
     _verify(work, new_text, plans, spec, add_plugin, name)
     if bom:
         new_text = "\ufeff" + new_text
@@ -364,109 +267,32 @@ def patch_values_text(text: str, spec: PluginSpec, *, add_plugin: bool = False, 
     return PatchResult(new_text, tuple(changes), tuple(notes), tuple(warnings))
 
 
-def _add_targets(configs: list[tuple[_Embedded, Any, tuple[Any, ...]]]) -> list[_Embedded]:
+def _add_targets(configs: list[tuple[Embedded, Any, tuple[Any, ...]]]) -> list[Embedded]:
     """Where ``--add-plugin`` inserts: the configs the chart reads (named by pluginsConfigFile), else all."""
     active = [emb for emb, _, _ in configs if emb.active]
     return active or [emb for emb, _, _ in configs if emb.active is None] or [emb for emb, _, _ in configs]
 
 
-def _write_back(work: str, plans: list[tuple[_Embedded, str, str]], notes: list[str]) -> str:
-    lines = work.split("\n")
-    mapped = [(emb, old, new, _literal_lines(lines, emb)) for emb, old, new in plans if old != new]
-    if all(m is not None for *_, m in mapped):
-        for emb, old, new, (start, indent) in sorted(mapped, key=lambda m: m[3][0], reverse=True):
-            lines = _apply_line_edits(lines, start, indent, _split(old), _split(new))
-        return "\n".join(lines)
-    # An embedded config that is not a block literal: round-trip the whole file, making each a literal.
-    yaml = _rt_yaml(YAML(typ="rt").compose(work))
-    doc = yaml.load(work)
-    for emb, old, new, m in mapped:
-        _set_path(doc, emb.path, LiteralScalarString(new))
-        if m is None:
-            notes.append(f"{emb.where} was not a block literal: rewrote it as one (the file was re-serialized; review the diff)")
-    buf = io.StringIO()
-    yaml.dump(doc, buf)
-    return buf.getvalue()
-
-
-def _verify(old_text: str, new_text: str, plans: list[tuple[_Embedded, str, str]], spec: PluginSpec,
+def _verify(old_text: str, new_text: str, plans: list[tuple[Embedded, str, str]], spec: PluginSpec,
             add_plugin: bool, name: str) -> None:
     """The patched file parses and equals the input with exactly the intended edits; else refuse."""
     refuse = f"internal: refusing to write {name}: the patched file would differ from the input beyond {KEY}"
     try:
-        expected, got = _safe_load(old_text), _safe_load(new_text)
+        expected, got = safe_load(old_text), safe_load(new_text)
         new_root = YAML(typ="rt").compose(new_text)
     except YAMLError as err:
-        raise KvcalError(f"internal: the patched {name} does not parse ({_problem(err)}); nothing written") from None
+        raise KvcalError(f"internal: the patched {name} does not parse ({problem(err)}); nothing written") from None
     for emb, old, new in plans:
-        _set_path(expected, emb.path, _lookup_path(got, emb.path))
-        want = copy.deepcopy(_safe_load(old))
+        set_path(expected, emb.path, lookup_path(got, emb.path))
+        want = copy.deepcopy(safe_load(old))
         _intend(want, spec, add_plugin)
-        if _safe_load(_lookup_path(got, emb.path)) != want:
+        if safe_load(lookup_path(got, emb.path)) != want:
             raise KvcalError(refuse + f" (inside {emb.where})")
-        node = _node_at(new_root, emb.path)
+        node = node_at(new_root, emb.path)
         if old != new and (node is None or node.style != "|"):
             raise KvcalError(f"internal: {emb.where} is no longer a block literal after patching; nothing written")
     if expected != got:
         raise KvcalError(refuse)
-
-
-def _node_at(node: Any, path: tuple[Any, ...]) -> Any:
-    for key in path:
-        items = enumerate(node.value) if isinstance(node, SequenceNode) else ((_scalar(k), v) for k, v in node.value)
-        node = next((v for k, v in items if str(k) == str(key)), None)
-        if node is None:
-            return None
-    return node
-
-
-def unified_diff(old: str, new: str, name: str) -> str:
-    """A ``diff -u`` style patch of the values file (empty when nothing changed)."""
-    def lines(text: str) -> list[str]:
-        out = text.splitlines(keepends=True)
-        if out and not out[-1].endswith("\n"):
-            out[-1] += "\n\\ No newline at end of file\n"
-        return out
-
-    return "".join(difflib.unified_diff(lines(old), lines(new), fromfile=f"a/{name}", tofile=f"b/{name}"))
-
-
-def _check_writable(path: Path) -> None:
-    mode = path.stat().st_mode
-    if not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
-        raise InputError(f"--in-place: {path} is read-only; make it writable or drop --in-place and redirect stdout")
-    if not os.access(path.parent, os.W_OK):
-        raise InputError(f"--in-place: cannot write a backup in {path.parent} (directory is read-only)")
-
-
-def _backup_path(path: Path) -> Path:
-    candidate = path.with_name(path.name + ".bak")
-    n = 1
-    while candidate.exists():
-        candidate = path.with_name(f"{path.name}.bak.{n}")
-        n += 1
-    return candidate
-
-
-def write_in_place(path: Path, new_text: str) -> Path:
-    """Back up ``path`` (``FILE.bak``, ``.bak.1``, ...) then replace it atomically; returns the backup."""
-    target = path.resolve()
-    backup = _backup_path(target)
-    try:
-        shutil.copy2(target, backup)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(new_text)
-            shutil.copymode(target, tmp)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as err:
-        raise InputError(f"--in-place: could not write {path}: {err.strerror or err}") from None
-    log.info("wrote %s (backup %s)", target, backup)
-    return backup
 
 
 def patch_values_file(path: Path, spec: PluginSpec, *, add_plugin: bool = False, in_place: bool = False,
@@ -476,7 +302,7 @@ def patch_values_file(path: Path, spec: PluginSpec, *, add_plugin: bool = False,
     if not path.is_file():
         raise InputError(f"--values {path}: no such file")
     if in_place:
-        _check_writable(path)
+        check_writable(path)
     try:
         with open(path, encoding="utf-8", newline="") as fh:
             text = fh.read()
@@ -500,45 +326,3 @@ def patch_values_file(path: Path, spec: PluginSpec, *, add_plugin: bool = False,
     return FilePatch(stdout, result, tuple(notes), result.warnings, written, backup)
 
 
-def read_threshold(path: Path) -> int:
-    """``minCachedTokenDelta`` of the ``p2p-source-producer`` plugin in a Helm values file.
-
-    The EPP config sits in the values as a YAML *string* (``pluginsCustomConfig``), so
-    every string that mentions the plugin is parsed as YAML too. The plugin's default
-    (1) applies when it is configured without the key.
-    """
-    if not path.is_file():
-        raise InputError(f"{path}: no such values file")
-    yaml = YAML(typ="safe", pure=True)
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"))
-    except (YAMLError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    found: list[int] = []
-    _collect_thresholds(data, yaml, found)
-    if not found:
-        raise InputError(f"{path}: no '{PLUGIN_TYPE}' plugin found (looked in the values and in embedded EPP configs)")
-    if len(set(found)) > 1:
-        raise InputError(f"{path}: several '{PLUGIN_TYPE}' plugins with different {KEY} "
-                         f"{sorted(set(found))}; pass --deployed")
-    return found[0]
-
-
-def _collect_thresholds(node: Any, yaml: Any, found: list[int]) -> None:
-    if isinstance(node, dict):
-        if node.get("type") == PLUGIN_TYPE:
-            params = node.get("parameters") or {}
-            value = params.get(KEY, 1) if isinstance(params, dict) else 1
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InputError(f"{KEY} must be an integer >= 1, found {value!r}")
-            found.append(value)
-        for child in node.values():
-            _collect_thresholds(child, yaml, found)
-    elif isinstance(node, list):
-        for child in node:
-            _collect_thresholds(child, yaml, found)
-    elif isinstance(node, str) and "\n" in node and PLUGIN_TYPE in node:  # an embedded EPP config
-        try:
-            _collect_thresholds(yaml.load(io.StringIO(node)), yaml, found)
-        except YAMLError:
-            log.warning("a values string mentions %s but is not YAML; skipped", PLUGIN_TYPE)

@@ -18,13 +18,15 @@ from kvcal.sweep.provenance import cpu_model, gpu_inventory, package_version
 
 _KV_DTYPE_ARGS = ("--kv-cache-dtype",)
 _TP_ARGS = ("--tensor-parallel-size", "-tp")
+_CHUNK_ARGS = ("--max-num-batched-tokens",)
 
 
 def vllm_setup(s: VllmSettings, transport: Transport, plan: LaunchPlan, *, block_size: int,
                kv_bytes_per_token: int | None) -> RunSetup:
     """The RunSetup of a vLLM pair (model and created_at are the sweep's to add)."""
     base = RunSetup(engine="vllm", transport=transport.name, block_size=block_size,
-                    kv_bytes_per_token=kv_bytes_per_token, kv_dtype=arg_value(s.extra_args, *_KV_DTYPE_ARGS))
+                    kv_bytes_per_token=kv_bytes_per_token, kv_dtype=arg_value(s.extra_args, *_KV_DTYPE_ARGS),
+                    max_num_batched_tokens=_positive_int(arg_value(s.extra_args, *_CHUNK_ARGS)))
     if s.attach:
         return base
     device = plan.device
@@ -41,3 +43,7 @@ def vllm_setup(s: VllmSettings, transport: Transport, plan: LaunchPlan, *, block
                             "torch": package_version("torch")},
         "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},
     })
+
+
+def _positive_int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() and int(text) > 0 else None

@@ -101,7 +101,7 @@ def test_published_ladder_gives_the_guides_2048() -> None:
     assert em.compute_threshold(fit).min_cached_token_delta == 2048
 
 
-@pytest.mark.parametrize("fmt", em.FORMATS)
+@pytest.mark.parametrize("fmt", [f for f in em.FORMATS if f != "affinity"])
 def test_recompute_always_wins_raises_not_recommended(fmt: str, tmp_path) -> None:
     fit = make_fit(status="recompute-always-wins", be=None, ci=None)
     values = tmp_path / "v.yaml"
@@ -173,7 +173,8 @@ def test_env_is_exactly_one_line() -> None:
 
 def test_json_has_the_contract_keys() -> None:
     data = json.loads(em.emit(make_fit(), em.EmitOptions(format="json")).stdout)
-    assert set(data) == {"minCachedTokenDelta", "break_even_tokens", "break_even_ci", "margin", "block_size", "status"}
+    assert set(data) == {"minCachedTokenDelta", "break_even_tokens", "break_even_ci", "margin", "block_size", "status",
+                         "peakPrefillThroughput", "peak_prefill_chunk_size", "peak_prefill_ci", "peak_prefill_extrapolated"}
     assert data["minCachedTokenDelta"] == 2304 and isinstance(data["minCachedTokenDelta"], int)
     assert data["break_even_ci"] == [1300.0, 1800.0] and data["status"] == "crossover" and data["block_size"] == 64
 
@@ -208,8 +209,9 @@ def test_costmodel_clamps_negative_floor() -> None:
     assert any("negative" in w for w in res.warnings)
 
 
-def test_vllm_p2p_tier_renders_offloading_connector() -> None:
-    res = em.emit(make_fit(setup={"transport": "p2p-tier"}), em.EmitOptions(format="vllm"))
+def test_vllm_p2p_tier_renders_the_guides_engine_settings() -> None:
+    res = em.emit(make_fit(setup={"transport": "p2p-tier", "model": "openai/gpt-oss-120b", "python_hash_seed": 42}),
+                  em.EmitOptions(format="vllm"))
     data = yaml.safe_load(res.stdout)
     args = data["args"]
     assert args[args.index("--block-size") + 1] == "64"
@@ -217,13 +219,20 @@ def test_vllm_p2p_tier_renders_offloading_connector() -> None:
     assert cfg["kv_connector"] == "OffloadingConnector" and cfg["kv_role"] == "kv_both"
     extra = cfg["kv_connector_extra_config"]
     assert extra["spec_name"] == "TieringOffloadingSpec"
-    assert extra["secondary_tiers"] == [{"type": "p2p", "port": 7777, "host": "$(POD_IP)"}]
+    assert extra["offload_prompt_only"] is False and extra["self_describing_kv_events"] is True
+    assert extra["secondary_tiers"] == [{"type": "p2p", "host": "$(POD_IP)", "port": 7777}]
+    events = json.loads(args[args.index("--kv-events-config") + 1])
+    assert events["enable_kv_cache_events"] is True and events["publisher"] == "zmq"
+    assert events["topic"] == "kv@$(POD_IP):$(POD_PORT)@openai/gpt-oss-120b" and events["endpoint"] == "$(KV_EVENTS_ENDPOINT)"
     env = {e["name"]: e for e in data["env"]}
     assert [e["name"] for e in data["env"]][0] == "POD_IP"  # must precede the $(POD_IP) references
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-    assert env["VLLM_P2P_SIDE_CHANNEL_PORT"]["value"] == "5710" and "PYTHONHASHSEED" in env
-    assert any("cpu_bytes_to_use" in w for w in res.warnings)
-    assert env["PYTHONHASHSEED"]["value"] == "0" and any("PYTHONHASHSEED 0 is a default" in w for w in res.warnings)
+    assert env["VLLM_P2P_SIDE_CHANNEL_HOST"]["value"] == env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["value"] == "$(POD_IP)"
+    assert "VLLM_P2P_SIDE_CHANNEL_PORT" not in env and env["PYTHONHASHSEED"]["value"] == "42"
+    assert env["KV_EVENTS_ENDPOINT"]["value"] == "tcp://*:5556"
+    assert extra["cpu_bytes_to_use"] == 8 * 2**30 and any("cpu_bytes_to_use" in w for w in res.warnings)
+    assert data["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert data["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "9Gi"}}]
 
 
 @pytest.mark.parametrize("seed", [0, 7, 4294967295])
@@ -231,18 +240,38 @@ def test_vllm_emits_the_runs_hash_seed(seed) -> None:
     res = em.emit(make_fit(setup={"transport": "p2p-tier", "python_hash_seed": seed}), em.EmitOptions(format="vllm"))
     env = {e["name"]: e for e in yaml.safe_load(res.stdout)["env"]}
     assert env["PYTHONHASHSEED"]["value"] == str(seed)
-    assert not any("PYTHONHASHSEED 0 is a default" in w for w in res.warnings)
+    assert not any("PYTHONHASHSEED 0: the run records none" in n for n in res.notes)
 
 
-def test_vllm_uses_the_recorded_config_and_flag_transport() -> None:
-    recorded = {"kv_connector": "OffloadingConnector", "kv_connector_extra_config": {"cpu_bytes_to_use": 1000}}
+def test_vllm_without_a_recorded_seed_says_it_used_the_guides() -> None:
+    res = em.emit(make_fit(setup={"transport": "p2p-tier"}), em.EmitOptions(format="vllm"))
+    env = {e["name"]: e for e in yaml.safe_load(res.stdout)["env"]}
+    assert env["PYTHONHASHSEED"]["value"] == "0" and any("PYTHONHASHSEED 0: the run records none" in n for n in res.notes)
+
+
+def test_vllm_never_carries_run_local_ports_or_tier_sizes() -> None:
+    """A launch-mode run recorded port 50107 and 8 GiB with offload_prompt_only: none of it reaches the deployment."""
+    recorded = {"kv_connector": "OffloadingConnector", "kv_connector_extra_config": {
+        "cpu_bytes_to_use": 1000, "offload_prompt_only": True,
+        "secondary_tiers": [{"type": "p2p", "host": "127.0.0.1", "port": 50107}]}}
     res = em.emit(make_fit(setup={"kv_transfer_config": {"producer": {}, "consumer": recorded}}),
-                  em.EmitOptions(format="vllm", transport="p2p_tier", block_size=128))
-    args = yaml.safe_load(res.stdout)["args"]
-    cfg = json.loads(args[args.index("--kv-transfer-config") + 1])
-    assert cfg["kv_connector_extra_config"]["cpu_bytes_to_use"] == 1000
+                  em.EmitOptions(format="vllm", transport="p2p_tier", block_size=128, cpu_bytes_to_use=88 * 2**30))
+    assert "50107" not in res.stdout and "127.0.0.1" not in res.stdout
+    data = yaml.safe_load(res.stdout)
+    args = data["args"]
+    extra = json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector_extra_config"]
+    assert extra["cpu_bytes_to_use"] == 88 * 2**30 and extra["offload_prompt_only"] is False
+    assert extra["secondary_tiers"][0]["port"] == 7777
     assert args[args.index("--block-size") + 1] == "128"
+    assert data["volumes"][0]["emptyDir"]["sizeLimit"] == "97Gi"  # >= the 88 GiB tier
     assert not any("cpu_bytes_to_use" in w for w in res.warnings)
+
+
+def test_vllm_p2p_port_flag_moves_the_listener_and_warns() -> None:
+    res = em.emit(make_fit(), em.EmitOptions(format="vllm", transport="p2p-tier", p2p_port=7800))
+    args = yaml.safe_load(res.stdout)["args"]
+    assert json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector_extra_config"]["secondary_tiers"][0]["port"] == 7800
+    assert any("7777" in w for w in res.warnings)
 
 
 def test_vllm_nixl_pd_warns_it_is_a_proxy() -> None:
@@ -250,9 +279,11 @@ def test_vllm_nixl_pd_warns_it_is_a_proxy() -> None:
                   em.EmitOptions(format="vllm"))
     data = yaml.safe_load(res.stdout)
     cfg = json.loads(data["args"][data["args"].index("--kv-transfer-config") + 1])
-    assert cfg == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
-    assert {e["name"] for e in data["env"]} >= {"VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT"}
-    assert any("proxy" in w for w in res.warnings)
+    assert cfg == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cuda"}
+    env = {e["name"]: e.get("value") for e in data["env"]}
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "$(POD_IP)" and env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5600"
+    assert "--kv-events-config" not in data["args"] and "volumes" not in data
+    assert any("proxy" in w for w in res.warnings) and any("'cpu'" in n for n in res.notes)
 
 
 def test_vllm_without_transport_is_an_input_error() -> None:
@@ -342,7 +373,7 @@ def test_vllm_format_reads_the_per_role_config_a_sweep_records(tmp_path, kvcal):
     (run / "run.json").write_text(json.dumps(manifest))
     out = kvcal("emit-config", run, "--format", "vllm")
     assert out.code == 0, out.err
-    assert "kv_buffer_device 'cpu' as in the run" in out.err
+    assert "the run used kv_buffer_device 'cpu'" in out.err
 
 
 def test_a_sim_sweeps_hash_seed_reaches_the_vllm_fragment(tmp_path, kvcal):

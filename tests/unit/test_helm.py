@@ -197,8 +197,8 @@ def test_bad_values_files_are_one_line_input_errors(text: str, match: str) -> No
 
 def test_verification_refuses_unintended_changes(monkeypatch) -> None:
     """The safety net can fire: a write-back that touches another key must be refused."""
-    real = helm._write_back
-    monkeypatch.setattr(helm, "_write_back", lambda *a: real(*a).replace("enabled: false", "enabled: true"))
+    real = helm.write_back
+    monkeypatch.setattr(helm, "write_back", lambda *a: real(*a).replace("enabled: false", "enabled: true"))
     with pytest.raises(KvcalError, match="refusing"):
         patch(ROUTER.read_text())
 

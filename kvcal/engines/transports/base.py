@@ -5,6 +5,16 @@ A transport is the way the consumer obtains the producer's KV for a pull leg. Th
 
 - ``kv_transfer_config(role, device, side)``: the ``--kv-transfer-config`` JSON per role;
 - ``env(role, side)``: the environment variables per role (side-channel host/port);
+- ``kv_events_config(model)``: the ``--kv-events-config`` a deployed engine needs so the
+  router's prefix index sees its blocks (None when the transport needs none);
+- ``shm_bytes()``: shared memory (``/dev/shm``) one engine's transport maps, if any;
+- ``deployed_side_port``: the side-channel port every deployed engine listens on (the
+  router or the peer names it; a run-local port must never reach a deployment).
+
+The same two methods render the sweep's own engines and a deployment: only the
+*placement* differs (``side``: a local host and a free port in a sweep,
+``$(POD_IP)`` and ``deployed_side_port`` in a pod; ``Role.BOTH`` for a pool where every
+engine is producer and consumer).
 - ``hold_params()`` / ``pull_params(...)``: the ``kv_transfer_params`` of the producer
   request that makes it hold the prefix, and of the consumer request that pulls it;
 - ``hold_settle_metrics``: producer counters that must rise before a pull may start
@@ -30,6 +40,7 @@ from kvcal.errors import HardwareError
 class Role(str, Enum):
     PRODUCER = "producer"
     CONSUMER = "consumer"
+    BOTH = "both"  # a deployed pool engine: it serves pulls and pulls itself
 
 
 @dataclass(frozen=True)
@@ -63,9 +74,12 @@ class Transport(ABC):
     needs_gpu: ClassVar[bool] = False
     bytes_metrics: ClassVar[tuple[BytesMetric, ...]]
     hold_settle_metrics: ClassVar[tuple[MetricRef, ...]] = ()
+    # Tokens the consumer took from the transport (a second proof beside the bytes), if counted.
+    tokens_metric: ClassVar[MetricRef | None] = None
     # True when the pull request must name the producer's side channel itself (attach
     # mode then needs it from the user); False when the producer's answer carries it.
     pull_names_producer: ClassVar[bool] = False
+    deployed_side_port: ClassVar[int]
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options = dict(options or {})
@@ -82,6 +96,18 @@ class Transport(ABC):
     @abstractmethod
     def env(self, role: Role, side: SideChannel) -> dict[str, str]:
         """Environment variables for ``role``'s server."""
+
+    def kv_events_config(self, model: str) -> dict[str, Any] | None:
+        """``--kv-events-config`` of a deployed engine (None: the transport needs no KV events)."""
+        return None
+
+    def kv_events_env(self) -> dict[str, str]:
+        """Variables ``kv_events_config``'s ``$(...)`` references need in a pod."""
+        return {}
+
+    def shm_bytes(self) -> int | None:
+        """Bytes of ``/dev/shm`` one engine's transport maps (None: it uses none)."""
+        return None
 
     @abstractmethod
     def hold_params(self, kv_request_id: str) -> dict[str, Any] | None:

@@ -21,12 +21,14 @@ from typing import Any
 from kvcal.errors import EngineError
 from kvcal.engines.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
 
-_KV_ROLES = {Role.PRODUCER: "kv_producer", Role.CONSUMER: "kv_consumer"}
+_KV_ROLES = {Role.PRODUCER: "kv_producer", Role.CONSUMER: "kv_consumer", Role.BOTH: "kv_both"}
+NIXL_SIDE_PORT = 5600  # vLLM's default VLLM_NIXL_SIDE_CHANNEL_PORT: what a deployed engine listens on
 
 
 class NixlPd(Transport):
     name = "nixl-pd"
     needs_gpu = False
+    deployed_side_port = NIXL_SIDE_PORT
     bytes_metrics = (BytesMetric(Role.CONSUMER, (MetricRef("vllm:nixl_bytes_transferred_sum"),)),)
 
     def kv_transfer_config(self, role: Role, device: str, side: SideChannel) -> dict[str, Any]:

@@ -1,0 +1,133 @@
+"""The ``costModel`` block: NOT for llm-d-router main.
+
+``costModel`` is accepted only by a router build whose ``p2p-source-producer`` has it
+(a fork and an open proposal; documented by the llm-d calibration README). The main
+branch's config loader rejects the unknown key and refuses the whole config, so this
+block is labelled as such on its first line and in ``--help``, and is written into a
+values file only when ``--with-costmodel`` asks (see :mod:`kvcal.emit.helm`); in that
+variant ``minCachedTokenDelta`` is only a floor, lowered to :data:`COSTMODEL_FLOOR_TOKENS`.
+
+The variant pulls when ``delta*(P - T) + fleetWeight*R(d)*delta*P > F + busy(s)*S + busy(d)*Q``.
+An idle sweep gives P, T, F (:func:`cost_model`); S, Q, ``busyQueueThreshold`` and
+``fleetWeight`` are load-dependent. :func:`render_costmodel` takes an optional
+:class:`LoadCalibration` (from a loaded run) to fill those; without one they are left
+commented out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvcal.emit.router import PLUGIN_TYPE
+from kvcal.errors import InputError, NotRecommended
+from kvcal.records import CurveFit, FitResult
+
+LOAD_DEPENDENT_COST_KEYS = ("sourceWaitMs", "requeueMs", "busyQueueThreshold", "fleetWeight")
+COSTMODEL_FLOOR_TOKENS = 256
+"""The fixed threshold the cost-model variant keeps as a floor (the llm-d calibration README's example)."""
+LABEL = (f"# kvcal: costModel NEEDS A ROUTER BUILD WHOSE {PLUGIN_TYPE} ACCEPTS costModel; "
+         "llm-d-router main rejects the key and refuses its whole config.")
+
+
+@dataclass(frozen=True)
+class LoadCalibration:
+    """Cost-model figures measured under load (None: not calibrated); ``origin`` names the run."""
+
+    transfer_fixed_ms: float | None = None
+    source_wait_ms: float | None = None
+    requeue_ms: float | None = None
+    busy_queue_threshold: int | None = None
+    fleet_weight: float | None = None
+    origin: str = ""
+
+    def values(self) -> dict[str, Any]:
+        """Router key -> value for the load-dependent keys this calibration sets."""
+        pairs = (("sourceWaitMs", self.source_wait_ms), ("requeueMs", self.requeue_ms),
+                 ("busyQueueThreshold", self.busy_queue_threshold), ("fleetWeight", self.fleet_weight))
+        return {k: v for k, v in pairs if v is not None}
+
+
+def curve_ms(c: CurveFit, n: float) -> float:
+    """CurveFit value at ``n`` tokens, in ms (the fit stage's formula)."""
+    from kvcal.fit import curve_ms as fit_curve_ms
+
+    return float(fit_curve_ms(c, n))
+
+
+def cost_model(fit: FitResult) -> tuple[dict[str, float], list[str], list[str]]:
+    """P, T, F for the router's per-request comparison, and the notes/warnings behind them.
+
+    The router compares P*n (recompute, us) with F*1e3 + T*n (pull). With the pull fit
+    pull(n) = F + T*n (ms; F = intercept, T = slope), choosing P as the recompute
+    curve's secant slope from the origin at the break-even n*,
+
+        P = recompute(n*) / n*   (us/token, recompute in ms x 1e3),
+
+    makes the router's idle crossover F/(P - T) equal n* exactly, because recompute(n*) =
+    pull(n*). A convex (quadratic) recompute has no single per-token figure; the secant at
+    n* is the one that keeps the decision right on both sides of the break-even. With no
+    crossover (pull-always-wins) n* is replaced by the shortest measured length.
+    """
+    notes: list[str] = []
+    warnings: list[str] = []
+    if fit.status == "recompute-always-wins":
+        raise NotRecommended("P2P is not recommended on this setup: recomputing beat the pull at every measured length; no cost model emitted")
+    n_eval: float | None = None
+    if fit.status == "crossover" and fit.break_even_tokens and fit.break_even_tokens > 0:
+        n_eval, where = float(fit.break_even_tokens), "the break-even"
+    elif fit.measured_range:
+        n_eval, where = float(fit.measured_range[0]), "the shortest measured length"
+    if not n_eval or n_eval <= 0:
+        raise InputError("the fit records neither a break-even nor a measured range; cannot place the cost model's per-token figures")
+    fixed_ms = fit.pull.intercept_ms
+    if fixed_ms < 0:
+        warnings.append(f"the pull fit's intercept is negative ({fixed_ms:.3g} ms); transferFixedMs set to 0: sweep shorter prefixes to pin the floor")
+        fixed_ms = 0.0
+    transfer_us = (curve_ms(fit.pull, n_eval) - fit.pull.intercept_ms) * 1e3 / n_eval
+    prefill_us = curve_ms(fit.recompute, n_eval) * 1e3 / n_eval
+    notes.append(
+        f"prefillMicrosecondsPerToken = recompute({n_eval:,.0f}) / {n_eval:,.0f} = {prefill_us:.3f} us/token: "
+        f"the {fit.recompute.model} recompute curve's secant slope from 0 at {where}, so the router's idle comparison "
+        "crosses where the measured curves do"
+    )
+    if fit.pull.per_token2_ns:
+        notes.append(f"the pull fit is {fit.pull.model}: transferMicrosecondsPerToken is its secant slope above the floor at {n_eval:,.0f}")
+    if prefill_us <= transfer_us:
+        warnings.append("prefill per token does not exceed transfer per token at the evaluation point: the router would never pull")
+    values = {
+        "prefillMicrosecondsPerToken": round(prefill_us, 3),
+        "transferMicrosecondsPerToken": round(transfer_us, 3),
+        "transferFixedMs": round(fixed_ms, 3),
+    }
+    return values, notes, warnings
+
+
+def costmodel_values(fit: FitResult, calibrated: LoadCalibration | None = None) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Every key the block sets: the idle fit's P, T, F, then what ``calibrated`` measured under load."""
+    values, notes, warnings = cost_model(fit)
+    if calibrated is not None:
+        if calibrated.transfer_fixed_ms is not None:
+            values["transferFixedMs"] = round(calibrated.transfer_fixed_ms, 3)
+            notes.append(f"transferFixedMs from the loaded calibration {calibrated.origin}".rstrip())
+        values.update(calibrated.values())
+    return values, notes, warnings
+
+
+def render_costmodel(fit: FitResult, origin: str = "", calibrated: LoadCalibration | None = None) -> tuple[str, list[str], list[str]]:
+    """The ``costModel`` block; load-dependent keys not in ``calibrated`` are commented out as not calibrated."""
+    values, notes, warnings = costmodel_values(fit, calibrated)
+    missing = [k for k in LOAD_DEPENDENT_COST_KEYS if k not in values]
+    lines = [
+        LABEL,
+        f"# From the idle pull-versus-recompute fit{' of ' + origin if origin else ''}; place under the {PLUGIN_TYPE} parameters.",
+        "# prefillMicrosecondsPerToken: recompute curve's secant slope at the break-even (see docs/emit.md).",
+        "costModel:",
+        *(f"  {k}: {v}" for k, v in values.items()),
+    ]
+    if missing:
+        lines.append("  # Not calibrated by kvcal (load-dependent): measure under production load, then set:")
+        lines += [f"  # {k}:" for k in missing]
+    warnings.insert(0, "costModel is not accepted by llm-d-router main (unknown keys make it refuse the whole config): "
+                       "use it only with a router build that has it, else deploy --format plugin")
+    return "\n".join(lines) + "\n", notes, warnings

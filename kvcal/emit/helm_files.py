@@ -1,0 +1,170 @@
+"""Values files on disk: atomic in-place writes with backups, and reading what a deployed file says."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from kvcal.emit.router import DEFAULT_PREFIX_MATCH_PRODUCER, FoundNames
+from kvcal.errors import InputError
+
+log = logging.getLogger(__name__)
+
+PLUGIN_TYPE = "p2p-source-producer"
+KEY = "minCachedTokenDelta"
+PREFIX_PRODUCER_TYPE = DEFAULT_PREFIX_MATCH_PRODUCER
+
+
+def check_writable(path: Path) -> None:
+    mode = path.stat().st_mode
+    if not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        raise InputError(f"--in-place: {path} is read-only; make it writable or drop --in-place and redirect stdout")
+    if not os.access(path.parent, os.W_OK):
+        raise InputError(f"--in-place: cannot write a backup in {path.parent} (directory is read-only)")
+
+
+def _backup_path(path: Path) -> Path:
+    candidate = path.with_name(path.name + ".bak")
+    n = 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.bak.{n}")
+        n += 1
+    return candidate
+
+
+def write_in_place(path: Path, new_text: str) -> Path:
+    """Back up ``path`` (``FILE.bak``, ``.bak.1``, ...) then replace it atomically; returns the backup."""
+    target = path.resolve()
+    backup = _backup_path(target)
+    try:
+        shutil.copy2(target, backup)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(new_text)
+            shutil.copymode(target, tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as err:
+        raise InputError(f"--in-place: could not write {path}: {err.strerror or err}") from None
+    log.info("wrote %s (backup %s)", target, backup)
+    return backup
+
+
+def read_threshold(path: Path) -> int:
+    """``minCachedTokenDelta`` of the ``p2p-source-producer`` plugin in a Helm values file.
+
+    The EPP config sits in the values as a YAML *string* (``pluginsCustomConfig``), so
+    every string that mentions the plugin is parsed as YAML too. The plugin's default
+    (1) applies when it is configured without the key.
+    """
+    if not path.is_file():
+        raise InputError(f"{path}: no such values file")
+    yaml = YAML(typ="safe", pure=True)
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"))
+    except (YAMLError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    found: list[int] = []
+    _collect_thresholds(data, yaml, found)
+    if not found:
+        raise InputError(f"{path}: no '{PLUGIN_TYPE}' plugin found (looked in the values and in embedded EPP configs)")
+    if len(set(found)) > 1:
+        raise InputError(f"{path}: several '{PLUGIN_TYPE}' plugins with different {KEY} "
+                         f"{sorted(set(found))}; pass --deployed")
+    return found[0]
+
+
+def _collect_thresholds(node: Any, yaml: Any, found: list[int]) -> None:
+    if isinstance(node, dict):
+        if node.get("type") == PLUGIN_TYPE:
+            params = node.get("parameters") or {}
+            value = params.get(KEY, 1) if isinstance(params, dict) else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"{KEY} must be an integer >= 1, found {value!r}")
+            found.append(value)
+        for child in node.values():
+            _collect_thresholds(child, yaml, found)
+    elif isinstance(node, list):
+        for child in node:
+            _collect_thresholds(child, yaml, found)
+    elif isinstance(node, str) and "\n" in node and PLUGIN_TYPE in node:  # an embedded EPP config
+        try:
+            _collect_thresholds(yaml.load(io.StringIO(node)), yaml, found)
+        except YAMLError:
+            log.warning("a values string mentions %s but is not YAML; skipped", PLUGIN_TYPE)
+
+
+def found_names(config: Any, where: str = "") -> FoundNames:
+    """Names an EPP config already gives the plugin: its own entry's, else its producer's and its profiles'.
+
+    - ``prefixMatchInfoProducerName``: an existing p2p-source-producer entry's value,
+      else the name (or type) of the config's precise prefix-cache producer.
+    - ``prefillProfileName``: an existing entry's value, else ``prefill`` when a scheduling
+      profile has that name (a P/D deployment), else the name of the only profile.
+    """
+    if not isinstance(config, dict):
+        return FoundNames(where=where)
+    plugins = [p for p in config.get("plugins") or [] if isinstance(p, dict)]
+    entry = next((p for p in plugins if p.get("type") == PLUGIN_TYPE), None)
+    params = entry.get("parameters") if entry is not None and isinstance(entry.get("parameters"), dict) else {}
+    producer = params.get("prefixMatchInfoProducerName")
+    if not isinstance(producer, str):
+        candidates = [p for p in plugins if str(p.get("type", "")).endswith("prefix-cache-producer")]
+        preferred = [p for p in candidates if p.get("type") == PREFIX_PRODUCER_TYPE] or candidates
+        producer = (preferred[0].get("name") or preferred[0].get("type")) if preferred else None
+    profile = params.get("prefillProfileName")
+    if not isinstance(profile, str):
+        profiles = [str(p.get("name")) for p in config.get("schedulingProfiles") or [] if isinstance(p, dict) and p.get("name")]
+        profile = "prefill" if "prefill" in profiles else (profiles[0] if len(profiles) == 1 else None)
+    return FoundNames(producer if isinstance(producer, str) else None, profile, where or "the values file")
+
+
+def read_names(path: Path) -> FoundNames:
+    """:func:`found_names` of the EPP config a values file deploys (the one ``pluginsConfigFile`` names, else the first)."""
+    if not Path(path).is_file():
+        raise InputError(f"--values {path}: no such file")
+    yaml = YAML(typ="safe", pure=True)
+    try:
+        data = yaml.load(Path(path).read_text(encoding="utf-8"))
+    except (YAMLError, UnicodeDecodeError) as err:
+        raise InputError(f"--values {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    configs: list[tuple[bool, str, Any]] = []
+    _collect_configs(data, yaml, configs)
+    if not configs:
+        raise InputError(f"--values {path} has no embedded EPP config (router.epp.pluginsCustomConfig or "
+                         "inferenceExtension.pluginsCustomConfig)")
+    active, fname, config = sorted(configs, key=lambda c: not c[0])[0]
+    return found_names(config, f"{path} [{fname}]")
+
+
+def _collect_configs(node: Any, yaml: Any, out: list[tuple[bool, str, Any]]) -> None:
+    """(selected by pluginsConfigFile, file name, parsed config) for every embedded EPP config."""
+    if isinstance(node, dict):
+        custom = node.get("pluginsCustomConfig")
+        if isinstance(custom, dict):
+            for fname, text in custom.items():
+                if isinstance(text, str):
+                    try:
+                        parsed = yaml.load(io.StringIO(text))
+                    except YAMLError:
+                        continue
+                    if isinstance(parsed, dict) and isinstance(parsed.get("plugins"), list):
+                        out.append((node.get("pluginsConfigFile") == fname, str(fname), parsed))
+        for key, child in node.items():
+            if key != "pluginsCustomConfig":
+                _collect_configs(child, yaml, out)
+    elif isinstance(node, list):
+        for child in node:
+            _collect_configs(child, yaml, out)

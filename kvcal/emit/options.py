@@ -1,0 +1,104 @@
+"""``emit-config`` settings and result: one typed object in, one out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvcal.errors import InputError
+from kvcal.emit.threshold import DEFAULT_MARGIN, Threshold, validate_block_size, validate_margin
+
+FORMATS = ("plugin", "helm", "affinity", "costmodel", "vllm", "env", "json")
+TRANSPORTS = ("p2p-tier", "nixl-pd")
+DEPLOYMENTS = ("p2p", "pd")
+P2P_PORT = 7777
+_TRANSPORT_ALIASES = {
+    "p2p-tier": "p2p-tier", "p2p": "p2p-tier", "offloading": "p2p-tier", "offloadingconnector": "p2p-tier",
+    "nixl-pd": "nixl-pd", "nixl": "nixl-pd", "pd": "nixl-pd", "nixlconnector": "nixl-pd",
+}
+_HELM_ONLY = ("--in-place", "--diff", "--add-plugin", "--with-costmodel")
+
+
+def canonical_transport(name: str) -> str:
+    """Map a recorded or given transport name to ``p2p-tier`` or ``nixl-pd``; InputError otherwise."""
+    key = str(name).strip().lower().replace("_", "-")
+    if key not in _TRANSPORT_ALIASES:
+        raise InputError(f"unknown transport {name!r}; --format vllm knows {', '.join(TRANSPORTS)} (pass --transport)")
+    return _TRANSPORT_ALIASES[key]
+
+
+def _check_name(flag: str, name: str | None) -> None:
+    if name is not None and (not name or name != name.strip() or any(c.isspace() for c in name)):
+        raise InputError(f"{flag} must be a non-empty name without spaces (got {name!r})")
+
+
+@dataclass(frozen=True)
+class EmitOptions:
+    """Resolved ``emit-config`` settings; construction validates them (InputError on bad values).
+
+    Names left ``None`` are resolved per format: from the values file when one is given,
+    else from the deployment shape (``deployment``, itself defaulting from the run's
+    transport), see :func:`kvcal.emit.router.plugin_names`.
+    """
+
+    format: str = "plugin"
+    margin: float = DEFAULT_MARGIN
+    block_size: int | None = None
+    values: Path | None = None
+    in_place: bool = False
+    diff: bool = False
+    add_plugin: bool = False
+    prefix_match_producer: str | None = None
+    prefill_profile: str | None = None
+    deployment: str | None = None
+    transport: str | None = None
+    p2p_port: int = P2P_PORT
+    cpu_bytes_to_use: int | None = None
+    model: str | None = None
+    chunk_size: int | None = None
+    with_costmodel: bool = False
+    allow_extrapolation: bool = False
+    allow_disturbed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise InputError(f"unknown --format {self.format!r}; choose one of {', '.join(FORMATS)}")
+        validate_margin(self.margin)
+        if self.block_size is not None:
+            validate_block_size(self.block_size)
+        if self.format == "helm" and self.values is None:
+            raise InputError("--format helm needs --values FILE (the Helm values file to patch)")
+        if self.values is not None and self.format not in ("helm", "plugin"):
+            raise InputError("--values applies only to --format helm (patch it) and plugin (read its names)")
+        if self.format != "helm":
+            for flag, on in zip(_HELM_ONLY, (self.in_place, self.diff, self.add_plugin, self.with_costmodel)):
+                if on:
+                    raise InputError(f"{flag} applies only to --format helm")
+        _check_name("--prefix-match-producer", self.prefix_match_producer)
+        _check_name("--prefill-profile", self.prefill_profile)
+        _check_name("--model", self.model)
+        if self.deployment is not None and self.deployment not in DEPLOYMENTS:
+            raise InputError(f"--deployment must be p2p (the single-profile P2P guide) or pd (prefill/decode), got {self.deployment!r}")
+        if self.transport is not None:
+            canonical_transport(self.transport)
+        if isinstance(self.p2p_port, bool) or not isinstance(self.p2p_port, int) or not 1 <= self.p2p_port <= 65535:
+            raise InputError(f"--p2p-port must be 1-65535 (got {self.p2p_port!r})")
+        if self.cpu_bytes_to_use is not None and (isinstance(self.cpu_bytes_to_use, bool) or self.cpu_bytes_to_use < 1):
+            raise InputError(f"--cpu-bytes-to-use must be a positive byte count (got {self.cpu_bytes_to_use!r})")
+        if self.chunk_size is not None and (isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int)
+                                            or self.chunk_size < 1):
+            raise InputError(f"--chunk-size must be a positive number of tokens, e.g. 8192 (got {self.chunk_size!r})")
+
+
+@dataclass(frozen=True)
+class EmitResult:
+    """What ``emit`` produced: stdout text, stderr notes and warnings, files written."""
+
+    stdout: str
+    threshold: Threshold | None
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    written: Path | None = None
+    backup: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
