@@ -15,9 +15,9 @@ from kvcal.emit.k8s import JobSpec, render_job
 EPILOG = """Examples:
 
   kvcal k8s-job --image ghcr.io/me/kvcal:0.1.0 --model openai/gpt-oss-120b \\
-      --producer-url http://10.0.3.17:8000 --consumer-url http://10.0.4.22:8000 | kubectl apply -f -
+      --producer-url http://10.0.3.17:8200 --consumer-url http://10.0.4.22:8200 | kubectl apply -f -
 
-  kvcal k8s-job --image IMG --model M --producer-url http://P:8000 --consumer-url http://C:8000 \\
+  kvcal k8s-job --image IMG --model M --producer-url http://P:8200 --consumer-url http://C:8200 \\
       --pvc kvcal-results --prefix-lengths 1024,2048,4096,8192,16384 -o job.yaml -- --max-attempts 5
 
 Arguments after `--` are passed to `kvcal sweep` unchanged."""
@@ -25,7 +25,7 @@ Arguments after `--` are passed to `kvcal sweep` unchanged."""
 
 def k8s_job(
     image: str = typer.Option(..., "--image", help="Container image with kvcal installed (no GPU or vLLM needed in it)."),
-    producer_url: str = typer.Option(..., "--producer-url", help="Producer engine base URL as seen in-cluster, e.g. http://10.0.3.17:8000."),
+    producer_url: str = typer.Option(..., "--producer-url", help="Producer engine base URL as seen in-cluster, e.g. http://10.0.3.17:8200."),
     consumer_url: str = typer.Option(..., "--consumer-url", help="Consumer engine base URL as seen in-cluster."),
     model: str = typer.Option(..., "--model", help="Model name the engines serve."),
     name: str = typer.Option("kvcal-calibrate", "--name", help="Job name (a DNS label); also the run folder name."),

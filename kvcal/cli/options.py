@@ -15,6 +15,16 @@ def int_list(text: str | None, flag: str) -> list[int] | None:
         raise InputError(f"{flag} must be comma-separated integers, got {text!r}") from None
 
 
+def float_list(text: str | None, flag: str) -> list[float] | None:
+    """``"0.45,0.45"`` -> ``[0.45, 0.45]``; None or empty -> None; anything else is a one-line error."""
+    if not text:
+        return None
+    try:
+        return [float(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise InputError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+
+
 _BYTE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
                "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 

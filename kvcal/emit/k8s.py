@@ -143,9 +143,9 @@ def validate_url(url: str, flag: str) -> tuple[str, str, int]:
     except ValueError as err:
         raise InputError(f"{flag}: {url!r} is not a valid URL ({err})") from None
     if parts.scheme not in ("http", "https"):
-        raise InputError(f"{flag}: {url!r} must start with http:// or https:// (e.g. http://10.0.0.5:8000)")
+        raise InputError(f"{flag}: {url!r} must start with http:// or https:// (e.g. http://10.0.0.5:8200)")
     if not parts.hostname:
-        raise InputError(f"{flag}: {url!r} has no host (e.g. http://10.0.0.5:8000)")
+        raise InputError(f"{flag}: {url!r} has no host (e.g. http://10.0.0.5:8200)")
     if parts.username or parts.password or parts.query or parts.fragment or any(c.isspace() for c in url):
         raise InputError(f"{flag}: {url!r} must be a plain base URL (no credentials, query or fragment)")
     host = _host(parts.hostname, flag)
@@ -154,8 +154,11 @@ def validate_url(url: str, flag: str) -> tuple[str, str, int]:
 
 def sweep_command(spec: JobSpec) -> list[str]:
     """The ``kvcal sweep`` argv the Job runs (attach mode: the engines already run)."""
+    host = spec.producer_p2p_host
+    if host is None and spec.transport == "p2p-tier":
+        host = urlsplit(spec.producer_url).hostname  # the producer pod's own address carries its P2P listener
     values = dict(engine="vllm", transport=spec.transport, producer_url=spec.producer_url, consumer_url=spec.consumer_url,
-                  model=spec.model, producer_p2p_host=spec.producer_p2p_host, producer_p2p_port=spec.producer_p2p_port,
+                  model=spec.model, producer_p2p_host=host, producer_p2p_port=spec.producer_p2p_port,
                   prefix_lengths=spec.prefix_lengths, reps=spec.reps, output_dir=RESULTS_MOUNT, name=spec.run)
     return ["kvcal", "sweep", *sweep_argv({name: values[name] for name in JOB_SETTINGS}), *spec.extra_args]
 

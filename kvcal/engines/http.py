@@ -150,12 +150,16 @@ class EngineClient:
             raise self._fail("completion failed", "the stream ended without a token")
         return StreamTiming(ttft_ms=(first_ns - start_ns) / _NS_PER_MS, total_ms=(end_ns - start_ns) / _NS_PER_MS, text=text)
 
-    def complete(self, token_ids: list[int], kv_transfer_params: dict[str, Any] | None = None) -> Completion:
-        """One non-streamed completion (the producer leg, which needs the response's ``kv_transfer_params``)."""
+    def complete(self, token_ids: list[int], kv_transfer_params: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> Completion:
+        """One non-streamed completion (the producer leg, which needs the response's ``kv_transfer_params``).
+
+        ``headers``: e.g. vLLM's ``X-data-parallel-rank`` to send it to one rank of a data-parallel engine.
+        """
         body = self._body(token_ids, False, kv_transfer_params)
         start_ns = time.perf_counter_ns()
         try:
-            response = self._client.post("/v1/completions", json=body)
+            response = self._client.post("/v1/completions", json=body, headers=headers)
         except httpx.HTTPError as err:
             raise self._fail("completion request failed", f"{type(err).__name__}: {err}") from None
         elapsed_ms = (time.perf_counter_ns() - start_ns) / _NS_PER_MS

@@ -7,23 +7,9 @@ Launch mode starts producer and consumer concurrently as planned by
 servers by URL and launches nothing; block size and max model length are then read
 from the engines (``vllm:cache_config_info``, ``/v1/models``).
 
-One leg (:meth:`VllmPair.measure`):
-
-- recompute: the fresh prompt goes straight to the consumer, which prefills it;
-- pull: the producer is sent the prompt first so it holds the prefix (its time is
-  ``producer_ttft_ms``), then the consumer request that pulls it is timed.
-
-``/metrics`` is read before and after (consumer always; producer on pull legs and
-where the transport counts bytes there); ``bytes_moved`` is the delta of the
-transport's byte counter and ``metrics_delta`` every counter that changed, keyed
-``consumer/<sample>`` or ``producer/<sample>``. ``overhead_ms`` is the leg's wall
-time minus the engine times it reports (consumer TTFT, plus producer time on pull
-legs): kvcal's metric scrapes and settling, request building and the stream's tail.
-
-Before each leg, launched CPU engines are paced: kvcal waits (poll, 5 s at most) until
-both servers' process trees are idle, because vLLM keeps spinning for about a second
-after every request and that tail would land on the next leg's cores. The wait is
-not part of the leg's ``overhead_ms``.
+Measuring a leg and proving a pull: :mod:`kvcal.engines.vllm_measure`. Before launching,
+the transport's host needs are checked (a GPU; ``/dev/shm`` room for a CPU tier), and
+GPUs are split between the roles (:mod:`kvcal.engines.vllm_launch`).
 """
 
 from __future__ import annotations
@@ -32,25 +18,24 @@ import contextlib
 import logging
 import os
 import shutil
-import time
-import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kvcal.engines.base import EnginePair, LegMeasurement
+from kvcal.engines.base import EnginePair
 from kvcal.engines.http import EngineClient
-from kvcal.engines.metrics import Snapshot, delta, first_exposed, info_labels, poll_until, total
-from kvcal.engines.process import ServerProcess, sigterm_raises, wait_all_ready, wait_until_idle
-from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings, default_cache_dir, looks_local, settings_from_config
+from kvcal.engines.metrics import Snapshot, info_labels
+from kvcal.engines.process import ServerProcess, sigterm_raises, wait_all_ready
+from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings, check_shm, default_cache_dir, looks_local, settings_from_config
+from kvcal.engines.vllm_measure import PairMeasurement
 from kvcal.engines.vllm_setup import vllm_setup
 from kvcal.errors import EngineError, InputError
 from kvcal.estimate.hfconfig import model_profile_from_config
 from kvcal.estimate.profiles import ModelProfile, kv_bytes_per_token
-from kvcal.records import Leg, RunSetup
+from kvcal.records import RunSetup
 from kvcal.engines.tinymodel import ensure_tiny_model
 from kvcal.engines.transports import get_transport
-from kvcal.engines.transports.base import MetricRef, Role
+from kvcal.engines.transports.base import Role
+
 from kvcal.sweep.config import SweepConfig
 from kvcal.sweep.recorder import RunFolder
 
@@ -58,12 +43,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["VllmPair", "VllmSettings", "pair_from_config"]
 
-_REQUESTS_DONE = "vllm:request_success_total"
-# Two idle vLLM engines use ~0.05-0.15 cores; one spinning queue reader is a full core.
-_CPU_IDLE_MAX_CORES = 0.3
 
-
-class VllmPair(EnginePair):
+class VllmPair(PairMeasurement, EnginePair):
     """A vLLM producer/consumer pair behind :class:`EnginePair` (``--engine vllm``)."""
 
     name = "vllm"
@@ -74,6 +55,10 @@ class VllmPair(EnginePair):
             raise InputError("attach mode needs both --producer-url and --consumer-url")
         if s.block_size <= 0 or (s.max_model_len is not None and s.max_model_len <= 0):
             raise InputError("block size and max model length must be positive")
+        if s.dp_ranks < 1:
+            raise InputError(f"--dp-ranks must be >= 1 (got {s.dp_ranks})")
+        if s.dp_ranks > 1 and not s.attach:
+            raise InputError("--dp-ranks seeds every rank of running engines: use it in attach mode (--producer-url/--consumer-url)")
         self.transport = get_transport(s.transport, s.transport_options)
         self.cache_dir = Path(s.cache_dir or default_cache_dir()).expanduser()
         self.run_dir = Path(s.run_dir) if s.run_dir else self.cache_dir / "runs"
@@ -167,6 +152,8 @@ class VllmPair(EnginePair):
     def _launch(self) -> None:
         plan = self.plan
         self.transport.check_host(plan.device == "cuda")  # before anything is launched
+        check_shm(self.transport, engines=len(ROLES))
+        plan.gpu_assignment()  # refuses one unshared GPU before anything starts
         if self.settings.model is None:
             ensure_tiny_model(self.cache_dir / "models")
         for folder in (self.cache_dir / "vllm", self.cache_dir / "inductor", self.cache_dir / "tmp", plan.rpc_dir):
@@ -225,133 +212,6 @@ class VllmPair(EnginePair):
             stack.close()
         self._clients = {}
 
-    # -- measuring ----------------------------------------------------------------------
-
-    def _client(self, role: Role) -> EngineClient:
-        if role not in self._clients:
-            raise EngineError("the vLLM pair is not started")
-        return self._clients[role]
-
-    def _settled_after(self, role: Role, before: Snapshot, requests: int) -> Snapshot:
-        """Read ``role``'s metrics until its finished-request counter shows ``requests`` more.
-
-        vLLM publishes a request's stats, its KV-transfer stats included, with the
-        request's final output, so once the request is counted its bytes are too.
-        """
-        def done(snap: Snapshot) -> bool:
-            return total(snap, _REQUESTS_DONE) - total(before, _REQUESTS_DONE) >= requests
-
-        snap, settled = poll_until(self._client(role).metrics, done, timeout_s=self.settings.settle_timeout_s)
-        if not settled:
-            log.warning("%s metrics did not count the request within %.1f s", role.value, self.settings.settle_timeout_s)
-        return snap
-
-    def _reading_before(self, role: Role) -> Snapshot:
-        """The counters before a leg: the previous leg's settled reading on engines kvcal owns."""
-        # Popped, not read: a leg that fails part-way leaves no reading, so the next leg scrapes afresh.
-        reading = self._last_reading.pop(role, None)
-        if self._servers and reading is not None:
-            return reading
-        return self._client(role).metrics()
-
-    def _wait_held(self, before: Snapshot) -> None:
-        refs = self.transport.hold_settle_metrics
-        if not refs:
-            return
-
-        def stored(snap: Snapshot) -> bool:
-            return any(_ref_total(snap, r) > _ref_total(before, r) for r in refs)
-
-        _, ok = poll_until(self._client(Role.PRODUCER).metrics, stored, timeout_s=self.settings.settle_timeout_s, interval_s=0.005)
-        if not ok:
-            log.warning("the producer's store counters did not rise; the pull may miss")
-
-    def _wait_engines_idle(self) -> None:
-        """Pacing before a leg (launched engines only): let the previous leg's CPU tail end."""
-        max_cores = self.settings.idle_max_cores
-        if max_cores is None:
-            max_cores = _CPU_IDLE_MAX_CORES if self.plan.device == "cpu" else 0.0
-        if not self._servers or max_cores <= 0:
-            return
-        idle, waited_s = wait_until_idle(self._servers, max_cores=max_cores, timeout_s=self.settings.idle_timeout_s)
-        if not idle:
-            log.warning("engines still busy after %.1f s; measuring anyway (is something else loading this host?)", waited_s)
-
-    def measure(self, leg: Leg, token_ids: list[int]) -> LegMeasurement:
-        self._wait_engines_idle()  # pacing, not part of the leg: outside overhead_ms
-        start_ns = time.perf_counter_ns()
-        scraped = {Role.CONSUMER} | {m.role for m in self.transport.bytes_metrics}
-        if leg is Leg.PULL and self.transport.hold_settle_metrics:
-            scraped.add(Role.PRODUCER)
-        before = {role: self._reading_before(role) for role in scraped}
-        params = None
-        producer_ms = None
-        if leg is Leg.PULL:
-            kv_request_id = str(uuid.uuid4())
-            held = self._client(Role.PRODUCER).complete(token_ids, self.transport.hold_params(kv_request_id))
-            producer_ms = held.elapsed_ms
-            if Role.PRODUCER in before:  # only transports with hold_settle_metrics scrape the producer
-                self._wait_held(before[Role.PRODUCER])
-            params = self.transport.pull_params(held.kv_transfer_params, kv_request_id, self.plan.side(Role.PRODUCER))
-        timing = self._client(Role.CONSUMER).stream_completion(token_ids, params)
-        # Each engine that served a request this leg must have counted it before we read it.
-        # The scrape (about 10 ms on a CPU engine) runs beside the pacing wait for the
-        # engines' busy tail, which the next leg needs anyway, so it adds no wall time there.
-        served = {Role.CONSUMER} | ({Role.PRODUCER} if leg is Leg.PULL else set())
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcal-scrape") as scraper:
-            scraping = scraper.submit(
-                lambda: {role: self._settled_after(role, before[role], int(role in served)) for role in scraped}
-            )
-            paced_ns = time.perf_counter_ns()
-            self._wait_engines_idle()
-            paced_ns = time.perf_counter_ns() - paced_ns
-            after = scraping.result()
-        if self._servers:
-            self._last_reading.update(after)
-        metrics_delta: dict[str, float] = {}
-        for role in scraped:
-            metrics_delta.update({f"{role.value}/{k}": v for k, v in delta(before[role], after[role]).items()})
-        elapsed_ms = (time.perf_counter_ns() - start_ns - paced_ns) / 1e6
-        return LegMeasurement(
-            ttft_ms=timing.ttft_ms,
-            bytes_moved=self._bytes_moved(before, after),
-            producer_ttft_ms=producer_ms,
-            overhead_ms=elapsed_ms - timing.ttft_ms - (producer_ms or 0.0),
-            metrics_delta=metrics_delta,
-        )
-
-    def _bytes_moved(self, before: dict[Role, Snapshot], after: dict[Role, Snapshot]) -> int | None:
-        """Sum over the transport's byte counters of their deltas; None if the engine exposes none."""
-        moved: float | None = None
-        for metric in self.transport.bytes_metrics:
-            name = first_exposed(after[metric.role], tuple(r.name for r in metric.candidates))
-            ref = next((r for r in metric.candidates if r.name == name), None)
-            if ref is not None:
-                moved = (moved or 0.0) + _ref_total(after[metric.role], ref) - _ref_total(before[metric.role], ref)
-        return None if moved is None else int(round(moved))
-
-    def warm_up(self, token_ids: list[int]) -> None:
-        """Pay the first pull's handshake and the first prefill; retry a pull that moved nothing.
-
-        The first NIXL handshake has a fixed 5 s reply timeout inside vLLM; on a loaded
-        host it can miss once. Each retry rotates the prompt so no cache answers it.
-        """
-        last = "no try made"
-        ids = list(token_ids)
-        for attempt in range(1, self.settings.warmup_tries + 1):
-            try:
-                result = self.measure(Leg.PULL, ids)
-                if result.bytes_moved:
-                    break
-                last = f"the pull moved {result.bytes_moved} bytes"
-            except EngineError as err:
-                last = str(err)
-            log.warning("warm-up pull %d/%d failed: %s", attempt, self.settings.warmup_tries, last)
-            ids = ids[1:] + ids[:1]
-        else:
-            raise EngineError(f"warm-up pulls failed {self.settings.warmup_tries} times: {last} (logs: {self.run_dir / 'logs'})")
-        self.measure(Leg.RECOMPUTE, list(reversed(token_ids)))
-
     # -- provenance ---------------------------------------------------------------------
 
     def setup(self) -> RunSetup:
@@ -373,6 +233,7 @@ class VllmPair(EnginePair):
             "block_size": self.block_size,
             "max_model_len": self._engine_facts.get("max_model_len") or self.plan.max_model_len(),
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "dp_ranks": self.settings.dp_ranks,
             "kv_transfer_config": {r.value: self.transport.kv_transfer_config(r, self.plan.device, self.plan.side(r)) for r in roles}
             if launch
             else None,
@@ -386,7 +247,3 @@ class VllmPair(EnginePair):
 def pair_from_config(config: SweepConfig, run: RunFolder) -> VllmPair:
     """The pair ``kvcal sweep`` asks for: settings from the sweep config, server logs in the run folder."""
     return VllmPair(settings_from_config(config, run_dir=run.path))
-
-
-def _ref_total(snapshot: Snapshot, ref: MetricRef) -> float:
-    return total(snapshot, ref.name, **dict(ref.labels))

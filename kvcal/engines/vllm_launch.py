@@ -11,7 +11,11 @@ prints exactly what :class:`~kvcal.engines.vllm.VllmPair` will run. Choices it m
   by kvcal.engines.serve: vLLM's engine core and API server busy-wait and would otherwise
   land on the other engine's cores);
   ``VLLM_CPU_KVCACHE_SPACE``; NIXL's progress-thread poll timeout (see kvcal.engines.serve);
-- GPU: ``CUDA_VISIBLE_DEVICES`` per role when given;
+- GPU: ``CUDA_VISIBLE_DEVICES`` per role: as given, else the visible GPUs split in
+  halves (two engines on one GPU fail vLLM's free-memory check at start); one visible
+  GPU is refused unless ``share_gpu`` gives each engine its ``--gpu-memory-utilization``;
+- ``/dev/shm``: a transport whose CPU tier is an mmap there (p2p-tier) needs room for
+  both engines' tiers, checked before launch (:func:`check_shm`);
 - both: the same ``PYTHONHASHSEED``; vLLM's compile caches, IPC sockets and temporary
   files inside kvcal's cache folder (``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``,
   ``VLLM_RPC_BASE_PATH``, ``TMPDIR``); ``HF_HUB_OFFLINE=1`` for local models.
@@ -23,6 +27,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -30,10 +35,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvcal.engines.process import free_ports
+from kvcal.errors import HardwareError, InputError
 from kvcal.sweep.config import SweepConfig
 from kvcal.sweep.provenance import gpu_inventory
 from kvcal.engines.tinymodel import TINY_MODEL_DIRNAME
 from kvcal.engines.transports.base import Role, SideChannel, Transport
+from kvcal.engines.transports.p2p_tier import P2P_PORT
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +74,7 @@ class VllmSettings:
     producer_url: str | None = None  # attach mode: both URLs set, nothing launched
     consumer_url: str | None = None
     producer_p2p_host: str | None = None  # p2p-tier attach: the producer's P2P side channel
-    producer_p2p_port: int | None = None
+    producer_p2p_port: int | None = P2P_PORT
     host: str = "127.0.0.1"
     producer_port: int | None = None  # None: a free port
     consumer_port: int | None = None
@@ -81,6 +88,8 @@ class VllmSettings:
     consumer_cpus: str | None = None
     producer_gpus: str | None = None  # CUDA_VISIBLE_DEVICES; None: inherited
     consumer_gpus: str | None = None
+    share_gpu: tuple[float, float] | None = None  # both engines on the same GPU(s): each one's --gpu-memory-utilization
+    dp_ranks: int = 1  # attach mode: the producer's data-parallel ranks, each seeded before a pull
     python_hash_seed: str = str(_sweep_default("python_hash_seed"))
     extra_args: tuple[str, ...] = ()  # passed to both `vllm serve`s
     cpu_kvcache_space_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE (CPU only)
@@ -106,6 +115,10 @@ def settings_from_config(config: SweepConfig, **more: Any) -> VllmSettings:
               if SWEEP_NAMES.get(name, name) in SweepConfig.model_fields}
     values["extra_args"] = tuple(values["extra_args"])
     values["python_hash_seed"] = str(values["python_hash_seed"])
+    values["share_gpu"] = tuple(values["share_gpu"]) if values.get("share_gpu") else None
+    values["producer_p2p_port"] = values.get("producer_p2p_port") or P2P_PORT  # None: a run.json from before the default
+    if config.cpu_bytes_to_use:
+        values["transport_options"] = {"cpu_bytes_to_use": config.cpu_bytes_to_use}
     return VllmSettings(**{**values, **more})
 
 
@@ -133,6 +146,45 @@ def split_cpus() -> tuple[str, str]:
     return _cpu_ranges(cpus[:half]), _cpu_ranges(cpus[half:])
 
 
+def visible_gpus(count: int) -> list[str]:
+    """Device ids the engines may use: ``CUDA_VISIBLE_DEVICES`` when set, else 0..count-1."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None and env.strip():
+        return [g.strip() for g in env.split(",") if g.strip()]
+    return [str(i) for i in range(count)]
+
+
+def split_gpus(visible: list[str], share: tuple[float, float] | None) -> tuple[str, str]:
+    """Producer and consumer ``CUDA_VISIBLE_DEVICES``: halves of ``visible``, or all of them for both when shared."""
+    if share is not None:
+        if len(share) != 2 or not all(0 < f < 1 for f in share) or sum(share) >= 1:
+            raise InputError(f"--share-gpu needs two memory fractions, producer,consumer, each in (0, 1) and summing "
+                             f"under 1, e.g. 0.45,0.45 (got {','.join(map(str, share))})")
+        return ",".join(visible), ",".join(visible)
+    if len(visible) < 2:
+        raise InputError(f"one GPU visible ({','.join(visible) or 'none'}): both engines on it would fail vLLM's free-memory "
+                         "check; give each its own (--producer-gpus/--consumer-gpus) or share it with --share-gpu 0.45,0.45")
+    half = len(visible) // 2
+    return ",".join(visible[:half]), ",".join(visible[half:2 * half])
+
+
+def check_shm(transport: Transport, *, engines: int = 2, path: str = "/dev/shm") -> None:
+    """HardwareError unless ``path`` has room for every engine's CPU tier (transports that map one there)."""
+    need = transport.shm_bytes()
+    if not need:
+        return
+    gib = 2**30
+    fix = (f"enlarge it (docker run --shm-size={-(-need * engines // gib) + 1}g; in Kubernetes a memory emptyDir at /dev/shm) "
+           "or lower --cpu-bytes-to-use")
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        raise HardwareError(f"{path} is missing but {transport.name}'s CPU tier is an mmap there: {fix}") from None
+    if free < need * engines:
+        raise HardwareError(f"{path} has {free / gib:.1f} GiB free but the {engines} engines' {transport.name} CPU tiers need "
+                            f"{engines} x {need / gib:g} GiB (cpu_bytes_to_use): {fix}")
+
+
 def looks_local(model: str) -> bool:
     """A local folder (absolute, ./relative, ~ or existing) rather than a hub id."""
     return model.startswith(("/", "./", "../", "~")) or Path(model).expanduser().exists()
@@ -158,6 +210,19 @@ class LaunchPlan:
         if self._gpus is None:
             self._gpus = gpu_inventory() or {}
         return "cuda" if self._gpus else "cpu"
+
+    def gpu_assignment(self) -> dict[Role, str] | None:
+        """``CUDA_VISIBLE_DEVICES`` per role on a GPU host (None on CPU); InputError for one unshared GPU."""
+        if self.device != "cuda":
+            return None
+        s = self.settings
+        if s.producer_gpus is not None and s.consumer_gpus is not None:
+            return {Role.PRODUCER: s.producer_gpus, Role.CONSUMER: s.consumer_gpus}
+        if self._gpus is None:
+            self._gpus = gpu_inventory() or {}
+        count = int(self._gpus.get("devices") or 0)
+        producer, consumer = split_gpus(visible_gpus(count), s.share_gpu)
+        return {Role.PRODUCER: s.producer_gpus or producer, Role.CONSUMER: s.consumer_gpus or consumer}
 
     def model_path(self) -> str:
         model = self.settings.model
@@ -202,6 +267,8 @@ class LaunchPlan:
             argv += ["--load-format", load_format]
         config = self.transport.kv_transfer_config(role, self.device, self.side(role))
         argv += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
+        if s.share_gpu is not None and self.device == "cuda":
+            argv += ["--gpu-memory-utilization", str(s.share_gpu[0] if role is Role.PRODUCER else s.share_gpu[1])]
         return argv + list(s.extra_args)
 
     def env(self, role: Role) -> dict[str, str]:
@@ -226,9 +293,7 @@ class LaunchPlan:
             if s.nixl_progress_delay_us:
                 env["KVCAL_NIXL_PROGRESS_DELAY_US"] = str(s.nixl_progress_delay_us)
         else:
-            gpus = s.producer_gpus if role is Role.PRODUCER else s.consumer_gpus
-            if gpus is not None:
-                env["CUDA_VISIBLE_DEVICES"] = gpus
+            env["CUDA_VISIBLE_DEVICES"] = (self.gpu_assignment() or {})[role]
         env.update(self.transport.env(role, self.side(role)))
         return env
 

@@ -47,7 +47,12 @@ class SweepConfig(BaseModel):
     producer_url: str | None = Field(None, description="Attach to a running producer at this URL instead of launching one.")
     consumer_url: str | None = Field(None, description="Attach to a running consumer at this URL instead of launching one.")
     producer_p2p_host: str | None = Field(None, description="p2p-tier attach: the producer's P2P side-channel host.")
-    producer_p2p_port: int | None = Field(None, gt=0, lt=65536, description="p2p-tier attach: the producer's P2P side-channel port.")
+    producer_p2p_port: int | None = Field(7777, gt=0, lt=65536, description="p2p-tier attach: the producer's P2P listener port (the llm-d guide's 7777; rank r of a data-parallel engine listens on 7777 + r).")
+    dp_ranks: int = Field(1, ge=1, le=256, description="Attach mode: the producer's --data-parallel-size; every rank is seeded before a pull, which asks rank 0.")
+    share_gpu: list[float] | None = Field(None, min_length=2, max_length=2, description="Launch mode: run both engines on the same GPU(s) with these --gpu-memory-utilization fractions, producer,consumer (e.g. 0.45,0.45).",
+                                        json_schema_extra={"launch_only": True})
+    cpu_bytes_to_use: int | None = Field(None, gt=0, description="p2p-tier launch: CPU tier bytes per engine (default 8 GiB); /dev/shm must hold both engines' tiers.",
+                                         json_schema_extra={"launch_only": True})
     prefix_lengths: list[int] | None = Field(None, description="Prefix lengths in tokens (block multiples); default: a ladder up to the model's limit.")
     reps: int = Field(3, ge=1, le=1000, description="Probes per length and leg.")
     block_size: int = Field(64, gt=0, description="KV block size in tokens (engines are started with it).")

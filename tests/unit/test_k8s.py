@@ -10,8 +10,8 @@ import yaml
 from kvcal.emit import k8s
 from kvcal.errors import InputError
 
-BASE = dict(image="ghcr.io/example/kvcal:0.1.0", producer_url="http://10.0.3.17:8000",
-            consumer_url="http://10.0.4.22:8000", model="openai/gpt-oss-120b")
+BASE = dict(image="ghcr.io/example/kvcal:0.1.0", producer_url="http://10.0.3.17:8200",
+            consumer_url="http://10.0.4.22:8200", model="openai/gpt-oss-120b")
 
 
 def spec(**kw) -> k8s.JobSpec:
@@ -53,8 +53,8 @@ def test_script_runs_sweep_fit_and_emit_json() -> None:
     lines = script_lines(k8s.render_job(s))
     assert lines[0] == ["set", "-eu"]
     assert lines[1] == k8s.sweep_command(s) == [
-        "kvcal", "sweep", "--engine", "vllm", "--transport", "nixl-pd", "--producer-url", "http://10.0.3.17:8000",
-        "--consumer-url", "http://10.0.4.22:8000", "--model", "openai/gpt-oss-120b", "--producer-p2p-host", "10.0.3.17",
+        "kvcal", "sweep", "--engine", "vllm", "--transport", "nixl-pd", "--producer-url", "http://10.0.3.17:8200",
+        "--consumer-url", "http://10.0.4.22:8200", "--model", "openai/gpt-oss-120b", "--producer-p2p-host", "10.0.3.17",
         "--producer-p2p-port", "7777", "--prefix-lengths", "1024,2048", "--reps", "5", "--output-dir", "/results",
         "--name", "calib-1", "--max-attempts", "5", "--seed=3"]
     assert lines[2] == ["kvcal", "fit", "/results/calib-1"]
@@ -94,16 +94,16 @@ def test_fit_and_emit_lines_are_accepted() -> None:
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"producer_url": "10.0.3.17:8000"}, "http://"),
+    ({"producer_url": "10.0.3.17:8200"}, "http://"),
     ({"producer_url": "ftp://10.0.3.17"}, "http://"),
     ({"producer_url": "http://"}, "no host"),
-    ({"producer_url": "http://localhost:8000"}, "own pod"),
-    ({"consumer_url": "http://127.0.0.1:8000"}, "own pod"),
-    ({"consumer_url": "http://[::1]:8000"}, "own pod"),
+    ({"producer_url": "http://localhost:8200"}, "own pod"),
+    ({"consumer_url": "http://127.0.0.1:8200"}, "own pod"),
+    ({"consumer_url": "http://[::1]:8200"}, "own pod"),
     ({"producer_url": "http://10.0.3.17:99999"}, "not a valid URL"),
-    ({"producer_url": "http://u:p@10.0.3.17:8000"}, "plain base URL"),
-    ({"producer_url": "http://10.0.3.17:8000/?x=1"}, "plain base URL"),
-    ({"consumer_url": "http://10.0.3.17:8000"}, "same engine"),
+    ({"producer_url": "http://u:p@10.0.3.17:8200"}, "plain base URL"),
+    ({"producer_url": "http://10.0.3.17:8200/?x=1"}, "plain base URL"),
+    ({"consumer_url": "http://10.0.3.17:8200"}, "same engine"),
     ({"name": "Bad_Name"}, "--name"),
     ({"name": "x" * 64}, "--name"),
     ({"namespace": "llm d"}, "--namespace"),
@@ -126,8 +126,8 @@ def test_invalid_specs_are_one_line_input_errors(kw: dict, match: str) -> None:
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("url", ["http://vllm-producer.llm-d.svc.cluster.local:8000", "https://10.0.3.17",
-                                 "http://[fd00::17]:8000", "http://10.0.3.17:8000/"])
+@pytest.mark.parametrize("url", ["http://vllm-producer.llm-d.svc.cluster.local:8200", "https://10.0.3.17",
+                                 "http://[fd00::17]:8200", "http://10.0.3.17:8200/"])
 def test_valid_urls(url: str) -> None:
     assert k8s.JobSpec(**{**BASE, "producer_url": url}).producer_url == url
 
@@ -148,7 +148,7 @@ def test_cli_writes_file_and_passes_extra_args(tmp_path, capsys) -> None:
 def test_cli_bad_url_one_line(capsys) -> None:
     from kvcal.cli.app import main
 
-    rc = main(["k8s-job", "--image", "img", "--model", "m", "--producer-url", "http://localhost:8000",
+    rc = main(["k8s-job", "--image", "img", "--model", "m", "--producer-url", "http://localhost:8200",
                "--consumer-url", BASE["consumer_url"]])
     stdout, err = capsys.readouterr()
     assert rc == 2 and stdout == "" and err.count("\n") == 1 and "own pod" in err

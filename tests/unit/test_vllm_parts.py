@@ -55,7 +55,9 @@ def test_p2p_tier_renders_the_documented_protocol():
     assert config["kv_connector"] == "OffloadingConnector" and config["kv_role"] == "kv_both"
     assert extra["spec_name"] == "TieringOffloadingSpec" and extra["cpu_bytes_to_use"] == 1234
     assert extra["secondary_tiers"] == [{"type": "p2p", "host": "10.0.0.5", "port": 5600}]
-    assert p2p.env(Role.PRODUCER, SIDE)["VLLM_P2P_SIDE_CHANNEL_PORT"] == "5600"
+    assert extra["offload_prompt_only"] is False and extra["self_describing_kv_events"] is True
+    assert p2p.env(Role.PRODUCER, SIDE) == {"VLLM_P2P_SIDE_CHANNEL_HOST": "10.0.0.5", "VLLM_NIXL_SIDE_CHANNEL_HOST": "10.0.0.5"}
+    assert p2p.shm_bytes() == 1234 and p2p.deployed_side_port == 7777
     assert p2p.hold_params("x") is None
     source = p2p.pull_params(None, "req-1", SIDE)["remote_kv_source"]
     assert source == {"kv_request_id": "req-1", "remote_host": "10.0.0.5", "remote_port": 5600}
