@@ -140,9 +140,9 @@ def render_vllm(spec: EngineSpec, *, origin: str = "") -> str:
     from ruamel.yaml import YAML
 
     buf = io.StringIO()
-    yaml = YAML(typ="safe", pure=True)
-    yaml.default_flow_style = False
+    yaml = YAML(typ="rt")  # keeps each mapping's order: name first, as Kubernetes manifests are written
     yaml.width = 4096
+    yaml.indent(mapping=2, sequence=4, offset=2)
     yaml.dump(spec.as_mapping(), buf)
     head = (f"# kvcal: vLLM engine settings for transport {spec.transport}{' (measured by ' + origin + ')' if origin else ''}.\n"
             "# Merge args/env/volumeMounts into each engine container and volumes into its pod; keep --block-size equal\n"

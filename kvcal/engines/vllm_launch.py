@@ -214,6 +214,8 @@ class LaunchPlan:
     def gpu_assignment(self) -> dict[Role, str] | None:
         """``CUDA_VISIBLE_DEVICES`` per role on a GPU host (None on CPU); InputError for one unshared GPU."""
         if self.device != "cuda":
+            if self.settings.share_gpu is not None:
+                log.warning("--share-gpu has no effect: this host has no GPU (the engines split its cores instead)")
             return None
         s = self.settings
         if s.producer_gpus is not None and s.consumer_gpus is not None:
