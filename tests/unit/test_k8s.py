@@ -152,3 +152,11 @@ def test_cli_bad_url_one_line(capsys) -> None:
                "--consumer-url", BASE["consumer_url"]])
     stdout, err = capsys.readouterr()
     assert rc == 2 and stdout == "" and err.count("\n") == 1 and "own pod" in err
+
+
+def test_p2p_tier_names_the_producer_pods_listener_by_default() -> None:
+    argv = k8s.sweep_command(spec(transport="p2p-tier"))
+    assert argv[argv.index("--producer-p2p-host") + 1] == "10.0.3.17"
+    assert "--producer-p2p-host" not in k8s.sweep_command(spec(transport="nixl-pd"))
+    argv = k8s.sweep_command(spec(transport="p2p-tier", producer_p2p_host="10.9.9.9"))
+    assert argv[argv.index("--producer-p2p-host") + 1] == "10.9.9.9"
