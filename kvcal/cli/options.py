@@ -5,24 +5,23 @@ from __future__ import annotations
 from kvcal.errors import InputError
 
 
-def int_list(text: str | None, flag: str) -> list[int] | None:
-    """``"256, 512,1024"`` -> ``[256, 512, 1024]``; None or empty -> None; anything else is a one-line error."""
+def _number_list(text: str | None, flag: str, kind: type, what: str) -> list | None:
     if not text:
         return None
     try:
-        return [int(part) for part in text.replace(" ", "").split(",") if part]
+        return [kind(part) for part in text.replace(" ", "").split(",") if part]
     except ValueError:
-        raise InputError(f"{flag} must be comma-separated integers, got {text!r}") from None
+        raise InputError(f"{flag} must be comma-separated {what}, got {text!r}") from None
+
+
+def int_list(text: str | None, flag: str) -> list[int] | None:
+    """``"256, 512,1024"`` -> ``[256, 512, 1024]``; None or empty -> None; anything else is a one-line error."""
+    return _number_list(text, flag, int, "integers")
 
 
 def float_list(text: str | None, flag: str) -> list[float] | None:
     """``"0.45,0.45"`` -> ``[0.45, 0.45]``; None or empty -> None; anything else is a one-line error."""
-    if not text:
-        return None
-    try:
-        return [float(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise InputError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+    return _number_list(text, flag, float, "numbers")
 
 
 _BYTE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
