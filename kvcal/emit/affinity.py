@@ -88,7 +88,7 @@ def peak_prefill(fit: FitResult, ctx: RunContext, chunk: int | None = None) -> P
 
 
 def _interval(fit: FitResult, n: int) -> tuple[float, float] | None:
-    samples = fit.bootstrap.get("recompute_samples") if isinstance(fit.bootstrap, dict) else None
+    samples = fit.bootstrap.leg_samples("recompute")
     if not isinstance(samples, dict) or not all(isinstance(samples.get(c), list) and samples[c] for c in _COEFS):
         return None
     coef = [np.array([np.nan if v is None else v for v in samples[c]], dtype=float) for c in _COEFS]

@@ -24,7 +24,7 @@ from kvcal.engines.transports.base import Role
 from kvcal.engines.vllm import VllmPair, VllmSettings
 from kvcal.fit import fit_table
 from kvcal.fit.tables import sim_table
-from kvcal.records import FitResult
+from kvcal.records import FitResult, RunSetup
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
 VALUES = Path(__file__).resolve().parents[1] / "fixtures" / "values"
@@ -91,7 +91,7 @@ def sim_fit() -> FitResult:
 
 
 def fit_with(**source: Any) -> FitResult:
-    return sim_fit().model_copy(update={"source": source})
+    return sim_fit().model_copy(update={"setup": RunSetup(**source)})
 
 
 # ------------------------------------------------------------------ the validators can fail
@@ -174,8 +174,7 @@ def arg_json(args: list[str], flag: str) -> dict:
 
 def test_emitted_engine_patch_matches_the_guides() -> None:
     guide = guide_patch()
-    fit = fit_with(transport="p2p-tier", model="openai/gpt-oss-120b",
-                   provenance={"engine": {"env": {"consumer": {"PYTHONHASHSEED": "0"}}}})
+    fit = fit_with(transport="p2p-tier", model="openai/gpt-oss-120b", python_hash_seed=0)
     res = em.emit(fit, em.EmitOptions(format="vllm", cpu_bytes_to_use=88 * 2**30))
     ours = yaml.safe_load(res.stdout)
     assert arg_json(ours["args"], "--kv-transfer-config") == arg_json(guide["args"], "--kv-transfer-config")
@@ -189,7 +188,7 @@ def test_emitted_engine_patch_matches_the_guides() -> None:
 
 
 @pytest.mark.parametrize("source", [{}, {"transport": "p2p-tier"},
-                                    {"kv_transfer_config": {"kv_connector_extra_config": {"secondary_tiers": [{"port": 50107}]}}}])
+                                    {"kv_transfer_config": {"consumer": {"kv_connector_extra_config": {"secondary_tiers": [{"port": 50107}]}}}}])
 def test_engine_patch_shape_for_any_fit(source: dict) -> None:
     """The contract: whatever the run recorded, the p2p-tier patch has the guide's keys and never a run-local port."""
     ours = yaml.safe_load(em.emit(fit_with(**source), em.EmitOptions(format="vllm", transport="p2p-tier")).stdout)

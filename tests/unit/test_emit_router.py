@@ -17,7 +17,7 @@ from kvcal.emit.affinity import DEFAULT_CHUNK
 from kvcal.errors import InputError
 from kvcal.fit import curve_ms, fit_table
 from kvcal.fit.tables import sim_table
-from kvcal.records import FitResult
+from kvcal.records import BootstrapSummary, FitResult, RunSetup
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
 GUIDE = UPSTREAM / "guide-values.yaml"
@@ -32,7 +32,8 @@ def base_fit() -> FitResult:
 
 
 def fit_with(**source) -> FitResult:
-    return base_fit().model_copy(update={"source": source})
+    """The base fit with a run setup (``RunSetup`` fields)."""
+    return base_fit().model_copy(update={"setup": RunSetup(**source)})
 
 
 def params(out: str) -> dict:
@@ -106,13 +107,11 @@ def test_peak_prefill_is_chunk_over_recompute(chunk: int) -> None:
 def test_default_chunk_and_the_runs_max_num_batched_tokens() -> None:
     res = em.emit(fit_with(), em.EmitOptions(format="affinity"))
     assert DEFAULT_CHUNK == 8192 and "chunk size: default 8192" in res.stdout
-    run = fit_with(settings={"engine_args": ["--enforce-eager", "--max-num-batched-tokens", "2048"]})
+    run = fit_with(max_num_batched_tokens=2048)
     res = em.emit(run, em.EmitOptions(format="affinity"))
     expected = round(2048e3 / float(curve_ms(run.recompute, 2048)))
     assert params(res.stdout.split("\n", 2)[2])["peakPrefillThroughput"] == expected
     assert "--max-num-batched-tokens 2048" in res.stdout
-    eq = fit_with(settings={"engine_args": ["--max-num-batched-tokens=4096"]})
-    assert "--max-num-batched-tokens 4096" in em.emit(eq, em.EmitOptions(format="affinity")).stdout
 
 
 def test_interval_comes_from_the_bootstrap_and_brackets_the_value() -> None:
@@ -120,7 +119,7 @@ def test_interval_comes_from_the_bootstrap_and_brackets_the_value() -> None:
     lo, hi = (float(x.replace(",", "")) for x in re.search(r"interval \[([\d,]+), ([\d,]+)\]", res.stdout).groups())
     value = params(res.stdout)["peakPrefillThroughput"]
     assert lo < value < hi and hi / lo < 1.5
-    bare = base_fit().model_copy(update={"bootstrap": {}})
+    bare = base_fit().model_copy(update={"bootstrap": BootstrapSummary()})
     res = em.emit(bare, em.EmitOptions(format="affinity", chunk_size=4096))
     assert "no interval" in res.stdout and any("bootstrap" in w for w in res.warnings)
 

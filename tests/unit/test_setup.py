@@ -46,11 +46,13 @@ def test_a_version_1_fit_gives_the_runs_seed_and_config_to_emit(tmp_path):
     res = em.emit(BASELINE / "fit.json", em.EmitOptions(format="vllm"))
     env = {e["name"]: e.get("value") for e in yaml.safe_load(res.stdout)["env"]}
     args = yaml.safe_load(res.stdout)["args"]
-    assert json.loads(args[args.index("--kv-transfer-config") + 1])["kv_buffer_device"] == "cpu"  # the consumer's
+    # Deployed engines are GPU engines; the run's CPU buffer (the consumer's) is reported, not copied.
+    assert json.loads(args[args.index("--kv-transfer-config") + 1])["kv_buffer_device"] == "cuda"
+    assert any("the run used kv_buffer_device 'cpu'" in n for n in res.notes)
     assert "VLLM_NIXL_SIDE_CHANNEL_PORT" in env
     p2p = em.emit(BASELINE / "fit.json", em.EmitOptions(format="vllm", transport="p2p-tier"))
     assert {e["name"]: e.get("value") for e in yaml.safe_load(p2p.stdout)["env"]}["PYTHONHASHSEED"] == "0"
-    assert not any("PYTHONHASHSEED 0 is a default" in w for w in p2p.warnings)
+    assert any("PYTHONHASHSEED 0: the run's" in n for n in p2p.notes)
 
 
 def test_a_version_2_run_folder_round_trips_and_its_fit_copies_the_setup(tmp_path):

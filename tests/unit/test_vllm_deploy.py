@@ -196,3 +196,10 @@ def test_a_counter_counts_only_with_its_labels():
                          '# TYPE vllm:kv_offload_load_bytes_total counter\nvllm:kv_offload_load_bytes_total 9\n')
     refs = get_transport("p2p-tier").bytes_metrics[0].candidates
     assert first_exposed_ref(snap, refs) == MetricRef("vllm:kv_offload_load_bytes_total")
+
+
+@pytest.mark.parametrize("args, chunk", [(("--max-num-batched-tokens", "2048"), 2048),
+                                         (("--enforce-eager", "--max-num-batched-tokens=4096"), 4096), ((), None)])
+def test_the_runs_chunk_size_is_recorded_for_emit(tmp_path, args, chunk):
+    pair = VllmPair(VllmSettings(device="cpu", extra_args=args, cache_dir=tmp_path, run_dir=tmp_path / "run"))
+    assert pair.setup().max_num_batched_tokens == chunk
