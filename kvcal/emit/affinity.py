@@ -23,6 +23,7 @@ import numpy as np
 
 from kvcal.emit.run_context import RunContext
 from kvcal.errors import InputError
+from kvcal.fit import curve_ms
 from kvcal.records import FitResult
 
 AFFINITY_TYPE = "prefix-cache-affinity-filter"
@@ -51,8 +52,6 @@ class PeakPrefill:
 
 
 def _recompute_ms(fit: FitResult, n: float) -> float:
-    from kvcal.fit import curve_ms
-
     return float(curve_ms(fit.recompute, n))
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from kvcal.emit.router import PLUGIN_TYPE
 from kvcal.errors import InputError, NotRecommended
+from kvcal.fit import curve_ms as fit_curve_ms
 from kvcal.records import CurveFit, FitResult
 
 LOAD_DEPENDENT_COST_KEYS = ("sourceWaitMs", "requeueMs", "busyQueueThreshold", "fleetWeight")
@@ -50,8 +51,6 @@ class LoadCalibration:
 
 def curve_ms(c: CurveFit, n: float) -> float:
     """CurveFit value at ``n`` tokens, in ms (the fit stage's formula)."""
-    from kvcal.fit import curve_ms as fit_curve_ms
-
     return float(fit_curve_ms(c, n))
 
 

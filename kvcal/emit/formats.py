@@ -20,7 +20,9 @@ from pathlib import Path
 
 from kvcal.emit.affinity import peak_prefill, render_affinity
 from kvcal.emit.costmodel import COSTMODEL_FLOOR_TOKENS, LOAD_DEPENDENT_COST_KEYS, costmodel_values, render_costmodel
+from kvcal.emit import helm
 from kvcal.emit.engine import engine_spec, render_vllm
+from kvcal.emit.helm_files import read_names
 from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
 from kvcal.emit.router import (DEFAULT_PREFIX_MATCH_PRODUCER, PLUGIN_PARAMETERS, PLUGIN_TYPE, plugin_names,
                                render_env, render_json, render_plugin)
@@ -71,8 +73,6 @@ def emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
         text = render_json(t, _affinity_json(fit, ctx, options.chunk_size, warnings))
         return EmitResult(text, t, tuple(notes), tuple(warnings))
     if options.format == "plugin":
-        from kvcal.emit.helm_files import read_names
-
         found = read_names(options.values) if options.values is not None else None
         names = plugin_names(prefix_match_producer=options.prefix_match_producer, prefill_profile=options.prefill_profile,
                              deployment=options.deployment, transport=_transport_of(ctx, options), found=found)
@@ -97,8 +97,6 @@ def _transport_of(ctx: RunContext, options: EmitOptions) -> str | None:
 
 def _emit_helm(fit: FitResult, ctx: RunContext, t: Threshold, options: EmitOptions, notes: list[str],
                warnings: list[str]) -> EmitResult:
-    from kvcal.emit import helm
-
     assert options.values is not None
     threshold = t.min_cached_token_delta
     cost = None

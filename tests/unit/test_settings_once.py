@@ -17,7 +17,7 @@ SHARED = {name: SWEEP_NAMES.get(name, name) for name in VllmSettings.__dataclass
 ODD = {"model": "/m", "transport": "p2p-tier", "producer_url": "http://a:1", "consumer_url": "http://b:2",
        "producer_p2p_host": "h", "producer_p2p_port": 7, "block_size": 16, "max_model_len": 4096, "producer_gpus": "0",
        "consumer_gpus": "1", "producer_cpus": "2", "consumer_cpus": "3", "engine_args": ["--x"], "python_hash_seed": 11,
-       "startup_timeout_s": 12.0, "probe_timeout_s": 13.0}
+       "startup_timeout_s": 12.0, "probe_timeout_s": 13.0, "dp_ranks": 3, "share_gpu": [0.4, 0.4]}
 
 
 def test_every_launch_setting_the_sweep_declares_is_copied_by_settings_from_config():
