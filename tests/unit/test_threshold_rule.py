@@ -139,7 +139,9 @@ def test_threshold_json_keeps_the_contract_keys(kvcal, tmp_path):
     csv = write_csv(tmp_path, SimCosts(), [256, 512, 1024, 2048, 4096], 3)
     res = kvcal("emit-config", csv, "--format", "json")
     data = json.loads(res.out)
-    assert set(data) == {"minCachedTokenDelta", "break_even_tokens", "break_even_ci", "margin", "block_size", "status"}
+    # The threshold's keys, plus the affinity filter's constant (issue 12's contract).
+    assert set(data) == {"minCachedTokenDelta", "break_even_tokens", "break_even_ci", "margin", "block_size", "status",
+                         "peakPrefillThroughput", "peak_prefill_chunk_size", "peak_prefill_ci", "peak_prefill_extrapolated"}
     assert data["minCachedTokenDelta"] >= math.ceil(SimCosts().true_break_even())
 
 
