@@ -56,6 +56,9 @@ class ProbeRecord(Record):
     warmup: bool = Field(False, description="A discarded warm-up of a new (length, leg) shape; never fitted.")
     host_busy: float | None = Field(None, description="Share (0-1) of the engines' CPUs (or GPUs) other processes took "
                                     "since the previous probe; None where not measured (kvcal.sweep.disturbance).")
+    load_state: str | None = Field(None, description="The load the sweep set up for this probe (idle, source-busy, computing-busy, both-busy); None in runs before load states.")
+    source_waiting: int | None = Field(None, description="vllm:num_requests_waiting of the producer (the KV source) just before the probe; None if not read.")
+    computing_waiting: int | None = Field(None, description="vllm:num_requests_waiting of the consumer (the computing pod) just before the probe; None if not read.")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -92,6 +95,7 @@ class PlannedProbe(Record):
     prefix_tokens: int = Field(gt=0)
     leg: Leg
     rep: int = Field(ge=0)
+    load_state: str | None = Field(None, description="The load state of a loaded sweep (kvcal.sweep.load); None otherwise.")
 
 
 class RunManifest(Record):
@@ -137,11 +141,54 @@ class CurveFit(Record):
         return self.intercept_ms, self.per_token_us, self.per_token2_ns
 
 
+class Estimate(Record):
+    """A fitted constant and its bootstrap interval (``ci`` None when no interval was computed)."""
+
+    value: float
+    ci: list[float] | None = Field(None, description="[low, high] at the fit's confidence.")
+
+
+class CostModelDiagnostics(Record):
+    """How well the data separate the cost model's constants (see kvcal.fit.costmodel)."""
+
+    condition_number: float | None = Field(None, description="Condition of the column-scaled design with T free: huge when F and T are collinear (one pull size).")
+    n_pull_sizes: int = Field(0, description="Distinct pulled token counts.")
+    busy_source_pull_share: float | None = Field(None, description="Share of pulls whose source queue was busy.")
+    busy_computing_pull_share: float | None = Field(None, description="Share of pulls whose computing pod was busy.")
+    busy_computing_share: float | None = Field(None, description="Share of all requests whose computing pod was busy.")
+    counts: dict[str, int] = Field(default_factory=dict, description="Requests per measured class, e.g. 'pull/source-busy'.")
+
+
+class CostModelFit(Record):
+    """The router's ``costModel`` constants fitted under load, each with its interval.
+
+    Model (ms): ttft = base + recompute_shape(uncached) + q*busy(c)
+    + pulled*(F + S*busy(s) + Q*busy(c) + T*delta), with recompute_shape and T from the
+    idle curves; busy(x) = waiting queue of x >= busyQueueThreshold, as measured.
+    """
+
+    transferFixedMs: Estimate = Field(description="F: fixed cost of a pull above the request's base, ms.")
+    sourceWaitMs: Estimate = Field(description="S: extra pull cost when the source's queue is busy, ms.")
+    requeueMs: Estimate = Field(description="Q: extra pull cost when the computing pod's queue is busy, ms.")
+    prefillMicrosecondsPerToken: Estimate = Field(description="P: recompute cost per uncached token (idle curve), us.")
+    transferMicrosecondsPerToken: Estimate = Field(description="T: pull cost per pulled token (idle curve), us.")
+    busyQueueThreshold: int = Field(ge=1, description="Waiting requests at or above which a pod counts as busy.")
+    base_ms: Estimate = Field(description="base: the request's fixed cost, ms.")
+    busy_computing_ms: Estimate = Field(description="q: extra cost of any request on a busy computing pod, ms.")
+    design: Literal["designed", "observational"]
+    confidence: float
+    n_requests: int
+    n_resamples: int
+    diagnostics: CostModelDiagnostics = Field(default_factory=CostModelDiagnostics)
+    inputs: list[str] = Field(default_factory=list, description="Observational fits: the per-request files, the EPP log and the idle fit read.")
+    warnings: list[str] = Field(default_factory=list)
+
+
 class FitSource(Record):
     """Where a fit's probes came from (the setup they measured is :class:`RunSetup`)."""
 
     path: str | None = Field(None, description="The input: a run folder, probe CSV or llm-d Job log; None when built in memory.")
-    kind: Literal["run-folder", "probe-csv", "llmd-table", "sim", "test"] | None = None
+    kind: Literal["run-folder", "probe-csv", "llmd-table", "sim", "test", "observational"] | None = None
     run: str | None = Field(None, description="The run's name (run folders).")
 
 
@@ -222,6 +269,7 @@ class FitResult(Record):
     n_duplicates_collapsed: int = Field(0, description="Rows identical to another in length, leg, rep and TTFT, dropped.")
     n_warmup_excluded: int = Field(0, description="First-in-time probes excluded for a significant warm-up effect.")
     host_disturbance: HostDisturbance | None = Field(None, description="Other processes' share of the engines' compute, when measured.")
+    cost_model: CostModelFit | None = Field(None, description="The router's costModel constants fitted under load (loaded runs, or --per-request/--epp-log).")
     kvcal_version: str
     created_at: str
 

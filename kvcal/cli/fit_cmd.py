@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich import box
 from rich.table import Table
 
 from kvcal.cli.output import print_sanity, stdout
+from kvcal.cli.render_costmodel import render_cost_model
+from kvcal.errors import InputError
 from kvcal.records import CurveFit, FitResult
 
 EPILOG = """Examples:
@@ -20,6 +23,10 @@ EPILOG = """Examples:
   kubectl logs job/calibrate-min-cached-token-delta > job.txt && kvcal fit job.txt --json
 
   kvcal fit job.txt --model openai/gpt-oss-120b --transport p2p-tier --block-size 64
+
+  kvcal fit results/loaded-run --busy-queue-threshold 2      # a --load-states run: also fits the costModel
+
+  kvcal fit --per-request per_request_lifecycle_metrics.json --epp-log epp.log --idle results/idle-run
 """
 
 UNITS = (("intercept_ms", "floor, ms", "{:.2f}"), ("per_token_us", "us/token", "{:.3f}"),
@@ -29,8 +36,8 @@ UNITS = (("intercept_ms", "floor, ms", "{:.2f}"), ("per_token_us", "us/token", "
 def register(app: typer.Typer) -> None:
     @app.command("fit", epilog=EPILOG)
     def fit(
-        input: Path = typer.Argument(..., show_default=False, help="A run folder, a probe CSV "
-                                     "(prefix_tokens,leg,ttft_ms[,rep,bytes_moved]) or the llm-d calibration Job's table."),
+        input: Optional[Path] = typer.Argument(None, show_default=False, help="A run folder, a probe CSV "
+                                               "(prefix_tokens,leg,ttft_ms[,rep,bytes_moved]) or the llm-d calibration Job's table."),
         json_out: bool = typer.Option(False, "--json", help="Print fit.json to stdout and nothing else."),
         confidence: float = typer.Option(0.9, "--confidence", help="Level of the bootstrap intervals, between 0 and 1."),
         seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."),
@@ -43,17 +50,35 @@ def register(app: typer.Typer) -> None:
                                              "(p2p-tier or nixl-pd), recorded in the setup; a CSV or Job log only."),
         block_size: int | None = typer.Option(None, "--block-size", show_default=False, help="KV block size of the "
                                               "engines, recorded in the setup (lengths are checked against it); a CSV or Job log only."),
+        busy_queue_threshold: Optional[int] = typer.Option(None, "--busy-queue-threshold", help="Cost model: a pod is busy "
+                                                           "when its measured waiting queue is at least this [default: the run's, else 1]."),
+        per_request: Optional[list[Path]] = typer.Option(None, "--per-request", help="inference-perf per_request_lifecycle_metrics.json "
+                                                         "(repeatable): fit the costModel to production data instead of a run."),
+        epp_log: Optional[Path] = typer.Option(None, "--epp-log", help="The router's log with 'p2p decision' lines (with --per-request)."),
+        idle: Optional[Path] = typer.Option(None, "--idle", help="Idle fit.json or run folder giving P and T (with --per-request)."),
     ) -> None:
         """Fit recompute (affine or quadratic) and pull (affine) costs and report the break-even with its interval.
 
         Example: kvcal fit results/my-run --confidence 0.9 --seed 0
         """
-        from kvcal.fit import dumps, fit_and_write
+        from kvcal.fit import dumps, fit_and_write, write_fit
         from kvcal.fit.inputs import supplied_setup
 
-        supplied = supplied_setup(model=model, transport=transport, block_size=block_size)
-        result, written = fit_and_write(input, output, confidence=confidence, seed=seed, n_resamples=resamples,
-                                        supplied=supplied)
+        if per_request or epp_log or idle:
+            from kvcal.fit.observational import fit_observational
+
+            if input is not None or not (per_request and epp_log and idle):
+                raise InputError("the observational fit takes --per-request FILE (repeatable), --epp-log FILE and "
+                                 "--idle FIT_OR_RUN, and no INPUT")
+            result = fit_observational(per_request, epp_log, idle, threshold=busy_queue_threshold or 1,
+                                       confidence=confidence, seed=seed, n_resamples=resamples)
+            written = write_fit(result, output or epp_log.with_name(f"{epp_log.stem}.fit.json"))
+        elif input is None:
+            raise InputError("give a run folder, probe CSV or llm-d table to fit (or --per-request/--epp-log/--idle)")
+        else:
+            supplied = supplied_setup(model=model, transport=transport, block_size=block_size)
+            result, written = fit_and_write(input, output, confidence=confidence, seed=seed, n_resamples=resamples,
+                                            supplied=supplied, busy_queue_threshold=busy_queue_threshold)
         if json_out:
             print(dumps(result))
             return
@@ -97,6 +122,8 @@ def render(result: FitResult) -> None:
                      f"no crossover in {boot.no_crossover_share:.1%}")
     for line in result.warnings:
         stdout.print(f"[yellow]warning:[/yellow] {line}", markup=True, highlight=False)
+    if result.cost_model is not None:
+        render_cost_model(result.cost_model)
     from kvcal.estimate.sanity import sanity_for_fit
 
     print_sanity(sanity_for_fit(result)[1])

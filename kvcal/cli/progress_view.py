@@ -19,6 +19,8 @@ def _describe(record: ProbeRecord) -> str:
     ttft = "n/a" if record.ttft_ms is None else f"{record.ttft_ms:.1f} ms"
     moved = "" if record.bytes_moved is None else f", {record.bytes_moved / 1e6:.2f} MB moved"
     state = "" if record.valid else f"  INVALID: {record.invalid_reason}"
+    if record.source_waiting is not None or record.computing_waiting is not None:  # loaded sweeps
+        moved += f", {record.load_state}, waiting {record.source_waiting}/{record.computing_waiting}"
     return f"{record.prefix_tokens:>7} tok {record.leg.value:<9} rep {record.rep}  {ttft}{moved}{state}"
 
 

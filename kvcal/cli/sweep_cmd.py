@@ -28,6 +28,8 @@ EPILOG = """Examples:
   kvcal sweep --name my-run --resume            # continue a run that died
 
   kvcal sweep --config campaign.yaml --dry-run
+
+  kvcal sweep --load-states idle,source-busy,computing-busy,both-busy --prefix-lengths 512,2048 --reps 3
 """
 
 
@@ -59,11 +61,16 @@ def sweep(
     max_attempts: Optional[int] = typer.Option(None, flag_of("max_attempts"), help=flag_help("max_attempts")),
     warmup_probes: Optional[bool] = typer.Option(None, "--warmup-probes/--no-warmup-probes", help=flag_help("warmup_probes")
                                                  + " e.g. kvcal sweep --warmup-probes --reps 3"),
+    load_states: Optional[str] = typer.Option(None, flag_of("load_states"), help="Comma-separated, e.g. "
+                                              "idle,source-busy,computing-busy,both-busy (fits the router's costModel). " + flag_help("load_states")),
+    background_concurrency: Optional[int] = typer.Option(None, flag_of("background_concurrency"), help=flag_help("background_concurrency")),
+    busy_queue_threshold: Optional[int] = typer.Option(None, flag_of("busy_queue_threshold"), help=flag_help("busy_queue_threshold")),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (--name, or the newest in --output-dir); repeats no finished probe."),
     config: Optional[Path] = typer.Option(None, "--config", help="Campaign YAML holding any of these settings; flags override it."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the engine commands and the probe plan; run nothing."),
 ) -> None:
     """Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."""
+    from kvcal.sweep.load import parse_load_states
     from kvcal.sweep.runner import plan_dry_run, run_sweep
 
     # Every parameter named after a SweepConfig field is that setting's flag (None: not given).
@@ -72,6 +79,7 @@ def sweep(
     flags["engine_args"] = engine_args or None
     flags["share_gpu"] = float_list(share_gpu, flag_of("share_gpu"))
     flags["cpu_bytes_to_use"] = byte_size(cpu_bytes_to_use, flag_of("cpu_bytes_to_use"))
+    flags["load_states"] = parse_load_states(load_states)
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
     if dry_run:
         plan = plan_dry_run(settings)
@@ -81,7 +89,8 @@ def sweep(
         lengths = sorted({p.prefix_tokens for p in plan.plan})
         typer.echo(f"# {len(plan.plan)} probes over lengths {','.join(map(str, lengths))}, in this order:")
         for probe in plan.plan:
-            typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}")
+            state = f"\t{probe.load_state}" if probe.load_state else ""
+            typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}{state}")
         return
     outcome = run_sweep(settings, resume=resume, progress=progress_for_terminal())
     info(

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvcal.emit.costmodel_loaded import loaded_values, render_loaded_costmodel
 from kvcal.emit.router import PLUGIN_TYPE
 from kvcal.errors import InputError, NotRecommended
 from kvcal.fit import curve_ms as fit_curve_ms
@@ -29,6 +30,9 @@ COSTMODEL_FLOOR_TOKENS = 256
 """The fixed threshold the cost-model variant keeps as a floor (the llm-d calibration README's example)."""
 LABEL = (f"# kvcal: costModel NEEDS A ROUTER BUILD WHOSE {PLUGIN_TYPE} ACCEPTS costModel; "
          "llm-d-router main rejects the key and refuses its whole config.")
+
+ROUTER_MAIN_WARNING = ("costModel is not accepted by llm-d-router main (unknown keys make it refuse the whole config): "
+                       "use it only with a router build that has it, else deploy --format plugin")
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,12 @@ def cost_model(fit: FitResult) -> tuple[dict[str, float], list[str], list[str]]:
 
 
 def costmodel_values(fit: FitResult, calibrated: LoadCalibration | None = None) -> tuple[dict[str, Any], list[str], list[str]]:
-    """Every key the block sets: the idle fit's P, T, F, then what ``calibrated`` measured under load."""
+    """Every key the block sets: the idle fit's P, T, F, then what ``calibrated`` measured under load.
+
+    A fit with its own ``cost_model`` (a loaded run, or production logs) gives every key it calibrated.
+    """
+    if calibrated is None and fit.cost_model is not None:
+        return loaded_values(fit.cost_model)
     values, notes, warnings = cost_model(fit)
     if calibrated is not None:
         if calibrated.transfer_fixed_ms is not None:
@@ -115,6 +124,9 @@ def costmodel_values(fit: FitResult, calibrated: LoadCalibration | None = None) 
 
 def render_costmodel(fit: FitResult, origin: str = "", calibrated: LoadCalibration | None = None) -> tuple[str, list[str], list[str]]:
     """The ``costModel`` block; load-dependent keys not in ``calibrated`` are commented out as not calibrated."""
+    if calibrated is None and fit.cost_model is not None:
+        text, notes, warnings = render_loaded_costmodel(fit.cost_model, origin, LABEL)
+        return text, notes, [ROUTER_MAIN_WARNING] + warnings
     values, notes, warnings = costmodel_values(fit, calibrated)
     missing = [k for k in LOAD_DEPENDENT_COST_KEYS if k not in values]
     lines = [
@@ -127,6 +139,5 @@ def render_costmodel(fit: FitResult, origin: str = "", calibrated: LoadCalibrati
     if missing:
         lines.append("  # Not calibrated by kvcal (load-dependent): measure under production load, then set:")
         lines += [f"  # {k}:" for k in missing]
-    warnings.insert(0, "costModel is not accepted by llm-d-router main (unknown keys make it refuse the whole config): "
-                       "use it only with a router build that has it, else deploy --format plugin")
+    warnings.insert(0, ROUTER_MAIN_WARNING)
     return "\n".join(lines) + "\n", notes, warnings

@@ -8,10 +8,12 @@ behind this interface, so a new engine is one new module.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from kvcal.errors import InputError
 from kvcal.records import Leg, RunSetup
 
 
@@ -24,6 +26,39 @@ class LegMeasurement:
     producer_ttft_ms: float | None = None
     overhead_ms: float | None = None
     metrics_delta: dict[str, float] = field(default_factory=dict)
+
+
+Role = Literal["producer", "consumer"]
+
+
+class LoadTarget(ABC):
+    """One engine of a pair as the target of background load (see kvcal.sweep.load).
+
+    The sweep, not the engine, owns the streams; a target only serves one background
+    request at a time per calling thread and reads its own waiting queue.
+    """
+
+    role: Role
+
+    @abstractmethod
+    def waiting_requests(self) -> int | None:
+        """``vllm:num_requests_waiting`` now (None if the engine does not expose it)."""
+
+    @abstractmethod
+    def serve_background(self, token_ids: list[int], max_tokens: int, stop: threading.Event) -> None:
+        """Serve one background request; return when it ends, or soon after ``stop`` is set."""
+
+    def stream_started(self) -> None:
+        """A background stream began sending to this engine."""
+
+    def stream_stopped(self) -> None:
+        """A background stream ended."""
+
+    def abort(self) -> None:
+        """End in-flight background requests now (their streams are stopping); the target stays usable."""
+
+    def close(self) -> None:
+        """Release what the target holds (HTTP clients); in-flight background requests end."""
 
 
 class EnginePair(ABC):
@@ -77,6 +112,13 @@ class EnginePair(ABC):
     def setup(self) -> RunSetup:
         """What the pair knows of the setup it runs on (unknown None); the sweep adds model and time."""
         return RunSetup(engine=self.name, block_size=self.block_size, kv_bytes_per_token=self.kv_bytes_per_token)
+
+    def load_target(self, role: Role) -> LoadTarget:
+        """The producer or consumer as a target of background load (load states other than idle)."""
+        raise InputError(f"the {self.name} engine pair cannot run background load; use --load-states idle")
+
+    def on_load_change(self, loaded: bool) -> None:
+        """Background load started (True) or stopped (False): a pair may adapt its pacing."""
 
     def dry_run_commands(self) -> list[str]:
         """The commands start() would run (for --dry-run); attach-mode pairs return none."""

@@ -125,3 +125,15 @@ def poll_until(
         if time.monotonic() >= deadline:
             return snapshot, False
         time.sleep(interval_s)
+
+
+def gauge_total(text: str, name: str) -> float | None:
+    """Sum of a gauge's samples (e.g. ``vllm:num_requests_waiting``) in a metrics page; None if absent."""
+    found: float | None = None
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " "):
+            try:
+                found = (found or 0.0) + float(line.rsplit(" ", 1)[-1])
+            except ValueError:
+                continue
+    return found

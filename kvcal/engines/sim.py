@@ -6,16 +6,24 @@ the truth. Costs are :class:`~kvcal.engines.sim_costs.SimCosts` curves (recomput
 quadratic, pull affine, in :mod:`kvcal.cost_curve`'s form), each multiplied by
 lognormal noise with coefficient of variation ``noise_cv``; a share ``outlier_rate``
 of probes is slowed by ``outlier_factor`` (a scheduler hiccup).
+
+Load. Background streams (kvcal.sweep.load) attach to the simulated producer or
+consumer; each attached stream keeps one request waiting, so an engine's simulated
+``vllm:num_requests_waiting`` is its number of streams. With the consumer (the
+computing pod) busy every probe gains ``busy_computing_ms`` and a pull gains
+``requeue_ms`` more; with the producer (the source) busy a pull gains
+``source_wait_ms``. The delays are added as they are, after the noise of the curve.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
 
-from kvcal.engines.base import EnginePair, LegMeasurement
+from kvcal.engines.base import EnginePair, LegMeasurement, LoadTarget, Role
 from kvcal.engines.sim_costs import SimCosts
 from kvcal.records import Leg, RunSetup
 
@@ -51,6 +59,8 @@ class SimPair(EnginePair):
         self.python_hash_seed = python_hash_seed
         self.started = False
         self.warmed = False
+        self.streams: dict[str, int] = {"producer": 0, "consumer": 0}
+        self._lock = threading.Lock()
 
     @property
     def block_size(self) -> int:
@@ -86,16 +96,45 @@ class SimPair(EnginePair):
 
     def measure(self, leg: Leg, token_ids: list[int]) -> LegMeasurement:
         n = len(token_ids)
+        computing_busy = self.streams["consumer"] > 0
+        source_busy = self.streams["producer"] > 0
+        wait = self.costs.busy_computing_ms if computing_busy else 0.0
         if leg is Leg.PULL:
             if self.fail_pull_rate and self._rng.random() < self.fail_pull_rate:
                 # A pull that silently fell back to recompute (e.g. mismatched PYTHONHASHSEED).
-                return LegMeasurement(ttft_ms=self._noisy(self.costs.recompute_ms(n)), bytes_moved=0)
+                return LegMeasurement(ttft_ms=self._noisy(self.costs.recompute_ms(n)) + wait, bytes_moved=0)
+            wait += (self.costs.requeue_ms if computing_busy else 0.0) + (self.costs.source_wait_ms if source_busy else 0.0)
             moved = (n // self._block_size) * self._block_size * self._kv_bytes_per_token
-            return LegMeasurement(ttft_ms=self._noisy(self.costs.pull_ms(n)), bytes_moved=moved, producer_ttft_ms=None)
-        return LegMeasurement(ttft_ms=self._noisy(self.costs.recompute_ms(n)), bytes_moved=0)
+            return LegMeasurement(ttft_ms=self._noisy(self.costs.pull_ms(n)) + wait, bytes_moved=moved, producer_ttft_ms=None)
+        return LegMeasurement(ttft_ms=self._noisy(self.costs.recompute_ms(n)) + wait, bytes_moved=0)
+
+    def load_target(self, role: Role) -> LoadTarget:
+        return SimLoadTarget(self, role)
 
     def setup(self) -> RunSetup:
         return super().setup().model_copy(update={"python_hash_seed": self.python_hash_seed})
 
     def describe(self) -> dict[str, Any]:
         return {"engine": "sim", "simulated": True, "sim_costs": self.costs.model_dump()}
+
+
+class SimLoadTarget(LoadTarget):
+    """A simulated engine under background load: each attached stream is one waiting request."""
+
+    def __init__(self, pair: SimPair, role: Role) -> None:
+        self.pair = pair
+        self.role = role
+
+    def waiting_requests(self) -> int:
+        return self.pair.streams[self.role]
+
+    def serve_background(self, token_ids: list[int], max_tokens: int, stop: threading.Event) -> None:
+        stop.wait(0.05)  # a simulated request takes no work, only a little time
+
+    def stream_started(self) -> None:
+        with self.pair._lock:
+            self.pair.streams[self.role] += 1
+
+    def stream_stopped(self) -> None:
+        with self.pair._lock:
+            self.pair.streams[self.role] -= 1

@@ -28,6 +28,9 @@ class SimCosts(BaseModel):
     noise_cv: float = Field(0.05, ge=0, le=2, description="Coefficient of variation of the lognormal noise on every probe.")
     outlier_rate: float = Field(0.0, ge=0, le=1, description="Share of probes slowed by outlier_factor (scheduler hiccups).")
     outlier_factor: float = Field(3.0, ge=1, description="How much an outlier probe is slowed.")
+    source_wait_ms: float = Field(0.0, ge=0, description="Load states: a pull from a busy source gains this much.")
+    requeue_ms: float = Field(0.0, ge=0, description="Load states: a pull onto a busy computing pod gains this much more.")
+    busy_computing_ms: float = Field(0.0, ge=0, description="Load states: every probe on a busy computing pod gains this much.")
 
     @property
     def recompute_coef(self) -> tuple[float, float, float]:

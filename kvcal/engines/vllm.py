@@ -26,6 +26,7 @@ from kvcal.engines.http import EngineClient
 from kvcal.engines.metrics import Snapshot, info_labels
 from kvcal.engines.process import ServerProcess, sigterm_raises, wait_all_ready
 from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings, check_shm, default_cache_dir, looks_local, settings_from_config
+from kvcal.engines.vllm_load import UnderLoad
 from kvcal.engines.vllm_measure import PairMeasurement
 from kvcal.engines.vllm_setup import vllm_setup
 from kvcal.errors import EngineError, InputError
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 __all__ = ["VllmPair", "VllmSettings", "pair_from_config"]
 
 
-class VllmPair(PairMeasurement, EnginePair):
+class VllmPair(UnderLoad, PairMeasurement, EnginePair):
     """A vLLM producer/consumer pair behind :class:`EnginePair` (``--engine vllm``)."""
 
     name = "vllm"
@@ -72,6 +73,7 @@ class VllmPair(PairMeasurement, EnginePair):
         # launched nothing else runs between legs, so it is also the next leg's "before"
         # and saves one /metrics scrape (about 10 ms on a busy CPU engine) per engine per leg.
         self._last_reading: dict[Role, Snapshot] = {}
+        self._loaded = False  # background load running (load states): no pacing, no reading reuse
         self._stack: contextlib.ExitStack | None = None
         if s.model is not None and not s.attach and looks_local(s.model):
             folder = Path(s.model).expanduser()

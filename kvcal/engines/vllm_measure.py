@@ -64,6 +64,7 @@ class PairMeasurement:
     plan: "LaunchPlan"
     _servers: "list[ServerProcess]"
     _last_reading: dict[Role, Snapshot]
+    _loaded: bool  # background load running (kvcal.engines.vllm_load.UnderLoad)
     _clients: "dict[Role, EngineClient]"
 
     def _client(self, role: Role) -> "EngineClient":
@@ -71,14 +72,19 @@ class PairMeasurement:
             raise EngineError("the vLLM pair is not started")
         return self._clients[role]
 
-    def _settled_after(self, role: Role, before: Snapshot, requests: int) -> Snapshot:
+    def _settled_after(self, role: Role, before: Snapshot, requests: int, pulled: bool = False) -> Snapshot:
         """Read ``role``'s metrics until its finished-request counter shows ``requests`` more.
 
         vLLM publishes a request's stats, its KV-transfer stats included, with the
         request's final output, so once the request is counted its bytes are too.
+        Under background load (load states) other requests finish too, so a pull also
+        waits for the transport's byte counter to rise.
         """
+        refs = [r for m in self.transport.bytes_metrics if m.role is role for r in m.candidates] if pulled and self._loaded else []
+
         def done(snap: Snapshot) -> bool:
-            return total(snap, _REQUESTS_DONE) - total(before, _REQUESTS_DONE) >= requests
+            moved = not refs or any(_ref_total(snap, r) > _ref_total(before, r) for r in refs)
+            return moved and total(snap, _REQUESTS_DONE) - total(before, _REQUESTS_DONE) >= requests
 
         snap, settled = poll_until(self._client(role).metrics, done, timeout_s=self.settings.settle_timeout_s)
         if not settled:
@@ -89,7 +95,7 @@ class PairMeasurement:
         """The counters before a leg: the previous leg's settled reading on engines kvcal owns."""
         # Popped, not read: a leg that fails part-way leaves no reading, so the next leg scrapes afresh.
         reading = self._last_reading.pop(role, None)
-        if self._servers and reading is not None:
+        if self._servers and reading is not None and not self._loaded:  # background requests move counters between legs
             return reading
         return self._client(role).metrics()
 
@@ -110,7 +116,7 @@ class PairMeasurement:
         max_cores = self.settings.idle_max_cores
         if max_cores is None:
             max_cores = _CPU_IDLE_MAX_CORES if self.plan.device == "cpu" else 0.0
-        if not self._servers or max_cores <= 0:
+        if not self._servers or max_cores <= 0 or self._loaded:  # background load keeps them busy on purpose
             return
         idle, waited_s = wait_until_idle(self._servers, max_cores=max_cores, timeout_s=self.settings.idle_timeout_s)
         if not idle:
@@ -139,7 +145,7 @@ class PairMeasurement:
         served = {Role.CONSUMER} | ({Role.PRODUCER} if leg is Leg.PULL else set())
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcal-scrape") as scraper:
             scraping = scraper.submit(
-                lambda: {role: self._settled_after(role, before[role], int(role in served)) for role in scraped}
+                lambda: {role: self._settled_after(role, before[role], int(role in served), leg is Leg.PULL) for role in scraped}
             )
             paced_ns = time.perf_counter_ns()
             self._wait_engines_idle()

@@ -37,9 +37,14 @@ def curve_ms(curve: CurveFit, n: Any) -> np.ndarray:
 
 
 def fit_input(path: str | Path, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000,
-              supplied: RunSetup | None = None) -> FitResult:
-    """Fit the probes of any input now (a fit.json's own probes, when they can be found)."""
-    return load_fit_input(path, supplied=supplied).fresh_fit(confidence=confidence, seed=seed, n_resamples=n_resamples)
+              supplied: RunSetup | None = None, busy_queue_threshold: int | None = None) -> FitResult:
+    """Fit the probes of any input now (a fit.json's own probes, when they can be found).
+
+    A loaded run also yields the router's cost model, busy classified against
+    ``busy_queue_threshold`` (default: the run's).
+    """
+    return load_fit_input(path, supplied=supplied).fresh_fit(confidence=confidence, seed=seed, n_resamples=n_resamples,
+                                                             busy_queue_threshold=busy_queue_threshold)
 
 
 def load_or_fit(path: str | Path, **kw: Any) -> FitResult:
@@ -48,7 +53,9 @@ def load_or_fit(path: str | Path, **kw: Any) -> FitResult:
 
 
 def fit_and_write(path: str | Path, output: str | Path | None = None, *, confidence: float = 0.9, seed: int = 0,
-                  n_resamples: int = 2000, supplied: RunSetup | None = None) -> tuple[FitResult, Path]:
+                  n_resamples: int = 2000, supplied: RunSetup | None = None,
+                  busy_queue_threshold: int | None = None) -> tuple[FitResult, Path]:
     """What ``kvcal fit`` does: fit the input and write fit.json (``output`` or :func:`default_output`)."""
-    result = fit_input(path, confidence=confidence, seed=seed, n_resamples=n_resamples, supplied=supplied)
+    result = fit_input(path, confidence=confidence, seed=seed, n_resamples=n_resamples, supplied=supplied,
+                       busy_queue_threshold=busy_queue_threshold)
     return result, write_fit(result, output or default_output(path))

@@ -6,6 +6,7 @@ import logging
 
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import residual_df, run_bootstrap
+from kvcal.fit.costmodel import fit_cost_model, idle_curves
 from kvcal.fit.curves import LegData, fit_leg
 from kvcal.fit.guards import annotate, exclude_warmup
 from kvcal.fit.result import build_result
@@ -18,8 +19,13 @@ RECOMPUTE_MODELS = ("affine", "quadratic")
 PULL_MODELS = ("affine",)
 
 
-def fit_table(table: ProbeTable, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000) -> FitResult:
-    """Fit both legs, find the break-even and bootstrap its interval at ``confidence``."""
+def fit_table(table: ProbeTable, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000,
+              busy_queue_threshold: int | None = None) -> FitResult:
+    """Fit both legs, find the break-even and bootstrap its interval at ``confidence``.
+
+    A loaded run's table also yields the router's cost model (``cost_model``), with busy
+    classified against ``busy_queue_threshold`` (default: the run's).
+    """
     _check_settings(confidence, seed, n_resamples)
     table, n_warmup, warmup_note = exclude_warmup(table)
     legs = _leg_data(table)
@@ -39,6 +45,10 @@ def fit_table(table: ProbeTable, *, confidence: float = 0.9, seed: int = 0, n_re
     result = build_result(table, recompute, pull, boot, confidence=confidence, seed=seed, n_resamples=n_resamples,
                           notes=notes)
     result = annotate(result, table, recompute, pull, n_warmup)
+    if table.loaded is not None:
+        cost = fit_cost_model(table.loaded, idle_curves(result), threshold=busy_queue_threshold or table.loaded.threshold,
+                              confidence=confidence, seed=seed, n_resamples=n_resamples)
+        result = result.model_copy(update={"cost_model": cost})
     log.info("fit %s: %s at %s tokens", table.origin.path, result.status, result.break_even_tokens)
     return result
 

@@ -44,11 +44,13 @@ class FitInput:
         """The existing fit, else a fit of the probes made now."""
         return self.fit if self.fit is not None else self.fresh_fit(confidence=confidence, seed=seed, n_resamples=n_resamples)
 
-    def fresh_fit(self, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000) -> FitResult:
+    def fresh_fit(self, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000,
+                  busy_queue_threshold: int | None = None) -> FitResult:
         """A fit of the probes made now (``kvcal fit``); InputError when no probes were found."""
         if self.table is None:
             raise InputError(f"{self.path}: no probes to fit (give a run folder, a probe CSV or an llm-d Job log)")
-        return fit_table(self.table, confidence=confidence, seed=seed, n_resamples=n_resamples)
+        return fit_table(self.table, confidence=confidence, seed=seed, n_resamples=n_resamples,
+                         busy_queue_threshold=busy_queue_threshold)
 
 
 def supplied_setup(*, model: str | None = None, transport: str | None = None, block_size: int | None = None) -> RunSetup:

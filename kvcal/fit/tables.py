@@ -39,6 +39,7 @@ import pandas as pd
 from kvcal.errors import InputError
 from kvcal.engines.sim import SimCosts, SimPair
 from kvcal.records import FitSource, Leg, ProbeRecord, RunSetup
+from kvcal.fit.costmodel import LoadedProbes, split_loaded
 from kvcal.sweep.recorder import RunFolder
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
 from kvcal.fit.recipe import check_verdict, unstamped
@@ -75,6 +76,7 @@ class ProbeTable:
     n_duplicates: int = 0
     verdict: str | None = None  # the llm-d recipe's NO CROSSOVER line: recompute always won
     host: HostDisturbance | None = None
+    loaded: LoadedProbes | None = None  # a loaded run's probes in every state, for the cost model
 
     @property
     def block_size(self) -> int | None:
@@ -185,7 +187,8 @@ def _load_run_folder(folder: Path) -> ProbeTable:
     chosen: dict[str, ProbeRecord] = {}
     n_invalid = n_warmup = 0
     records = run.read_probes()
-    for record in records:
+    idle, loaded = split_loaded(records, manifest)  # probes under load feed the cost model, not the idle curves
+    for record in idle:
         if record.warmup:
             n_warmup += 1  # the sweep protocol's discarded warm-up: neither data nor a failure
             continue
@@ -206,8 +209,9 @@ def _load_run_folder(folder: Path) -> ProbeTable:
     if n_warmup:
         notes.append(f"{n_warmup} warm-up probe(s) of the sweep protocol discarded (one per new length and leg)")
     host = summarise(records, resource_of(manifest.provenance.get("engine") or {}))
-    return from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
-                     n_invalid_excluded=n_invalid, warnings=notes, host=host)
+    table = from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
+                      n_invalid_excluded=n_invalid, warnings=notes, host=host)
+    return replace(table, loaded=loaded) if loaded is not None else table
 
 
 # --- probe CSV --------------------------------------------------------------------------------

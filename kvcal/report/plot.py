@@ -16,7 +16,6 @@ resample stored in fit.json (``bootstrap.<leg>_samples``), at the fit's confiden
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,8 @@ from matplotlib.figure import Figure
 from kvcal.errors import InputError
 from kvcal.fit import curve_ms, load_fit_input
 from kvcal.cost_curve import cost_ms
+from kvcal.fit.costmodel import coef_samples
+from kvcal.report.plot_load import cost_model_line, draw_by_state
 from kvcal.records import FitResult
 from kvcal.fit.tables import ProbeTable
 
@@ -55,9 +56,17 @@ def load_for_plot(path: str | Path, *, confidence: float = 0.9, seed: int = 0) -
 
 def figure_for(fit: FitResult, table: ProbeTable | None = None, *, log_x: bool = False,
                title: str | None = None) -> Figure:
-    """A two-panel figure: TTFT against length (top) and the pull's saving (bottom)."""
-    figure = Figure(figsize=(8.0, 7.0), layout="constrained")
-    top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+    """A two-panel figure: TTFT against length (top) and the pull's saving (bottom); a loaded run adds TTFT by state."""
+    loaded = table.loaded if table is not None else None
+    if loaded is None:
+        figure = Figure(figsize=(8.0, 7.0), layout="constrained")
+        top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+    else:
+        figure = Figure(figsize=(8.0, 10.0), layout="constrained")
+        top, bottom, by_state = figure.subplots(3, 1, height_ratios=[3, 2, 3])
+        threshold = fit.cost_model.busyQueueThreshold if fit.cost_model else loaded.threshold
+        draw_by_state(by_state, loaded, threshold, log_x=log_x)
+        title = (title or default_title(fit)) + ("\n" + cost_model_line(fit) if fit.cost_model else "")
     draw_run(top, fit, table, log_x=log_x)
     draw_saving(bottom, fit, table, log_x=log_x)
     top.set_ylabel("time to first token (ms)")
@@ -180,14 +189,7 @@ def save(figure: Figure, path: str | Path, *, dpi: float | str = 110) -> Path:
 
 
 def _coef_samples(fit: FitResult, leg: str) -> np.ndarray | None:
-    stored = fit.bootstrap.leg_samples(leg)
-    if not stored:
-        return None
-    cols = [np.asarray([math.nan if v is None else v for v in stored[k]], dtype=float)
-            for k in ("intercept_ms", "per_token_us", "per_token2_ns")]
-    samples = np.stack(cols, axis=1)
-    samples = samples[np.all(np.isfinite(samples), axis=1)]
-    return samples if len(samples) else None
+    return coef_samples(fit, leg)
 
 
 def _break_even_marks(ax: Axes, fit: FitResult, color: str, prefix: str, *, legend: bool = True) -> None:

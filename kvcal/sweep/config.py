@@ -24,6 +24,9 @@ from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError
 
 
+LoadState = Literal["idle", "source-busy", "computing-busy", "both-busy"]  # what each means: kvcal.sweep.load
+
+
 class SimSettings(SimCosts):
     """The simulated pair (``--engine sim``): its true curves and noise, plus gate faults and the length limit."""
 
@@ -76,6 +79,13 @@ class SweepConfig(BaseModel):
     warmup_probes: bool | None = Field(None, description="Send one discarded warm-up probe before the first of each "
                                        "(length, leg); default: on for GPU engines, off on CPU and sim.")
     sim: SimSettings = Field(default_factory=SimSettings, description="Simulated pair curves (engine sim).")
+    load_states: list[LoadState] = Field(
+        default_factory=lambda: ["idle"], description="Load states to probe under; idle alone is the plain idle sweep.")
+    background_concurrency: int | None = Field(None, ge=1, le=256, description="Background request streams per busy engine; default: busy_queue_threshold + 2.")
+    busy_queue_threshold: int = Field(1, ge=1, description="Waiting requests at or above which an engine counts as busy.")
+    background_prompt_tokens: int | None = Field(None, gt=0, description="Prompt length of background requests; default: min(4096, the model's limit).")
+    background_max_tokens: int = Field(1, ge=1, description="Tokens each background request generates (1: pure prefill keeps the queue longest).")
+    load_settle_timeout_s: float = Field(60.0, gt=0, description="How long to wait for the queues to reach a load state.")
 
     @field_validator("transport")
     @classmethod
@@ -89,6 +99,15 @@ class SweepConfig(BaseModel):
     def _positive(cls, value: list[int] | None) -> list[int] | None:
         if value is not None and any(n <= 0 for n in value):
             raise ValueError("prefix lengths must be positive")
+        return value
+
+    @field_validator("load_states")
+    @classmethod
+    def _distinct_states(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one load state is needed")
+        if len(set(value)) != len(value):
+            raise ValueError("a load state is listed twice")
         return value
 
     @property

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from kvcal.errors import InputError
 from kvcal.records import Leg, ProbeRecord, RunManifest
+from kvcal.sweep.load import probe_counts_as_idle
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,10 @@ def summarize(records: Iterable[ProbeRecord]) -> pd.DataFrame:
 def export_interchange(run: RunFolder, output: Path) -> int:
     """Write the valid probes as the interchange CSV; return the row count."""
     rows = valid_probes(run.read_probes())
+    if any(r.load_state not in (None, "idle") for r in rows):
+        # The interchange format has no load columns: a loaded run exports its idle probes only.
+        threshold = run.manifest().settings.busy_queue_threshold
+        rows = [r for r in rows if probe_counts_as_idle(r, threshold)]
     if not rows:
         raise InputError(f"{run.path} has no valid probes to export")
     buffer = [INTERCHANGE_COLUMNS]

@@ -33,7 +33,8 @@ from kvcal.engines.sim import SimPair
 from kvcal.engines.vllm import pair_from_config
 from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError, GateError, InputError
-from kvcal.sweep.plan import PlannedProbe, build_plan, default_prefix_lengths, validate_prefix_lengths
+from kvcal.sweep.load import LoadController, LoadReading, plan_for
+from kvcal.sweep.plan import PlannedProbe, default_prefix_lengths, validate_prefix_lengths
 from kvcal.sweep.progress import NullProgress, SweepProgress
 from kvcal.sweep.provenance import host_provenance, utc_now
 from kvcal.sweep.recorder import RunFolder, attempts_so_far, completed_probe_ids
@@ -140,7 +141,7 @@ def plan_dry_run(config: SweepConfig, pair_factory: PairFactory = make_pair) -> 
     """What ``sweep`` would run, without starting anything or writing any file."""
     config, run, plan = _prepare(config, resume=False)
     pair = pair_factory(config, run)
-    plan = build_plan(_lengths_for(config, pair), config.reps, config.seed)
+    plan = plan_for(config, _lengths_for(config, pair))
     return DryRun(run.path, pair.dry_run_commands(), plan)
 
 
@@ -168,8 +169,11 @@ def run_sweep(
     attempts = attempts_so_far(records)
     with sigterm_raises():
         progress.on_phase("starting engines" if config.engine != "sim" else "starting simulated pair")
-        with pair:
-            plan = stored_plan if stored_plan is not None else build_plan(_lengths_for(config, pair), config.reps, config.seed)
+        # Background streams (load states) are owned like the engines, and stop before them.
+        load = LoadController(pair, config, lambda i: PromptSource(config.seed + 1 + i, pair.vocab_size).tokens,
+                              progress.on_phase)
+        with pair, load:
+            plan = stored_plan if stored_plan is not None else plan_for(config, _lengths_for(config, pair))
             if stored_plan is None:
                 run.write_manifest(_manifest(config, run, pair, plan))
             todo = [p for p in plan if p.probe_id not in done_ids]
@@ -184,11 +188,12 @@ def run_sweep(
             measured = invalid = 0
             try:
                 for planned in todo:
+                    load.enter(planned.load_state)
                     warm = warmups.before(pair, planned, prompts.tokens(planned.prefix_tokens))
                     if warm is not None:
                         run.append_probe(warm)
                     record = _probe_until_valid(pair, planned, prompts, run, config, attempts, progress, done, len(plan),
-                                                monitor=monitor)
+                                                monitor=monitor, load_reading=load.reading)
                     invalid += record.attempt
                     measured += 1
                     done += 1
@@ -209,12 +214,14 @@ def _probe_until_valid(
     done: int,
     total: int,
     monitor: disturbance.HostMonitor | None = None,
+    load_reading: Callable[[], LoadReading] | None = None,
 ) -> ProbeRecord:
     kv_per_token = pair.kv_bytes_per_token
     expected = planned.prefix_tokens * kv_per_token if (kv_per_token and planned.leg is Leg.PULL) else (0 if planned.leg is Leg.RECOMPUTE else None)
     first_attempt = attempts.get(planned.probe_id, 0)
     reasons = []
     for attempt in range(first_attempt, first_attempt + config.max_attempts):
+        loaded = load_reading().record_fields() if load_reading else {}  # the queues just before this attempt
         started_at = utc_now()
         if monitor is not None:
             monitor.before_probe()
@@ -234,7 +241,7 @@ def _probe_until_valid(
                 probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,
                 prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep, ttft_ms=None,
                 bytes_moved=None, expected_bytes=expected, valid=False, invalid_reason=reason, started_at=started_at,
-                host_busy=host_busy,
+                host_busy=host_busy, **loaded,
             )
         else:
             engine_ms = measured.ttft_ms + (measured.producer_ttft_ms or 0.0)
@@ -245,7 +252,7 @@ def _probe_until_valid(
                 producer_ttft_ms=measured.producer_ttft_ms,
                 overhead_ms=measured.overhead_ms if measured.overhead_ms is not None else max(wall_ms - engine_ms, 0.0),
                 valid=reason is None, invalid_reason=reason, started_at=started_at,
-                metrics_delta=measured.metrics_delta, host_busy=host_busy,
+                metrics_delta=measured.metrics_delta, host_busy=host_busy, **loaded,
             )
         run.append_probe(record)
         attempts[planned.probe_id] = attempt + 1
