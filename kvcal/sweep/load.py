@@ -20,8 +20,9 @@ so a busy engine's waiting queue holds what the engine cannot admit in one step.
 starting concurrency is ``busy_queue_threshold + 2``; after a state is entered the
 controller polls ``vllm:num_requests_waiting`` until every busy engine is at or above
 the threshold and every idle one below it, and, unless ``--background-concurrency``
-fixed the number, adds streams to a busy engine whose queue never reached the threshold in
-``RAMP_AFTER_S`` (the engine admits more at once than the streams supply; a CPU vLLM
+fixed the number, adds streams to a busy engine whose queue was at or above the threshold
+in fewer than ``BUSY_SHARE`` of the reads over ``RAMP_AFTER_S``, or in the reads before
+the state's probes (the engine admits more at once than the streams supply; a CPU vLLM
 with 3 streams of 4096 tokens and 16 generated tokens kept its queue at 0). After
 ``load_settle_timeout_s`` it probes anyway, with a warning: the fit classifies each
 probe by the queues measured just before it, not by the state that was asked for.
@@ -69,7 +70,8 @@ SETTLE_POLL_S = 0.05
 SETTLE_READS = 2  # consecutive readings in the wanted state before probing
 JOIN_TIMEOUT_S = 10.0
 DEFAULT_BACKGROUND_TOKENS = 4096
-RAMP_AFTER_S = 2.0  # a busy engine whose queue never reached the threshold this long gets more streams
+RAMP_AFTER_S = 2.0  # a busy engine whose queue was short too often this long gets more streams
+BUSY_SHARE = 0.8  # share of reads at or above the threshold that counts as "stays busy"
 MAX_STREAMS_PER_ENGINE = 64
 
 
@@ -199,6 +201,7 @@ class LoadController:
         self.state: str | None = None
         self._stream_count = 0
         self._per_role: dict[Role, int] = {}
+        self._probe_reads: dict[Role, list[bool]] = {}
 
     def __enter__(self) -> "LoadController":
         if self.loaded:
@@ -222,6 +225,7 @@ class LoadController:
             return
         self._stop_streams()
         self.state = state
+        self._probe_reads = {}
         if not self.loaded:
             return
         busy = BUSY_ROLES[state]
@@ -250,12 +254,12 @@ class LoadController:
         ramp_at = time.monotonic() + RAMP_AFTER_S
         good = 0
         queues: dict[Role, int | None] = {}
-        longest: dict[Role, int] = {}  # per busy engine, the longest queue seen since the last ramp
+        reads: dict[Role, list[bool]] = {role: [] for role in busy}  # per busy engine since the last ramp: at threshold?
         while True:
             self.check()
             queues = self._queues()
             for role in busy:
-                longest[role] = max(longest.get(role, 0), queues.get(role) or 0)
+                reads[role].append((queues.get(role) or 0) >= self.threshold)
             if all(q is None or ((q >= self.threshold) == (role in busy)) for role, q in queues.items()):
                 good += 1
                 if good >= SETTLE_READS:
@@ -267,13 +271,13 @@ class LoadController:
                 # more at once than the streams supply gets more streams (kept for later states).
                 ramp_at = time.monotonic() + RAMP_AFTER_S
                 for role in busy:
-                    short = queues.get(role) is not None and longest.get(role, 0) < self.threshold
+                    short = queues.get(role) is not None and sum(reads[role]) < BUSY_SHARE * len(reads[role])
                     if short and self._per_role.get(role, 0) < MAX_STREAMS_PER_ENGINE:
                         more = min(max(self._per_role[role] // 2, 1), MAX_STREAMS_PER_ENGINE - self._per_role[role])
                         log.info("load state %s: %s queue %s below %d; adding %d stream(s)", self.state, role,
                                  queues[role], self.threshold, more)
                         self._add_streams(role, more)
-                longest = {}
+                reads = {role: [] for role in busy}
             if time.monotonic() >= deadline:
                 log.warning("load state %s: queues did not settle within %.0f s (waiting %s, threshold %d); "
                             "probing anyway: the fit classifies each probe by its measured queues; raise "
@@ -296,7 +300,22 @@ class LoadController:
             return LoadReading(state, None, None)
         self.check()
         queues = self._queues()
+        self._keep_busy(queues)
         return LoadReading(state, queues["producer"], queues["consumer"])
+
+    def _keep_busy(self, queues: dict[Role, int | None]) -> None:
+        """Between probes too: a busy engine whose queue read short in too many probes gets more streams."""
+        if self.config.background_concurrency is not None:
+            return
+        for role in BUSY_ROLES[self.state or IDLE]:
+            seen = self._probe_reads.setdefault(role, [])
+            seen.append((queues.get(role) or 0) >= self.threshold)
+            if len(seen) >= 3 and sum(seen) < BUSY_SHARE * len(seen) and self._per_role.get(role, 0) < MAX_STREAMS_PER_ENGINE:
+                more = min(max(self._per_role[role] // 2, 1), MAX_STREAMS_PER_ENGINE - self._per_role[role])
+                log.info("load state %s: %s queue short in %d of %d probes; adding %d stream(s)", self.state, role,
+                         len(seen) - sum(seen), len(seen), more)
+                self._add_streams(role, more)
+                seen.clear()
 
     def _stop_streams(self) -> None:
         streams, self.streams = self.streams, []

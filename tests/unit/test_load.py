@@ -244,3 +244,41 @@ def test_export_of_a_loaded_run_keeps_its_idle_probes(tmp_path, kvcal):
     assert res.code == 0, res.err
     lines = (tmp_path / "probes.csv").read_text().splitlines()
     assert len(lines) == 1 + 8  # header + the idle state's 2 lengths x 2 legs x 2 reps
+
+
+class DrainingTarget(LoadTarget):
+    """An engine that admits up to ``capacity`` background requests at once: only streams beyond it wait."""
+
+    role = "consumer"
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.active = 0
+
+    def waiting_requests(self) -> int:
+        return max(self.active - self.capacity, 0)
+
+    def serve_background(self, token_ids, max_tokens, stop) -> None:
+        stop.wait(0.05)
+
+    def stream_started(self) -> None:
+        self.active += 1
+
+    def stream_stopped(self) -> None:
+        self.active -= 1
+
+
+def test_streams_are_added_until_a_busy_queue_reaches_the_threshold(tmp_path):
+    target = DrainingTarget(capacity=5)
+    seen = {}
+
+    def factory(config, run):
+        pair = SimPair(SimCosts(**DELAYS), seed=config.seed)
+        pair.load_target = lambda role: target if role == "consumer" else SimPair.load_target(pair, role)
+        return pair
+
+    outcome = run_sweep(loaded_config(tmp_path, load_states=["computing-busy"], reps=1), pair_factory=factory)
+    records = RunFolder(outcome.run_dir).read_probes()
+    assert all(r.computing_waiting >= 1 for r in records)  # 3 streams would leave the queue empty
+    seen["max"] = max(r.computing_waiting for r in records)
+    assert seen["max"] < 10 and target.active == 0
