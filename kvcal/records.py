@@ -59,6 +59,8 @@ class ProbeRecord(Record):
     load_state: str | None = Field(None, description="The load the sweep set up for this probe (idle, source-busy, computing-busy, both-busy); None in runs before load states.")
     source_waiting: int | None = Field(None, description="vllm:num_requests_waiting of the producer (the KV source) just before the probe; None if not read.")
     computing_waiting: int | None = Field(None, description="vllm:num_requests_waiting of the consumer (the computing pod) just before the probe; None if not read.")
+    adaptive_round: int | None = Field(None, ge=0, description="Adaptive sweep: the round whose design chose this probe.")
+    adaptive_reason: str | None = Field(None, description="Adaptive sweep: why that round chose this length and leg.")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -96,6 +98,8 @@ class PlannedProbe(Record):
     leg: Leg
     rep: int = Field(ge=0)
     load_state: str | None = Field(None, description="The load state of a loaded sweep (kvcal.sweep.load); None otherwise.")
+    adaptive_round: int | None = Field(None, ge=0, description="Adaptive sweep: the round that chose the probe.")
+    adaptive_reason: str | None = Field(None, description="Adaptive sweep: why that round chose it.")
 
 
 class RunManifest(Record):

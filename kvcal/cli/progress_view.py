@@ -15,6 +15,37 @@ def progress_for_terminal() -> "RichProgress | PlainProgress":
     return RichProgress() if sys.stderr.isatty() else PlainProgress()
 
 
+def round_line(view) -> str:
+    """One adaptive round (kvcal.sweep.adaptive_run.RoundView): the interval now, the stop rule, what comes next."""
+    from kvcal.sweep.adaptive import STOP_TEXT, width_text
+
+    if view.break_even_tokens is not None and view.break_even_ci:
+        where = (f"break-even {view.break_even_tokens:.0f} tok, interval {view.break_even_ci[0]:.0f}-"
+                 f"{view.break_even_ci[1]:.0f} (width {width_text(view.width)})")
+    elif view.status:
+        where = f"{view.status}, interval {width_text(view.width)}"
+    else:
+        where = "no fit yet"
+    then = f"stop: {STOP_TEXT[view.stop]}" if view.stop else f"next: {view.kind} round of {view.next_probes} probes"
+    return (f"round {view.round}: {view.n_probes} probes, {view.engine_seconds:.2f} s engine time; {where}; "
+            f"{view.rules}; {then}")
+
+
+def adaptive_result_line(outcome) -> str:
+    """The closing line of an adaptive sweep (kvcal.sweep.adaptive_run.AdaptiveOutcome)."""
+    from kvcal.sweep.adaptive import STOP_TEXT, width_text
+
+    interval = ""
+    if outcome.break_even_ci:
+        interval = (f"; break-even {outcome.break_even_tokens:.0f} tokens, interval "
+                    f"{outcome.break_even_ci[0]:.0f}-{outcome.break_even_ci[1]:.0f}")
+    elif outcome.status:
+        interval = f"; status {outcome.status}"
+    return (f"kvcal: adaptive stop: {outcome.stop_reason} ({STOP_TEXT.get(outcome.stop_reason, '')}) after "
+            f"{outcome.rounds} rounds, {outcome.engine_seconds:.2f} s engine time; final width "
+            f"{width_text(outcome.final_width)} (target {outcome.target_width:g}){interval}")
+
+
 def _describe(record: ProbeRecord) -> str:
     ttft = "n/a" if record.ttft_ms is None else f"{record.ttft_ms:.1f} ms"
     moved = "" if record.bytes_moved is None else f", {record.bytes_moved / 1e6:.2f} MB moved"
@@ -48,6 +79,9 @@ class PlainProgress:
     def on_complete(self, done: int, total: int) -> None:
         print(f"kvcal: {done}/{total} probes on disk", file=sys.stderr, flush=True)
 
+    def on_round(self, view) -> None:
+        print(f"kvcal: {round_line(view)}", file=sys.stderr, flush=True)
+
 
 class RichProgress:
     """A live bar with the current probe, last TTFTs and ETA."""
@@ -73,7 +107,14 @@ class RichProgress:
             return
         if not record.valid:
             self._console.log(f"[yellow]invalid probe[/]: {_describe(record)}")
-        self._bar.update(self._task, completed=done, last=_describe(record))
+        self._bar.update(self._task, completed=done, total=total, last=_describe(record))
+
+    def on_round(self, view) -> None:
+        self._console.log(round_line(view))
+        if self._task is not None:
+            width = "" if view.width is None else f" {view.width:.1%}"
+            self._bar.update(self._task, description=f"round {view.round}{width}",
+                             total=view.n_probes + view.next_probes)
 
     def on_complete(self, done: int, total: int) -> None:
         if self._task is not None:

@@ -30,6 +30,10 @@ EPILOG = """Examples:
   kvcal sweep --config campaign.yaml --dry-run
 
   kvcal sweep --load-states idle,source-busy,computing-busy,both-busy --prefix-lengths 512,2048 --reps 3
+
+  kvcal sweep --engine sim --adaptive --target-width 0.05 --seed 3   # probes where they shrink the interval
+
+  kvcal sweep --adaptive --target-width 0.10 --max-engine-seconds 600
 """
 
 
@@ -65,13 +69,18 @@ def sweep(
                                               "idle,source-busy,computing-busy,both-busy (fits the router's costModel). " + flag_help("load_states")),
     background_concurrency: Optional[int] = typer.Option(None, flag_of("background_concurrency"), help=flag_help("background_concurrency")),
     busy_queue_threshold: Optional[int] = typer.Option(None, flag_of("busy_queue_threshold"), help=flag_help("busy_queue_threshold")),
+    adaptive: bool = typer.Option(False, "--adaptive", help="Choose each round of probes from the fit so far and stop at --target-width (docs/method.md)."),
+    target_width: Optional[float] = typer.Option(None, flag_of("target_width"), help=flag_help("target_width")),
+    max_probes: Optional[int] = typer.Option(None, flag_of("max_probes"), help=flag_help("max_probes")),
+    max_engine_seconds: Optional[float] = typer.Option(None, flag_of("max_engine_seconds"), help=flag_help("max_engine_seconds")),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (--name, or the newest in --output-dir); repeats no finished probe."),
     config: Optional[Path] = typer.Option(None, "--config", help="Campaign YAML holding any of these settings; flags override it."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the engine commands and the probe plan; run nothing."),
 ) -> None:
     """Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."""
+    from kvcal.sweep.adaptive_run import AdaptiveOutcome, run_campaign
     from kvcal.sweep.load import parse_load_states
-    from kvcal.sweep.runner import plan_dry_run, run_sweep
+    from kvcal.sweep.runner import plan_dry_run
 
     # Every parameter named after a SweepConfig field is that setting's flag (None: not given).
     flags = {key: value for key, value in locals().items() if key in SweepConfig.model_fields}
@@ -80,6 +89,7 @@ def sweep(
     flags["share_gpu"] = float_list(share_gpu, flag_of("share_gpu"))
     flags["cpu_bytes_to_use"] = byte_size(cpu_bytes_to_use, flag_of("cpu_bytes_to_use"))
     flags["load_states"] = parse_load_states(load_states)
+    flags["adaptive"] = adaptive or None  # a bare False must not override a campaign file's "adaptive: true"
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
     if dry_run:
         plan = plan_dry_run(settings)
@@ -87,17 +97,30 @@ def sweep(
         for command in plan.commands:
             typer.echo(command)
         lengths = sorted({p.prefix_tokens for p in plan.plan})
+        if settings.adaptive:
+            from kvcal.sweep.adaptive_run import adaptive_preview
+
+            low, high, seed_round, rules = adaptive_preview(settings, lengths)
+            typer.echo(f"# adaptive: lengths {low}-{high} tokens, rounds chosen from each refit; {rules.describe()}")
+            typer.echo("# seed round (shuffled when run):")
+            for choice in seed_round:
+                typer.echo(f"{choice.prefix_tokens}\t{choice.leg.value}\tx{choice.count}")
+            return
         typer.echo(f"# {len(plan.plan)} probes over lengths {','.join(map(str, lengths))}, in this order:")
         for probe in plan.plan:
             state = f"\t{probe.load_state}" if probe.load_state else ""
             typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}{state}")
         return
-    outcome = run_sweep(settings, resume=resume, progress=progress_for_terminal())
+    outcome = run_campaign(settings, resume=resume, progress=progress_for_terminal())
     info(
         f"kvcal: {outcome.total} probes in {outcome.run_dir} "
         f"({outcome.measured} measured now, {outcome.done_before} kept from before, "
         f"{outcome.invalid_attempts} invalid attempts retried)"
     )
+    if isinstance(outcome, AdaptiveOutcome):
+        from kvcal.cli.progress_view import adaptive_result_line
+
+        info(adaptive_result_line(outcome))
     info(f"next: kvcal fit {outcome.run_dir} && kvcal plot {outcome.run_dir} -o {outcome.run_dir}/fit.png")
 
 

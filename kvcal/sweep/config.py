@@ -86,6 +86,10 @@ class SweepConfig(BaseModel):
     background_prompt_tokens: int | None = Field(None, gt=0, description="Prompt length of background requests; default: min(4096, the model's limit).")
     background_max_tokens: int = Field(1, ge=1, description="Tokens each background request generates (1: pure prefill keeps the queue longest).")
     load_settle_timeout_s: float = Field(60.0, gt=0, description="How long to wait for the queues to reach a load state.")
+    adaptive: bool = Field(False, description="Choose each round of probes from the fit so far (docs/method.md, adaptive campaigns).")
+    target_width: float = Field(0.10, gt=0, lt=10, description="Adaptive: stop once the break-even interval's (upper - lower) / break-even is at most this.")
+    max_probes: int | None = Field(None, ge=8, description="Adaptive: stop after this many valid probes (default 400).")
+    max_engine_seconds: float | None = Field(None, gt=0, description="Adaptive: stop once the probes' summed TTFT reaches this many seconds.")
 
     @field_validator("transport")
     @classmethod

@@ -24,8 +24,14 @@ class SweepProgress(Protocol):
     def on_complete(self, done: int, total: int) -> None:
         """The probe loop ended (normally or not)."""
 
+    # Adaptive sweeps also call ``on_round(view)`` (a kvcal.sweep.adaptive_run.RoundView) after each
+    # refit when the implementation has it: the current interval, the stop rule and the next round.
+
 
 class NullProgress:
+    def on_round(self, view: object) -> None:
+        pass
+
     def on_phase(self, message: str) -> None:
         pass
 

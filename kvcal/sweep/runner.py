@@ -242,6 +242,7 @@ def _probe_until_valid(
                 prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep, ttft_ms=None,
                 bytes_moved=None, expected_bytes=expected, valid=False, invalid_reason=reason, started_at=started_at,
                 host_busy=host_busy, **loaded,
+                adaptive_round=planned.adaptive_round, adaptive_reason=planned.adaptive_reason,
             )
         else:
             engine_ms = measured.ttft_ms + (measured.producer_ttft_ms or 0.0)
@@ -253,6 +254,7 @@ def _probe_until_valid(
                 overhead_ms=measured.overhead_ms if measured.overhead_ms is not None else max(wall_ms - engine_ms, 0.0),
                 valid=reason is None, invalid_reason=reason, started_at=started_at,
                 metrics_delta=measured.metrics_delta, host_busy=host_busy, **loaded,
+                adaptive_round=planned.adaptive_round, adaptive_reason=planned.adaptive_reason,
             )
         run.append_probe(record)
         attempts[planned.probe_id] = attempt + 1

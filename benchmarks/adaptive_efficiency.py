@@ -1,0 +1,89 @@
+"""What does an adaptive campaign save? Engine time to a stated interval width, against a uniform ladder and an oracle.
+
+For each true cost model x noise level x target width, ``--seeds`` campaigns are run
+on the simulated pair (:class:`kvcal.engines.sim.SimPair`, whose truth is known):
+
+* ``adaptive``: what ``kvcal sweep --adaptive --target-width W`` does (the same
+  :class:`kvcal.sweep.adaptive.Controller`; rounds choose probes on a 200-resample
+  bootstrap, and every stop is decided on the standard 2,000-resample fit, which
+  is also the interval reported);
+* ``ladder``: the default uniform ladder of ``kvcal sweep`` (1x and 1.5x powers of two
+  from 256 tokens to the model's limit), whole passes added until the standard fit's
+  interval is at most W wide (at least 2 passes, so every length has reps);
+* ``oracle``: every probe at the true break-even with the slopes known, the analytic
+  floor no design beats (:func:`kvcal.estimate.campaign_plan.oracle`).
+
+Columns: median probes and median engine time (sum of the simulated TTFTs, s) per
+design; ``a/ladder`` and ``a/oracle`` are ratios of those medians; ``coverage`` is the
+share of the adaptive campaigns' final 90% intervals that hold the true break-even.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/adaptive_efficiency.py            # 20 seeds (a few minutes on 2 cores)
+    PYTHONPATH=. .venv/bin/python benchmarks/adaptive_efficiency.py --seeds 5  # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from kvcal.engines.sim import SimCosts
+from kvcal.estimate.campaign_plan import Prior, oracle, simulate_adaptive, simulate_ladder
+from kvcal.sweep.design import allowed_range
+
+TRUTHS = {
+    # The simulated pair's defaults (the tiny CPU model): break-even near 682 tokens.
+    "sim default": (SimCosts(), 65536),
+    # A pull floor of 12 ms: the crossover near 318 tokens, just above the shortest length (256).
+    "short end": (SimCosts(pull_intercept_ms=12.0), 65536),
+    # GLM-like: recompute reaches 13.7 s at 98K tokens, the pull is nearly flat (350 ms floor,
+    # 0.8 us/token); a 128K context, so the ladder pays for 98K and 131K recompute probes.
+    "glm-like flat pull": (SimCosts(recompute_intercept_ms=40.0, recompute_per_token_us=80.0,
+                                    recompute_per_token2_ns=0.6, pull_intercept_ms=350.0,
+                                    pull_per_token_us=0.8), 131072),
+}
+NOISES = (0.05, 0.10)
+TARGETS = (0.10, 0.05)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=20)
+    args = parser.parse_args()
+    began = time.perf_counter()
+    header = ("| truth | n* | noise | W | adaptive probes | adaptive s | ladder probes | ladder s | oracle probes "
+              "| oracle s | a/ladder | a/oracle | coverage |")
+    print(header)
+    print("|" + "|".join("---" for _ in range(13)) + "|")
+    all_covered = []
+    for name, (base, limit) in TRUTHS.items():
+        low, high = allowed_range(None, 64, limit)
+        for noise in NOISES:
+            costs = base.model_copy(update={"noise_cv": noise})
+            prior = Prior(costs, name, low, high, 64)
+            for target in TARGETS:
+                seeds = range(args.seeds)
+                adaptive = [simulate_adaptive(prior, target, seed) for seed in seeds]
+                ladder = [simulate_ladder(prior, target, 1000 + seed) for seed in seeds]
+                floor = oracle(prior, target)
+                a_s = statistics.median(c.engine_s for c in adaptive)
+                l_s = statistics.median(c.engine_s for c in ladder)
+                covered = [c.covered for c in adaptive if c.covered is not None]
+                all_covered += covered
+                coverage = sum(covered) / len(covered) if covered else float("nan")
+                print(f"| {name} | {prior.truth:.0f} | {noise:.0%} | {target:.0%} "
+                      f"| {statistics.median(c.n_probes for c in adaptive):.0f} | {a_s:.2f} "
+                      f"| {statistics.median(c.n_probes for c in ladder):.0f} | {l_s:.2f} "
+                      f"| {floor.n_probes} | {floor.engine_s:.2f} | {a_s / l_s:.2f} | {a_s / floor.engine_s:.2f} "
+                      f"| {coverage:.2f} |", flush=True)
+                stops = {c.stop for c in adaptive} - {"target-width"}
+                if stops:
+                    print(f"  (some adaptive campaigns stopped on {', '.join(sorted(stops))})", file=sys.stderr)
+    print(f"\noverall coverage of the adaptive campaigns' 90% intervals: {sum(all_covered) / len(all_covered):.3f} "
+          f"({len(all_covered)} campaigns); {time.perf_counter() - began:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

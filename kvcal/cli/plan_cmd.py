@@ -1,0 +1,100 @@
+"""`kvcal plan`: before booking engines, what an adaptive campaign and a uniform ladder would cost on prior curves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kvcal.cli.predict_cmd import say
+from kvcal.errors import InputError
+
+EPILOG = """The prior is either an earlier run or fit (--from) or a `kvcal predict` profile
+pair (--model, --hardware); campaigns are simulated on those curves with --noise-cv
+noise, each one as `kvcal sweep --adaptive` or the default ladder would run it.
+Engine time is the summed TTFT of the probes (what a GPU hour is spent on, besides
+start-up and kvcal's own overhead). An estimate: a real pair differs as much as the prior.
+
+Examples:
+
+  kvcal plan --model glm-4.5 --hardware h200 --target-width 0.05
+
+  kvcal plan --from results/my-run --target-width 0.10 --campaigns 20
+
+  kvcal plan --from results/my-run/fit.json --noise-cv 0.08 --json
+
+  kvcal plan --model llama-3.1-8b --hardware h100 --link tcp-100g --max-model-len 32768"""
+
+
+def plan(
+    source: Optional[Path] = typer.Option(None, "--from", help="An earlier run folder or fit.json: its fitted curves (and noise) are the prior."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model profile (as in kvcal predict), with --hardware."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="Accelerator profile (h100, h200, b200, cpu-amx...)."),
+    link: Optional[str] = typer.Option(None, "--link", "-l", help="Link profile; default: the accelerator's."),
+    noise_cv: Optional[float] = typer.Option(None, "--noise-cv", help="Probe noise as a fraction of TTFT; default: the fit's, or 0.05."),
+    target_width: float = typer.Option(0.10, "--target-width", help="Relative width (upper - lower) / break-even to reach."),
+    campaigns: int = typer.Option(10, "--campaigns", help="Simulated campaigns per design."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the first simulated campaign."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="KV block size in tokens [default: the fit's, or 64]."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest prompt allowed; default: the model's (128K at most) or the fit's longest length."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (schema kvcal.plan/1)."),
+) -> None:
+    """Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width."""
+    from kvcal.estimate.campaign_plan import plan_campaigns, prior_from_fit, prior_from_profiles
+
+    if noise_cv is not None and not 0 < noise_cv < 2:
+        raise InputError(f"--noise-cv must lie between 0 and 2, got {noise_cv}")
+    if source is not None and (model or hardware):
+        raise InputError("give either --from (a run or fit) or --model with --hardware, not both")
+    if source is not None:
+        prior = prior_from_fit(str(source), noise_cv=noise_cv, block_size=block_size, max_model_len=max_model_len)
+    elif model and hardware:
+        prior = prior_from_profiles(model, hardware, link, noise_cv=noise_cv, block_size=block_size,
+                                    max_model_len=max_model_len)
+    else:
+        raise InputError("no prior: give --from RUN_OR_FIT, or --model and --hardware (as for kvcal predict)")
+    result = plan_campaigns(prior, target_width, campaigns, seed)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    _print(result)
+
+
+def _print(r) -> None:  # r: kvcal.estimate.campaign_plan.CampaignPlan
+    c = r.curves
+    truth = f"{r.true_break_even_tokens:,.0f} tokens" if r.true_break_even_tokens is not None else "none in range"
+    say(f"prior: {r.prior}")
+    say(f"  recompute {c['recompute_intercept_ms']:.4g} ms + {c['recompute_per_token_us']:.4g} us/token + "
+        f"{c['recompute_per_token2_ns']:.4g} ns/token^2; pull {c['pull_intercept_ms']:.4g} ms + "
+        f"{c['pull_per_token_us']:.4g} us/token; noise {c['noise_cv']:.1%}; break-even {truth}")
+    say(f"  lengths {r.allowed_range[0]}-{r.allowed_range[1]} tokens; target: {r.confidence:.0%} interval within "
+        f"{r.target_width:.0%} of the break-even")
+    rows = [["design", "probes", "engine time", "width", "reached", "coverage", "stopped on"]]
+    for d in r.designs:
+        probes = f"{d.probes_median:.0f}" + (f" ({d.probes_p10_p90[0]:.0f}-{d.probes_p10_p90[1]:.0f})" if d.campaigns > 1 else "")
+        engine = _seconds(d.engine_s_median) + (
+            f" ({_seconds(d.engine_s_p10_p90[0])}-{_seconds(d.engine_s_p10_p90[1])})" if d.campaigns > 1 else "")
+        width = "-" if d.width_median is None else f"{d.width_median:.1%}"
+        coverage = "-" if d.coverage is None else f"{d.coverage:.0%}"
+        stops = ", ".join(f"{k} {v:.0%}" for k, v in d.stop_reasons.items() if k != "None") or "-"
+        rows.append([d.design, probes, engine, width, f"{d.reached_target_share:.0%}", coverage, stops])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        say("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+    say("  adaptive: kvcal sweep --adaptive; ladder: the default ladder, passes added until the target; "
+        "ladder-3: the default 3 reps; oracle: every probe at the true break-even (the floor)")
+    adaptive = next(d for d in r.designs if d.design == "adaptive")
+    if adaptive.engine_s_median > 0:
+        say(f"one hour of engine time buys about {3600 / adaptive.engine_s_median:,.0f} adaptive campaigns "
+            "(probe time only: add engine start-up and kvcal's overhead)")
+    for note in r.notes:
+        say(f"note: {note}")
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value < 120 else f"{value / 60:.1f} min"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan", epilog=EPILOG)(plan)

@@ -1,0 +1,226 @@
+"""Adaptive campaigns: seed, refit, choose the next round, stop on a stated precision or a spent budget.
+
+This module holds the decisions and the state kept in ``adaptive.json``; it does no
+I/O with engines. :mod:`kvcal.sweep.adaptive_run` drives a real (or simulated) pair
+through it; :mod:`kvcal.estimate.campaign_plan` and the benchmark drive an in-memory
+simulated pair through the same :class:`Controller`.
+
+Every stop decision rests on the very fit ``kvcal fit RUN`` computes by default
+(:data:`FIT_SETTINGS`: confidence 0.9, bootstrap seed 0, 2000 resamples), so a run
+that stopped on ``target-width`` gives the same interval when the user refits it.
+
+Stop rules, checked after each round's refit, in this order (the first three only once
+the weaker leg's residual degrees of freedom reach MIN_STOP_DF: the seed's two reps a
+length are too few to trust an interval on):
+
+* ``target-width``: (upper - lower) / break-even <= target, computed from fit.json's
+  rounded ``break_even_ci`` and ``break_even_tokens`` (whatever the status: a
+  crossover just outside the allowed range is located as well as one inside);
+* ``pull-wins-at-shortest``: status pull-always-wins, the shortest allowed length
+  measured, and the interval's upper bound at or below it;
+* ``recompute-wins-to-longest``: status recompute-always-wins, the longest allowed
+  length measured, and the interval's lower bound at or above it (or no break-even);
+* ``max-engine-seconds``: the probes' summed TTFT reached the budget (checked after
+  every probe too);
+* ``max-probes``: that many valid probes are on disk.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from kvcal.fit import fit_table
+from kvcal.fit.tables import ProbeTable
+from kvcal.records import FitResult, Leg, Record
+from kvcal.sweep import design
+
+ADAPTIVE_SCHEMA = "kvcal.adaptive/1"
+FIT_SETTINGS = {"confidence": 0.9, "seed": 0, "n_resamples": 2000}  # kvcal fit's defaults: the contract
+DEFAULT_MAX_PROBES = 400
+MIN_STOP_DF = 4  # residual df of the weaker leg before an interval may stop a campaign (the seed has 2)
+
+StopReason = Literal["target-width", "pull-wins-at-shortest", "recompute-wins-to-longest", "max-engine-seconds",
+                     "max-probes"]
+STOP_TEXT = {
+    "target-width": "the break-even interval reached the target width",
+    "pull-wins-at-shortest": "the pull wins at the shortest allowed length (interval below it)",
+    "recompute-wins-to-longest": "the pull never wins up to the longest allowed length (interval above it)",
+    "max-engine-seconds": "the engine-time budget is spent",
+    "max-probes": "the probe budget is spent",
+}
+
+
+class FitSettings(Record):
+    """The fit behind every stop decision: ``kvcal fit``'s defaults, so a refit of the run agrees."""
+
+    confidence: float = 0.9
+    seed: int = 0
+    n_resamples: int = 2000
+
+
+class StopRules(Record):
+    target_width: float = Field(gt=0)
+    max_probes: int = Field(DEFAULT_MAX_PROBES, ge=1)
+    max_engine_seconds: float | None = Field(None, gt=0)
+
+    def describe(self) -> str:
+        parts = [f"width <= {self.target_width:.3g}", f"{self.max_probes} probes"]
+        if self.max_engine_seconds is not None:
+            parts.append(f"{self.max_engine_seconds:g} s engine time")
+        return "stop at " + " or ".join(parts)
+
+
+class RoundSummary(Record):
+    """One round: what the refit before it said and what it chose."""
+
+    index: int = Field(ge=0)
+    kind: Literal["seed", "extend", "design"]
+    n_probes_before: int
+    engine_seconds_before: float
+    status: str | None = None
+    break_even_tokens: float | None = None
+    break_even_ci: list[float] | None = None
+    width: float | None = None
+    probes: list[str] = Field(default_factory=list, description="probe ids the round planned")
+
+
+class AdaptiveState(Record):
+    """``adaptive.json``: the rules, every round, and why the campaign stopped."""
+
+    schema_: Literal["kvcal.adaptive/1"] = Field(ADAPTIVE_SCHEMA, alias="schema")
+    allowed_range: list[int]
+    rules: StopRules
+    fit_settings: FitSettings = Field(default_factory=lambda: FitSettings(**FIT_SETTINGS))
+    rounds: list[RoundSummary] = Field(default_factory=list)
+    stop_reason: StopReason | None = None
+    final_width: float | None = None
+    final_break_even_tokens: float | None = None
+    final_break_even_ci: list[float] | None = None
+    final_status: str | None = None
+    n_probes: int = 0
+    engine_seconds: float = 0.0
+
+    model_config = {"extra": "forbid", "frozen": True, "populate_by_name": True}
+
+
+def relative_width(fit: FitResult) -> float | None:
+    """(upper - lower) / break-even from fit.json's own (rounded) fields; None when there is no bounded interval."""
+    if fit.break_even_ci is None or not fit.break_even_tokens:
+        return None
+    low, high = fit.break_even_ci
+    return (high - low) / fit.break_even_tokens
+
+
+def settled_reason(fit: FitResult, rules: StopRules, low: int, high: int, measured: set[int]) -> StopReason | None:
+    """The stop rule a fit meets by itself (target or settled outside the range), or None."""
+    if (fit.bootstrap.residual_df or 0) < MIN_STOP_DF:
+        return None  # two reps a length resample two values: too thin an interval to stop on
+    width = relative_width(fit)
+    if width is not None and width <= rules.target_width:  # any status: a break-even a few % past an end is still placed
+        return "target-width"
+    bounds = fit.bootstrap.break_even_ci_bounds or [None, None]
+    if fit.status == "pull-always-wins" and low in measured and bounds[1] is not None and bounds[1] <= low:
+        return "pull-wins-at-shortest"
+    if fit.status == "recompute-always-wins" and high in measured and fit.bootstrap.n_resamples:
+        if bounds[0] is None or bounds[0] >= high:
+            return "recompute-wins-to-longest"
+    return None
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the controller decided after a refit: stop (with the reason) or run ``choices``."""
+
+    fit: FitResult | None
+    stop: StopReason | None
+    choices: list[design.Choice]
+    kind: Literal["seed", "extend", "design"]
+
+
+class Controller:
+    """The adaptive loop's decisions over a probe table (no I/O)."""
+
+    def __init__(self, low: int, high: int, block_size: int, rules: StopRules, *, screen_resamples: int | None = None):
+        self.low, self.high = low, high
+        self.grid = design.candidate_lengths(low, high, block_size)
+        self.rules = rules
+        self.screen_resamples = screen_resamples
+
+    def fit(self, table: ProbeTable) -> FitResult:
+        """The design's fit; with ``screen_resamples`` (simulations) a cheaper bootstrap, same seed and level."""
+        if self.screen_resamples:
+            return fit_table(table, **{**FIT_SETTINGS, "n_resamples": self.screen_resamples})
+        return fit_table(table, **FIT_SETTINGS)
+
+    def _stop_fit(self, table: ProbeTable, fit: FitResult) -> tuple[FitResult, StopReason | None]:
+        """A stop is only ever decided on the standard fit: a screened fit that looks done is redone in full."""
+        reason = settled_reason(fit, self.rules, self.low, self.high, set(table.lengths))
+        if reason is None or not self.screen_resamples:
+            return fit, reason
+        full = fit_table(table, **FIT_SETTINGS)
+        return full, settled_reason(full, self.rules, self.low, self.high, set(table.lengths))
+
+    def step(self, table: ProbeTable | None, *, engine_seconds: float, round_index: int) -> Step:
+        """Refit, apply the stop rules, and choose the next round (never past the probe budget)."""
+        if table is None or table.probes.empty:
+            return Step(None, None, design.seed_design(self.grid), "seed")
+        n_valid = len(table.probes)
+        measured = _measured(table)
+        fit = self.fit(table) if all(len(measured[leg]) >= 2 for leg in measured) else None
+        if fit is not None:
+            checked, reason = self._stop_fit(table, fit)
+            if reason is not None:
+                return Step(checked, reason, [], "design")
+        if self.rules.max_engine_seconds is not None and engine_seconds >= self.rules.max_engine_seconds:
+            return Step(self.final(table, fit), "max-engine-seconds", [], "design")
+        room = self.rules.max_probes - n_valid
+        if room <= 0:
+            return Step(self.final(table, fit), "max-probes", [], "design")
+        medians = _medians(table)
+        extend = design.extension(self.grid, medians)
+        if extend or fit is None:
+            kind, choices = "extend", extend or design.seed_design(self.grid)
+        else:
+            want = design.batch_size(n_valid, relative_width(fit), self.rules.target_width)
+            kind, choices = "design", design.choose_batch(fit, measured, self.grid, want, round_index)
+        return Step(fit, None, _within(choices, room), kind)
+
+
+    def final(self, table: ProbeTable, fit: FitResult | None) -> FitResult | None:
+        """The standard fit for a campaign's last word (the screened one is only for choosing probes)."""
+        if fit is None or not self.screen_resamples:
+            return fit
+        return fit_table(table, **FIT_SETTINGS)
+
+
+def _measured(table: ProbeTable) -> dict[Leg, dict[int, int]]:
+    out: dict[Leg, dict[int, int]] = {}
+    for leg in (Leg.RECOMPUTE, Leg.PULL):
+        counts = table.leg(leg)["prefix_tokens"].value_counts()
+        out[leg] = {int(n): int(c) for n, c in counts.items()}
+    return out
+
+
+def _medians(table: ProbeTable) -> dict[int, tuple[float, float]]:
+    med = table.medians().dropna()
+    return {int(r.prefix_tokens): (float(r.recompute_ms), float(r.pull_ms)) for r in med.itertuples()}
+
+
+def _within(choices: list[design.Choice], room: int) -> list[design.Choice]:
+    """Trim a round to the probes the budget leaves (whole pairs where possible)."""
+    out = []
+    for choice in choices:
+        if room <= 0:
+            break
+        take = min(choice.count, room)
+        out.append(design.Choice(choice.prefix_tokens, choice.leg, take, choice.reason))
+        room -= take
+    return out
+
+
+def width_text(width: float | None) -> str:
+    return "open" if width is None or not math.isfinite(width) else f"{width:.1%}"

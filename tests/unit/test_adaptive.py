@@ -1,0 +1,216 @@
+"""Adaptive sweeps: the width contract through the CLI, the stop rules, resume, the record fields, the design."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kvcal.engines.sim import SimCosts
+from kvcal.errors import InputError
+from kvcal.fit.tables import sim_table
+from kvcal.fit import fit_table
+from kvcal.records import Leg
+from kvcal.sweep import design
+from kvcal.sweep.adaptive_run import read_state
+from kvcal.sweep.config import SweepConfig
+from kvcal.sweep.recorder import RunFolder
+from kvcal.sweep.adaptive_run import run_campaign
+from kvcal.sweep.runner import run_sweep
+
+from tests.unit.test_sweep import Crash, crashing_factory
+
+TRUTH = SimCosts().true_break_even()
+
+
+def adaptive_config(tmp_path, **overrides) -> SweepConfig:
+    base = dict(engine="sim", adaptive=True, target_width=0.10, output_dir=tmp_path, name="run", seed=1)
+    base.update(overrides)
+    return SweepConfig.model_validate(base)
+
+
+@pytest.mark.parametrize("width, seed", [(0.08, 3), (0.12, 11)])
+def test_cli_adaptive_reaches_the_target_and_kvcal_fit_agrees(tmp_path, kvcal, width, seed):
+    done = kvcal("sweep", "--engine", "sim", "--adaptive", "--target-width", width, "--seed", seed,
+                 "--output-dir", tmp_path, "--name", "a")
+    assert done.code == 0, done.err
+    assert "round 1:" in done.err and f"stop at width <= {width:g}" in done.err  # the live display
+    assert "adaptive stop: target-width" in done.err
+    run = RunFolder(tmp_path / "a")
+    state = read_state(run)
+    assert state.stop_reason == "target-width" and state.final_width <= width
+    fitted = kvcal("fit", tmp_path / "a", "--json")
+    assert fitted.code == 0
+    fit = json.loads(fitted.out)
+    low, high = fit["break_even_ci"]
+    assert (high - low) / fit["break_even_tokens"] <= width
+    assert [low, high] == state.final_break_even_ci
+    assert low <= TRUTH <= high
+    valid = [r for r in run.read_probes() if r.valid]
+    assert fit["n_probes"] == len(valid) == state.n_probes
+
+
+def test_every_probe_says_which_round_chose_it_and_why(tmp_path):
+    outcome = run_campaign(adaptive_config(tmp_path, target_width=0.15))
+    run = RunFolder(outcome.run_dir)
+    records = run.read_probes()
+    assert all(r.adaptive_round is not None and r.adaptive_reason for r in records)
+    assert {r.adaptive_round for r in records} == set(range(outcome.rounds))
+    assert all(r.adaptive_reason.startswith("seed") for r in records if r.adaptive_round == 0)
+    assert any("cuts the break-even's variance" in r.adaptive_reason for r in records)
+    low, high = read_state(run).allowed_range
+    assert all(r.prefix_tokens % 64 == 0 and low <= r.prefix_tokens <= high for r in records)
+    plan = run.manifest().plan
+    assert len(plan) == len(records) and all(p.adaptive_round is not None for p in plan)
+    assert len({r.probe_id for r in records}) == len(records)
+
+
+def test_max_probes_stops_the_campaign_within_the_budget(tmp_path):
+    outcome = run_campaign(adaptive_config(tmp_path, target_width=0.01, max_probes=20))
+    state = read_state(RunFolder(outcome.run_dir))
+    assert outcome.stop_reason == state.stop_reason == "max-probes"
+    assert state.n_probes == 20 and state.final_width > 0.01
+
+
+def test_engine_seconds_stop_the_campaign_after_the_probe_that_spent_them(tmp_path):
+    outcome = run_campaign(adaptive_config(tmp_path, target_width=0.01, max_engine_seconds=0.5))
+    run = RunFolder(outcome.run_dir)
+    spent = sum(r.ttft_ms for r in run.read_probes()) / 1e3
+    assert outcome.stop_reason == "max-engine-seconds"
+    assert 0.5 <= spent < 0.5 + 0.1  # the last probe (tens of ms) may carry it over, nothing more
+    assert outcome.engine_seconds == pytest.approx(spent, rel=1e-6)
+
+
+def test_a_pull_that_wins_at_the_shortest_length_settles_the_campaign(tmp_path):
+    config = adaptive_config(tmp_path, sim={"pull_intercept_ms": 2.0, "pull_per_token_us": 1.0})
+    outcome = run_campaign(config)
+    assert outcome.stop_reason == "pull-wins-at-shortest" and outcome.status == "pull-always-wins"
+    assert read_state(RunFolder(outcome.run_dir)).n_probes < 60
+
+
+def test_a_pull_that_never_wins_settles_the_campaign_at_the_longest_length(tmp_path):
+    config = adaptive_config(tmp_path, prefix_lengths=[256, 8192], sim={"pull_per_token_us": 30.0})
+    outcome = run_campaign(config)
+    run = RunFolder(outcome.run_dir)
+    assert outcome.stop_reason == "recompute-wins-to-longest" and outcome.status == "recompute-always-wins"
+    assert max(r.prefix_tokens for r in run.read_probes()) == 8192
+
+
+def test_resume_finishes_the_round_then_carries_on_without_repeating_a_probe(tmp_path):
+    config = adaptive_config(tmp_path)
+    with pytest.raises(Crash):
+        run_campaign(config, pair_factory=crashing_factory(13))
+    run = RunFolder(tmp_path / "run")
+    before = run.read_probes()
+    assert len(before) == 13 and read_state(run).stop_reason is None
+    outcome = run_campaign(config, resume=True)
+    after = run.read_probes()
+    assert after[:13] == before and outcome.done_before == 13 and outcome.resumed
+    assert len({r.probe_id for r in after}) == len(after)
+    assert outcome.stop_reason == "target-width"
+
+
+def test_resume_with_a_larger_budget_continues_a_stopped_run(tmp_path):
+    first = run_campaign(adaptive_config(tmp_path, target_width=0.05, max_probes=16))
+    assert first.stop_reason == "max-probes"
+    # Resume uses the stored settings; only the stop rules given now override the stored ones.
+    flags = SweepConfig.model_validate(dict(engine="sim", output_dir=tmp_path, name="run", max_probes=400))
+    again = run_campaign(flags, resume=True)
+    assert again.stop_reason == "target-width"
+    state = read_state(RunFolder(first.run_dir))
+    assert state.rules.target_width == 0.05 and state.n_probes > 16 and state.final_width <= 0.05
+
+
+def test_design_grid_and_range_are_block_multiples_within_the_limit():
+    grid = design.candidate_lengths(256, 65472, 64)
+    assert grid[0] == 256 and grid[-1] == 65472 and all(n % 64 == 0 for n in grid)
+    assert all(b / a <= 1.3 for a, b in zip(grid, grid[1:]))
+    assert design.allowed_range(None, 64, 65536) == (256, 65472)
+    assert design.allowed_range([512, 4096, 1024], 16, 8192) == (512, 4096)
+    with pytest.raises(InputError, match="range of lengths"):
+        design.allowed_range([512], 64, 8192)
+
+
+def test_design_spends_its_probes_near_the_break_even():
+    table = sim_table(SimCosts(), [256, 1024, 4096], reps=2, seed=5)
+    fit = fit_table(table, n_resamples=200)
+    measured = {leg: {n: 2 for n in (256, 1024, 4096)} for leg in (Leg.RECOMPUTE, Leg.PULL)}
+    choices = design.choose_batch(fit, measured, design.candidate_lengths(256, 65472, 64), 24, 1)
+    lengths = np.repeat([c.prefix_tokens for c in choices], [c.count for c in choices])
+    assert sum(c.count for c in choices) == 24 and all(c.count % 2 == 0 for c in choices)
+    # Within LOCAL_SPAN of the current interval, which holds the truth: no probe far from the crossover.
+    assert TRUTH / 2.5 <= min(lengths) and max(lengths) <= 2.5 * TRUTH
+
+
+def test_batch_size_aims_at_the_target_between_four_and_doubling():
+    assert design.batch_size(40, None, 0.1) == 20
+    assert design.batch_size(40, 0.4, 0.1) == 40
+    assert design.batch_size(100, 0.101, 0.1) == 8  # 100 x (1.0201 x 1.05 - 1) = 7.1, in pairs
+    assert design.batch_size(100, 0.09, 0.1) == 4
+    assert design.batch_size(100, 0.12, 0.1) == 52
+
+
+def test_cli_plan_compares_adaptive_with_the_ladder_on_a_fitted_prior(tmp_path, kvcal):
+    run_sweep(SweepConfig.model_validate(dict(engine="sim", prefix_lengths=[256, 512, 1024, 2048], reps=3,
+                                              output_dir=tmp_path, name="prior")))
+    out = kvcal("plan", "--from", tmp_path / "prior", "--campaigns", "2", "--target-width", "0.2", "--json")
+    assert out.code == 0, out.err
+    plan = json.loads(out.out)
+    designs = {d["design"]: d for d in plan["designs"]}
+    assert set(designs) == {"adaptive", "ladder", "ladder-3", "oracle"}
+    assert plan["target_width"] == 0.2 and plan["allowed_range"] == [256, 65472]
+    assert designs["adaptive"]["stop_reasons"] == {"target-width": 1.0}
+    assert designs["adaptive"]["engine_s_median"] < designs["ladder"]["engine_s_median"]
+    assert designs["oracle"]["engine_s_median"] <= designs["adaptive"]["engine_s_median"] * 1.5
+    text = kvcal("plan", "--from", tmp_path / "prior", "--campaigns", "1", "--target-width", "0.2")
+    assert text.code == 0 and "adaptive" in text.out and "engine time" in text.out and "prior: fit of" in text.out
+
+
+def test_plan_on_a_prior_whose_pull_always_wins_says_so(tmp_path):
+    from kvcal.estimate.campaign_plan import Prior, plan_campaigns
+
+    prior = Prior(SimCosts(pull_intercept_ms=2.0, pull_per_token_us=1.0), "fast pull", 256, 8192, 64)
+    plan = plan_campaigns(prior, 0.1, campaigns=2)
+    assert [d.design for d in plan.designs] == ["adaptive", "ladder-3"]
+    assert plan.designs[0].stop_reasons == {"pull-wins-at-shortest": 1.0}
+    assert any("below the shortest" in note for note in plan.notes)
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "no prior"),
+    (["--from", "x", "--model", "m", "--hardware", "h"], "not both"),
+    (["--model", "llama-3.1-8b", "--hardware", "h100", "--noise-cv", "3"], "--noise-cv"),
+    (["--from", "/nonexistent"], "no such file"),
+])
+def test_cli_plan_mistakes_are_one_line(kvcal, args, message):
+    out = kvcal("plan", *args)
+    assert out.code != 0 and message in out.err and "Traceback" not in out.err
+
+
+def test_cli_adaptive_dry_run_shows_the_seed_round_and_the_rules(tmp_path, kvcal):
+    out = kvcal("sweep", "--engine", "sim", "--adaptive", "--target-width", "0.07", "--max-probes", "90",
+                "--prefix-lengths", "256,8192", "--output-dir", tmp_path, "--dry-run")
+    assert out.code == 0
+    assert "lengths 256-8192" in out.out and "width <= 0.07 or 90 probes" in out.out
+    assert "256\trecompute\tx2" in out.out and "1024\tpull\tx2" in out.out
+    assert not any(tmp_path.iterdir())
+
+
+def test_adaptive_spends_under_forty_percent_of_the_ladder_to_a_five_percent_interval():
+    from kvcal.estimate.campaign_plan import Prior, simulate_adaptive, simulate_ladder
+
+    prior = Prior(SimCosts(), "sim default", 256, 65472, 64)
+    adaptive = simulate_adaptive(prior, 0.05, seed=2)
+    ladder = simulate_ladder(prior, 0.05, seed=2)
+    assert adaptive.stop == ladder.stop == "target-width" and adaptive.width <= 0.05 and ladder.width <= 0.05
+    assert adaptive.engine_s <= 0.4 * ladder.engine_s  # simulated TTFTs summed: deterministic, not a timing
+    assert adaptive.covered
+
+
+def test_no_interval_from_the_seeds_two_reps_may_stop_a_campaign(tmp_path):
+    # A pull far ahead: the seed's fit already puts the interval below 256, but with 2 reps a length.
+    config = adaptive_config(tmp_path, sim={"pull_intercept_ms": 1.0, "pull_per_token_us": 0.5, "noise_cv": 0.02})
+    outcome = run_campaign(config)
+    state = read_state(RunFolder(outcome.run_dir))
+    assert outcome.stop_reason == "pull-wins-at-shortest" and state.n_probes > 8 and len(state.rounds) >= 2
