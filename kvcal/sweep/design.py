@@ -50,7 +50,7 @@ BATCH_SAFETY = 1.05  # aim a little past the width the 1/sqrt(N) rule predicts
 # The recompute leg is designed on the quadratic basis once it has 3 lengths, whatever the
 # point fit chose: the bootstrap re-selects affine or quadratic on every resample, so a
 # design blind to curvature (all probes to one side of n*) leaves that choice, and the
-# interval, loose. In the benchmark this cut the GLM-like truth's engine time by a fifth.
+# interval, loose. In the benchmark this cut the GLM-like truth's engine time by 5-20%.
 QUAD_DESIGN = True
 LOCAL_SPAN = 2.0  # candidates within this factor of the targets: the curves need only hold near the crossover
 
