@@ -1,11 +1,28 @@
-"""The ``kvcal`` entry point: builds the Typer app and maps KvcalError to exit codes.
+"""The ``kvcal`` entry point: builds the Typer app and owns the single error boundary.
 
 Each command lives in its own module with a ``register(app)`` function; this module
-only wires them together and owns the single error boundary.
+only wires them together and maps every exception to one line and an exit code:
+
+* usage errors (unknown flag, bad value, missing argument) -> typer's usage message, exit 2;
+* :class:`~kvcal.errors.KvcalError` -> its message, its ``exit_code``;
+* an ``OSError`` that names a file the command was given -> an input error, exit 2;
+* anything else -> ``internal error: ...``, exit 70 (``KVCAL_DEBUG=1`` prints the traceback).
+
+Why the click exception class is looked up through typer: recent typer releases carry
+their own copy of click (``typer._click``) and no longer install ``click``; older ones
+use ``click``. The class typer raises is whatever ``typer.BadParameter`` derives from.
+
+The command modules import only typer and light kvcal modules at the top: numpy,
+pandas, scipy and matplotlib are imported where a command runs, so ``--help`` stays
+fast (benchmarks/cli_startup.py; tests/unit/test_cli_boundary.py checks it).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import math
+import os
 import sys
 
 import typer
@@ -13,7 +30,10 @@ import typer
 from kvcal import __version__
 from kvcal.cli import commands
 from kvcal.cli.output import error_line
-from kvcal.errors import KvcalError
+from kvcal.errors import InputError, KvcalError
+
+EXIT_INTERNAL = 70  # EX_SOFTWARE in sysexits.h
+DEBUG_ENV = "KVCAL_DEBUG"
 
 app = typer.Typer(
     name="kvcal",
@@ -45,29 +65,107 @@ for module in commands.ALL:
     module.register(app)
 
 
+def _click_exception_class() -> type[Exception]:
+    """The ClickException class of the click that typer actually uses (vendored or not)."""
+    for cls in typer.BadParameter.__mro__:
+        if cls.__name__ == "ClickException":
+            return cls
+    return typer.BadParameter  # pragma: no cover - every typer release derives from ClickException
+
+
+ClickException = _click_exception_class()
+
+
+def _flag_name(parameter: inspect.Parameter) -> str:
+    decls = getattr(parameter.default, "param_decls", None) or ()
+    longs = [d for d in decls if d.startswith("--")]
+    return longs[0] if longs else "--" + parameter.name.replace("_", "-")
+
+
+def _refuse_non_finite(callback):
+    """Wrap a command so that nan or inf in any float flag is an input error naming the flag.
+
+    Done here, on the functions, rather than in click types, because typer's parameter
+    machinery differs between releases while the signatures it reads do not.
+    """
+    floats = [p for p in inspect.signature(callback).parameters.values()
+              if p.annotation in (float, "float", "Optional[float]", "float | None")]
+    if not floats:
+        return callback
+
+    @functools.wraps(callback)
+    def checked(*args, **kwargs):
+        for parameter in floats:
+            value = kwargs.get(parameter.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise InputError(f"{_flag_name(parameter)} must be a finite number, got {value}")
+        return callback(*args, **kwargs)
+
+    return checked
+
+
+def _apply_shared_checks(typer_app: typer.Typer) -> None:
+    for info in typer_app.registered_commands:
+        info.callback = _refuse_non_finite(info.callback)
+    for group in typer_app.registered_groups:
+        _apply_shared_checks(group.typer_instance)
+
+
+_apply_shared_checks(app)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; every KvcalError becomes one line on stderr and its exit code."""
+    """Run the CLI; every error becomes a short report on stderr and an exit code, never a traceback."""
     try:
-        result = app(args=argv, standalone_mode=False)
+        result = app(args=argv, standalone_mode=False, prog_name="kvcal")
     except KvcalError as err:
         error_line(str(err))
         return err.exit_code
-    except typer.Exit as done:
-        return done.exit_code
+    except ClickException as err:  # usage errors: typer's usage line plus the error
+        err.show()
+        return err.exit_code
+    except (typer.Exit, SystemExit) as done:
+        code = getattr(done, "exit_code", getattr(done, "code", 0))
+        return code if isinstance(code, int) else 1
     except typer.Abort:
         error_line("aborted")
         return 130
     except KeyboardInterrupt:
         error_line("interrupted")
         return 130
-    except Exception as err:  # click usage errors and the like
-        import click
-
-        if isinstance(err, click.exceptions.ClickException):
-            err.show()
-            return err.exit_code
-        raise
+    except BrokenPipeError:
+        # `kvcal ... | head`: the reader left; nothing more to say to it.
+        _silence_stdout()
+        return 141
+    except OSError as err:
+        if err.filename is None:
+            return _internal(err)
+        # A file or folder the user named could not be opened, read or written.
+        where = err.filename if err.filename2 is None else f"{err.filename} -> {err.filename2}"
+        error_line(f"{where}: {err.strerror or err}")
+        return 2
+    except Exception as err:  # noqa: BLE001 - the boundary: nothing may escape as a traceback
+        return _internal(err)
     return result if isinstance(result, int) else 0
+
+
+def _internal(err: BaseException) -> int:
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        import traceback
+
+        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+    detail = str(err) or type(err).__name__
+    error_line(f"internal error: {type(err).__name__}: {detail} (a bug in kvcal; rerun with {DEBUG_ENV}=1 "
+               "for the traceback and report it)")
+    return EXIT_INTERNAL
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

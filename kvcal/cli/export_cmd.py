@@ -7,8 +7,6 @@ from pathlib import Path
 import typer
 
 from kvcal.cli.output import info
-from kvcal.errors import InputError
-from kvcal.sweep.recorder import RunFolder, export_interchange
 
 
 def export(
@@ -19,6 +17,9 @@ def export(
 
     Example: kvcal export results/my-run -o probes.csv
     """
+    from kvcal.errors import InputError
+    from kvcal.sweep.recorder import RunFolder, export_interchange
+
     folder = RunFolder(run)
     if not RunFolder.is_run_folder(run):
         raise InputError(f"{run} is not a kvcal run folder (no run.json)")

@@ -10,7 +10,6 @@ import typer
 from kvcal.cli.options import int_list
 from kvcal.cli.output import info
 from kvcal.errors import InputError
-from kvcal.emit.k8s import JobSpec, render_job
 
 EPILOG = """Examples:
 
@@ -45,6 +44,8 @@ def k8s_job(
     sweep_args: Optional[list[str]] = typer.Argument(None, metavar="[-- SWEEP_ARGS...]", help="Extra `kvcal sweep` arguments."),
 ) -> None:
     """Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable from a laptop)."""
+    from kvcal.emit.k8s import JobSpec, render_job
+
     spec = JobSpec(
         image=image, producer_url=producer_url, consumer_url=consumer_url, model=model, name=name, namespace=namespace,
         transport=transport, run_name=run_name, prefix_lengths=tuple(int_list(prefix_lengths, "--prefix-lengths") or ()), reps=reps,
