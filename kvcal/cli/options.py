@@ -6,21 +6,26 @@ from kvcal.errors import InputError
 
 
 def _number_list(text: str | None, flag: str, kind: type, what: str) -> list | None:
-    if not text:
+    if text is None:
         return None
+    if not text.strip():
+        raise InputError(f"{flag} is empty (e.g. {flag} 256,512,1024)")
+    parts = text.replace(" ", "").split(",")
+    if text.strip() and not any(parts):
+        raise InputError(f"{flag} lists no values, got {text!r} (e.g. {flag} 256,512,1024)")
     try:
-        return [kind(part) for part in text.replace(" ", "").split(",") if part]
+        return [kind(part) for part in parts if part]
     except ValueError:
         raise InputError(f"{flag} must be comma-separated {what}, got {text!r}") from None
 
 
 def int_list(text: str | None, flag: str) -> list[int] | None:
-    """``"256, 512,1024"`` -> ``[256, 512, 1024]``; None or empty -> None; anything else is a one-line error."""
+    """``"256, 512,1024"`` -> ``[256, 512, 1024]``; None -> None; an empty list or anything else is a one-line error."""
     return _number_list(text, flag, int, "integers")
 
 
 def float_list(text: str | None, flag: str) -> list[float] | None:
-    """``"0.45,0.45"`` -> ``[0.45, 0.45]``; None or empty -> None; anything else is a one-line error."""
+    """``"0.45,0.45"`` -> ``[0.45, 0.45]``; None -> None; an empty list or anything else is a one-line error."""
     return _number_list(text, flag, float, "numbers")
 
 

@@ -92,7 +92,7 @@ def sweep(
     flags["adaptive"] = adaptive or None  # a bare False must not override a campaign file's "adaptive: true"
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
     if dry_run:
-        plan = plan_dry_run(settings)
+        plan = plan_dry_run(settings, resume=resume)
         typer.echo(f"# run folder: {plan.run_dir}")
         for command in plan.commands:
             typer.echo(command)
@@ -106,7 +106,8 @@ def sweep(
             for choice in seed_round:
                 typer.echo(f"{choice.prefix_tokens}\t{choice.leg.value}\tx{choice.count}")
             return
-        typer.echo(f"# {len(plan.plan)} probes over lengths {','.join(map(str, lengths))}, in this order:")
+        left = " left to run" if resume else ""
+        typer.echo(f"# {len(plan.plan)} probes{left} over lengths {','.join(map(str, lengths))}, in this order:")
         for probe in plan.plan:
             state = f"\t{probe.load_state}" if probe.load_state else ""
             typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}{state}")

@@ -23,6 +23,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
+
 from urllib.parse import urlsplit
 
 from ruamel.yaml import YAML
@@ -31,6 +32,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError
 from kvcal.sweep.config import flag_of, launch_only_flags, sweep_argv
+from kvcal.urls import parse_engine_url
 
 RESULTS_MOUNT = "/results"
 TRANSPORTS = transport_names()
@@ -137,19 +139,9 @@ def _host(host: str, what: str) -> str:
 
 def validate_url(url: str, flag: str) -> tuple[str, str, int]:
     """An engine base URL the Job can reach: http(s)://host[:port][/path], no credentials/query."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as err:
-        raise InputError(f"{flag}: {url!r} is not a valid URL ({err})") from None
-    if parts.scheme not in ("http", "https"):
-        raise InputError(f"{flag}: {url!r} must start with http:// or https:// (e.g. http://10.0.0.5:8200)")
-    if not parts.hostname:
-        raise InputError(f"{flag}: {url!r} has no host (e.g. http://10.0.0.5:8200)")
-    if parts.username or parts.password or parts.query or parts.fragment or any(c.isspace() for c in url):
-        raise InputError(f"{flag}: {url!r} must be a plain base URL (no credentials, query or fragment)")
-    host = _host(parts.hostname, flag)
-    return host.lower(), parts.scheme, port or (443 if parts.scheme == "https" else 80)
+    parts = parse_engine_url(url, flag)
+    host = _host(parts.host, flag)
+    return host.lower(), parts.scheme, parts.port
 
 
 def sweep_command(spec: JobSpec) -> list[str]:

@@ -22,6 +22,9 @@ busy-wait for about a second after each request and all through a P/D hold, so o
 engine's spinning landed on the other engine's core (measured on 2 cores: pulls of
 2,048 tokens swung between 25 and 450 ms; confined, 23-27 ms).
 
+Fourth, :mod:`kvcal.engines.shields`: what a plain ``pip install 'kvcal[cpu]'`` gets wrong
+(torchvision & co. built for CUDA torch; NIXL's backend without its selector package).
+
 The shims are installed at import time, not under the ``__main__`` guard, because
 vLLM starts its engine core in a *spawned* process that re-imports this module (as
 ``__mp_main__``) and may ask the same question there; the server itself starts
@@ -89,6 +92,10 @@ def parse_cpu_list(text: str) -> set[int]:
 
 
 install_vllm_metadata_alias()
+if __name__ in ("__main__", "__mp_main__"):  # the engine process, not a test importing the shims
+    from kvcal.engines import shields
+
+    shields.apply()  # a plain pip install: broken torchvision & co. blocked, nixl-cu13 seen as nixl
 if os.environ.get(AFFINITY_ENV):
     os.sched_setaffinity(0, parse_cpu_list(os.environ[AFFINITY_ENV]))
 if os.environ.get(PROGRESS_DELAY_ENV):

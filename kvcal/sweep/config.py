@@ -206,9 +206,13 @@ def resolve_config(file_settings: dict[str, Any], flag_settings: dict[str, Any])
     merged = dict(file_settings)
     merged.update({key: value for key, value in flag_settings.items() if value is not None})
     try:
-        return SweepConfig.model_validate(merged)
+        config = SweepConfig.model_validate(merged)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
         hint = " (unknown setting)" if first.get("type") == "extra_forbidden" else ""
         raise InputError(f"setting '{where}': {first.get('msg')}{hint}") from None
+    from kvcal.sweep.validate import check_settings
+
+    check_settings(config)
+    return config

@@ -48,9 +48,10 @@ def validate_prefix_lengths(lengths: list[int], block_size: int, max_model_len: 
             raise InputError(f"prefix length {n} is not positive")
         if n % block_size:
             below, above = (n // block_size) * block_size, (n // block_size + 1) * block_size
+            nearest = f"{below} or {above}" if below else f"{above}"
             raise InputError(
                 f"prefix length {n} is not a multiple of the block size {block_size} "
-                f"(a partial last block cannot be cached); use {below or above} or {above}"
+                f"(a partial last block cannot be cached); use {nearest}"
             )
         if max_model_len is not None and n + 1 > max_model_len:
             raise InputError(

@@ -37,7 +37,9 @@ from kvcal.sweep.load import LoadController, LoadReading, plan_for
 from kvcal.sweep.plan import PlannedProbe, default_prefix_lengths, validate_prefix_lengths
 from kvcal.sweep.progress import NullProgress, SweepProgress
 from kvcal.sweep.provenance import host_provenance, utc_now
+from kvcal.sweep.lock import claim_run_folder
 from kvcal.sweep.recorder import RunFolder, attempts_so_far, completed_probe_ids
+from kvcal.sweep.validate import check_resume
 from kvcal.records import Leg, ProbeRecord, RunManifest
 
 log = logging.getLogger(__name__)
@@ -123,6 +125,7 @@ def _prepare(config: SweepConfig, resume: bool) -> tuple[SweepConfig, RunFolder,
             raise InputError(f"no run to resume at {run.path} (no run.json)")
         manifest = run.manifest()
         stored = manifest.settings.model_copy(update={"output_dir": output_dir, "name": run.path.name})
+        check_resume(stored, config)
         plan = list(manifest.plan)
         return stored, run, plan
     name = config.name or default_run_name(config)
@@ -137,11 +140,15 @@ def _lengths_for(config: SweepConfig, pair: EnginePair) -> list[int]:
     return validate_prefix_lengths(lengths, config.block_size, pair.max_model_len)
 
 
-def plan_dry_run(config: SweepConfig, pair_factory: PairFactory = make_pair) -> DryRun:
-    """What ``sweep`` would run, without starting anything or writing any file."""
-    config, run, plan = _prepare(config, resume=False)
+def plan_dry_run(config: SweepConfig, pair_factory: PairFactory = make_pair, *, resume: bool = False) -> DryRun:
+    """What ``sweep`` (or ``sweep --resume``) would run, without starting anything or writing any file."""
+    config, run, plan = _prepare(config, resume=resume)
     pair = pair_factory(config, run)
-    plan = plan_for(config, _lengths_for(config, pair))
+    if plan is None:
+        plan = plan_for(config, _lengths_for(config, pair))
+    else:  # resume: what is left of the stored plan
+        done = completed_probe_ids(run.read_probes())
+        plan = [p for p in plan if p.probe_id not in done]
     return DryRun(run.path, pair.dry_run_commands(), plan)
 
 
@@ -155,6 +162,12 @@ def run_sweep(
     """Run (or resume) a sweep; every finished probe is on disk even if this raises."""
     progress = progress or NullProgress()
     config, run, stored_plan = _prepare(config, resume)
+    with claim_run_folder(run.path, new=stored_plan is None):  # one sweep per run folder (kvcal/sweep/lock.py)
+        return _sweep_claimed(config, run, stored_plan, resume, pair_factory, progress)
+
+
+def _sweep_claimed(config: SweepConfig, run: RunFolder, stored_plan: list[PlannedProbe] | None, resume: bool,
+                   pair_factory: PairFactory, progress: SweepProgress) -> SweepOutcome:
     pair = pair_factory(config, run)
     if stored_plan is None:
         # Fail on bad lengths before minutes of engine start-up when the limit is known

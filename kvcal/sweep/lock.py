@@ -1,0 +1,89 @@
+"""One sweep per run folder: the folder is made atomically and held by a lock while a sweep runs.
+
+``claim_run_folder`` makes a new run folder with ``mkdir`` (which fails if anything
+already has that name, so two sweeps cannot both start the same run) and then takes an
+exclusive ``flock`` on ``RUN/.lock``, writing its pid there. A second sweep or
+``--resume`` on the folder finds the lock taken and refuses, naming that pid. The lock
+is released when the sweep ends, and by the kernel when its process dies (even by
+SIGKILL), so a crash never leaves a folder locked; the file stays as a harmless marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from kvcal.errors import InputError
+
+LOCK_NAME = ".lock"
+
+
+def _holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", errors="replace").strip()
+    except OSError:
+        return "unknown"
+    return text if text.isdigit() else "unknown"
+
+
+def _make_folder(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(path)
+    except FileExistsError:
+        raise InputError(f"run folder {path} already exists; add --resume to continue it or choose another --name") from None
+    except NotADirectoryError:
+        raise InputError(f"--output-dir {path.parent}: a file is in the way of the run folder") from None
+    except OSError as err:
+        raise InputError(f"{err.filename or path}: cannot create the run folder ({err.strerror or err})") from None
+
+
+@contextlib.contextmanager
+def claim_run_folder(path: Path, *, new: bool) -> Iterator[Path]:
+    """Hold ``path`` for one sweep: create it first when ``new``; refuse when another sweep holds it."""
+    path = Path(path)
+    if new:
+        _make_folder(path)
+    elif not path.is_dir():
+        raise InputError(f"no run to resume at {path}")
+    lock_path = path / LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        raise InputError(f"{lock_path}: cannot open the run's lock file ({err.strerror or err})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise InputError(f"run folder {path} is in use by another kvcal sweep (pid {_holder(fd)}); "
+                             "wait for it to finish or stop it, then --resume") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def holder_pid(path: Path) -> int | None:
+    """The pid of the sweep holding ``path``, or None when no sweep holds it."""
+    lock_path = Path(path) / LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            text = _holder(fd)
+            return int(text) if text.isdigit() else None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -1,0 +1,91 @@
+"""Checks of a sweep's settings as inputs, before any folder is made or engine touched.
+
+Pydantic checks each field alone; these check what a field means for this run and how
+fields combine: the run name is one folder inside --output-dir, attach URLs are URLs of
+two different engines, a flag of another engine or mode is refused rather than
+silently ignored, and ``--resume`` refuses flags that differ from the stored run.
+
+Only fields the user set (``model_fields_set``: a flag or the campaign file) are
+judged "given"; defaults never conflict.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvcal.errors import InputError
+from kvcal.urls import check_pair_urls
+
+if TYPE_CHECKING:
+    from kvcal.sweep.config import SweepConfig
+
+# Field -> flag where the flag is not simply --field-with-dashes.
+FLAG_NAMES = {"startup_timeout_s": "--startup-timeout", "engine_args": "--engine-arg", "sim": "sim (campaign file)",
+              "probe_timeout_s": "probe_timeout_s (campaign file)", "min_pull_fraction": "min_pull_fraction (campaign file)"}
+
+ENGINE_ONLY = ("producer_url", "consumer_url", "producer_p2p_host", "producer_p2p_port", "max_model_len", "producer_gpus",
+               "consumer_gpus", "producer_cpus", "consumer_cpus", "engine_args", "startup_timeout_s", "transport")
+LAUNCH_ONLY = ("producer_gpus", "consumer_gpus", "producer_cpus", "consumer_cpus", "engine_args")
+P2P_TIER_ONLY = ("producer_p2p_host", "producer_p2p_port")
+# What --resume may be given beside the stored settings: where the run is, and nothing that changes it.
+RESUME_LOCATORS = ("output_dir", "name")
+
+
+def flag(field: str) -> str:
+    return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
+
+
+def check_run_name(name: str | None) -> None:
+    """A run name is one folder name: no separators, not '.', '..' or empty, no control characters."""
+    if name is None:
+        return
+    if name in ("", ".", "..") or "/" in name or "\\" in name or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InputError(f"--name must be a single folder name inside --output-dir (no '/', not '.' or '..'), "
+                         f"got {name!r}")
+
+
+def check_settings(config: "SweepConfig") -> None:
+    """Everything about the settings that pydantic's per-field checks cannot see."""
+    given = config.model_fields_set
+    check_run_name(config.name)
+    if config.engine == "sim":
+        stray = [f for f in ENGINE_ONLY if f in given]
+        if stray:
+            raise InputError(f"{', '.join(flag(f) for f in stray)} do(es) not apply to --engine sim (the simulated "
+                             "pair starts no engine and attaches to none); drop it or use --engine vllm")
+        return
+    if "sim" in given:
+        raise InputError("the campaign file's sim settings apply to --engine sim only")
+    check_pair_urls(config.producer_url, config.consumer_url)
+    if config.attach:
+        stray = [f for f in LAUNCH_ONLY if f in given]
+        if stray:
+            raise InputError(f"{', '.join(flag(f) for f in stray)} configure(s) engines kvcal launches; "
+                             "with --producer-url/--consumer-url the engines already run")
+    if config.transport != "p2p-tier":
+        stray = [f for f in P2P_TIER_ONLY if f in given]
+        if stray:
+            raise InputError(f"{', '.join(flag(f) for f in stray)} apply to --transport p2p-tier only")
+
+
+def check_resume(stored: "SweepConfig", requested: "SweepConfig") -> None:
+    """--resume continues the stored run as it was planned: refuse given flags that differ from it."""
+    changed = []
+    for field in sorted(requested.model_fields_set - set(RESUME_LOCATORS)):
+        mine, theirs = getattr(requested, field), getattr(stored, field)
+        if _comparable(mine) != _comparable(theirs):
+            changed.append(f"{flag(field)} {_show(mine)} (the run has {_show(theirs)})")
+    if changed:
+        raise InputError("--resume continues the run with its stored settings; these differ: " + "; ".join(changed)
+                         + ". Drop them, or start a new run with another --name")
+
+
+def _comparable(value: Any) -> Any:
+    return value.model_dump() if hasattr(value, "model_dump") else value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "(empty)"
+    return str(value)
+
