@@ -36,6 +36,7 @@ from kvcal.emit.helm_text import (Embedded, compose, find_embedded, get_key, loo
                                   rt_yaml, safe_load, scalar, set_path, unified_diff, write_back)
 from kvcal.emit.router import PLUGIN_PARAMETERS, PLUGIN_TYPE, plugin_names
 from kvcal.errors import InputError, KvcalError
+from kvcal.userfiles import read_text
 
 log = logging.getLogger(__name__)
 
@@ -299,15 +300,11 @@ def patch_values_file(path: Path, spec: PluginSpec, *, add_plugin: bool = False,
                       diff: bool = False) -> FilePatch:
     """Patch ``path``: stdout is the whole file, or a unified diff with ``diff``; ``in_place`` writes it."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise InputError(f"--values {path}: no such file")
+    text = read_text(path, f"--values {path}")  # kvcal/userfiles.py: no FIFO, binary or unreadable file
     if in_place:
         check_writable(path)
-    try:
-        with open(path, encoding="utf-8", newline="") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"--values {path}: cannot read it ({err})") from None
     result = patch_values_text(text, spec, add_plugin=add_plugin, name=str(path))
     notes = list(result.notes)
     for change in result.changes:

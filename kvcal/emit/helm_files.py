@@ -16,6 +16,9 @@ from ruamel.yaml.error import YAMLError
 
 from kvcal.emit.router import DEFAULT_PREFIX_MATCH_PRODUCER, FoundNames
 from kvcal.errors import InputError
+from kvcal.outputs import exclusive_backup
+from kvcal.userfiles import read_text
+from kvcal.yaml_guard import check_ruamel_text
 
 log = logging.getLogger(__name__)
 
@@ -32,21 +35,11 @@ def check_writable(path: Path) -> None:
         raise InputError(f"--in-place: cannot write a backup in {path.parent} (directory is read-only)")
 
 
-def _backup_path(path: Path) -> Path:
-    candidate = path.with_name(path.name + ".bak")
-    n = 1
-    while candidate.exists():
-        candidate = path.with_name(f"{path.name}.bak.{n}")
-        n += 1
-    return candidate
-
-
 def write_in_place(path: Path, new_text: str) -> Path:
     """Back up ``path`` (``FILE.bak``, ``.bak.1``, ...) then replace it atomically; returns the backup."""
     target = path.resolve()
-    backup = _backup_path(target)
     try:
-        shutil.copy2(target, backup)
+        backup = exclusive_backup(target)  # O_EXCL, never through a (dangling) link: kvcal/outputs.py
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
@@ -69,11 +62,13 @@ def read_threshold(path: Path) -> int:
     every string that mentions the plugin is parsed as YAML too. The plugin's default
     (1) applies when it is configured without the key.
     """
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise InputError(f"{path}: no such values file")
+    text = read_text(path, f"{path} (values file)")  # no FIFO, binary or unreadable file (kvcal/userfiles.py)
     yaml = YAML(typ="safe", pure=True)
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"))
+        check_ruamel_text(text, str(path))
+        data = yaml.load(text)
     except (YAMLError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     found: list[int] = []
@@ -101,6 +96,7 @@ def _collect_thresholds(node: Any, yaml: Any, found: list[int]) -> None:
             _collect_thresholds(child, yaml, found)
     elif isinstance(node, str) and "\n" in node and PLUGIN_TYPE in node:  # an embedded EPP config
         try:
+            check_ruamel_text(node, "an embedded EPP config")
             _collect_thresholds(yaml.load(io.StringIO(node)), yaml, found)
         except YAMLError:
             log.warning("a values string mentions %s but is not YAML; skipped", PLUGIN_TYPE)
@@ -133,11 +129,11 @@ def found_names(config: Any, where: str = "") -> FoundNames:
 
 def read_names(path: Path) -> FoundNames:
     """:func:`found_names` of the EPP config a values file deploys (the one ``pluginsConfigFile`` names, else the first)."""
-    if not Path(path).is_file():
-        raise InputError(f"--values {path}: no such file")
+    text = read_text(Path(path), f"--values {path}")
     yaml = YAML(typ="safe", pure=True)
     try:
-        data = yaml.load(Path(path).read_text(encoding="utf-8"))
+        check_ruamel_text(text, str(path))
+        data = yaml.load(text)
     except (YAMLError, UnicodeDecodeError) as err:
         raise InputError(f"--values {path}: not valid YAML ({str(err).splitlines()[0]})") from None
     configs: list[tuple[bool, str, Any]] = []

@@ -19,6 +19,7 @@ from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from kvcal.errors import InputError
+from kvcal.yaml_guard import guarded_compose
 
 
 @dataclass
@@ -38,7 +39,7 @@ def problem(err: YAMLError) -> str:
 
 def compose(text: str, what: str) -> Any:
     try:
-        return YAML(typ="rt").compose(text)
+        return guarded_compose(lambda: YAML(typ="rt").compose(text), what)  # kvcal/yaml_guard.py: aliases bounded
     except YAMLError as err:
         raise InputError(f"{what} is not valid YAML: {problem(err)}") from None
 

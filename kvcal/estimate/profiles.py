@@ -228,9 +228,11 @@ def profiles_dir() -> Path:
 
 def _read_yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return load_pyyaml(path.read_text(encoding="utf-8"), str(path))
     except OSError as err:
         raise InputError(f"{path}: cannot read: {err.strerror or err}") from err
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
