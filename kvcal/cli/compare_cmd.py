@@ -41,8 +41,11 @@ def compare(
     """Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed threshold."""
     from rich.table import Table
 
+    from kvcal.outputs import check_output
     from kvcal.report.compare_report import TABLE_HEADER, CompareConfig, row_notes, run_compare, table_rows
 
+    check_output(markdown, "--markdown", [baseline, current, values, plot])
+    check_output(plot, "--plot", [baseline, current, values])
     result = run_compare(CompareConfig(
         baseline=baseline, current=current, tolerance=tolerance, force=force, deployed_tokens=deployed,
         values_file=values, markdown=markdown, plot=plot, seed=seed,

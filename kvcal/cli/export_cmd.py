@@ -18,8 +18,10 @@ def export(
     Example: kvcal export results/my-run -o probes.csv
     """
     from kvcal.errors import InputError
+    from kvcal.outputs import check_output
     from kvcal.sweep.recorder import RunFolder, export_interchange
 
+    check_output(output, "-o", [run])
     folder = RunFolder(run)
     if not RunFolder.is_run_folder(run):
         raise InputError(f"{run} is not a kvcal run folder (no run.json)")

@@ -62,6 +62,9 @@ def register(app: typer.Typer) -> None:
         Example: kvcal fit results/my-run --confidence 0.9 --seed 0
         """
         from kvcal.fit import dumps, fit_and_write, write_fit
+        from kvcal.outputs import check_output
+
+        check_output(output, "--output", [input, *(per_request or []), epp_log, idle])
         from kvcal.fit.inputs import supplied_setup
 
         if per_request or epp_log or idle:

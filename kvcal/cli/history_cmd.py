@@ -27,8 +27,11 @@ def history(
     """Show how the break-even (with its interval) and the cost coefficients moved over runs."""
     from rich.table import Table
 
+    from kvcal.outputs import check_output
     from kvcal.report.history import HEADER, HistoryConfig, run_history, table_rows
 
+    for path, flag in ((output, "--output"), (markdown, "--markdown")):
+        check_output(path, flag, [*inputs, output if flag == "--markdown" else markdown])
     entries = run_history(HistoryConfig(inputs=list(inputs), plot=output, markdown=markdown))
     table = Table(*HEADER, title=f"kvcal history ({len(entries)} runs, oldest first)")
     for cells in table_rows(entries):

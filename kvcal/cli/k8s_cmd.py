@@ -45,7 +45,9 @@ def k8s_job(
 ) -> None:
     """Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable from a laptop)."""
     from kvcal.emit.k8s import JobSpec, render_job
+    from kvcal.outputs import check_output
 
+    check_output(output, "--output")
     spec = JobSpec(
         image=image, producer_url=producer_url, consumer_url=consumer_url, model=model, name=name, namespace=namespace,
         transport=transport, run_name=run_name, prefix_lengths=tuple(int_list(prefix_lengths, "--prefix-lengths") or ()), reps=reps,

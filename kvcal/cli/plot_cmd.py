@@ -32,7 +32,9 @@ def register(app: typer.Typer) -> None:
 
         Example: kvcal plot results/my-run -o my-run.png --log-x
         """
+        from kvcal.outputs import check_output
         from kvcal.report.plot import plot_input
 
+        check_output(output, "--output", [input])
         written = plot_input(input, output, log_x=log_x, confidence=confidence, seed=seed)
         stdout.print(f"wrote {written}")

@@ -20,6 +20,7 @@ from typing import Any
 
 from kvcal.errors import InputError
 from kvcal.estimate.profiles import ModelProfile, load_profiles, parse_model_profile
+from kvcal.userfiles import read_text
 
 _MLA_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa"}
 
@@ -28,7 +29,9 @@ def read_config(path: Path | str) -> dict[str, Any]:
     """The config mapping (the text part of a multimodal config), or InputError."""
     file = Path(path)
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(read_text(file))
+    except RecursionError:
+        raise InputError(f"{file}: JSON nested too deeply") from None
     except OSError as err:
         raise InputError(f"{file}: cannot read: {err.strerror or err}") from err
     except json.JSONDecodeError as err:

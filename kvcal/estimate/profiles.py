@@ -42,6 +42,8 @@ import yaml
 from pydantic import ValidationError
 
 from kvcal.errors import InputError
+from kvcal.userfiles import read_text
+from kvcal.yaml_guard import load_pyyaml
 from kvcal.estimate.profile_schema import (  # re-exported: kvcal.estimate.profiles is the public face of profiles
     DTYPE_BYTES,
     HARDWARE_SCHEMA,
@@ -228,7 +230,7 @@ def profiles_dir() -> Path:
 
 def _read_yaml(path: Path) -> Any:
     try:
-        return load_pyyaml(path.read_text(encoding="utf-8"), str(path))
+        return load_pyyaml(read_text(path), str(path))
     except OSError as err:
         raise InputError(f"{path}: cannot read: {err.strerror or err}") from err
     except UnicodeDecodeError:

@@ -24,6 +24,7 @@ from kvcal.errors import InputError, KvcalError
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import load_fit, looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
+from kvcal.userfiles import check_input
 from kvcal.records import FitResult, RunManifest, RunSetup
 from kvcal.sweep.recorder import RunFolder
 
@@ -72,6 +73,8 @@ def load_fit_input(path: str | Path, *, supplied: RunSetup | None = None, probes
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file or folder")
+    if not p.is_dir():
+        check_input(p)  # a FIFO or device would block the peek below (kvcal/userfiles.py)
     is_table = not p.is_dir() and not looks_like_json(p)
     if supplied is not None and supplied != RunSetup() and not is_table:
         raise InputError(f"{p} records its own setup; --model, --transport and --block-size describe a probe CSV "

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from kvcal.errors import InputError
 from kvcal.records import FIT_SCHEMA, FitResult
 from kvcal.records_v1 import FIT_V1
+from kvcal.userfiles import read_text
 
 FIT_SCHEMAS = (FIT_V1, FIT_SCHEMA)
 
@@ -25,14 +26,16 @@ def looks_like_json(path: Path) -> bool:
 def load_fit(path: str | Path) -> FitResult:
     """Read a fit.json (version 2, or version 1 upgraded); InputError with one line if it is missing or not one."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         raise InputError(f"{p}: no such file or folder")
+    text = read_text(p, bom=True)  # FIFOs, folders, binary and unreadable files named (kvcal/userfiles.py)
     try:
-        data = json.loads(p.read_text(encoding="utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"{p}: not a kvcal fit.json (corrupt fit: not JSON, {type(err).__name__} at {getattr(err, 'pos', '?')})") from None
-    except OSError as err:
-        raise InputError(f"{p}: cannot read ({err.strerror})") from None
+        data = json.loads(text)
+    except RecursionError:
+        raise InputError(f"{p}: not a kvcal fit.json (JSON nested too deeply)") from None
+    except json.JSONDecodeError as err:
+        truncated = " (truncated?)" if err.pos >= len(text.rstrip()) else ""
+        raise InputError(f"{p}: not a kvcal fit.json (corrupt fit: not JSON{truncated}, {err.msg} at {err.pos})") from None
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema not in FIT_SCHEMAS:
         raise InputError(f"{p}: not a kvcal fit.json (schema {schema!r}, expected {' or '.join(map(repr, FIT_SCHEMAS))}); "

@@ -45,6 +45,7 @@ from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
 from kvcal.fit.recipe import check_verdict, unstamped
 from kvcal.sweep.disturbance import resource_of, summarise
 from kvcal.records import HostDisturbance
+from kvcal.userfiles import read_text
 
 log = logging.getLogger(__name__)
 
@@ -113,16 +114,11 @@ class ProbeTable:
 def load_probe_table(path: str | Path) -> ProbeTable:
     """Read a run folder, a probe CSV or an llm-d Job table (detected by content)."""
     p = Path(path)
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         raise InputError(f"{p}: no such file or folder")
     if p.is_dir():
         return _load_run_folder(p)
-    try:
-        text = p.read_text(encoding="utf-8-sig", errors="strict")  # -sig: a spreadsheet's byte-order mark
-    except UnicodeDecodeError:
-        raise InputError(f"{p}: not a text file (expected a run folder, a probe CSV or an llm-d table)") from None
-    except OSError as err:
-        raise InputError(f"{p}: cannot read ({err.strerror})") from None
+    text = read_text(p, bom=True)  # bom: a spreadsheet's byte-order mark; FIFOs, binary files refused (kvcal/userfiles.py)
     if not text.strip():
         raise InputError(f"{p}: file is empty")
     first = next(line for line in text.splitlines() if line.strip())

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kvcal.engines.sim_costs import SimCosts
 from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError
+from kvcal.userfiles import read_text
 from kvcal.yaml_guard import load_pyyaml
 
 
@@ -189,12 +190,11 @@ def sweep_argv(values: dict[str, Any]) -> list[str]:
 
 def load_campaign_file(path: Path) -> dict[str, Any]:
     """Read a campaign YAML into a dict of settings (keys may use dashes or underscores)."""
-    if not path.is_file():
-        raise InputError(f"campaign file {path} does not exist" if not path.exists() else f"campaign file {path} is not a regular file")
+    if not path.exists() and not path.is_symlink():
+        raise InputError(f"campaign file {path} does not exist")
+    text = read_text(path, f"campaign file {path}")
     try:
-        data = load_pyyaml(path.read_text(encoding="utf-8"), f"campaign file {path}")
-    except UnicodeDecodeError:
-        raise InputError(f"campaign file {path} is not UTF-8 text") from None
+        data = load_pyyaml(text, f"campaign file {path}")
     except yaml.YAMLError as err:
         raise InputError(f"campaign file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
     if data is None:

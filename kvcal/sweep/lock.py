@@ -33,6 +33,11 @@ def _holder(fd: int) -> str:
 def _make_folder(path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise InputError(f"--output-dir {path.parent}: a file is in the way; give a folder") from None
+    except OSError as err:
+        raise InputError(f"--output-dir {path.parent}: cannot create it ({err.strerror or err})") from None
+    try:
         os.mkdir(path)
     except FileExistsError:
         raise InputError(f"run folder {path} already exists; add --resume to continue it or choose another --name") from None

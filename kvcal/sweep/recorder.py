@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from kvcal.errors import InputError
 from kvcal.records import Leg, ProbeRecord, RunManifest
 from kvcal.sweep.load import probe_counts_as_idle
+from kvcal.userfiles import read_bytes, read_text
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class RunFolder:
         if not self.manifest_path.is_file():
             raise InputError(f"{self.path} is not a kvcal run folder (no run.json)")
         try:
-            return RunManifest.model_validate_json(self.manifest_path.read_text())
+            return RunManifest.model_validate_json(read_text(self.manifest_path))
         except ValidationError as err:
             raise InputError(f"{self.manifest_path} is not a valid run manifest: {_first_error(err)}") from None
 
@@ -95,9 +96,9 @@ class RunFolder:
         A last line without its newline is a write torn by a crash: it is dropped (and,
         with ``repair_torn_tail``, cut from the file so appends stay line-aligned).
         """
-        if not self.probes_path.is_file():
+        if not self.probes_path.exists():
             return []
-        raw = self.probes_path.read_bytes()
+        raw = read_bytes(self.probes_path)
         if raw and not raw.endswith(b"\n"):
             keep = raw.rfind(b"\n") + 1
             log.warning("dropping a torn last line in %s (a crash mid-write)", self.probes_path)

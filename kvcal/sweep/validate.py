@@ -11,6 +11,7 @@ judged "given"; defaults never conflict.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvcal.errors import InputError
@@ -48,6 +49,11 @@ def check_settings(config: "SweepConfig") -> None:
     """Everything about the settings that pydantic's per-field checks cannot see."""
     given = config.model_fields_set
     check_run_name(config.name)
+    where = Path(config.output_dir)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if where.exists() and not where.is_dir():
+        raise InputError(f"--output-dir {config.output_dir}: {where} is a file, not a folder")
     if config.engine == "sim":
         stray = [f for f in ENGINE_ONLY if f in given]
         if stray:

@@ -1,0 +1,57 @@
+"""Where a command may write: never over one of its own inputs or a run's records, never onto a folder.
+
+Checked before any work is done, so a refused output costs nothing and damages nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from kvcal.errors import InputError
+
+# What `kvcal sweep` owns in a run folder; only `kvcal fit` writes beside them (fit.json).
+RUN_RECORDS = ("run.json", "probes.jsonl", "summary.csv", ".lock")
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
+
+
+def _inside(child: Path, folder: Path) -> bool:
+    try:
+        child.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def check_output(path: Path | None, flag: str, inputs: Iterable[Path | None] = ()) -> None:
+    """Refuse an output that is a folder, lies under a file, is one of ``inputs`` or a run's own record."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{flag} {path} is a folder; give a file name")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise InputError(f"{flag} {path}: {parent} is a file, not a folder")
+    if path.is_symlink() and not path.exists():
+        raise InputError(f"{flag} {path} is a dangling symbolic link; remove it or write elsewhere")
+    for given in inputs:
+        if given is None:
+            continue
+        given = Path(given)
+        if _same(path, given) or (given.is_dir() and _inside(path, given) and path.name in RUN_RECORDS):
+            raise InputError(f"{flag} {path} is an input of this command; write the output elsewhere")
+    folder = path.parent
+    if path.name in RUN_RECORDS and (folder / "run.json").is_file() or folder.name == "logs" and (folder.parent / "run.json").is_file():
+        raise InputError(f"{flag} {path} is a record of the run in {folder}; write the output elsewhere")

@@ -1,0 +1,81 @@
+"""Reading files a user names: one place that turns every way a path can be wrong into one line.
+
+``read_bytes``/``read_text`` open with ``O_NONBLOCK`` and check the opened file with
+``fstat``: a FIFO or device is refused instead of blocking forever, a directory is
+called a directory (not "no such file"), an unreadable file says so, and text that is
+not UTF-8 is named as such. Every failure is an :class:`~kvcal.errors.InputError`
+naming the file (``what`` says which input it was, e.g. ``--values values.yaml``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from kvcal.errors import InputError
+
+KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+         stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
+MAX_BYTES = 512 * 1024 * 1024  # no kvcal input comes near; a bigger one is a wrong file
+
+
+def describe(path: Path) -> str | None:
+    """What is wrong with ``path`` as an input file, or None when it is a readable regular file so far."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "dangling symbolic link" if os.path.islink(path) else "no such file"
+    except NotADirectoryError:
+        return "no such file (a part of the path is a file, not a folder)"
+    except OSError as err:
+        return err.strerror or str(err)
+    if not stat.S_ISREG(mode):
+        return f"is {KINDS.get(stat.S_IFMT(mode), 'not a regular file')}, expected a file"
+    return None
+
+
+def read_bytes(path: str | Path, what: str | None = None) -> bytes:
+    """The whole file, or an InputError naming it."""
+    path = Path(path)
+    label = what or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        problem = describe(path) if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP) else None
+        raise InputError(f"{label}: {problem or err.strerror or err}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{label}: is {KINDS.get(stat.S_IFMT(info.st_mode), 'not a regular file')}, expected a file")
+        if info.st_size > MAX_BYTES:
+            raise InputError(f"{label}: {info.st_size:,} bytes is far too large for a kvcal input")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    except OSError as err:
+        raise InputError(f"{label}: cannot read ({err.strerror or err})") from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | Path, what: str | None = None, *, bom: bool = False) -> str:
+    """The file as UTF-8 text (``bom``: drop a leading byte-order mark), or an InputError naming it."""
+    data = read_bytes(path, what)
+    try:
+        return data.decode("utf-8-sig" if bom else "utf-8")
+    except UnicodeDecodeError as err:
+        kind = "not a text file (binary data)" if b"\0" in data[:4096] else "not UTF-8 text"
+        raise InputError(f"{what or path}: {kind} (byte {err.start} cannot be decoded)") from None
+
+
+def check_input(path: str | Path, what: str | None = None, *, folder_ok: bool = False) -> Path:
+    """``path`` exists and is a regular file (or, with ``folder_ok``, a folder)."""
+    path = Path(path)
+    if folder_ok and path.is_dir():
+        return path
+    problem = describe(path)
+    if problem is not None:
+        raise InputError(f"{what or path}: {problem}")
+    return path
