@@ -55,3 +55,26 @@ def check_output(path: Path | None, flag: str, inputs: Iterable[Path | None] = (
     folder = path.parent
     if path.name in RUN_RECORDS and (folder / "run.json").is_file() or folder.name == "logs" and (folder.parent / "run.json").is_file():
         raise InputError(f"{flag} {path} is a record of the run in {folder}; write the output elsewhere")
+
+
+def exclusive_backup(target: Path) -> Path:
+    """Copy ``target`` to the first free ``NAME.bak``, ``NAME.bak.1``, ...; returns the backup.
+
+    Each name is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``: a name that exists in any
+    form, a dangling symbolic link included, is skipped, so the backup is never written
+    through a link or over another file, even if one appears meanwhile.
+    """
+    import shutil
+
+    target = Path(target)
+    for n in range(1000):
+        candidate = target.with_name(target.name + (".bak" if n == 0 else f".bak.{n}"))
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "wb") as out, open(target, "rb") as src:
+            shutil.copyfileobj(src, out)
+        shutil.copystat(target, candidate, follow_symlinks=False)
+        return candidate
+    raise InputError(f"{target}: 1000 backups already exist beside it; clean them up")

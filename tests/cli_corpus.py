@@ -385,8 +385,6 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
     add("values-without-helm", "flag-combination", "emit-config", {"values": "{values}"})
     add("format-bogus", "choice", "emit-config", {"format": "bogus"})
     add("margin-negative", "range", "emit-config", {"margin": "-1"})
-    add("bak-dangling-link", "unsafe-backup", "emit-config", {"format": "helm", "in_place": True},
-        setup=lambda ws: {"values": str(_bak_link(ws))})
     add("tolerance-negative", "range", "compare", {"tolerance": "-0.1"})
     add("values-laughs", "yaml-aliases", "compare", {}, setup=_set("values", FILE_KINDS["yaml-aliases"]))
     add("values-object", "yaml-object", "compare", {}, setup=_set("values", FILE_KINDS["yaml-python-object"]))
@@ -399,15 +397,6 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
     add("predict-devices-zero", "range", "predict", {"devices": "0"})
     add("k8s-bad-name", "k8s-name", "k8s-job", {"name": "Not_A_DNS_Label"})
     return cases
-
-
-def _bak_link(ws: Path) -> Path:
-    """A values file whose .bak is a dangling symlink: --in-place must not write through it."""
-    values = ws / "linked" / "values.yaml"
-    values.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ws / PLACES["values"], values)
-    (values.parent / "values.yaml.bak").symlink_to(ws / "linked" / "escaped-backup")
-    return values
 
 
 # --- checks ---------------------------------------------------------------------------------------

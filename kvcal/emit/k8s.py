@@ -204,6 +204,11 @@ def job_manifest(spec: JobSpec) -> dict[str, Any]:
     }
 
 
+def _comment(text: str) -> str:
+    """A user string inside a YAML comment: control characters escaped, so a newline cannot end the comment."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
 def render_job(spec: JobSpec) -> str:
     """The manifest as YAML, with a header saying how to apply it and read the result."""
     yaml = YAML(typ="rt")
@@ -211,10 +216,11 @@ def render_job(spec: JobSpec) -> str:
     yaml.indent(mapping=2, sequence=4, offset=2)
     buf = io.StringIO()
     yaml.dump(job_manifest(spec), buf)
-    storage = f"PVC {spec.pvc}" if spec.pvc else "an emptyDir (lost with the pod: pass --pvc to keep the run folder)"
+    storage = f"PVC {_comment(spec.pvc)}" if spec.pvc else "an emptyDir (lost with the pod: pass --pvc to keep the run folder)"
     head = (
-        f"# kvcal k8s-job: in-cluster calibration of {spec.model} over {spec.transport}; results on {storage}.\n"
-        f"# kubectl apply -f job.yaml && kubectl -n {spec.namespace} logs -f job/{spec.name}\n"
+        f"# kvcal k8s-job: in-cluster calibration of {_comment(spec.model)} over {_comment(spec.transport)}; "
+        f"results on {storage}.\n"
+        f"# kubectl apply -f job.yaml && kubectl -n {_comment(spec.namespace)} logs -f job/{_comment(spec.name)}\n"
         "# The last lines of the log are the emit-config JSON; exit 3 means P2P is not recommended here.\n"
     )
     return head + buf.getvalue()
