@@ -204,8 +204,10 @@ def _write(path: Path, data: bytes | str) -> Path:
 
 
 def _damaged_run(ws: Path, name: str, edit: Callable[[Path], None]) -> Path:
+    """A copy of the good run with ``edit`` applied and no fit.json (so every reader must read the damage)."""
     target = ws / "damaged" / name
     shutil.copytree(ws / PLACES["run"], target, symlinks=True)
+    _unlink(target / "fit.json")
     edit(target)
     return target
 
@@ -375,7 +377,7 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
     add("resume-changed-seed", "resume", "sweep", {"name": "good", "resume": True, "seed": "5", "prefix_lengths": None})
     add("dry-run-resume-missing", "resume", "sweep", {"name": "none", "resume": True, "dry_run": True})
     add("config-unknown-key", "campaign", "sweep", {}, setup=_set("config", lambda ws: _write(ws / "bad" / "c.yaml", "nope: 1\n")))
-    add("config-bad-type", "campaign", "sweep", {}, setup=_set("config", lambda ws: _write(ws / "bad" / "c.yaml", "reps: many\n")))
+    add("config-bad-type", "campaign", "sweep", {}, setup=_set("config", lambda ws: _write(ws / "bad" / "c.yaml", "block-size: many\n")))
     add("config-deep", "campaign", "sweep", {}, setup=_set("config", lambda ws: _write(ws / "bad" / "c.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n")))
     add("helm-laughs", "yaml-aliases", "emit-config", {"format": "helm"}, setup=_set("values", FILE_KINDS["yaml-aliases"]))
     add("helm-object", "yaml-object", "emit-config", {"format": "helm"}, setup=_set("values", FILE_KINDS["yaml-python-object"]))

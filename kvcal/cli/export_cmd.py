@@ -25,6 +25,7 @@ def export(
     folder = RunFolder(run)
     if not RunFolder.is_run_folder(run):
         raise InputError(f"{run} is not a kvcal run folder (no run.json)")
+    folder.manifest()  # a damaged run.json is a damaged run: say so rather than export it
     rows = export_interchange(folder, output)
     info(f"kvcal: wrote {rows} probes to {output}")
 

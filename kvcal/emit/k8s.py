@@ -86,8 +86,10 @@ class JobSpec:
         consumer = validate_url(self.consumer_url, "--consumer-url")
         if producer == consumer:
             raise InputError("--producer-url and --consumer-url are the same engine; give two distinct pods")
-        if any(n <= 0 for n in self.prefix_lengths):
-            raise InputError(f"--prefix-lengths must be positive token counts (got {','.join(map(str, self.prefix_lengths))})")
+        if self.prefix_lengths:  # the sweep's own check, here rather than in the cluster minutes later
+            from kvcal.sweep.plan import validate_prefix_lengths
+
+            validate_prefix_lengths(list(self.prefix_lengths), _block_size(self.extra_args), None)
         if self.reps is not None and self.reps < 1:
             raise InputError(f"--reps must be >= 1 (got {self.reps})")
         if self.producer_p2p_host is not None:
@@ -113,6 +115,19 @@ class JobSpec:
     @property
     def run(self) -> str:
         return self.run_name or self.name
+
+
+def _block_size(extra_args: tuple[str, ...]) -> int:
+    """The --block-size the Job's sweep will use (64, kvcal sweep's default, unless passed after --)."""
+    for i, arg in enumerate(extra_args):
+        value = arg.split("=", 1)[1] if arg.startswith("--block-size=") else (
+            extra_args[i + 1] if arg == "--block-size" and i + 1 < len(extra_args) else None)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                raise InputError(f"extra sweep argument --block-size {value!r} is not an integer") from None
+    return 64
 
 
 def _dns_label(value: str, flag: str) -> None:

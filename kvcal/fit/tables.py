@@ -54,6 +54,11 @@ CSV_REQUIRED = ("prefix_tokens", "leg", "ttft_ms")
 CSV_OPTIONAL = ("rep", "bytes_moved", "valid")
 LEGS = (Leg.RECOMPUTE.value, Leg.PULL.value)
 MB = 1_000_000  # the llm-d Job divides byte deltas by 1e6 for its pulled_MB column
+# Bounds that keep the fit's arithmetic finite (int64 columns, squared lengths, least squares):
+# far above any real model's context or any real TTFT, far below overflow.
+MAX_TOKENS = 10**9
+MAX_INT = 2**53
+MAX_MS = 1e9
 
 _TABLE_HEADER = re.compile(r"^\s*tokens\s+recompute_ms\s+pull_ms\b", re.IGNORECASE)
 _INT = re.compile(r"^[+]?\d+$")
@@ -224,7 +229,13 @@ def _load_csv(path: Path, text: str) -> ProbeTable:
     missing = [c for c in CSV_REQUIRED if c not in header]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)} (need prefix_tokens, leg, ttft_ms)")
-    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
+    for number, row in enumerate(reader, start=2):
+        if row and len(row) != len(header):
+            raise InputError(f"{path} row {number}: {len(row)} fields, the header has {len(header)}")
+    try:
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
+    except (ValueError, pd.errors.ParserError) as err:
+        raise InputError(f"{path}: not a readable CSV ({str(err).splitlines()[0]})") from None
     frame.columns = header
     extra = [c for c in header if c not in CSV_REQUIRED + CSV_OPTIONAL]
     notes = [f"ignored unknown column(s): {', '.join(extra)}"] if extra else []
@@ -271,6 +282,9 @@ def _int_field(value: str, name: str, where: str, *, positive: bool = False) -> 
         raise InputError(f"{where}: {name} '{text}' is not a whole number")
     if number < 0 or (positive and number == 0):
         raise InputError(f"{where}: {name} must be {'positive' if positive else 'non-negative'}, got {text}")
+    limit = MAX_TOKENS if name in ("prefix_tokens", "tokens", "rep") else MAX_INT
+    if number > limit:
+        raise InputError(f"{where}: {name} {text} is beyond any plausible value (at most {limit:.3g})")
     return int(number)
 
 
@@ -278,6 +292,8 @@ def _time_field(value: str, name: str, where: str) -> float:
     number = _number(str(value).strip(), name, where)
     if number <= 0:
         raise InputError(f"{where}: {name} must be positive, got {str(value).strip()}")
+    if number > MAX_MS:
+        raise InputError(f"{where}: {name} {str(value).strip()} ms is beyond any plausible time (at most {MAX_MS:.0e} ms)")
     return number
 
 
@@ -329,8 +345,8 @@ def _load_llmd_table(path: Path, text: str) -> ProbeTable:
         moved = None
         if len(fields) == 5:
             megabytes = _number(fields[4], "pulled_MB", where)
-            if megabytes < 0:
-                raise InputError(f"{where}: pulled_MB must be non-negative, got {fields[4]}")
+            if megabytes < 0 or megabytes * MB > MAX_INT:
+                raise InputError(f"{where}: pulled_MB must be non-negative and plausible, got {fields[4]}")
             moved = int(round(megabytes * MB))
         if moved == 0:
             n_zero += 1  # the recipe counts a length only when its pulls moved bytes: this row timed recompute twice

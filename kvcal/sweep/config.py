@@ -198,7 +198,7 @@ def load_campaign_file(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         raise InputError(f"campaign file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
     if data is None:
-        return {}
+        raise InputError(f"campaign file {path} holds no settings (it is empty)")
     if not isinstance(data, dict):
         raise InputError(f"campaign file {path} must be a mapping of settings, got {type(data).__name__}")
     return {str(key).replace("-", "_"): value for key, value in data.items()}

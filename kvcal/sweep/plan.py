@@ -15,6 +15,8 @@ from kvcal.records import Leg, PlannedProbe
 
 __all__ = ["PlannedProbe", "build_plan", "default_prefix_lengths", "validate_prefix_lengths"]
 
+MAX_PREFIX_TOKENS = 10**9  # far beyond any context window; keeps every later product finite
+
 
 def default_prefix_lengths(block_size: int, max_model_len: int) -> list[int]:
     """A ladder of 1x and 1.5x powers of two from 256 tokens up to the model's limit.
@@ -46,6 +48,8 @@ def validate_prefix_lengths(lengths: list[int], block_size: int, max_model_len: 
     for n in lengths:
         if n <= 0:
             raise InputError(f"prefix length {n} is not positive")
+        if n > MAX_PREFIX_TOKENS:
+            raise InputError(f"prefix length {n} is beyond any model's context (at most {MAX_PREFIX_TOKENS:,} tokens)")
         if n % block_size:
             below, above = (n // block_size) * block_size, (n // block_size + 1) * block_size
             nearest = f"{below} or {above}" if below else f"{above}"
