@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from kvcal.engines.metrics import Snapshot, parse_metrics
-from kvcal.errors import EngineError
+from kvcal.errors import EngineError, InputError
 
 _NS_PER_MS = 1e6
 
@@ -44,6 +44,15 @@ class Completion:
     body: dict[str, Any]
 
 
+def _event(payload: str) -> dict[str, Any] | None:
+    """One SSE ``data:`` payload as a JSON object, or None when it is not one."""
+    try:
+        event = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    return event if isinstance(event, dict) else None
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[:limit] + "..."
@@ -64,9 +73,12 @@ class EngineClient:
         self.base_url = base_url.rstrip("/")
         self.name = name
         self.model = model
-        self._client = httpx.Client(
-            base_url=self.base_url, timeout=httpx.Timeout(request_timeout_s, connect=5.0), transport=transport
-        )
+        try:
+            self._client = httpx.Client(
+                base_url=self.base_url, timeout=httpx.Timeout(request_timeout_s, connect=5.0), transport=transport
+            )
+        except (httpx.InvalidURL, ValueError, TypeError) as err:
+            raise InputError(f"{name} URL {base_url!r} is not usable: {err}") from None
 
     def close(self) -> None:
         self._client.close()
@@ -83,9 +95,12 @@ class EngineClient:
         if response.status_code != 200:
             raise self._fail("not a vLLM OpenAI server", f"GET /v1/models answered HTTP {response.status_code}")
         try:
-            return response.json()
+            data = response.json()
         except ValueError:
             raise self._fail("not a vLLM OpenAI server", "GET /v1/models did not answer JSON") from None
+        if not isinstance(data, dict):
+            raise self._fail("not a vLLM OpenAI server", "GET /v1/models did not answer a JSON object")
+        return data
 
     def served_model(self) -> str:
         """The served model name (first of ``/v1/models``), cached after the first call."""
@@ -93,6 +108,8 @@ class EngineClient:
             data = self.models().get("data") or []
             if not data:
                 raise self._fail("cannot list models", "the server serves no model")
+            if not isinstance(data, list) or not isinstance(data[0], dict) or "id" not in data[0]:
+                raise self._fail("not a vLLM OpenAI server", "GET /v1/models answered no model id")
             self.model = str(data[0]["id"])
         return self.model
 
@@ -137,12 +154,17 @@ class EngineClient:
                     payload = line[5:].strip()
                     if payload == "[DONE]":
                         break
-                    event = json.loads(payload)
+                    event = _event(payload)
+                    if event is None:
+                        raise self._fail("completion failed", f"the engine sent a malformed stream event: {payload[:120]!r}")
                     if "error" in event:
-                        raise self._fail("completion failed", event["error"].get("message", event["error"]))
-                    if first_ns is None and event.get("choices"):
+                        error = event["error"]
+                        raise self._fail("completion failed", error.get("message", error) if isinstance(error, dict) else error)
+                    choices = event.get("choices")
+                    if first_ns is None and choices:
                         first_ns = time.perf_counter_ns()
-                        text = event["choices"][0].get("text")
+                        first = choices[0] if isinstance(choices, list) else None
+                        text = first.get("text") if isinstance(first, dict) else None
         except httpx.HTTPError as err:
             raise self._fail("completion request failed", f"{type(err).__name__}: {err}") from None
         end_ns = time.perf_counter_ns()
@@ -165,5 +187,10 @@ class EngineClient:
         elapsed_ms = (time.perf_counter_ns() - start_ns) / _NS_PER_MS
         if response.status_code != 200:
             raise self._fail(f"completion failed with HTTP {response.status_code}", response.text)
-        data = response.json()
+        try:
+            data = response.json()
+        except ValueError:
+            raise self._fail("completion failed", f"the engine answered no JSON: {response.text[:120]!r}") from None
+        if not isinstance(data, dict):
+            raise self._fail("completion failed", "the engine answered JSON that is not an object")
         return Completion(elapsed_ms=elapsed_ms, kv_transfer_params=data.get("kv_transfer_params"), body=data)

@@ -249,3 +249,37 @@ def test_random_bytes_and_flags_never_crash_or_touch_the_input(tmp_path_factory,
     found = [p for p in problems(code, out.getvalue(), err.getvalue(), before, snapshot(ws))
              if not (code == 0 and p == "exit 0 on bad input") and not (code == 0 and "lines of output" in p)]
     assert not found, f"kvcal {' '.join(argv)} -> {code}: {found}\n{err.getvalue()[-1000:]}"
+
+
+# --- engines answering garbage mid-sweep ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("events", [["{not json"], ["[1, 2]"], ['"text"'], ['{"error": "plain string"}'],
+                                    ['{"choices": "x"}', "[DONE]"], ["{" * 5000]])
+def test_malformed_stream_events_are_engine_errors(events):
+    import httpx
+
+    from kvcal.engines.http import EngineClient
+    from kvcal.errors import EngineError
+
+    body = "".join(f"data: {e}\n\n" for e in events).encode()
+    client = EngineClient("http://engine", name="consumer", model="m", transport=httpx.MockTransport(
+        lambda r: httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})))
+    try:
+        client.stream_completion([1])
+    except EngineError:
+        pass  # the only acceptable failure; '{"choices": "x"}' may also count as a token
+
+
+def test_malformed_json_bodies_are_engine_errors():
+    import httpx
+
+    from kvcal.engines.http import EngineClient
+    from kvcal.errors import EngineError
+
+    for response in (httpx.Response(200, content=b"<html>"), httpx.Response(200, json=[1, 2])):
+        client = EngineClient("http://engine", name="producer", transport=httpx.MockTransport(lambda r, resp=response: resp))
+        with pytest.raises(EngineError):
+            client.complete([1])
+        with pytest.raises(EngineError):
+            client.served_model()
