@@ -89,7 +89,10 @@ class JobSpec:
         if self.prefix_lengths:  # the sweep's own check, here rather than in the cluster minutes later
             from kvcal.sweep.plan import validate_prefix_lengths
 
-            validate_prefix_lengths(list(self.prefix_lengths), _block_size(self.extra_args), None)
+            try:
+                validate_prefix_lengths(list(self.prefix_lengths), _block_size(self.extra_args), None)
+            except InputError as err:
+                raise InputError(f"--prefix-lengths: {err}") from None
         if self.reps is not None and self.reps < 1:
             raise InputError(f"--reps must be >= 1 (got {self.reps})")
         if self.producer_p2p_host is not None:
