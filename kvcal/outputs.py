@@ -32,8 +32,11 @@ def _inside(child: Path, folder: Path) -> bool:
     return True
 
 
-def check_output(path: Path | None, flag: str, inputs: Iterable[Path | None] = ()) -> None:
-    """Refuse an output that is a folder, lies under a file, is one of ``inputs`` or a run's own record."""
+def check_output(path: Path | None, flag: str, inputs: Iterable[Path | None] = (), *, fit_json: bool = False) -> None:
+    """Refuse an output that is a folder, lies under a file, is one of ``inputs`` or a run's own record.
+
+    ``fit_json``: the command is ``kvcal fit``, the one writer of a run folder's fit.json.
+    """
     if path is None:
         return
     path = Path(path)
@@ -46,14 +49,15 @@ def check_output(path: Path | None, flag: str, inputs: Iterable[Path | None] = (
         raise InputError(f"{flag} {path}: {parent} is a file, not a folder")
     if path.is_symlink() and not path.exists():
         raise InputError(f"{flag} {path} is a dangling symbolic link; remove it or write elsewhere")
+    records = RUN_RECORDS if fit_json else (*RUN_RECORDS, "fit.json")
     for given in inputs:
         if given is None:
             continue
         given = Path(given)
-        if _same(path, given) or (given.is_dir() and _inside(path, given) and path.name in RUN_RECORDS):
+        if _same(path, given) or (given.is_dir() and _inside(path, given) and path.name in records):
             raise InputError(f"{flag} {path} is an input of this command; write the output elsewhere")
     folder = path.parent
-    if path.name in RUN_RECORDS and (folder / "run.json").is_file() or folder.name == "logs" and (folder.parent / "run.json").is_file():
+    if path.name in records and (folder / "run.json").is_file() or folder.name == "logs" and (folder.parent / "run.json").is_file():
         raise InputError(f"{flag} {path} is a record of the run in {folder}; write the output elsewhere")
 
 

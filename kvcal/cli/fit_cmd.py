@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         from kvcal.fit import dumps, fit_and_write, write_fit
         from kvcal.outputs import check_output
 
-        check_output(output, "--output", [input, *(per_request or []), epp_log, idle])
+        check_output(output, "--output", [input, *(per_request or []), epp_log, idle], fit_json=True)
         from kvcal.fit.inputs import supplied_setup
 
         if per_request or epp_log or idle:

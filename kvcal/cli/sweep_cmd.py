@@ -107,7 +107,10 @@ def sweep(
                 typer.echo(f"{choice.prefix_tokens}\t{choice.leg.value}\tx{choice.count}")
             return
         left = " left to run" if resume else ""
-        typer.echo(f"# {len(plan.plan)} probes{left} over lengths {','.join(map(str, lengths))}, in this order:")
+        if not plan.plan:
+            typer.echo("# nothing left to run: every probe of the plan has a valid record")
+        else:
+            typer.echo(f"# {len(plan.plan)} probes{left} over lengths {','.join(map(str, lengths))}, in this order:")
         for probe in plan.plan:
             state = f"\t{probe.load_state}" if probe.load_state else ""
             typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}{state}")

@@ -137,7 +137,7 @@ def test_resume_refuses_changed_flags_naming_them(tmp_path, kvcal):
 def test_dry_run_with_resume_shows_what_is_left(tmp_path, kvcal):
     assert kvcal(*sim_sweep(tmp_path, "--name", "r")).code == 0
     result = kvcal("sweep", "--engine", "sim", "--output-dir", tmp_path, "--name", "r", "--resume", "--dry-run")
-    assert result.code == 0 and "# 0 probes left to run" in result.out
+    assert result.code == 0 and "nothing left to run" in result.out
 
 
 @pytest.mark.parametrize("flags, named", [
@@ -175,6 +175,20 @@ def test_the_same_engine_twice_is_refused(tmp_path, kvcal):
 
 
 # --- writes -----------------------------------------------------------------------------------------
+
+
+def test_outputs_never_land_on_a_runs_records(tmp_path, kvcal):
+    assert kvcal(*sim_sweep(tmp_path, "--name", "r")).code == 0
+    run = tmp_path / "r"
+    before = snapshot(run)
+    for args in (["export", run, "-o", run / "probes.jsonl"], ["fit", run, "-o", run / "run.json", "--resamples", "0"],
+                 ["compare", run, run, "--markdown", run / "fit.json"], ["plot", run, "-o", run / "summary.csv"],
+                 ["export", run, "-o", run]):
+        result = kvcal(*args)
+        assert result.code == 2 and result.err.count("\n") == 1, args
+    assert snapshot(run) == before and not (run / "fit.json").exists()
+    assert kvcal("fit", run, "-o", run / "fit.json", "--resamples", "0").code == 0  # fit writes the run's fit.json
+    assert kvcal("fit", run, "-o", run / "fit.json", "--resamples", "0").code == 0  # and may rewrite it
 
 
 def test_in_place_never_writes_a_backup_through_a_dangling_link(tmp_path, kvcal):
