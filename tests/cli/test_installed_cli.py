@@ -24,7 +24,8 @@ import pytest
 from cli_corpus import build_workspace, generated_cases, problems, snapshot
 from kvcal.cli.app import app
 
-CASE_TIMEOUT_S = 60
+# A hang is minutes; a loaded 2-core CI machine takes up to ~40 s to import the fit stack (scipy.stats).
+CASE_TIMEOUT_S = int(os.environ.get("KVCAL_CASE_TIMEOUT_S", "120"))
 SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
 DROP_DAC = (["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
             if os.geteuid() == 0 and shutil.which("setpriv") else [])
@@ -77,7 +78,7 @@ def outcomes(tmp_path_factory):
             found.append("did not finish")
         return case.id, (args, code, found, (out + err)[-600:])
 
-    with ThreadPoolExecutor(max_workers=max(2, min(8, (os.cpu_count() or 2) * 2))) as pool:
+    with ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2))) as pool:
         return dict(pool.map(one, enumerate(CASES)))
 
 
