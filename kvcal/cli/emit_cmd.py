@@ -9,7 +9,7 @@ import typer
 
 from kvcal.cli.options import byte_size
 from kvcal.cli.output import info, warn
-from kvcal.emit.formats import DEFAULT_MARGIN, FORMATS, EmitOptions, emit
+from kvcal.emit.options import DEFAULT_MARGIN, FORMATS, EmitOptions
 
 EPILOG = """Examples:
 
@@ -81,6 +81,8 @@ def emit_config(
         cpu_bytes_to_use=byte_size(cpu_bytes_to_use, "--cpu-bytes-to-use"), model=model, chunk_size=chunk_size,
         with_costmodel=with_costmodel, allow_extrapolation=allow_extrapolation, allow_disturbed=allow_disturbed,
     )
+    from kvcal.emit.formats import emit  # the fit stack loads only when the command runs (fast --help)
+
     result = emit(input_path, options)
     for line in result.notes:
         info(f"kvcal: {line}")

@@ -32,6 +32,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError
 from kvcal.sweep.config import flag_of, launch_only_flags, sweep_argv
+from kvcal.sweep.plan import validate_prefix_lengths
 from kvcal.urls import parse_engine_url
 
 RESULTS_MOUNT = "/results"
@@ -87,8 +88,6 @@ class JobSpec:
         if producer == consumer:
             raise InputError("--producer-url and --consumer-url are the same engine; give two distinct pods")
         if self.prefix_lengths:  # the sweep's own check, here rather than in the cluster minutes later
-            from kvcal.sweep.plan import validate_prefix_lengths
-
             try:
                 validate_prefix_lengths(list(self.prefix_lengths), _block_size(self.extra_args), None)
             except InputError as err:

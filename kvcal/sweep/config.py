@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kvcal.engines.sim_costs import SimCosts
 from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError
+from kvcal.sweep.validate import check_settings
 from kvcal.userfiles import read_text
 from kvcal.yaml_guard import load_pyyaml
 
@@ -215,7 +216,5 @@ def resolve_config(file_settings: dict[str, Any], flag_settings: dict[str, Any])
         where = ".".join(str(p) for p in first.get("loc", ()))
         hint = " (unknown setting)" if first.get("type") == "extra_forbidden" else ""
         raise InputError(f"setting '{where}': {first.get('msg')}{hint}") from None
-    from kvcal.sweep.validate import check_settings
-
     check_settings(config)
     return config

@@ -12,13 +12,11 @@ judged "given"; defaults never conflict.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvcal.errors import InputError
 from kvcal.urls import check_pair_urls
 
-if TYPE_CHECKING:
-    from kvcal.sweep.config import SweepConfig
 
 # Field -> flag where the flag is not simply --field-with-dashes.
 FLAG_NAMES = {"startup_timeout_s": "--startup-timeout", "engine_args": "--engine-arg", "sim": "sim (campaign file)",
@@ -45,7 +43,7 @@ def check_run_name(name: str | None) -> None:
                          f"got {name!r}")
 
 
-def check_settings(config: "SweepConfig") -> None:
+def check_settings(config: Any) -> None:
     """Everything about the settings that pydantic's per-field checks cannot see."""
     given = config.model_fields_set
     check_run_name(config.name)
@@ -74,7 +72,7 @@ def check_settings(config: "SweepConfig") -> None:
             raise InputError(f"{', '.join(flag(f) for f in stray)} apply to --transport p2p-tier only")
 
 
-def check_resume(stored: "SweepConfig", requested: "SweepConfig") -> None:
+def check_resume(stored: Any, requested: Any) -> None:
     """--resume continues the stored run as it was planned: refuse given flags that differ from it."""
     changed = []
     for field in sorted(requested.model_fields_set - set(RESUME_LOCATORS)):
