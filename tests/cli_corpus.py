@@ -365,7 +365,7 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
     add("same-url", "url", "k8s-job", {"producer_url": "http://10.0.0.1:8000", "consumer_url": "http://10.0.0.1:8000"})
     add("sim-with-urls", "engine-flags", "sweep", {"producer_url": "http://127.0.0.1:9", "consumer_url": "http://127.0.0.1:10"})
     add("sim-with-gpus", "engine-flags", "sweep", {"producer_gpus": "0"})
-    add("sim-with-engine-arg", "engine-flags", "sweep", {"engine_arg": ["--enforce-eager"]})
+    add("sim-with-engine-arg", "engine-flags", "sweep", {"__extra__": ["--engine-arg=--enforce-eager"]})
     add("engine-bogus", "choice", "sweep", {"engine": "bogus"})
     add("transport-bogus", "choice", "sweep", {"transport": "bogus"})
     add("reps-zero", "range", "sweep", {"reps": "0"})
