@@ -384,7 +384,6 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
     add("helm-list", "yaml-shape", "emit-config", {"format": "helm"}, setup=_set("values", FILE_KINDS["yaml-list"]))
     add("helm-binary", "yaml-shape", "emit-config", {"format": "helm"}, setup=_set("values", FILE_KINDS["binary"]))
     add("helm-no-values", "flag-combination", "emit-config", {"format": "helm", "in_place": True})
-    add("values-without-helm", "flag-combination", "emit-config", {"values": "{values}"})
     add("format-bogus", "choice", "emit-config", {"format": "bogus"})
     add("margin-negative", "range", "emit-config", {"margin": "-1"})
     add("tolerance-negative", "range", "compare", {"tolerance": "-0.1"})
