@@ -10,16 +10,12 @@ Three inputs are accepted and detected by shape, not by file name:
   (int), ``leg`` (``recompute``|``pull``), ``ttft_ms`` (float) and optionally
   ``rep`` (int), ``bytes_moved`` (int) and ``valid`` (bool; rows with false are
   excluded and counted); one row per probe;
-* the **llm-d calibration Job table** (its log, pasted or saved): whitespace
-  separated rows ``tokens recompute_ms pull_ms [delta[%]] [pulled_MB]``, each row
-  one length (the Job prints 5-rep medians). A header line is optional, and so is
-  the RFC 3339 stamp ``kubectl logs --timestamps`` puts before each line. A line
-  whose first field is not an integer (``src=...``, ``mesh warm: ...``,
-  ``MIN_CACHED_TOKEN_DELTA=2048``) is log chatter and skipped; a line that starts
-  with an integer is a row and must parse in full, or loading fails.
+* the **llm-d calibration Job table** (its log): rows ``tokens recompute_ms pull_ms
+  [delta[%]] [pulled_MB]`` of 5-rep medians, one per length; header and ``kubectl logs
+  --timestamps`` stamps optional; a line not starting with an integer is chatter and
+  skipped, one that does must parse in full.
 
-Every problem a user can cause raises :class:`~kvcal.errors.InputError` with one
-line that names the file and, where it applies, the line or row.
+A user's mistake raises :class:`~kvcal.errors.InputError` naming the file and line or row.
 """
 
 from __future__ import annotations

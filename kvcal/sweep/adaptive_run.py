@@ -28,6 +28,7 @@ from kvcal.sweep.plan import PlannedProbe, validate_prefix_lengths
 from kvcal.sweep.progress import SweepProgress
 from kvcal.sweep.recorder import RunFolder, _atomic_write, attempts_so_far, completed_probe_ids
 from kvcal.sweep.progress import NullProgress
+from kvcal.sweep.lock import claim_run_folder
 from kvcal.sweep.runner import PairFactory, PromptSource, SweepOutcome, _manifest, _prepare, _probe_until_valid, make_pair, run_sweep
 from kvcal.engines.process import sigterm_raises
 
@@ -115,8 +116,11 @@ def run_campaign(config: SweepConfig, *, resume: bool = False, pair_factory: Pai
     prepared, run, stored_plan = _prepare(config, resume)
     if not prepared.adaptive:
         return run_sweep(config, resume=resume, pair_factory=pair_factory, progress=progress)
-    return run_adaptive(prepared, run, stored_plan, requested=config, pair_factory=pair_factory,
-                        progress=progress or NullProgress())
+    if prepared.load_states != ["idle"]:
+        raise InputError("--adaptive chooses lengths for the idle break-even; run --load-states as a planned sweep")
+    with claim_run_folder(run.path, new=stored_plan is None):  # one sweep per run folder (kvcal/sweep/lock.py)
+        return run_adaptive(prepared, run, stored_plan, requested=config, pair_factory=pair_factory,
+                            progress=progress or NullProgress())
 
 
 def run_adaptive(config: SweepConfig, run: RunFolder, stored_plan: list[PlannedProbe] | None, *,

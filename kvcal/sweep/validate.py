@@ -28,6 +28,8 @@ LAUNCH_ONLY = ("producer_gpus", "consumer_gpus", "producer_cpus", "consumer_cpus
 P2P_TIER_ONLY = ("producer_p2p_host", "producer_p2p_port")
 # What --resume may be given beside the stored settings: where the run is, and nothing that changes it.
 RESUME_LOCATORS = ("output_dir", "name")
+# An adaptive campaign's stop rules may be given again on --resume to run it further (kvcal/sweep/adaptive_run.py).
+RESUME_ADJUSTABLE = ("target_width", "max_probes", "max_engine_seconds")
 
 
 def flag(field: str) -> str:
@@ -75,7 +77,7 @@ def check_settings(config: Any) -> None:
 def check_resume(stored: Any, requested: Any) -> None:
     """--resume continues the stored run as it was planned: refuse given flags that differ from it."""
     changed = []
-    for field in sorted(requested.model_fields_set - set(RESUME_LOCATORS)):
+    for field in sorted(requested.model_fields_set - set(RESUME_LOCATORS) - set(RESUME_ADJUSTABLE)):
         mine, theirs = getattr(requested, field), getattr(stored, field)
         if _comparable(mine) != _comparable(theirs):
             changed.append(f"{flag(field)} {_show(mine)} (the run has {_show(theirs)})")

@@ -13,7 +13,8 @@ MAX_LINES = 400
 OVER_LIMIT_FOR_NOW = {"emit/formats.py", "emit/helm.py"}
 # Imports inside functions that are deliberate: the CLI loads a command's stage only when it runs;
 # serve.py imports vLLM after patching it; formats.py is owned by other work this round.
-LAZY_ALLOWED = ("cli/", "engines/serve.py", "emit/formats.py")
+LAZY_ALLOWED = ("cli/", "engines/serve.py", "emit/formats.py", "emit/threshold.py",
+                "engines/sim_costs.py")  # the last two: kvcal --help loads them through the flags; see their docstrings
 
 
 def _modules() -> dict[str, Path]:
