@@ -19,6 +19,7 @@ share of the adaptive campaigns' final 90% intervals that hold the true break-ev
 
     PYTHONPATH=. .venv/bin/python benchmarks/adaptive_efficiency.py            # 20 seeds (a few minutes on 2 cores)
     PYTHONPATH=. .venv/bin/python benchmarks/adaptive_efficiency.py --seeds 5  # a quick look
+    PYTHONPATH=. .venv/bin/python benchmarks/adaptive_efficiency.py --only glm  # one truth
 """
 
 from __future__ import annotations
@@ -50,14 +51,20 @@ TARGETS = (0.10, 0.05)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--only", action="append", metavar="TEXT",
+                        help="run only the truths whose name holds TEXT (case-insensitive; repeat for more)")
     args = parser.parse_args()
+    truths = {name: truth for name, truth in TRUTHS.items()
+              if not args.only or any(text.lower() in name.lower() for text in args.only)}
+    if not truths:
+        parser.error(f"--only matches no truth; the truths are: {', '.join(TRUTHS)}")
     began = time.perf_counter()
     header = ("| truth | n* | noise | W | adaptive probes | adaptive s | ladder probes | ladder s | oracle probes "
               "| oracle s | a/ladder | a/oracle | coverage |")
     print(header)
     print("|" + "|".join("---" for _ in range(13)) + "|")
     all_covered = []
-    for name, (base, limit) in TRUTHS.items():
+    for name, (base, limit) in truths.items():
         low, high = allowed_range(None, 64, limit)
         for noise in NOISES:
             costs = base.model_copy(update={"noise_cv": noise})
