@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich import box
@@ -12,7 +12,9 @@ from rich.table import Table
 from kvcal.cli.output import print_sanity, stdout
 from kvcal.cli.render_costmodel import render_cost_model
 from kvcal.errors import InputError
-from kvcal.records import CurveFit, FitResult
+
+if TYPE_CHECKING:  # annotations only: kvcal --help must not build the typed records
+    from kvcal.records import CurveFit, FitResult
 
 EPILOG = """Examples:
 

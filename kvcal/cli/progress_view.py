@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from kvcal.records import ProbeRecord
+if TYPE_CHECKING:  # annotations only: kvcal --help must not build the typed records
+    from kvcal.records import ProbeRecord
 
 
 def progress_for_terminal() -> "RichProgress | PlainProgress":

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich import box
 from rich.table import Table
 
 from kvcal.cli.output import stdout
-from kvcal.records import CostModelFit
+
+if TYPE_CHECKING:  # only the annotation: kvcal --help must not build the typed records
+    from kvcal.records import CostModelFit
 
 ROWS = (
     ("transferFixedMs", "F  pull fixed cost", "ms"),

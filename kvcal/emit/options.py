@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvcal.errors import InputError
-from kvcal.emit.threshold import DEFAULT_MARGIN, Threshold, validate_block_size, validate_margin
+from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
+
+if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not pay for them
+    from kvcal.emit.threshold import Threshold
 
 FORMATS = ("plugin", "helm", "affinity", "costmodel", "vllm", "env", "json")
 TRANSPORTS = ("p2p-tier", "nixl-pd")

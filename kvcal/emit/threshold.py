@@ -31,15 +31,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from kvcal.emit.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
 from kvcal.records import FitResult
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MARGIN = 0.25
-"""Default safety margin: +25 % over the interval's upper end (see docs/emit.md for why)."""
-DEFAULT_BLOCK_SIZE = 64
-"""Block size when neither the flag nor the run records one (the llm-d guides use 64)."""
 POOLED_Z = 1.645
 """One-sided 5 % for the pooled advantage over all lengths (the tie test)."""
 
@@ -67,18 +64,6 @@ class Threshold:
             "block_size": self.block_size,
             "status": self.status,
         }
-
-
-def validate_margin(margin: float) -> float:
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
-        raise InputError(f"--margin must be a fraction >= 0, e.g. 0.25 for +25% (got {margin})")
-    return float(margin)
-
-
-def validate_block_size(block_size: int) -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise InputError(f"--block-size must be a positive integer number of tokens, e.g. 64 (got {block_size})")
-    return block_size
 
 
 def resolve_block_size(fit: FitResult, override: int | None) -> tuple[int, str]:

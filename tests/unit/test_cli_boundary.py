@@ -41,6 +41,19 @@ def test_help_of_every_command_loads_no_numeric_stack():
     assert loaded == ["HEAVY="], f"--help imported {loaded}"
 
 
+def test_top_level_help_builds_no_typed_records():
+    """The records' pydantic models take about half of `kvcal --help`; the command list needs none of them."""
+    done = run_python("""
+        import sys
+        from kvcal.cli.app import main
+        assert main(["--help"]) == 0
+        print("LOADED=" + ",".join(m for m in ("kvcal.records", "kvcal.emit.threshold") if m in sys.modules),
+              file=sys.stderr)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stderr.splitlines() if line.startswith("LOADED=")] == ["LOADED="]
+
+
 def test_usage_errors_need_no_click_package():
     """typer may carry its own click; the boundary must not import the standalone one."""
     done = run_python("""
