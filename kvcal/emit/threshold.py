@@ -33,6 +33,7 @@ from typing import Any
 
 from kvcal.emit.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
+from kvcal.fit.wins import pooled_win_z
 from kvcal.records import FitResult
 
 log = logging.getLogger(__name__)
@@ -133,10 +134,6 @@ def legs_tie(fit: FitResult) -> tuple[bool, str]:
     if any(r.pull_won_measurably for r in rows):
         return False, f"{best:+.1%}"
     cv_r, cv_p = fit.recompute.noise_cv or 0.0, fit.pull.noise_cv or 0.0
-    # Imported here, not at the top: emit-config's flags (kvcal.emit.options) import this module,
-    # and `kvcal --help` must not load the fit's numeric stack (scipy, numpy, pandas).
-    from kvcal.fit.wins import pooled_win_z
-
     pooled = pooled_win_z(rows, cv_r, cv_p) > POOLED_Z and best > 0.02
     return not pooled, f"{best:+.1%}"
 
