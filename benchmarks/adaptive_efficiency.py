@@ -10,11 +10,14 @@ on the simulated pair (:class:`kvcal.engines.sim.SimPair`, whose truth is known)
 * ``ladder``: the default uniform ladder of ``kvcal sweep`` (1x and 1.5x powers of two
   from 256 tokens to the model's limit), whole passes added until the standard fit's
   interval is at most W wide (at least 2 passes, so every length has reps);
-* ``oracle``: every probe at the true break-even with the slopes known, the analytic
-  floor no design beats (:func:`kvcal.estimate.campaign_plan.oracle`).
+* ``oracle``: every probe at the true break-even with the slopes and the noise known,
+  the analytic floor no design beats (:func:`kvcal.estimate.campaign_plan.oracle`);
+* ``oracle-t``: the same oracle estimating each leg's noise from its own probes, so its
+  interval takes Student's t on m - 1 df where the oracle takes z: the floor for any
+  design whose interval, like kvcal fit's, charges for the noise it estimated.
 
 Columns: median probes and median engine time (sum of the simulated TTFTs, s) per
-design; ``a/ladder`` and ``a/oracle`` are ratios of those medians; ``coverage`` is the
+design; ``a/ladder``, ``a/oracle`` and ``a/oracle-t`` are ratios of those medians; ``coverage`` is the
 share of the adaptive campaigns' final 90% intervals that hold the true break-even.
 
     PYTHONPATH=. .venv/bin/python benchmarks/adaptive_efficiency.py            # 20 seeds (a few minutes on 2 cores)
@@ -60,9 +63,9 @@ def main() -> int:
         parser.error(f"--only matches no truth; the truths are: {', '.join(TRUTHS)}")
     began = time.perf_counter()
     header = ("| truth | n* | noise | W | adaptive probes | adaptive s | ladder probes | ladder s | oracle probes "
-              "| oracle s | a/ladder | a/oracle | coverage |")
+              "| oracle s | oracle-t s | a/ladder | a/oracle | a/oracle-t | coverage |")
     print(header)
-    print("|" + "|".join("---" for _ in range(13)) + "|")
+    print("|" + "|".join("---" for _ in range(15)) + "|")
     all_covered = []
     for name, (base, limit) in truths.items():
         low, high = allowed_range(None, 64, limit)
@@ -74,6 +77,7 @@ def main() -> int:
                 adaptive = [simulate_adaptive(prior, target, seed) for seed in seeds]
                 ladder = [simulate_ladder(prior, target, 1000 + seed) for seed in seeds]
                 floor = oracle(prior, target)
+                floor_t = oracle(prior, target, noise_known=False)
                 a_s = statistics.median(c.engine_s for c in adaptive)
                 l_s = statistics.median(c.engine_s for c in ladder)
                 covered = [c.covered for c in adaptive if c.covered is not None]
@@ -82,7 +86,8 @@ def main() -> int:
                 print(f"| {name} | {prior.truth:.0f} | {noise:.0%} | {target:.0%} "
                       f"| {statistics.median(c.n_probes for c in adaptive):.0f} | {a_s:.2f} "
                       f"| {statistics.median(c.n_probes for c in ladder):.0f} | {l_s:.2f} "
-                      f"| {floor.n_probes} | {floor.engine_s:.2f} | {a_s / l_s:.2f} | {a_s / floor.engine_s:.2f} "
+                      f"| {floor.n_probes} | {floor.engine_s:.2f} | {floor_t.engine_s:.2f} | {a_s / l_s:.2f} "
+                      f"| {a_s / floor.engine_s:.2f} | {a_s / floor_t.engine_s:.2f} "
                       f"| {coverage:.2f} |", flush=True)
                 stops = {c.stop for c in adaptive} - {"target-width"}
                 if stops:

@@ -200,22 +200,31 @@ def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: l
         k += 1
 
 
-def oracle(prior: Prior, target: float, confidence: float = FIT_SETTINGS["confidence"]) -> Campaign:
+def oracle(prior: Prior, target: float, confidence: float = FIT_SETTINGS["confidence"], *,
+           noise_known: bool = True) -> Campaign:
     """The floor: m probes per leg at the true break-even n*, slopes known, noise cv on both legs.
 
     There recompute and pull cost the same T*, so the two means each have sd cv T* / sqrt(m)
     and n* = n + D / D'(n*) has sd cv T* sqrt(2 / m) / D'(n*). A two-sided interval of
-    relative width W then needs m = 2 (2 z cv T* / (W n* D'(n*)))^2, z the normal quantile,
-    and costs 2 m T* of engine time.
+    relative width W then needs m = 2 (2 q cv T* / (W n* D'(n*)))^2 and costs 2 m T* of
+    engine time. With the noise known q is the normal quantile z: the floor no design
+    beats. With ``noise_known=False`` the oracle estimates each leg's noise from its own
+    m probes and q is Student's t on m - 1 df, as kvcal's fit charges any design for the
+    weaker leg's estimated noise: the floor for a design whose interval comes from its
+    own probes.
     """
     c, n = prior.costs, prior.truth
+    name = "oracle" if noise_known else "oracle-t"
     if n is None or n <= 0:
-        return Campaign("oracle", 0, 0.0, None, n, None, None, None)
+        return Campaign(name, 0, 0.0, None, n, None, None, None)
     t_star = float(c.pull_ms(n))
     slope = ((c.recompute_per_token_us - c.pull_per_token_us) / 1e3 + 2 * c.recompute_per_token2_ns * n / 1e6)
-    z = float(stats.norm.ppf(0.5 * (1 + confidence)))
-    m = max(1, math.ceil(2 * (2 * z * c.noise_cv * t_star / (target * n * slope)) ** 2))
-    return Campaign("oracle", 2 * m, 2 * m * t_star / 1e3, target, n, None, "analytic", None)
+    p = 0.5 * (1 + confidence)
+    base = 2 * (2 * c.noise_cv * t_star / (target * n * slope)) ** 2  # m per unit q^2
+    m = max(1, math.ceil(base * float(stats.norm.ppf(p)) ** 2))
+    while not noise_known and (m < 2 or m < base * float(stats.t.ppf(p, m - 1)) ** 2):
+        m += 1  # t shrinks as m grows: the first m that meets its own quantile
+    return Campaign(name, 2 * m, 2 * m * t_star / 1e3, target, n, None, "analytic", None)
 
 
 def summarize(design: str, runs: list[Campaign], target: float) -> Summary:

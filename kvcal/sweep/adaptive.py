@@ -180,8 +180,7 @@ class Controller:
         room = self.rules.max_probes - n_valid
         if room <= 0:
             return Step(self.final(table, fit), "max-probes", [], "design")
-        medians = _medians(table)
-        extend = design.extension(self.grid, medians)
+        extend = design.extension(self.grid, _medians(table), fit.break_even_tokens if fit is not None else None)
         if extend or fit is None:
             kind, choices = "extend", extend or design.seed_design(self.grid)
         else:

@@ -102,11 +102,23 @@ def seed_design(grid: list[int]) -> list[Choice]:
     return [Choice(n, leg, PAIR, why) for n in (low, second) for leg in (Leg.RECOMPUTE, Leg.PULL)]
 
 
-def extension(grid: list[int], medians: dict[int, tuple[float, float]]) -> list[Choice]:
-    """Extend upward while the pull has not won at the longest measured length (medians: n -> (recompute, pull))."""
+def extension(grid: list[int], medians: dict[int, tuple[float, float]], fitted_break_even: float | None) -> list[Choice]:
+    """Climb SEED_STEP longer while the pull has not won at the longest length both legs measured.
+
+    ``medians``: n -> (recompute, pull) median TTFT; ``fitted_break_even``: the current
+    fit's point estimate (None without a fit or when the pull never wins). A fit that
+    puts the break-even within LOCAL_SPAN of the top stops the climb: a near tie there,
+    which two reps' noise tipped the recompute's way, is for the design to resolve; the
+    next step up would buy recompute probes SEED_STEP longer (16K tokens for the GLM-like
+    truth's 4K crossover, 3 s of engine time) to learn what the fit already says.
+    """
+    if not medians:
+        return []
     top = max(medians)
     recompute_ms, pull_ms = medians[top]
     if pull_ms < recompute_ms or top >= grid[-1]:
+        return []
+    if fitted_break_even is not None and fitted_break_even <= top * LOCAL_SPAN:
         return []
     nxt = nearest(grid, top * SEED_STEP)
     if nxt <= top:

@@ -151,6 +151,32 @@ def test_batch_size_aims_at_the_target_between_four_and_doubling():
     assert design.batch_size(100, 0.12, 0.1) == 52
 
 
+def test_the_climb_leaves_a_near_tie_at_the_top_to_the_design():
+    grid = design.candidate_lengths(256, 131008, 64)
+    tipped = {256: (62.0, 351.0), 1024: (122.0, 351.0), 4096: (340.0, 360.0)}  # the pull lost at 4K by 6%
+    climb = design.extension(grid, tipped, None)
+    assert {(c.prefix_tokens, c.leg, c.count) for c in climb} == {(16384, Leg.RECOMPUTE, 2), (16384, Leg.PULL, 2)}
+    assert design.extension(grid, tipped, 20000.0) == climb  # the fit puts the crossover far beyond: climb on
+    assert design.extension(grid, tipped, 4400.0) == []  # within LOCAL_SPAN of 4096: the design's job
+    assert design.extension(grid, {**tipped, 4096: (380.0, 360.0)}, None) == []  # the pull won at the top
+
+
+def test_the_controller_designs_around_a_fitted_near_tie_instead_of_climbing():
+    from kvcal.fit.tables import from_rows
+    from kvcal.records import RunSetup
+    from kvcal.sweep.adaptive import Controller, StopRules
+
+    ttft = {("recompute", 256): (61, 63), ("recompute", 1024): (120, 124), ("recompute", 4096): (338, 342),
+            ("pull", 256): (350, 352), ("pull", 1024): (351, 353), ("pull", 4096): (359, 361)}
+    rows = [{"prefix_tokens": n, "leg": leg, "ttft_ms": ms, "rep": rep, "bytes_moved": 1 if leg == "pull" else 0}
+            for (leg, n), pair in ttft.items() for rep, ms in enumerate(pair)]
+    table = from_rows(rows, setup=RunSetup(engine="sim", model="sim", block_size=64))
+    controller = Controller(256, 131008, 64, StopRules(target_width=0.05), screen_resamples=200)
+    step = controller.step(table, engine_seconds=3.0, round_index=2)
+    assert step.stop is None and step.fit is not None and 4096 < step.fit.break_even_tokens < 8192
+    assert step.kind == "design" and max(c.prefix_tokens for c in step.choices) < 16384
+
+
 def test_cli_plan_compares_adaptive_with_the_ladder_on_a_fitted_prior(tmp_path, kvcal):
     run_sweep(SweepConfig.model_validate(dict(engine="sim", prefix_lengths=[256, 512, 1024, 2048], reps=3,
                                               output_dir=tmp_path, name="prior")))
@@ -165,6 +191,29 @@ def test_cli_plan_compares_adaptive_with_the_ladder_on_a_fitted_prior(tmp_path, 
     assert designs["oracle"]["engine_s_median"] <= designs["adaptive"]["engine_s_median"] * 1.5
     text = kvcal("plan", "--from", tmp_path / "prior", "--campaigns", "1", "--target-width", "0.2")
     assert text.code == 0 and "adaptive" in text.out and "engine time" in text.out and "prior: fit of" in text.out
+
+
+@pytest.mark.parametrize("noise, target", [(0.05, 0.10), (0.10, 0.05), (0.02, 0.20)])
+def test_the_oracle_that_estimates_its_noise_pays_for_students_t(noise, target):
+    from scipy import stats
+
+    from kvcal.estimate.campaign_plan import Prior, oracle
+
+    costs = SimCosts(recompute_intercept_ms=40.0, recompute_per_token_us=80.0, recompute_per_token2_ns=0.6,
+                     pull_intercept_ms=350.0, pull_per_token_us=0.8, noise_cv=noise)
+    prior = Prior(costs, "glm-like", 256, 131008, 64)
+    known, estimated = oracle(prior, target), oracle(prior, target, noise_known=False)
+    assert estimated.design == "oracle-t" and estimated.n_probes > known.n_probes >= 2
+    assert estimated.engine_s / estimated.n_probes == pytest.approx(known.engine_s / known.n_probes)  # all at n*
+    # The oracle's m per leg meets its own interval: z for the known noise, t on m - 1 df for the estimated.
+    n, t_star = prior.truth, costs.pull_ms(prior.truth)
+    slope = (80.0 - 0.8) / 1e3 + 2 * 0.6 * n / 1e6
+    width = lambda m, q: 2 * q * noise * t_star * np.sqrt(2 / m) / slope / n  # noqa: E731
+    m_known, m_est = known.n_probes // 2, estimated.n_probes // 2
+    assert width(m_known, stats.norm.ppf(0.95)) <= target
+    assert m_known == 1 or target < width(m_known - 1, stats.norm.ppf(0.95))  # one probe a leg is the least
+    assert width(m_est, stats.t.ppf(0.95, m_est - 1)) <= target
+    assert m_est == 2 or target < width(m_est - 1, stats.t.ppf(0.95, m_est - 2))  # t needs 2 probes a leg
 
 
 def test_plan_on_a_prior_whose_pull_always_wins_says_so(tmp_path):
