@@ -14,7 +14,10 @@ use ``click``. The class typer raises is whatever ``typer.BadParameter`` derives
 
 The command modules import only typer and light kvcal modules at the top: numpy,
 pandas, scipy and matplotlib are imported where a command runs, so ``--help`` stays
-fast (benchmarks/cli_startup.py; tests/unit/test_cli_boundary.py checks it).
+fast (benchmarks/cli_startup.py; tests/unit/test_cli_boundary.py checks it). The
+top-level help imports no command module at all: it is rendered from
+:data:`kvcal.cli.commands.INDEX` (see there). ``app`` is the whole app, built on first
+use.
 """
 
 from __future__ import annotations
@@ -35,14 +38,7 @@ from kvcal.errors import InputError, KvcalError
 EXIT_INTERNAL = 70  # EX_SOFTWARE in sysexits.h
 DEBUG_ENV = "KVCAL_DEBUG"
 
-app = typer.Typer(
-    name="kvcal",
-    help="Measure when pulling KV cache from a peer beats recomputing the prefix, and emit the threshold.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+ROOT_FLAGS = {"-h", "--help", "--version", "-v", "--verbose"}
 
 
 def _version(value: bool) -> None:
@@ -51,7 +47,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log library detail to stderr."),
@@ -61,8 +56,45 @@ def _root(
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-for module in commands.ALL:
-    module.register(app)
+def _listed_only() -> None:
+    """Never runs: an invocation that names a command gets the whole app."""
+
+
+def build_app(*, index_only: bool = False) -> typer.Typer:
+    """The kvcal app: every command registered, or (``index_only``) stand-ins that only list them."""
+    built = typer.Typer(
+        name="kvcal",
+        help="Measure when pulling KV cache from a peer beats recomputing the prefix, and emit the threshold.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    built.callback()(_root)
+    if index_only:
+        for name, summary in commands.INDEX:
+            built.command(name, help=summary)(_listed_only)
+        return built
+    for module in commands.load():
+        module.register(built)
+    _apply_shared_checks(built)
+    return built
+
+
+@functools.cache
+def full_app() -> typer.Typer:
+    return build_app()
+
+
+def __getattr__(name: str):
+    if name == "app":  # ``from kvcal.cli.app import app``: the whole app, built once
+        return full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def lists_commands_only(args: list[str]) -> bool:
+    """True when ``args`` name no command: the top-level help, the version, or nothing at all."""
+    return all(arg in ROOT_FLAGS for arg in args)
 
 
 def _click_exception_class() -> type[Exception]:
@@ -111,13 +143,13 @@ def _apply_shared_checks(typer_app: typer.Typer) -> None:
         _apply_shared_checks(group.typer_instance)
 
 
-_apply_shared_checks(app)
-
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error becomes a short report on stderr and an exit code, never a traceback."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        result = app(args=argv, standalone_mode=False, prog_name="kvcal")
+        target = build_app(index_only=True) if lists_commands_only(args) else full_app()
+        result = target(args=args, standalone_mode=False, prog_name="kvcal")
     except KvcalError as err:
         error_line(str(err))
         return err.exit_code

@@ -41,17 +41,43 @@ def test_help_of_every_command_loads_no_numeric_stack():
     assert loaded == ["HEAVY="], f"--help imported {loaded}"
 
 
-def test_top_level_help_builds_no_typed_records():
-    """The records' pydantic models take about half of `kvcal --help`; the command list needs none of them."""
+def test_top_level_help_imports_no_command_module():
+    """The command list comes from the index: no command module, no pydantic settings, no typed records."""
     done = run_python("""
         import sys
         from kvcal.cli.app import main
         assert main(["--help"]) == 0
-        print("LOADED=" + ",".join(m for m in ("kvcal.records", "kvcal.emit.threshold") if m in sys.modules),
-              file=sys.stderr)
+        assert main(["--version"]) == 0
+        heavy = ("kvcal.records", "kvcal.emit.threshold", "kvcal.sweep.config", "kvcal.cli.sweep_cmd", "pydantic")
+        print("LOADED=" + ",".join(m for m in heavy if m in sys.modules), file=sys.stderr)
     """)
     assert done.returncode == 0, done.stderr
     assert [line for line in done.stderr.splitlines() if line.startswith("LOADED=")] == ["LOADED="]
+    assert "kvcal " in done.stdout and "emit-config" in done.stdout
+
+
+@pytest.mark.parametrize("width", [80, 140])
+def test_the_index_renders_the_same_top_level_help_as_the_whole_app(width):
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from kvcal.cli.app import build_app, full_app
+    from kvcal.cli.commands import INDEX
+
+    assert [name for name, _ in INDEX] == list(get_command(full_app()).commands)  # every command, in order
+    runner = CliRunner()
+    index = runner.invoke(build_app(index_only=True), ["--help"], prog_name="kvcal", terminal_width=width)
+    whole = runner.invoke(full_app(), ["--help"], prog_name="kvcal", terminal_width=width)
+    assert index.exit_code == whole.exit_code == 0
+    assert index.output == whole.output
+
+
+@pytest.mark.parametrize("args, index", [([], True), (["-h"], True), (["--version"], True), (["-v", "--help"], True),
+                                         (["fit"], False), (["--help", "fit"], False), (["--nosuch"], False)])
+def test_only_invocations_that_name_no_command_use_the_index(args, index):
+    from kvcal.cli.app import lists_commands_only
+
+    assert lists_commands_only(args) is index
 
 
 def test_usage_errors_need_no_click_package():
