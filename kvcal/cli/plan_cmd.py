@@ -71,11 +71,14 @@ def _print(r) -> None:  # r: kvcal.estimate.campaign_plan.CampaignPlan
     say(f"  lengths {r.allowed_range[0]}-{r.allowed_range[1]} tokens; target: {r.confidence:.0%} interval within "
         f"{r.target_width:.0%} of the break-even")
     rows = [["design", "probes", "engine time", "width", "reached", "coverage", "stopped on"]]
+    low, high = r.allowed_range
+    # A width relative to a break-even outside the range (near 0 when the pull always wins) reads as nonsense.
+    inside = r.true_break_even_tokens is not None and low < r.true_break_even_tokens < high
     for d in r.designs:
         probes = f"{d.probes_median:.0f}" + (f" ({d.probes_p10_p90[0]:.0f}-{d.probes_p10_p90[1]:.0f})" if d.campaigns > 1 else "")
         engine = _seconds(d.engine_s_median) + (
             f" ({_seconds(d.engine_s_p10_p90[0])}-{_seconds(d.engine_s_p10_p90[1])})" if d.campaigns > 1 else "")
-        width = "-" if d.width_median is None else f"{d.width_median:.1%}"
+        width = "-" if d.width_median is None or not inside else f"{d.width_median:.1%}"
         coverage = "-" if d.coverage is None else f"{d.coverage:.0%}"
         stops = ", ".join(f"{k} {v:.0%}" for k, v in d.stop_reasons.items() if k != "None") or "-"
         rows.append([d.design, probes, engine, width, f"{d.reached_target_share:.0%}", coverage, stops])

@@ -216,6 +216,19 @@ def test_the_oracle_that_estimates_its_noise_pays_for_students_t(noise, target):
     assert m_est == 2 or target < width(m_est - 1, stats.t.ppf(0.95, m_est - 2))  # t needs 2 probes a leg
 
 
+def test_cli_plan_shows_no_relative_width_when_the_break_even_is_below_the_range(tmp_path, kvcal):
+    run_sweep(SweepConfig.model_validate(dict(engine="sim", prefix_lengths=[256, 1024, 4096], reps=2, output_dir=tmp_path,
+                                              name="fast", sim={"pull_intercept_ms": 7.0})))  # break-even near 80
+    out = kvcal("plan", "--from", tmp_path / "fast", "--campaigns", "1")
+    assert out.code == 0, out.err
+    lines = out.out.splitlines()
+    header = next(line for line in lines if line.strip().startswith("design"))
+    start, end = header.index("width"), header.index("reached")
+    widths = {line.split()[0]: line[start:end].strip() for line in lines if line.startswith(("  adaptive ", "  ladder-3 "))}
+    assert widths == {"adaptive": "-", "ladder-3": "-"}  # a width relative to a break-even near 0 says nothing
+    assert "below the shortest" in out.out
+
+
 def test_plan_on_a_prior_whose_pull_always_wins_says_so(tmp_path):
     from kvcal.estimate.campaign_plan import Prior, plan_campaigns
 
