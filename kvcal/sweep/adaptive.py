@@ -185,7 +185,8 @@ class Controller:
             kind, choices = "extend", extend or design.seed_design(self.grid)
         else:
             want = design.batch_size(n_valid, relative_width(fit), self.rules.target_width)
-            kind, choices = "design", design.choose_batch(fit, measured, self.grid, want, round_index)
+            choices = design.choose_batch(fit, measured, self.grid, want, round_index, FIT_SETTINGS["confidence"])
+            kind = "design"
         return Step(fit, None, _within(choices, room), kind)
 
 

@@ -16,7 +16,13 @@ Sherman-Morrison the variance at a target t drops by
 
     w (f(t)' I^-1 f(x))^2 / (1 + w f(x)' I^-1 f(x))
 
-and costs 2 T_L(x) ms of engine time (the fitted curve predicts it). The targets are
+and costs 2 T_L(x) ms of engine time (the fitted curve predicts it). The fit reports
+that spread expanded by t_df / z, df the weaker leg's pure-error degrees of freedom
+(:mod:`kvcal.fit.bootstrap`), so the squared width goes as Var(n*) t_df^2, and that is
+what a pick shrinks: a pair at a length its leg has measured adds 2 df, at a new one 1
+(:func:`t_weighted_cut`). On the variance alone the design left one leg with few df
+and paid for it in t: counting t lowered the median engine time on 9 of the
+benchmark's 12 rows (docs/method.md) and raised the pooled coverage. The targets are
 quantiles of the current bootstrap samples of n* (clamped to the allowed range),
 so the design covers where the break-even may still be, not only the point
 estimate. Pairs are picked greedily by variance cut per ms, updating I after each
@@ -37,6 +43,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from kvcal.errors import InputError
 from kvcal.records import FitResult, Leg
@@ -176,9 +183,22 @@ def _targets(fit: FitResult, low: int, high: int) -> np.ndarray:
     return np.clip(np.quantile(values, TARGET_QUANTILES), low, high)
 
 
+def t_weighted_cut(variance: float, cut: np.ndarray, df_leg: int, df_other: int, gained: np.ndarray,
+                   confidence: float) -> np.ndarray:
+    """How much a pair shrinks Var(n*) x t^2 on the weaker leg's df: the square of the width the fit reports.
+
+    ``cut``: the pair's variance cut (per candidate); ``gained``: the residual df it adds to
+    its leg (2 at a length the leg has measured, 1 at a new one).
+    """
+    q = 0.5 * (1.0 + confidence)
+    before = variance * stats.t.ppf(q, max(min(df_leg, df_other), 1)) ** 2
+    after = (variance - cut) * stats.t.ppf(q, np.maximum(np.minimum(df_leg + gained, df_other), 1)) ** 2
+    return before - after
+
+
 def choose_batch(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list[int], n_probes: int,
-                 round_index: int) -> list[Choice]:
-    """Greedy pairs of probes that cut Var(n*) most per predicted ms, ``n_probes`` in all (see the module docstring)."""
+                 round_index: int, confidence: float = 0.9) -> list[Choice]:
+    """Greedy pairs of probes that narrow the interval most per predicted ms, ``n_probes`` in all (module docstring)."""
     low, high = grid[0], grid[-1]
     scale = float(max(max(m) for m in measured.values()))
     targets = _targets(fit, low, high)
@@ -190,23 +210,32 @@ def choose_batch(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list
     if cand.size == 0:
         cand = np.array([nearest(grid, float(np.median(targets)))], dtype=float)
     picks: dict[tuple[int, Leg], list[float]] = {}
+    lengths = {leg: set(measured[leg]) for leg in legs}
+    df = {leg: sum(measured[leg].values()) - len(measured[leg]) for leg in legs}  # pure error: every length has reps
     for _ in range(max(n_probes // PAIR, 1)):
+        invs = {leg: np.linalg.inv(state.info) for leg, state in legs.items()}
+        totals = {leg: float(np.mean(np.einsum("ti,ij,tj->t", state.basis(targets, scale), invs[leg],
+                                               state.basis(targets, scale)) / slope2)) for leg, state in legs.items()}
         best = None
-        for state in legs.values():
-            inv = np.linalg.inv(state.info)
+        for leg, state in legs.items():
             ft, fc = state.basis(targets, scale), state.basis(cand, scale)
             w = PAIR / (state.cv * state.cost_ms(cand)) ** 2
-            cross = ft @ inv @ fc.T  # (targets, candidates)
-            self_var = np.einsum("ci,ij,cj->c", fc, inv, fc)
+            cross = ft @ invs[leg] @ fc.T  # (targets, candidates)
+            self_var = np.einsum("ci,ij,cj->c", fc, invs[leg], fc)
             cut = np.mean(w * cross**2 / (1.0 + w * self_var) / slope2[:, None], axis=0)
-            total = float(np.mean(np.einsum("ti,ij,tj->t", ft, inv, ft) / slope2))
-            score = cut / (PAIR * state.cost_ms(cand))
+            gained = np.where(np.isin(cand, sorted(lengths[leg])), PAIR, PAIR - 1)
+            other = next(d for other_leg, d in df.items() if other_leg is not leg)
+            narrowing = t_weighted_cut(sum(totals.values()), cut, df[leg], other, gained, confidence)
+            score = narrowing / (PAIR * state.cost_ms(cand))
             k = int(np.argmax(score))
             if best is None or score[k] > best[0]:
-                best = (score[k], state, k, cut[k] / max(total, 1e-300), w[k], fc[k])
+                best = (score[k], state, k, cut[k] / max(totals[leg], 1e-300), w[k], fc[k])
         _, state, k, share, w_k, f_k = best
         state.info = state.info + w_k * np.outer(f_k, f_k)
-        picks.setdefault((int(cand[k]), state.leg), []).append(share)
+        n_k = int(cand[k])
+        df[state.leg] += PAIR if n_k in lengths[state.leg] else PAIR - 1
+        lengths[state.leg].add(n_k)
+        picks.setdefault((n_k, state.leg), []).append(share)
     choices = []
     for (n, leg), shares in sorted(picks.items(), key=lambda item: (item[0][0], item[0][1].value)):
         cost = float(legs[leg].cost_ms(np.array([float(n)]))[0])
