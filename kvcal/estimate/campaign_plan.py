@@ -34,6 +34,7 @@ from kvcal.estimate.predict import PredictSettings, build_cost_model
 from kvcal.estimate.hfconfig import load_model
 from kvcal.estimate.profiles import load_profiles
 from kvcal.fit import fit_table, load_or_fit
+from kvcal.fit.bootstrap import t_quantile
 from kvcal.fit.tables import from_rows
 from kvcal.records import FitResult, Leg, Record, RunSetup
 from kvcal.sweep.adaptive import FIT_SETTINGS, Controller, StopRules, relative_width
@@ -222,7 +223,7 @@ def oracle(prior: Prior, target: float, confidence: float = FIT_SETTINGS["confid
     p = 0.5 * (1 + confidence)
     base = 2 * (2 * c.noise_cv * t_star / (target * n * slope)) ** 2  # m per unit q^2
     m = max(1, math.ceil(base * float(stats.norm.ppf(p)) ** 2))
-    while not noise_known and (m < 2 or m < base * float(stats.t.ppf(p, m - 1)) ** 2):
+    while not noise_known and (m < 2 or m < base * float(t_quantile(m - 1, confidence)) ** 2):
         m += 1  # t shrinks as m grows: the first m that meets its own quantile
     return Campaign(name, 2 * m, 2 * m * t_star / 1e3, target, n, None, "analytic", None)
 

@@ -79,10 +79,14 @@ def residual_df(fit: LegFit) -> int:
     return fit.data.n_probes - fit.chosen_fit.n_params
 
 
+def t_quantile(df, confidence: float):
+    """Student's t_{df}(q), q = (1 + confidence) / 2, df floored at 1 (scalar or array): what an estimated noise costs."""
+    return stats.t.ppf(0.5 * (1.0 + confidence), np.maximum(df, 1))
+
+
 def t_expansion(df: int, confidence: float) -> float:
     """t_{df}(q) / z(q) with q = (1 + confidence) / 2: widens a percentile interval for an estimated noise."""
-    q = 0.5 * (1.0 + confidence)
-    return float(stats.t.ppf(q, max(df, 1)) / stats.norm.ppf(q))
+    return float(t_quantile(df, confidence) / stats.norm.ppf(0.5 * (1.0 + confidence)))
 
 
 def run_bootstrap(recompute: LegFit, pull: LegFit, *, n_resamples: int, seed: int,

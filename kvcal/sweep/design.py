@@ -43,9 +43,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from kvcal.errors import InputError
+from kvcal.fit.bootstrap import t_quantile
 from kvcal.records import FitResult, Leg
 
 GRID_RATIO = 2 ** 0.25
@@ -190,9 +190,8 @@ def t_weighted_cut(variance: float, cut: np.ndarray, df_leg: int, df_other: int,
     ``cut``: the pair's variance cut (per candidate); ``gained``: the residual df it adds to
     its leg (2 at a length the leg has measured, 1 at a new one).
     """
-    q = 0.5 * (1.0 + confidence)
-    before = variance * stats.t.ppf(q, max(min(df_leg, df_other), 1)) ** 2
-    after = (variance - cut) * stats.t.ppf(q, np.maximum(np.minimum(df_leg + gained, df_other), 1)) ** 2
+    before = variance * t_quantile(min(df_leg, df_other), confidence) ** 2
+    after = (variance - cut) * t_quantile(np.minimum(df_leg + gained, df_other), confidence) ** 2
     return before - after
 
 
@@ -212,13 +211,15 @@ def choose_batch(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list
     picks: dict[tuple[int, Leg], list[float]] = {}
     lengths = {leg: set(measured[leg]) for leg in legs}
     df = {leg: sum(measured[leg].values()) - len(measured[leg]) for leg in legs}  # pure error: every length has reps
+    at_targets = {leg: state.basis(targets, scale) for leg, state in legs.items()}
+    at_cand = {leg: state.basis(cand, scale) for leg, state in legs.items()}
     for _ in range(max(n_probes // PAIR, 1)):
         invs = {leg: np.linalg.inv(state.info) for leg, state in legs.items()}
-        totals = {leg: float(np.mean(np.einsum("ti,ij,tj->t", state.basis(targets, scale), invs[leg],
-                                               state.basis(targets, scale)) / slope2)) for leg, state in legs.items()}
+        totals = {leg: float(np.mean(np.einsum("ti,ij,tj->t", at_targets[leg], invs[leg], at_targets[leg]) / slope2))
+                  for leg in legs}
         best = None
         for leg, state in legs.items():
-            ft, fc = state.basis(targets, scale), state.basis(cand, scale)
+            ft, fc = at_targets[leg], at_cand[leg]
             w = PAIR / (state.cv * state.cost_ms(cand)) ** 2
             cross = ft @ invs[leg] @ fc.T  # (targets, candidates)
             self_var = np.einsum("ci,ij,cj->c", fc, invs[leg], fc)
