@@ -146,9 +146,19 @@ def test_design_spends_its_probes_near_the_break_even():
 def test_batch_size_aims_at_the_target_between_four_and_doubling():
     assert design.batch_size(40, None, 0.1) == 20
     assert design.batch_size(40, 0.4, 0.1) == 40
-    assert design.batch_size(100, 0.101, 0.1) == 8  # 100 x (1.0201 x 1.05 - 1) = 7.1, in pairs
+    assert design.batch_size(100, 0.12, 0.1) == 16  # 100 x (1.44 x ROUND_AIM 0.8 - 1) = 15.2, in pairs
+    assert design.batch_size(100, 0.15, 0.1) == 80  # 100 x (2.25 x 0.8 - 1)
+    assert design.batch_size(100, 0.101, 0.1) == 4  # aiming short: just over the target gets the least round
     assert design.batch_size(100, 0.09, 0.1) == 4
-    assert design.batch_size(100, 0.12, 0.1) == 52
+
+
+def test_the_seed_measures_both_legs_at_the_shortest_length_and_twice_it():
+    grid = design.candidate_lengths(256, 65472, 64)
+    seed = design.seed_design(grid)
+    assert {(c.prefix_tokens, c.leg) for c in seed} == {(n, leg) for n in (256, 512) for leg in (Leg.RECOMPUTE, Leg.PULL)}
+    assert all(c.count == design.PAIR for c in seed)
+    narrow = design.candidate_lengths(1024, 1088, 64)  # no 2x inside the range: the next grid length
+    assert sorted({c.prefix_tokens for c in design.seed_design(narrow)}) == [1024, 1088]
 
 
 def test_a_pair_is_worth_what_it_takes_off_the_width_the_fit_reports_t_included():
@@ -282,7 +292,7 @@ def test_cli_adaptive_dry_run_shows_the_seed_round_and_the_rules(tmp_path, kvcal
                 "--prefix-lengths", "256,8192", "--output-dir", tmp_path, "--dry-run")
     assert out.code == 0
     assert "lengths 256-8192" in out.out and "width <= 0.07 or 90 probes" in out.out
-    assert "256\trecompute\tx2" in out.out and "1024\tpull\tx2" in out.out
+    assert "256\trecompute\tx2" in out.out and "512\tpull\tx2" in out.out
     assert not any(tmp_path.iterdir())
 
 
