@@ -20,7 +20,7 @@ Columns: median probes and median engine time (sum of the simulated TTFTs, s) pe
 design; ``a/ladder``, ``a/oracle`` and ``a/oracle-t`` are ratios of those medians; ``coverage`` is the
 share of the adaptive campaigns' final 90% intervals that hold the true break-even.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/adaptive_efficiency.py             # docs/method.md's table (~21 min, 2 cores)
+    PYTHONPATH=. .venv/bin/python benchmarks/adaptive_efficiency.py             # docs/method.md's tables (~35 min on 2 cores)
     PYTHONPATH=. .venv/bin/python benchmarks/adaptive_efficiency.py --seeds 20  # a quicker look (a row's median +-0.1x)
     PYTHONPATH=. .venv/bin/python benchmarks/adaptive_efficiency.py --only glm  # one truth
 
@@ -52,6 +52,13 @@ TRUTHS = {
     "glm-like flat pull": (SimCosts(recompute_intercept_ms=40.0, recompute_per_token_us=80.0,
                                     recompute_per_token2_ns=0.6, pull_intercept_ms=350.0,
                                     pull_per_token_us=0.8), 131072),
+    # Not tuned on (added after the design's constants were chosen on the three above):
+    # a large pull floor (a slow link, a busy producer) puts the crossover near 14.8K of a 128K context,
+    "long crossover": (SimCosts(recompute_intercept_ms=20.0, recompute_per_token_us=30.0, recompute_per_token2_ns=0.05,
+                                pull_intercept_ms=400.0, pull_per_token_us=5.0), 131072),
+    # and a steep attention term (2 ns/token^2) with a dear pull puts it near 4.5K of a 32K context.
+    "steep attention": (SimCosts(recompute_intercept_ms=10.0, recompute_per_token_us=10.0, recompute_per_token2_ns=2.0,
+                                 pull_intercept_ms=60.0, pull_per_token_us=8.0), 32768),
 }
 NOISES = (0.05, 0.10)
 TARGETS = (0.10, 0.05)

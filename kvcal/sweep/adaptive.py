@@ -184,8 +184,10 @@ class Controller:
         if extend or fit is None:
             kind, choices = "extend", extend or design.seed_design(self.grid)
         else:
-            want = design.batch_size(n_valid, relative_width(fit), self.rules.target_width)
-            choices = design.choose_batch(fit, measured, self.grid, want, round_index, FIT_SETTINGS["confidence"])
+            width, target = relative_width(fit), self.rules.target_width
+            choices = design.choose_batch(fit, measured, self.grid, design.batch_size(n_valid, width, target),
+                                          round_index, FIT_SETTINGS["confidence"],
+                                          enough=design.variance_share_to_target(width, target))
             kind = "design"
         return Step(fit, None, _within(choices, room), kind)
 

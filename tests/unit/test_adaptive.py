@@ -143,6 +143,29 @@ def test_design_spends_its_probes_near_the_break_even():
     assert TRUTH / 2.5 <= min(lengths) and max(lengths) <= 2.5 * TRUTH
 
 
+def test_a_round_ends_once_the_design_predicts_the_target_width():
+    table = sim_table(SimCosts(), [256, 1024, 4096], reps=2, seed=5)
+    fit = fit_table(table, n_resamples=200)
+    measured = {leg: {n: 2 for n in (256, 1024, 4096)} for leg in (Leg.RECOMPUTE, Leg.PULL)}
+    grid = design.candidate_lengths(256, 65472, 64)
+
+    def probes(enough):
+        return sum(c.count for c in design.choose_batch(fit, measured, grid, 40, 1, enough=enough))
+
+    assert probes(None) == 40  # no width to aim at: the size batch_size allowed
+    assert probes(1e-9) == 40  # a target out of this round's reach: the whole allowance
+    assert probes(0.999) == design.MIN_ROUND_PAIRS * design.PAIR  # nearly there: the least round
+    assert design.MIN_ROUND_PAIRS * design.PAIR < probes(0.3) < 40  # in between: as many pairs as the model needs
+    assert probes(0.3) <= probes(0.1)
+
+
+def test_the_share_of_variance_a_round_may_leave_is_the_squared_width_ratio():
+    assert design.variance_share_to_target(0.2, 0.1) == pytest.approx(0.25)
+    assert design.variance_share_to_target(None, 0.1) is None
+    assert design.variance_share_to_target(float("inf"), 0.1) is None
+    assert design.variance_share_to_target(0.0, 0.1) is None
+
+
 def test_batch_size_aims_at_the_target_between_four_and_doubling():
     assert design.batch_size(40, None, 0.1) == 20
     assert design.batch_size(40, 0.4, 0.1) == 40
