@@ -45,6 +45,7 @@ from kvcal.sweep.recorder import RunFolder
 PLAN_SCHEMA = "kvcal.plan/1"
 DEFAULT_LIMIT = 65536  # a prior fit whose run does not say its model limit: kvcal sweep's sim default
 SCREEN_RESAMPLES = 200  # simulations choose probes on a cheaper bootstrap; every stop is confirmed on the standard fit
+COVERAGE_CAMPAIGNS = 40  # below this many campaigns a coverage figure is too loose to judge an interval by
 
 
 @dataclass(frozen=True)
@@ -244,6 +245,15 @@ def summarize(design: str, runs: list[Campaign], target: float) -> Summary:
     )
 
 
+def coverage_note(campaigns: int, confidence: float) -> str | None:
+    """A warning when the campaigns are too few for their coverage to be read (binomial 90% spread at nominal)."""
+    if campaigns >= COVERAGE_CAMPAIGNS:
+        return None
+    spread = float(stats.norm.ppf(0.95)) * math.sqrt(confidence * (1 - confidence) / campaigns)
+    return (f"coverage from {campaigns} campaign(s) is uncertain by about +-{spread:.0%} around the nominal "
+            f"{confidence * 100:g}%; give --campaigns {COVERAGE_CAMPAIGNS} or more to judge it")
+
+
 def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int = 0) -> CampaignPlan:
     """Simulate ``campaigns`` adaptive and uniform campaigns on the prior and summarise each design."""
     if campaigns < 1:
@@ -251,7 +261,7 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
     if not 0 < target < 10:
         raise InputError(f"--target-width must lie between 0 and 10, got {target}")
     seeds = [seed + i for i in range(campaigns)]
-    notes = list(prior.notes)
+    notes = list(prior.notes) + [note for note in [coverage_note(campaigns, FIT_SETTINGS["confidence"])] if note]
     designs = [summarize("adaptive", [simulate_adaptive(prior, target, s) for s in seeds], target)]
     inside = prior.truth is not None and prior.low < prior.truth < prior.high
     if inside:

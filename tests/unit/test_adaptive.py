@@ -297,6 +297,17 @@ def test_plan_on_a_prior_whose_pull_always_wins_says_so(tmp_path):
     assert [d.design for d in plan.designs] == ["adaptive", "ladder-3"]
     assert plan.designs[0].stop_reasons == {"pull-wins-at-shortest": 1.0}
     assert any("below the shortest" in note for note in plan.notes)
+    assert any("2 campaign(s) is uncertain" in note for note in plan.notes)
+
+
+def test_plan_warns_that_a_few_campaigns_cannot_read_coverage():
+    from kvcal.estimate.campaign_plan import COVERAGE_CAMPAIGNS, coverage_note
+
+    few = coverage_note(10, 0.9)
+    assert few is not None and "10 campaign(s)" in few and "+-16%" in few and "nominal 90%" in few
+    assert coverage_note(COVERAGE_CAMPAIGNS, 0.9) is None and coverage_note(400, 0.9) is None
+    rare = coverage_note(1, 0.999)  # the spread follows the nominal level: 1.645 x sqrt(0.999 x 0.001)
+    assert "+-5%" in rare and "nominal 99.9%" in rare
 
 
 @pytest.mark.parametrize("args, message", [
