@@ -58,6 +58,7 @@ SELECTION_ALPHA = 0.05
 DOWNWEIGHT_REPORT_BELOW = 0.25  # residual beyond about 5.4 robust SDs: a wild probe, not noise
 ROBUST_MIN_DF = 5  # residual df below which a robust scale cannot be told from curvature
 SIGMA_FLOOR = 1e-3  # 0.1% relative: keeps f_scale positive when a fit is exact
+INTERIOR_START = 1e-9  # relative to the largest coefficient: where a Huber solve starts a coefficient fitted at 0
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,11 @@ def _huber_weights(data: LegData, p: int, beta0: np.ndarray) -> tuple[np.ndarray
         return (data.ttft_ms - x @ beta) / s
 
     jac = -x / s[:, None]
+    # scipy's bounded "trf" raises "`x` is not within the trust region" when it starts with a
+    # coefficient exactly on the bound (a flat pull whose slope the first fit set to 0, scipy
+    # 1.17): start just inside, far below any coefficient that matters.
     beta = np.maximum(beta0, 0.0)
+    beta = np.where(beta > 0.0, beta, INTERIOR_START * max(float(beta.max()), 1.0))
     sigma = _robust_sigma(resid(beta), p)
     for _ in range(2):
         f_scale = HUBER_K * sigma

@@ -97,6 +97,26 @@ def test_coefficients_are_never_negative_even_when_a_line_would_want_it():
 # --- robust loss ------------------------------------------------------------------------------
 
 
+FLAT_PULL_REPS = {  # a GLM-like flat pull (two reps a length; simulated) whose first fit puts the pull's slope at 0
+    256: ((57.201593106002214, 58.29321079261743), (392.60387845169146, 413.7274758869632)),
+    512: ((80.0159803164773, 81.52973928023042), (426.02317774190556, 426.3403567423084)),
+    2048: ((211.0513708261067, 201.508759591914), (394.51023015441484, 393.33153211069686)),
+    8192: ((722.1915863821097, 732.8236376897132), (394.9251866749119, 391.73700761290235)),
+}
+
+
+def test_a_flat_pull_with_a_zero_slope_fits_instead_of_crashing_the_robust_solver():
+    # scipy's bounded least squares raised "`x` is not within the trust region" from a start on the bound.
+    rows = [{"prefix_tokens": n, "leg": leg, "ttft_ms": value, "rep": rep, "bytes_moved": None}
+            for n, legs in FLAT_PULL_REPS.items() for leg, values in zip(("recompute", "pull"), legs)
+            for rep, value in enumerate(values)]
+    fit = fit_table(from_rows(rows, origin=FitSource(kind="test")), n_resamples=300)
+    assert fit.pull.per_token_us == pytest.approx(0.0, abs=1e-6)
+    assert 2048 < fit.break_even_tokens < 8192
+    low, high = fit.break_even_ci
+    assert low < fit.break_even_tokens < high
+
+
 def _huber_direct(data: LegData, p: int, f_scale: float) -> np.ndarray:
     x = data.basis(p)[data.group]
     s = data.scale_ms[data.group]
