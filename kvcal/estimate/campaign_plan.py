@@ -76,6 +76,7 @@ class Campaign:
     ci: list[float] | None
     stop: str | None
     covered: bool | None  # the truth inside the final interval (None without an interval)
+    search_s: float = 0.0  # adaptive: engine time of the seed and the climb, spent finding the crossover
 
 
 class Summary(Record):
@@ -108,11 +109,11 @@ class CampaignPlan(Record):
 
 
 def _campaign(design: str, fit: FitResult | None, n_probes: int, engine_ms: float, stop: str | None,
-              truth: float | None) -> Campaign:
+              truth: float | None, search_ms: float = 0.0) -> Campaign:
     ci = fit.break_even_ci if fit else None
     covered = None if ci is None or truth is None else bool(ci[0] <= truth <= ci[1])
     return Campaign(design, n_probes, engine_ms / 1e3, relative_width(fit) if fit else None,
-                    fit.break_even_tokens if fit else None, ci, stop, covered)
+                    fit.break_even_tokens if fit else None, ci, stop, covered, search_ms / 1e3)
 
 
 def _setup(prior: Prior) -> RunSetup:
@@ -136,17 +137,19 @@ def simulate_adaptive(prior: Prior, target: float, seed: int, *, max_probes: int
                             StopRules(target_width=target, max_probes=max_probes), screen_resamples=screen_resamples)
     rows: list[dict] = []
     reps: dict[tuple[int, str], int] = {}
-    engine_ms, round_index = 0.0, 0
+    engine_ms, search_ms, round_index = 0.0, 0.0, 0
     while True:
         table = from_rows(rows, setup=_setup(prior)) if rows else None
         step = controller.step(table, engine_seconds=engine_ms / 1e3, round_index=round_index)
         if step.stop:
-            return _campaign("adaptive", step.fit, len(rows), engine_ms, step.stop, prior.truth)
+            return _campaign("adaptive", step.fit, len(rows), engine_ms, step.stop, prior.truth, search_ms)
         for choice in step.choices:
             key = (choice.prefix_tokens, choice.leg.value)
             new = _rows_from(pair, choice.prefix_tokens, choice.leg, choice.count, reps.get(key, 0))
             reps[key] = reps.get(key, 0) + choice.count
-            engine_ms += sum(r["ttft_ms"] for r in new)
+            spent = sum(r["ttft_ms"] for r in new)
+            engine_ms += spent
+            search_ms += spent if step.kind != "design" else 0.0
             rows += new
         round_index += 1
 

@@ -143,20 +143,34 @@ def test_design_spends_its_probes_near_the_break_even():
     assert TRUTH / 2.5 <= min(lengths) and max(lengths) <= 2.5 * TRUTH
 
 
-def test_a_round_ends_once_the_design_predicts_the_target_width():
+def _round_probes(**stop_early) -> int:
+    """Probes a 40-probe design round on the sim default's seed-like table takes, given its early-end rules."""
     table = sim_table(SimCosts(), [256, 1024, 4096], reps=2, seed=5)
     fit = fit_table(table, n_resamples=200)
     measured = {leg: {n: 2 for n in (256, 1024, 4096)} for leg in (Leg.RECOMPUTE, Leg.PULL)}
     grid = design.candidate_lengths(256, 65472, 64)
+    return sum(c.count for c in design.choose_batch(fit, measured, grid, 40, 1, **stop_early))
 
+
+def test_a_round_ends_once_the_design_predicts_the_target_width():
     def probes(enough):
-        return sum(c.count for c in design.choose_batch(fit, measured, grid, 40, 1, enough=enough))
+        return _round_probes(enough=enough)
 
     assert probes(None) == 40  # no width to aim at: the size batch_size allowed
     assert probes(1e-9) == 40  # a target out of this round's reach: the whole allowance
     assert probes(0.999) == design.MIN_ROUND_PAIRS * design.PAIR  # nearly there: the least round
     assert design.MIN_ROUND_PAIRS * design.PAIR < probes(0.3) < 40  # in between: as many pairs as the model needs
     assert probes(0.3) <= probes(0.1)
+
+
+def test_a_round_also_ends_once_the_models_own_width_reaches_the_target():
+    def probes(target_width):
+        return _round_probes(target_width=target_width)
+
+    assert probes(None) == probes(1e-6) == 40  # no target, or one out of this round's reach: the whole allowance
+    assert probes(10.0) == design.MIN_ROUND_PAIRS * design.PAIR  # already there by the model: the least round
+    assert design.MIN_ROUND_PAIRS * design.PAIR < probes(0.08) < 40
+    assert probes(0.08) <= probes(0.04)
 
 
 def test_the_share_of_variance_a_round_may_leave_is_the_squared_width_ratio():
@@ -339,6 +353,17 @@ def test_adaptive_spends_under_forty_percent_of_the_ladder_to_a_five_percent_int
     assert adaptive.stop == ladder.stop == "target-width" and adaptive.width <= 0.05 and ladder.width <= 0.05
     assert adaptive.engine_s <= 0.4 * ladder.engine_s  # simulated TTFTs summed: deterministic, not a timing
     assert abs(adaptive.break_even - prior.truth) <= 0.05 * prior.truth  # one 90% interval may miss; not by far
+
+
+def test_a_simulated_campaign_counts_what_its_search_cost_apart():
+    from kvcal.estimate.campaign_plan import Prior, simulate_adaptive
+
+    # GLM-like curves: the seed (256, 512) and a climb to 2K find the crossover near 3.8K, then rounds narrow it.
+    costs = SimCosts(recompute_intercept_ms=40.0, recompute_per_token_us=80.0, recompute_per_token2_ns=0.6,
+                     pull_intercept_ms=350.0, pull_per_token_us=0.8, noise_cv=0.05)
+    campaign = simulate_adaptive(Prior(costs, "glm-like", 256, 131008, 64), 0.05, seed=1)
+    seed_and_climb_floor = 2 * 3 * 350.0 / 1e3  # a pair of pulls at each of three lengths, 350 ms apiece at least
+    assert seed_and_climb_floor < campaign.search_s < campaign.engine_s
 
 
 def test_stopping_on_the_width_keeps_most_intervals_on_the_truth():
