@@ -4,8 +4,8 @@
 truth's curve shapes (its recompute curve and its pull slope) and moves the pull's
 floor so that the break-even lands at each of ``--at`` tokens, then runs ``--seeds``
 adaptive campaigns at one noise level and target width (default 5% noise, 10% target:
-the setting where the oracle is cheapest, 8-20 probes, so finding the crossover weighs
-most). Per truth it prints the median engine time of the campaign, of its search (the
+the setting where the oracle is cheapest for a given truth, so finding the crossover
+weighs most). Per truth it prints the median engine time of the campaign, of its search (the
 seed and the climb: the rounds that look for the crossover before any probe is placed
 on it), both over the oracle (every probe at the true break-even, slopes and noise
 known) and over ``oracle-t`` (the same oracle estimating its noise, Student's t), and
@@ -14,7 +14,7 @@ the coverage of the final 90% intervals.
 The search is a cost no oracle pays: a campaign whose search alone costs as much as the
 oracle's whole campaign cannot be within 1.5x of it, however well it places the rest.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/adaptive_crossovers.py            # about 8 min on 2 cores
+    PYTHONPATH=. .venv/bin/python benchmarks/adaptive_crossovers.py            # about 3 min on 2 cores
     PYTHONPATH=. .venv/bin/python benchmarks/adaptive_crossovers.py --seeds 10 --at 700,7000
 """
 
