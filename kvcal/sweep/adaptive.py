@@ -11,7 +11,9 @@ that stopped on ``target-width`` gives the same interval when the user refits it
 
 Stop rules, checked after each round's refit, in this order (the first three only once
 the weaker leg's residual degrees of freedom reach MIN_STOP_DF: the seed's two reps a
-length are too few to trust an interval on):
+length are too few to trust an interval on; an interval that meets a rule on fewer df
+gets a top-up round instead, :func:`kvcal.sweep.design.df_top_up`, which buys the
+missing df at lengths already measured, where each pair costs least):
 
 * ``target-width``: (upper - lower) / break-even <= target, computed from fit.json's
   rounded ``break_even_ci`` and ``break_even_tokens`` (whatever the status: a
@@ -121,9 +123,10 @@ def relative_width(fit: FitResult) -> float | None:
     return (high - low) / fit.break_even_tokens
 
 
-def settled_reason(fit: FitResult, rules: StopRules, low: int, high: int, measured: set[int]) -> StopReason | None:
-    """The stop rule a fit meets by itself (target or settled outside the range), or None."""
-    if (fit.bootstrap.residual_df or 0) < MIN_STOP_DF:
+def settled_reason(fit: FitResult, rules: StopRules, low: int, high: int, measured: set[int], *,
+                   min_df: int = MIN_STOP_DF) -> StopReason | None:
+    """The stop rule a fit meets by itself (target or settled outside the range), or None; ``min_df`` the df floor."""
+    if (fit.bootstrap.residual_df or 0) < min_df:
         return None  # two reps a length resample two values: too thin an interval to stop on
     width = relative_width(fit)
     if width is not None and width <= rules.target_width:  # any status: a break-even a few % past an end is still placed
@@ -189,6 +192,8 @@ class Controller:
         extend = design.extension(self.grid, _medians(table), fit.break_even_tokens if fit is not None else None)
         if extend or fit is None:
             kind, choices = "extend", extend or design.seed_design(self.grid)
+        elif top_up := self._top_up(table, fit, measured, round_index):
+            kind, choices = "design", top_up
         else:
             width, target = relative_width(fit), self.rules.target_width
             choices = design.choose_batch(fit, measured, self.grid, design.batch_size(n_valid, width, target),
@@ -198,6 +203,12 @@ class Controller:
             kind = "design"
         return Step(fit, None, _within(choices, room), kind)
 
+    def _top_up(self, table: ProbeTable, fit: FitResult, measured: dict[Leg, dict[int, int]],
+                round_index: int) -> list[design.Choice]:
+        """An interval that would stop the campaign but rests on too few df: the df, bought where they cost least."""
+        if settled_reason(fit, self.rules, self.low, self.high, set(table.lengths), min_df=0) is None:
+            return []
+        return design.df_top_up(fit, measured, self.grid, MIN_STOP_DF, round_index)
 
     def final(self, table: ProbeTable, fit: FitResult | None) -> FitResult | None:
         """The standard fit for a campaign's last word (the screened one is only for choosing probes)."""

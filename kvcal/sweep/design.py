@@ -243,14 +243,8 @@ def choose_batch(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list
     ``target_width``, once that model's relative width, 2 t sqrt(Var(n*)) over the median of
     the targets, is at most it.
     """
-    low, high = grid[0], grid[-1]
-    scale = float(max(max(m) for m in measured.values()))
-    targets = _targets(fit, low, high)
+    scale, targets, legs, slope2 = _design_state(fit, measured, grid)
     centre = float(np.median(targets))
-    legs = {leg: _leg_state(fit, leg, measured[leg], scale) for leg in (Leg.RECOMPUTE, Leg.PULL)}
-    rec, pull = legs[Leg.RECOMPUTE].coef, legs[Leg.PULL].coef
-    slope = (rec[1] - pull[1]) / 1e3 + 2 * (rec[2] - pull[2]) * targets / 1e6  # D'(t), ms per token
-    slope2 = np.maximum(slope**2, (1e-3 * np.maximum(rec[1], pull[1]) / 1e3) ** 2)
     cand = np.array([n for n in grid if targets[0] / LOCAL_SPAN <= n <= targets[-1] * LOCAL_SPAN], dtype=float)
     if cand.size == 0:
         cand = np.array([nearest(grid, float(np.median(targets)))], dtype=float)
@@ -273,28 +267,77 @@ def choose_batch(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list
                 break
         best = None
         for leg, state in legs.items():
-            ft, fc = at_targets[leg], at_cand[leg]
-            w = PAIR / (state.cv * state.cost_ms(cand)) ** 2
-            cross = ft @ invs[leg] @ fc.T  # (targets, candidates)
-            self_var = np.einsum("ci,ij,cj->c", fc, invs[leg], fc)
-            cut = np.mean(w * cross**2 / (1.0 + w * self_var) / slope2[:, None], axis=0)
+            cut, w = _pair_cut(state, invs[leg], at_targets[leg], at_cand[leg], cand, slope2)
             gained = np.where(np.isin(cand, sorted(lengths[leg])), PAIR, PAIR - 1)
             other = next(d for other_leg, d in df.items() if other_leg is not leg)
             narrowing = t_weighted_cut(sum(totals.values()), cut, df[leg], other, gained, confidence)
             score = narrowing / (PAIR * state.cost_ms(cand))
             k = int(np.argmax(score))
             if best is None or score[k] > best[0]:
-                best = (score[k], state, k, cut[k] / max(totals[leg], 1e-300), w[k], fc[k])
+                best = (score[k], state, k, cut[k] / max(totals[leg], 1e-300), w[k], at_cand[leg][k])
         _, state, k, share, w_k, f_k = best
         state.info = state.info + w_k * np.outer(f_k, f_k)
         n_k = int(cand[k])
         df[state.leg] += PAIR if n_k in lengths[state.leg] else PAIR - 1
         lengths[state.leg].add(n_k)
         picks.setdefault((n_k, state.leg), []).append(share)
+    return _as_choices(picks, legs, f"round {round_index}", targets)
+
+
+def df_top_up(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list[int], min_df: int,
+              round_index: int) -> list[Choice]:
+    """Pairs that lift every leg's residual df to ``min_df`` where they cost least for what they narrow.
+
+    For a campaign whose interval already meets its stop rule but rests on too few degrees
+    of freedom to be trusted (:data:`kvcal.sweep.adaptive.MIN_STOP_DF`). A pair at a
+    length its leg has measured adds 2 df, whichever length it is, so the design only
+    chooses among those lengths, by variance cut per ms as :func:`choose_batch` does: for
+    a recompute leg, usually a short length costing a fraction of a probe at the crossover.
+    """
+    scale, targets, legs, slope2 = _design_state(fit, measured, grid)
+    picks: dict[tuple[int, Leg], list[float]] = {}
+    for leg, state in legs.items():
+        short = min_df - (sum(measured[leg].values()) - len(measured[leg]))
+        if short <= 0:
+            continue
+        cand = np.array(sorted(measured[leg]), dtype=float)
+        at_targets, at_cand = state.basis(targets, scale), state.basis(cand, scale)
+        for _ in range(math.ceil(short / PAIR)):
+            inv = np.linalg.inv(state.info)
+            total = float(np.mean(np.einsum("ti,ij,tj->t", at_targets, inv, at_targets) / slope2))
+            cut, w = _pair_cut(state, inv, at_targets, at_cand, cand, slope2)
+            k = int(np.argmax(cut / (PAIR * state.cost_ms(cand))))
+            state.info = state.info + w[k] * np.outer(at_cand[k], at_cand[k])
+            picks.setdefault((int(cand[k]), leg), []).append(cut[k] / max(total, 1e-300))
+    return _as_choices(picks, legs, f"round {round_index} (df to {min_df}, for an interval that can stop)", targets)
+
+
+def _design_state(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list[int]):
+    """The length scale, the targets, each leg's information and D'(t)^2 at the targets (the module docstring)."""
+    scale = float(max(max(m) for m in measured.values()))
+    targets = _targets(fit, grid[0], grid[-1])
+    legs = {leg: _leg_state(fit, leg, measured[leg], scale) for leg in (Leg.RECOMPUTE, Leg.PULL)}
+    rec, pull = legs[Leg.RECOMPUTE].coef, legs[Leg.PULL].coef
+    slope = (rec[1] - pull[1]) / 1e3 + 2 * (rec[2] - pull[2]) * targets / 1e6  # D'(t), ms per token
+    slope2 = np.maximum(slope**2, (1e-3 * np.maximum(rec[1], pull[1]) / 1e3) ** 2)
+    return scale, targets, legs, slope2
+
+
+def _pair_cut(state: _LegState, inv: np.ndarray, at_targets: np.ndarray, at_cand: np.ndarray, cand: np.ndarray,
+              slope2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Var(n*) cut by a pair at each candidate (Sherman-Morrison, averaged over the targets), and the pair's weight."""
+    w = PAIR / (state.cv * state.cost_ms(cand)) ** 2
+    cross = at_targets @ inv @ at_cand.T  # (targets, candidates)
+    self_var = np.einsum("ci,ij,cj->c", at_cand, inv, at_cand)
+    return np.mean(w * cross**2 / (1.0 + w * self_var) / slope2[:, None], axis=0), w
+
+
+def _as_choices(picks: dict[tuple[int, Leg], list[float]], legs: dict[Leg, _LegState], label: str,
+                targets: np.ndarray) -> list[Choice]:
     choices = []
     for (n, leg), shares in sorted(picks.items(), key=lambda item: (item[0][0], item[0][1].value)):
         cost = float(legs[leg].cost_ms(np.array([float(n)]))[0])
-        why = (f"round {round_index}: {leg.value} at {n} cuts the break-even's variance by {shares[0]:.0%} per pair "
+        why = (f"{label}: {leg.value} at {n} cuts the break-even's variance by {shares[0]:.0%} per pair "
                f"for {cost:.3g} ms a probe (targets {targets[0]:.0f}-{targets[-1]:.0f} tokens)")
         choices.append(Choice(n, leg, PAIR * len(shares), why))
     return choices

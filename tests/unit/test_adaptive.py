@@ -382,3 +382,54 @@ def test_no_interval_from_the_seeds_two_reps_may_stop_a_campaign(tmp_path):
     outcome = run_campaign(config)
     state = read_state(RunFolder(outcome.run_dir))
     assert outcome.stop_reason == "pull-wins-at-shortest" and state.n_probes > 8 and len(state.rounds) >= 2
+
+
+GLM_LIKE_QUIET = SimCosts(recompute_intercept_ms=40.0, recompute_per_token_us=80.0, recompute_per_token2_ns=0.6,
+                          pull_intercept_ms=350.0, pull_per_token_us=0.8, noise_cv=0.01)
+
+
+def _pure_error_df(counts: dict[int, int]) -> int:
+    return sum(counts.values()) - len(counts)
+
+
+@pytest.mark.parametrize("costs, lengths", [(SimCosts(noise_cv=0.01), [256, 512, 1024]),
+                                            (GLM_LIKE_QUIET, [256, 1024, 4096, 8192])], ids=["sim-default", "glm-like"])
+def test_a_thin_interval_buys_its_missing_df_at_lengths_already_measured(costs, lengths):
+    from kvcal.sweep.adaptive import MIN_STOP_DF
+
+    fit = fit_table(sim_table(costs, lengths, reps=2, seed=5), n_resamples=500)
+    measured = {leg: {n: 2 for n in lengths} for leg in (Leg.RECOMPUTE, Leg.PULL)}
+    choices = design.df_top_up(fit, measured, design.candidate_lengths(256, 131008, 64), MIN_STOP_DF, 3)
+    assert choices and all(c.prefix_tokens in lengths and c.count % design.PAIR == 0 for c in choices)
+    assert all("df to 6" in c.reason for c in choices)
+    for leg in measured:
+        after = dict(measured[leg])
+        for c in (c for c in choices if c.leg is leg):
+            after[c.prefix_tokens] += c.count
+        bought = sum(after.values()) - sum(measured[leg].values())
+        assert MIN_STOP_DF <= _pure_error_df(after) < MIN_STOP_DF + design.PAIR  # the floor, and no pair past it
+        assert bought == design.PAIR * -(-(MIN_STOP_DF - _pure_error_df(measured[leg])) // design.PAIR)
+
+
+def test_the_top_up_prefers_a_cheap_short_recompute_to_one_at_the_crossover():
+    lengths = [256, 1024, 4096, 8192]
+    fit = fit_table(sim_table(GLM_LIKE_QUIET, lengths, reps=2, seed=5), n_resamples=500)
+    measured = {leg: {n: 2 for n in lengths} for leg in (Leg.RECOMPUTE, Leg.PULL)}
+    choices = design.df_top_up(fit, measured, design.candidate_lengths(256, 131008, 64), 6, 3)
+    recompute = [c.prefix_tokens for c in choices if c.leg is Leg.RECOMPUTE]
+    assert recompute and max(recompute) < fit.break_even_tokens / 2  # ~120 ms a probe, not ~350 at 3.8K
+    pulls_enough = {leg: {n: 4 for n in lengths} for leg in (Leg.RECOMPUTE, Leg.PULL)}
+    assert design.df_top_up(fit, pulls_enough, design.candidate_lengths(256, 131008, 64), 6, 3) == []
+
+
+def test_a_campaign_tops_up_a_thin_interval_instead_of_stopping_or_designing_afresh():
+    from kvcal.sweep.adaptive import Controller, StopRules
+
+    lengths = [256, 1024, 4096, 8192]
+    controller = Controller(256, 131008, 64, StopRules(target_width=0.2))
+    thin = controller.step(sim_table(GLM_LIKE_QUIET, lengths, reps=2, seed=5), engine_seconds=1.0, round_index=3)
+    assert thin.stop is None and thin.kind == "design" and thin.choices
+    assert all(c.prefix_tokens in lengths and "df to 6" in c.reason for c in thin.choices)
+    assert sum(c.count for c in thin.choices) <= 8  # only the df: not a design round of new lengths
+    enough = controller.step(sim_table(GLM_LIKE_QUIET, lengths, reps=3, seed=5), engine_seconds=1.0, round_index=4)
+    assert enough.stop == "target-width"  # 8 df a leg: the same interval may stop
