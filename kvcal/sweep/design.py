@@ -250,14 +250,13 @@ def choose_batch(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list
         cand = np.array([nearest(grid, float(np.median(targets)))], dtype=float)
     picks: dict[tuple[int, Leg], list[float]] = {}
     lengths = {leg: set(measured[leg]) for leg in legs}
-    df = {leg: sum(measured[leg].values()) - len(measured[leg]) for leg in legs}  # pure error: every length has reps
+    df = {leg: _pure_error_df(measured[leg]) for leg in legs}
     at_targets = {leg: state.basis(targets, scale) for leg, state in legs.items()}
     at_cand = {leg: state.basis(cand, scale) for leg, state in legs.items()}
     start = None  # Var(n*) x t^2 before the round's first pick
     for picked in range(max(n_probes // PAIR, 1)):
         invs = {leg: np.linalg.inv(state.info) for leg, state in legs.items()}
-        totals = {leg: float(np.mean(np.einsum("ti,ij,tj->t", at_targets[leg], invs[leg], at_targets[leg]) / slope2))
-                  for leg in legs}
+        totals = {leg: _target_variance(at_targets[leg], invs[leg], slope2) for leg in legs}
         squared_width = sum(totals.values()) * float(t_quantile(min(df.values()), confidence)) ** 2
         start = squared_width if start is None else start
         if picked >= MIN_ROUND_PAIRS:
@@ -297,14 +296,14 @@ def df_top_up(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list[in
     scale, targets, legs, slope2 = _design_state(fit, measured, grid)
     picks: dict[tuple[int, Leg], list[float]] = {}
     for leg, state in legs.items():
-        short = min_df - (sum(measured[leg].values()) - len(measured[leg]))
+        short = min_df - _pure_error_df(measured[leg])
         if short <= 0:
             continue
         cand = np.array(sorted(measured[leg]), dtype=float)
         at_targets, at_cand = state.basis(targets, scale), state.basis(cand, scale)
         for _ in range(math.ceil(short / PAIR)):
             inv = np.linalg.inv(state.info)
-            total = float(np.mean(np.einsum("ti,ij,tj->t", at_targets, inv, at_targets) / slope2))
+            total = _target_variance(at_targets, inv, slope2)
             cut, w = _pair_cut(state, inv, at_targets, at_cand, cand, slope2)
             k = int(np.argmax(cut / (PAIR * state.cost_ms(cand))))
             state.info = state.info + w[k] * np.outer(at_cand[k], at_cand[k])
@@ -321,6 +320,16 @@ def _design_state(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: lis
     slope = (rec[1] - pull[1]) / 1e3 + 2 * (rec[2] - pull[2]) * targets / 1e6  # D'(t), ms per token
     slope2 = np.maximum(slope**2, (1e-3 * np.maximum(rec[1], pull[1]) / 1e3) ** 2)
     return scale, targets, legs, slope2
+
+
+def _pure_error_df(counts: dict[int, int]) -> int:
+    """A leg's residual df when every length has reps, as kvcal fit counts them."""
+    return sum(counts.values()) - len(counts)
+
+
+def _target_variance(at_targets: np.ndarray, inv: np.ndarray, slope2: np.ndarray) -> float:
+    """One leg's share of Var(n*), averaged over the targets (the delta method of the module docstring)."""
+    return float(np.mean(np.einsum("ti,ij,tj->t", at_targets, inv, at_targets) / slope2))
 
 
 def _pair_cut(state: _LegState, inv: np.ndarray, at_targets: np.ndarray, at_cand: np.ndarray, cand: np.ndarray,
