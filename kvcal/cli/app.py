@@ -136,12 +136,26 @@ def _refuse_non_finite(callback):
     return checked
 
 
+def reflow_prose(epilog: str | None) -> str | None:
+    """An epilog's prose paragraphs on one line each, so the help wraps them at the terminal's width.
+
+    Typer keeps single line breaks in an epilog, so prose broken at 88 columns came out
+    ragged in an 80-column terminal. Paragraphs with an indented line (the examples)
+    keep their breaks.
+    """
+    if not epilog:
+        return epilog
+    paragraphs = epilog.split("\n\n")
+    return "\n\n".join(p if any(line.startswith(" ") for line in p.splitlines()) else " ".join(p.split("\n"))
+                       for p in paragraphs)
+
+
 def _apply_shared_checks(typer_app: typer.Typer) -> None:
     for info in typer_app.registered_commands:
         info.callback = _refuse_non_finite(info.callback)
+        info.epilog = reflow_prose(info.epilog)
     for group in typer_app.registered_groups:
         _apply_shared_checks(group.typer_instance)
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ EPILOG = """Examples:
 
   kvcal sweep --model M --share-gpu 0.45,0.45                   # one GPU: both engines share it
 
-  kvcal sweep --producer-url http://10.0.0.5:8200 --consumer-url http://10.0.0.6:8200 --model M \
+  kvcal sweep --producer-url http://10.0.0.5:8200 --consumer-url http://10.0.0.6:8200 --model M \\
       --transport p2p-tier --producer-p2p-host 10.0.0.5          # engine ports (8200), not the sidecar's 8000
 
   kvcal sweep --engine sim --prefix-lengths 256,1024,4096 --reps 5
