@@ -9,7 +9,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from kvcal.cli.output import print_sanity, stdout
+from kvcal.cli.output import print_sanity, print_warning, stdout
 from kvcal.cli.render_costmodel import render_cost_model
 from kvcal.errors import InputError
 
@@ -126,7 +126,7 @@ def render(result: FitResult) -> None:
         stdout.print(f"bootstrap: {boot.n_resamples} resamples ({boot.method}, seed {boot.seed}); "
                      f"no crossover in {boot.no_crossover_share:.1%}")
     for line in result.warnings:
-        stdout.print(f"[yellow]warning:[/yellow] {line}", markup=True, highlight=False)
+        print_warning(line)
     if result.cost_model is not None:
         render_cost_model(result.cost_model)
     from kvcal.estimate.sanity import sanity_for_fit

@@ -5,10 +5,18 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; print them wide instead.
-stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-stderr = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+# Markup off: what kvcal prints holds paths, run names and engine errors, and rich would drop
+# "[run]" from a path and fail on "[/x]"; the one styled word goes through print_warning().
+stdout = Console(soft_wrap=True, markup=False, width=None if sys.stdout.isatty() else 200)
+stderr = Console(stderr=True, soft_wrap=True, markup=False, width=None if sys.stderr.isatty() else 200)
+
+
+def print_warning(line: str) -> None:
+    """A warning in a command's report on stdout: the word styled, the text as it is."""
+    stdout.print(f"[yellow]warning:[/yellow] {escape(line)}", markup=True, highlight=False)
 
 
 def print_sanity(findings: list) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 if TYPE_CHECKING:  # annotations only: kvcal --help must not build the typed records
@@ -88,11 +89,12 @@ class PlainProgress:
 class RichProgress:
     """A live bar with the current probe, last TTFTs and ETA."""
 
-    def __init__(self) -> None:
-        self._console = Console(stderr=True)
+    def __init__(self, file: TextIO | None = None) -> None:
+        # markup off: probe errors and paths print as they are ("[/x]" would stop a sweep)
+        self._console = Console(stderr=file is None, file=file, markup=False)
         self._bar = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[last]}"),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[last]}", markup=False),
             console=self._console, transient=False,
         )
         self._task = None
@@ -108,7 +110,7 @@ class RichProgress:
         if self._task is None:
             return
         if not record.valid:
-            self._console.log(f"[yellow]invalid probe[/]: {_describe(record)}")
+            self._console.log(f"[yellow]invalid probe[/]: {escape(_describe(record))}", markup=True)
         self._bar.update(self._task, completed=done, total=total, last=_describe(record))
 
     def on_round(self, view) -> None:

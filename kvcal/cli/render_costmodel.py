@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
-from kvcal.cli.output import stdout
+from kvcal.cli.output import print_warning, stdout
 
 if TYPE_CHECKING:  # only the annotation: kvcal --help must not build the typed records
     from kvcal.records import CostModelFit
@@ -41,4 +41,4 @@ def render_cost_model(cost: CostModelFit) -> None:
                        if value is not None)
     stdout.print(f"design: {d.n_pull_sizes} pull size(s), condition {d.condition_number:.3g} with T free; {shares}")
     for line in cost.warnings:
-        stdout.print(f"[yellow]warning:[/yellow] cost model: {line}", markup=True, highlight=False)
+        print_warning(f"cost model: {line}")

@@ -250,3 +250,20 @@ def test_cli_attach_to_unreachable_engines_names_the_engine(tmp_path, kvcal):
                    "--model", model, "--output-dir", tmp_path, "--prefix-lengths", "256")
     assert result.code == 4
     assert "producer at http://127.0.0.1:9: unreachable" in result.err and "Traceback" not in result.err
+
+
+def test_the_live_display_prints_engine_errors_and_paths_as_they_are():
+    import io
+
+    from kvcal.cli.progress_view import RichProgress
+    from factories import make_probe
+
+    shown = io.StringIO()
+    view = RichProgress(file=shown)
+    view.on_phase("launching /models/[run]/tiny")
+    view.on_start(total=2, already_done=0)
+    bad = make_probe(0, 256, "pull", None, valid=False).model_copy(update={"invalid_reason": "HTTP 500: [/oops] [bold]"})
+    view.on_probe(bad, 1, 2)
+    view.on_complete(1, 2)
+    text = " ".join(shown.getvalue().split())
+    assert "/models/[run]/tiny" in text and "HTTP 500: [/oops] [bold]" in text
