@@ -50,14 +50,23 @@ def check_output(path: Path | None, flag: str, inputs: Iterable[Path | None] = (
     if path.is_symlink() and not path.exists():
         raise InputError(f"{flag} {path} is a dangling symbolic link; remove it or write elsewhere")
     records = RUN_RECORDS if fit_json else (*RUN_RECORDS, "fit.json")
+    inputs = tuple(inputs)
+    # A link is judged by what it points to as well as by its name: writing through
+    # out.json -> run/probes.jsonl would replace the run's probes.
+    for target in dict.fromkeys((path, Path(os.path.realpath(path)))):
+        _refuse_inputs_and_records(target, path, flag, inputs, records)
+
+
+def _refuse_inputs_and_records(target: Path, path: Path, flag: str, inputs: Iterable[Path | None],
+                               records: tuple[str, ...]) -> None:
     for given in inputs:
         if given is None:
             continue
         given = Path(given)
-        if _same(path, given) or (given.is_dir() and _inside(path, given) and path.name in records):
+        if _same(target, given) or (given.is_dir() and _inside(target, given) and target.name in records):
             raise InputError(f"{flag} {path} is an input of this command; write the output elsewhere")
-    folder = path.parent
-    if path.name in records and (folder / "run.json").is_file() or folder.name == "logs" and (folder.parent / "run.json").is_file():
+    folder = target.parent
+    if target.name in records and (folder / "run.json").is_file() or folder.name == "logs" and (folder.parent / "run.json").is_file():
         raise InputError(f"{flag} {path} is a record of the run in {folder}; write the output elsewhere")
 
 

@@ -337,8 +337,18 @@ def _output_cases(cid: str, command: Command, base: dict[str, object], p: Param)
             places[f"an-input-{i}"] = str(value)
     else:
         places = {"a-file": "{ws}/afile", "under-a-file": "{ws}/afile/out"}
-    return [Case(f"{cid}/{p.name}={where}", f"output:{where.split('-')[0] if where.startswith('an-input') else where}",
-                 command, {**base, p.name: value}) for where, value in places.items()]
+    cases = [Case(f"{cid}/{p.name}={where}", f"output:{where.split('-')[0] if where.startswith('an-input') else where}",
+                  command, {**base, p.name: value}) for where, value in places.items()]
+    if p.name != "output_dir":  # a link named like any output, pointing at the run's probes
+        cases.append(Case(f"{cid}/{p.name}=link-to-run-records", "output:link-to-run-records", command, base,
+                          setup=_set(p.name, _link_to_probes)))
+    return cases
+
+
+def _link_to_probes(ws: Path) -> Path:
+    link = ws / "out-link"
+    link.symlink_to(ws / PLACES["run"] / "probes.jsonl")
+    return link
 
 
 def targeted_cases(app: typer.Typer) -> list[Case]:
