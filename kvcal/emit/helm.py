@@ -116,9 +116,15 @@ def _names(doc: Any, spec: PluginSpec, where: str = "") -> tuple[str, str, tuple
 
 
 def _params(entry: Any) -> Any:
-    if not isinstance(entry.get("parameters"), dict):
-        entry["parameters"] = type(entry)()
-    return entry["parameters"]
+    """The plugin's parameters mapping, made when absent; anything else there is the user's to fix, not to replace."""
+    params = entry.get("parameters")
+    if params is None:
+        entry["parameters"] = params = type(entry)()
+    if not isinstance(params, dict):
+        kind = "a list" if isinstance(params, list) else f"the value {str(params)[:40]!r}"
+        raise InputError(f"the {entry.get('type', 'plugin')} entry's parameters are {kind}, not a mapping of "
+                         "name: value; fix the values file (nothing was written)")
+    return params
 
 
 def _intend(doc: Any, spec: PluginSpec, add_plugin: bool) -> str:

@@ -183,11 +183,21 @@ def test_crlf_line_endings_survive() -> None:
     assert len(changed_lines(old.replace("\r\n", "\n"), res.text.replace("\r\n", "\n"))) == 1
 
 
+EMBED = ("router:\n  epp:\n    pluginsCustomConfig:\n      c.yaml: |\n        plugins:\n"
+         "          - type: p2p-source-producer\n            parameters:{params}\n")
+
+
 @pytest.mark.parametrize("text, match", [
     ("router: [unclosed\n", "not valid YAML"),
     ("- a\n- b\n", "not a Helm values mapping"),
     ("router:\n  epp:\n    replicas: 1\n", "no embedded EPP config"),
     ("router:\n  epp:\n    pluginsCustomConfig:\n      x.yaml: |\n        plugins: [a, {b\n", "embedded config"),
+    # parameters that are not a mapping were replaced wholesale, the user's entries and comments lost
+    (EMBED.format(params="\n              - prefillProfileName: prefill   # keep\n              - minCachedTokenDelta: 2048"),
+     "parameters are a list, not a mapping"),
+    (EMBED.format(params=' "oops"'), "parameters are the value 'oops'"),
+    (EMBED.format(params=" 7"), "parameters are the value '7'"),
+    (EMBED.format(params=" [a, b]"), "parameters are a list"),
 ])
 def test_bad_values_files_are_one_line_input_errors(text: str, match: str) -> None:
     with pytest.raises(InputError, match=re.escape(match)) as err:
