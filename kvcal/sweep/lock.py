@@ -70,9 +70,31 @@ def claim_run_folder(path: Path, *, new: bool) -> Iterator[Path]:
                              "wait for it to finish or stop it, then --resume") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield path
+        try:
+            yield path
+        except BaseException:
+            if new:
+                _remove_if_unused(path)
+            raise
     finally:
         os.close(fd)  # releases the flock
+
+
+def _remove_if_unused(path: Path) -> None:
+    """A new folder the sweep refused before writing anything: gone, so the same --name works next time.
+
+    Only the lock and an empty logs/ count as nothing; an engine's logs or any record stay.
+    """
+    try:
+        entries = {p.name: p for p in path.iterdir()}
+        if set(entries) - {LOCK_NAME, "logs"} or ("logs" in entries and any(entries["logs"].iterdir())):
+            return
+        if "logs" in entries:
+            entries["logs"].rmdir()
+        (path / LOCK_NAME).unlink(missing_ok=True)
+        path.rmdir()
+    except OSError:
+        pass  # a leftover folder is an inconvenience, not a loss
 
 
 def holder_pid(path: Path) -> int | None:

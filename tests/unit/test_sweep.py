@@ -267,3 +267,25 @@ def test_the_live_display_prints_engine_errors_and_paths_as_they_are():
     view.on_complete(1, 2)
     text = " ".join(shown.getvalue().split())
     assert "/models/[run]/tiny" in text and "HTTP 500: [/oops] [bold]" in text
+
+
+def test_a_sweep_refused_before_any_record_leaves_no_folder_behind(tmp_path, kvcal):
+    runs = tmp_path / "runs"
+    bad = kvcal("sweep", "--engine", "sim", "--output-dir", runs, "--name", "r", "--prefix-lengths", "100,200")
+    assert bad.code == 2 and "block size" in bad.err
+    assert not (runs / "r").exists()  # its .lock once kept the name taken, and --resume found no run
+    good = kvcal("sweep", "--engine", "sim", "--output-dir", runs, "--name", "r", "--prefix-lengths", "128,256", "--reps", "2")
+    assert good.code == 0, good.err
+    assert (runs / "r" / "run.json").is_file()
+
+
+def test_a_failed_new_run_keeps_whatever_it_wrote(tmp_path):
+    from kvcal.sweep.lock import claim_run_folder
+
+    folder = tmp_path / "r"
+    with pytest.raises(RuntimeError):
+        with claim_run_folder(folder, new=True):
+            (folder / "logs").mkdir()
+            (folder / "logs" / "producer.log").write_text("engine died: ...")
+            raise RuntimeError("launch failed")
+    assert (folder / "logs" / "producer.log").read_text() == "engine died: ..."
