@@ -8,6 +8,7 @@ rewritten; summaries are derived from them. A measurement that was not taken is
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import Any, Literal
 
@@ -15,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvcal.records_v1 import upgrade_fit, upgrade_run
 from kvcal.sweep.config import SweepConfig
+
+MAX_TOKENS = 10**9  # far above any real context, far below overflow (kvcal.fit.tables reads tables with it)
 
 PROBE_SCHEMA = "kvcal.probe/1"
 RUN_SCHEMA = "kvcal.run/2"
@@ -41,7 +44,7 @@ class ProbeRecord(Record):
     probe_id: str = Field(description="Stable id from the plan, e.g. 'p0007-L1024-pull-r1'; resume keys on it.")
     plan_index: int = Field(ge=0, description="Position of this probe in the shuffled plan.")
     attempt: int = Field(ge=0, description="0 for the first try; retries after a failed gate count up.")
-    prefix_tokens: int = Field(gt=0)
+    prefix_tokens: int = Field(gt=0, le=MAX_TOKENS)
     leg: Leg
     rep: int = Field(ge=0)
     ttft_ms: float | None = Field(description="Consumer time to first streamed token, max_tokens=1.")
@@ -94,7 +97,7 @@ class PlannedProbe(Record):
 
     plan_index: int = Field(ge=0)
     probe_id: str
-    prefix_tokens: int = Field(gt=0)
+    prefix_tokens: int = Field(gt=0, le=MAX_TOKENS)
     leg: Leg
     rep: int = Field(ge=0)
     load_state: str | None = Field(None, description="The load state of a loaded sweep (kvcal.sweep.load); None otherwise.")
@@ -138,6 +141,13 @@ class CurveFit(Record):
     downweighted: list[dict[str, Any]] = Field(default_factory=list, description="Probes the robust loss down-weighted.")
     noise_cv: float | None = Field(None, description="Robust (MAD) scale of the relative residuals: the probes' noise as a fraction of TTFT.")
     robust_f_scale: float | None = Field(None, description="Huber threshold in relative units; None when the fit was plain weighted least squares.")
+
+    @model_validator(mode="after")
+    def _finite_curve(self) -> "CurveFit":
+        for name in ("intercept_ms", "per_token_us", "per_token2_ns"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
+        return self
 
     @property
     def coefficients(self) -> tuple[float, float, float]:
@@ -283,3 +293,23 @@ class FitResult(Record):
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
         return upgrade_fit(data)
+
+    @model_validator(mode="after")
+    def _plausible(self) -> "FitResult":
+        """What emit-config and compare act on must be a number kvcal could have written (a hand-edited file may not be)."""
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must lie between 0 and 1, got {self.confidence}")
+        be, ci = self.break_even_tokens, self.break_even_ci
+        if be is not None and not (math.isfinite(be) and abs(be) <= MAX_TOKENS * 1e3):
+            raise ValueError(f"break_even_tokens {be} is not a plausible token count")
+        if ci is not None and (len(ci) != 2 or not all(math.isfinite(v) for v in ci) or ci[0] > ci[1]):
+            raise ValueError(f"break_even_ci must be [lower, upper] with lower <= upper, got {ci}")
+        if self.status == "crossover" and (be is None or be < 0 or (ci is not None and ci[0] < 0)):
+            raise ValueError(f"a crossover needs a break-even and an interval of 0 tokens or more, got {be} in {ci}")
+        if len(self.measured_range) != 2 or not 0 < self.measured_range[0] <= self.measured_range[1] <= MAX_TOKENS:
+            raise ValueError(f"measured_range must be [shortest, longest] within 1-{MAX_TOKENS} tokens, got {self.measured_range}")
+        for name in ("smallest_pull_win_tokens", "pull_won_from_tokens", "block_size"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value <= MAX_TOKENS:
+                raise ValueError(f"{name} must lie within 1-{MAX_TOKENS} tokens, got {value}")
+        return self

@@ -44,8 +44,9 @@ def load_fit(path: str | Path) -> FitResult:
         return FitResult.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
-        where = ".".join(str(part) for part in first.get("loc", ())) or "record"
-        raise InputError(f"{p}: not a kvcal fit.json (corrupt fit: {where}: {first.get('msg', 'invalid')})") from None
+        where = "".join(f"{part}: " for part in [".".join(str(part) for part in first.get("loc", ()))] if part)
+        message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        raise InputError(f"{p}: not a kvcal fit.json (corrupt fit: {where}{message})") from None
 
 
 def default_output(path: str | Path) -> Path:

@@ -34,7 +34,7 @@ import pandas as pd
 
 from kvcal.errors import InputError
 from kvcal.engines.sim import SimCosts, SimPair
-from kvcal.records import FitSource, Leg, ProbeRecord, RunSetup
+from kvcal.records import MAX_TOKENS, FitSource, Leg, ProbeRecord, RunSetup
 from kvcal.fit.costmodel import LoadedProbes, split_loaded
 from kvcal.sweep.recorder import RunFolder
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
@@ -50,7 +50,7 @@ CSV_REQUIRED = ("prefix_tokens", "leg", "ttft_ms")
 CSV_OPTIONAL = ("rep", "bytes_moved", "valid")
 LEGS = (Leg.RECOMPUTE.value, Leg.PULL.value)
 MB = 1_000_000  # the llm-d Job divides byte deltas by 1e6 for its pulled_MB column
-MAX_TOKENS, MAX_INT, MAX_MS = 10**9, 2**53, 1e9  # far above any real context or TTFT, far below overflow
+MAX_INT, MAX_MS = 2**53, 1e9  # far above any real count or TTFT, far below overflow (MAX_TOKENS: kvcal.records)
 
 _TABLE_HEADER = re.compile(r"^\s*tokens\s+recompute_ms\s+pull_ms\b", re.IGNORECASE)
 _INT = re.compile(r"^[+]?\d+$")

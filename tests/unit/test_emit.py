@@ -131,9 +131,42 @@ def test_bad_options_are_one_line_input_errors(kwargs: dict, match: str) -> None
     assert "\n" not in str(err.value)
 
 
-def test_crossover_without_any_estimate_is_an_input_error() -> None:
-    with pytest.raises(InputError):
-        em.compute_threshold(make_fit(be=None, ci=None))
+def test_crossover_without_any_estimate_is_not_a_fit() -> None:
+    with pytest.raises(ValueError, match="a crossover needs a break-even"):
+        make_fit(be=None, ci=None)
+
+
+GOOD_FIT = factories.make_fit().model_dump(mode="json", by_alias=True)
+
+
+@pytest.mark.parametrize("edit", [
+    {"break_even_tokens": float("nan")},
+    {"break_even_tokens": None},
+    {"break_even_tokens": -5.0, "break_even_ci": [-10.0, -1.0]},
+    {"break_even_tokens": 1e300},
+    {"break_even_ci": [1800.0, 1300.0]},
+    {"break_even_ci": [1300.0, float("inf")]},
+    {"break_even_ci": [float("nan"), float("nan")]},
+    {"break_even_ci": [1300.0]},
+    {"confidence": 5},
+    {"confidence": 0},
+    {"pull_won_from_tokens": 10**30},
+    {"smallest_pull_win_tokens": -1},
+    {"measured_range": [4096, 256]},
+    {"block_size": 0},
+    {"recompute": {**GOOD_FIT["recompute"], "per_token_us": float("nan")}},
+    {"pull": {**GOOD_FIT["pull"], "intercept_ms": float("inf")}},
+], ids=lambda edit: ",".join(f"{k}={v}"[:40] for k, v in edit.items()))
+def test_a_hand_edited_implausible_fit_is_refused_by_every_reader(tmp_path, kvcal, edit) -> None:
+    bad = tmp_path / "fit.json"
+    bad.write_text(json.dumps({**GOOD_FIT, **edit}))  # NaN and Infinity as Python's json writes them
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(GOOD_FIT))
+    for args in (["emit-config", bad, "--format", "env"], ["emit-config", bad, "--format", "json"],
+                 ["compare", good, bad], ["plan", "--from", bad, "--campaigns", "1"]):
+        result = kvcal(*args)
+        assert result.code == 2 and result.out == "" and "corrupt fit" in result.err, (args, result.err)
+        assert result.err.count("\n") == 1
 
 
 @settings(max_examples=300, deadline=None)
