@@ -377,6 +377,12 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
     add("sim-with-gpus", "engine-flags", "sweep", {"producer_gpus": "0"})
     add("sim-with-engine-arg", "engine-flags", "sweep", {"__extra__": ["--engine-arg=--enforce-eager"]})
     add("engine-bogus", "choice", "sweep", {"engine": "bogus"})
+    # numbers inside a flag's type but past what the command can do (once: exit 70, or a 300-digit threshold)
+    for name in ("plan", "compare", "fit", "plot"):
+        add("seed-negative", "out-of-range", name, {"seed": "-1"})
+    add("margin-huge", "out-of-range", "emit-config", {"margin": "1e308"})
+    add("block-size-huge", "out-of-range", "emit-config", {"block_size": "99999999999999999999"})
+    add("resamples-huge", "out-of-range", "fit", {"resamples": "99999999999"})
     add("transport-bogus", "choice", "sweep", {"transport": "bogus"})
     add("reps-zero", "range", "sweep", {"reps": "0"})
     add("block-zero", "range", "sweep", {"block_size": "0"})

@@ -22,6 +22,7 @@ use.
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import math
@@ -37,6 +38,8 @@ from kvcal.errors import InputError, KvcalError
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE in sysexits.h
 DEBUG_ENV = "KVCAL_DEBUG"
+# A write to stdout or stderr that failed: a full disk or a dead terminal, not a bug of kvcal.
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG}
 
 ROOT_FLAGS = {"-h", "--help", "--version", "-v", "--verbose"}
 
@@ -161,6 +164,9 @@ def _apply_shared_checks(typer_app: typer.Typer) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error becomes a short report on stderr and an exit code, never a traceback."""
     args = sys.argv[1:] if argv is None else list(argv)
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # closed by the shell: what would go there is dropped, as the user asked
+            setattr(sys, name, open(os.devnull, "w"))
     try:
         target = build_app(index_only=True) if lists_commands_only(args) else full_app()
         result = target(args=args, standalone_mode=False, prog_name="kvcal")
@@ -184,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return 141
     except OSError as err:
+        if err.filename is None and err.errno in WRITE_ERRNOS:
+            error_line(f"the output could not be written: {err.strerror or err}")
+            return 2
         if err.filename is None:
             return _internal(err)
         # A file or folder the user named could not be opened, read or written.

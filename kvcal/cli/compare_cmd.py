@@ -36,7 +36,7 @@ def compare(
     values: Optional[Path] = typer.Option(None, "--values", help="Read the deployed minCachedTokenDelta from this Helm values file."),
     strict_deployed: bool = typer.Option(False, "--strict-deployed", help="Also exit 1 when the deployed threshold is not safe against the current break-even."),
     force: bool = typer.Option(False, "--force", help="Compare fits of different models or transports anyway."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the draws that estimate the change's interval."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the draws that estimate the change's interval."),
 ) -> None:
     """Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed threshold."""
     from rich.table import Table

@@ -35,7 +35,7 @@ def plan(
     noise_cv: Optional[float] = typer.Option(None, "--noise-cv", help="Probe noise as a fraction of TTFT; default: the fit's, or 0.05."),
     target_width: float = typer.Option(0.10, "--target-width", help="Relative width (upper - lower) / break-even to reach."),
     campaigns: int = typer.Option(10, "--campaigns", help="Simulated campaigns per design."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the first simulated campaign."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the first simulated campaign."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="KV block size in tokens; default: the fit's, or 64."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest prompt allowed; default: the model's (128K at most) or the fit's longest length."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (schema kvcal.plan/1)."),

@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(..., "--output", "-o", help="Image to write; .png or .svg by extension.", show_default=False),
         log_x: bool = typer.Option(False, "--log-x", help="Logarithmic prefix-length axis."),
         confidence: float = typer.Option(0.9, "--confidence", help="Band level when the input must be fitted first."),
-        seed: int = typer.Option(0, "--seed", help="Bootstrap seed when the input must be fitted first."),
+        seed: int = typer.Option(0, "--seed", min=0, help="Bootstrap seed when the input must be fitted first."),
     ) -> None:
         """Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent.
 

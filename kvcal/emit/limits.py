@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 
 from kvcal.errors import InputError
+from kvcal.records import MAX_TOKENS
+
+MAX_MARGIN = 100.0  # +10,000%: past any safety factor; beyond it the threshold is no longer a number a router can hold
 
 DEFAULT_MARGIN = 0.25
 """Default safety margin: +25 % over the interval's upper end (see docs/emit.md for why)."""
@@ -17,12 +20,12 @@ DEFAULT_BLOCK_SIZE = 64
 
 
 def validate_margin(margin: float) -> float:
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
-        raise InputError(f"--margin must be a fraction >= 0, e.g. 0.25 for +25% (got {margin})")
+    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not math.isfinite(margin) or not 0 <= margin <= MAX_MARGIN:
+        raise InputError(f"--margin must be a fraction from 0 to {MAX_MARGIN:g}, e.g. 0.25 for +25% (got {margin})")
     return float(margin)
 
 
 def validate_block_size(block_size: int) -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise InputError(f"--block-size must be a positive integer number of tokens, e.g. 64 (got {block_size})")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or not 1 <= block_size <= MAX_TOKENS:
+        raise InputError(f"--block-size must be a whole number of tokens from 1 to {MAX_TOKENS:,}, e.g. 64 (got {block_size})")
     return block_size

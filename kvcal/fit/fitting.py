@@ -53,13 +53,16 @@ def fit_table(table: ProbeTable, *, confidence: float = 0.9, seed: int = 0, n_re
     return result
 
 
+MAX_RESAMPLES = 1_000_000  # a percentile interval settles long before; past it the bootstrap's memory is tens of GB
+
+
 def _check_settings(confidence: float, seed: int, n_resamples: int) -> None:
     if not 0.0 < confidence < 1.0:
         raise InputError(f"--confidence must lie between 0 and 1 (exclusive), got {confidence}")
     if seed < 0:
         raise InputError(f"--seed must be non-negative, got {seed}")
-    if n_resamples < 0:
-        raise InputError(f"the number of resamples must be non-negative, got {n_resamples}")
+    if not 0 <= n_resamples <= MAX_RESAMPLES:
+        raise InputError(f"the number of resamples must lie within 0-{MAX_RESAMPLES:,}, got {n_resamples}")
     if 0 < n_resamples < 100:
         raise InputError(f"{n_resamples} resamples are too few for a {confidence:.0%} interval; use at least 100")
 
