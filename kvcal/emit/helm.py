@@ -291,9 +291,18 @@ def _verify(old_text: str, new_text: str, plans: list[tuple[Embedded, str, str]]
         raise KvcalError(f"internal: the patched {name} does not parse ({problem(err)}); nothing written") from None
     for emb, old, new in plans:
         set_path(expected, emb.path, lookup_path(got, emb.path))
-        want = copy.deepcopy(safe_load(old))
+        try:
+            want = copy.deepcopy(safe_load(old))
+        except YAMLError as err:  # a lenient first read let it through (duplicate keys)
+            raise InputError(f"{name}: the embedded config {emb.where} is not valid YAML ({problem(err)}); "
+                             "fix it first (nothing was written)") from None
         _intend(want, spec, add_plugin)
-        if safe_load(lookup_path(got, emb.path)) != want:
+        try:
+            patched = safe_load(lookup_path(got, emb.path))
+        except YAMLError as err:
+            raise InputError(f"{name}: setting {KEY} in {emb.where} would break its YAML ({problem(err)}); the value "
+                             "is probably a YAML anchor or alias: set it by hand (nothing was written)") from None
+        if patched != want:
             raise KvcalError(refuse + f" (inside {emb.where})")
         node = node_at(new_root, emb.path)
         if old != new and (node is None or node.style != "|"):

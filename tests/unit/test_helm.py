@@ -198,6 +198,11 @@ EMBED = ("router:\n  epp:\n    pluginsCustomConfig:\n      c.yaml: |\n        pl
     (EMBED.format(params=' "oops"'), "parameters are the value 'oops'"),
     (EMBED.format(params=" 7"), "parameters are the value '7'"),
     (EMBED.format(params=" [a, b]"), "parameters are a list"),
+    # once internal errors (exit 70) from the check that the patch changed nothing else
+    (EMBED.format(params="\n              minCachedTokenDelta: 2048\n              minCachedTokenDelta: 4096"),
+     "is not valid YAML (found duplicate key"),
+    (EMBED.format(params="\n              minCachedTokenDelta: &t 2048\n          - type: other\n"
+                         "            parameters: {x: *t}"), "probably a YAML anchor or alias"),
 ])
 def test_bad_values_files_are_one_line_input_errors(text: str, match: str) -> None:
     with pytest.raises(InputError, match=re.escape(match)) as err:
