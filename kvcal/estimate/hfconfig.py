@@ -15,6 +15,7 @@ change it; an FP8 weight format only makes the prefill GEMMs FP8 (``compute_dtyp
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -62,23 +63,33 @@ def _need(cfg: dict[str, Any], *keys: str) -> Any:
     raise InputError(f"config has no {' or '.join(keys)}: cannot derive the KV layout")
 
 
+def _count(cfg: dict[str, Any], *keys: str) -> int:
+    """A size the layout is derived from: a whole number from 1 up (a config may write 32 or 32.0, not 0, 32.5 or true)."""
+    value = _need(cfg, *keys)
+    whole = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    if isinstance(value, bool) or not whole or not 1 <= value <= 10**12:
+        key = next(k for k in keys if cfg.get(k) is not None)
+        raise InputError(f"config {key} must be a whole number of 1 or more, got {value!r}")
+    return int(value)
+
+
 def profile_mapping(cfg: dict[str, Any], name: str, *, source: str = "config.json") -> dict[str, Any]:
     """The profile mapping (ModelProfile keys) a config describes; validated by the caller."""
     model_type = str(cfg.get("model_type", "")).lower()
     archs = cfg.get("architectures") or ["unknown"]
-    layers = int(_need(cfg, "num_hidden_layers", "n_layers", "num_layers"))
-    hidden = int(_need(cfg, "hidden_size", "d_model", "n_embd"))
-    heads = int(_need(cfg, "num_attention_heads", "n_heads"))
+    layers = _count(cfg, "num_hidden_layers", "n_layers", "num_layers")
+    hidden = _count(cfg, "hidden_size", "d_model", "n_embd")
+    heads = _count(cfg, "num_attention_heads", "n_heads")
     mla = model_type in _MLA_TYPES or cfg.get("kv_lora_rank") is not None
     attention: dict[str, Any] = {"num_heads": heads}
     if mla:
         attention.update(
             kind="mla",
             q_lora_rank=cfg.get("q_lora_rank"),
-            kv_lora_rank=int(_need(cfg, "kv_lora_rank")),
-            qk_rope_head_dim=int(_need(cfg, "qk_rope_head_dim")),
-            qk_nope_head_dim=int(_need(cfg, "qk_nope_head_dim")),
-            v_head_dim=int(_need(cfg, "v_head_dim")),
+            kv_lora_rank=_count(cfg, "kv_lora_rank"),
+            qk_rope_head_dim=_count(cfg, "qk_rope_head_dim"),
+            qk_nope_head_dim=_count(cfg, "qk_nope_head_dim"),
+            v_head_dim=_count(cfg, "v_head_dim"),
         )
     else:
         kv_heads = int(cfg.get("num_key_value_heads") or heads)
@@ -103,7 +114,7 @@ def profile_mapping(cfg: dict[str, Any], name: str, *, source: str = "config.jso
         "architecture": str(archs[0]),
         "layers": layers,
         "hidden_size": hidden,
-        "vocab_size": int(_need(cfg, "vocab_size")),
+        "vocab_size": _count(cfg, "vocab_size"),
         "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "max_position_embeddings": int(cfg.get("max_position_embeddings") or cfg.get("max_seq_len") or 4096),
         "attention": attention,
@@ -140,7 +151,7 @@ def _indexer(cfg: dict[str, Any], layers: int) -> dict[str, int] | None:
     types = cfg.get("indexer_types")
     idx_layers = sum(1 for t in types if str(t) == "full") if isinstance(types, list) and types else layers
     return {
-        "n_heads": int(_need(cfg, "index_n_heads")),
+        "n_heads": _count(cfg, "index_n_heads"),
         "head_dim": head_dim,
         "topk": int(cfg["index_topk"]),
         "layers": idx_layers,
@@ -151,12 +162,12 @@ def _indexer(cfg: dict[str, Any], layers: int) -> dict[str, int] | None:
 def _mlp(cfg: dict[str, Any], model_type: str, layers: int) -> dict[str, Any]:
     experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts")
     if not experts:
-        return {"intermediate_size": int(_need(cfg, "intermediate_size"))}
-    per_token = int(_need(cfg, "num_experts_per_tok", "experts_per_token"))
+        return {"intermediate_size": _count(cfg, "intermediate_size")}
+    per_token = _count(cfg, "num_experts_per_tok", "experts_per_token")
     if model_type == "gpt_oss":  # every layer is MoE; intermediate_size is the expert width
-        expert_width, dense_layers = int(_need(cfg, "intermediate_size")), 0
+        expert_width, dense_layers = _count(cfg, "intermediate_size"), 0
     else:
-        expert_width = int(_need(cfg, "moe_intermediate_size"))
+        expert_width = _count(cfg, "moe_intermediate_size")
         dense_layers = int(cfg.get("first_k_dense_replace") or 0)
         mlp_only = cfg.get("mlp_only_layers") or []
         if mlp_only:
@@ -168,7 +179,7 @@ def _mlp(cfg: dict[str, Any], model_type: str, layers: int) -> dict[str, Any]:
                 "expert_intermediate_size": expert_width},
     }
     if dense_layers:
-        mlp["intermediate_size"] = int(_need(cfg, "intermediate_size"))
+        mlp["intermediate_size"] = _count(cfg, "intermediate_size")
     if dense_layers > layers:
         raise InputError(f"config says {dense_layers} dense layers but only {layers} layers")
     return mlp

@@ -182,6 +182,22 @@ def test_from_config_errors_name_the_problem(tmp_path):
         model_profile_from_config(bad)
 
 
+LLAMA_LIKE = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "vocab_size": 32000, "intermediate_size": 14336}
+
+
+@pytest.mark.parametrize("key, value", [("num_attention_heads", 0), ("num_hidden_layers", float("inf")),
+                                        ("num_hidden_layers", 32.5), ("num_hidden_layers", True),
+                                        ("hidden_size", -4096), ("vocab_size", "32000")])
+def test_from_config_sizes_must_be_whole_numbers_from_one(tmp_path, key, value):
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({**LLAMA_LIKE, key: value}))  # inf as Python's json writes it (1e400 reads the same)
+    with pytest.raises(InputError, match=f"config {key} must be a whole number of 1 or more"):
+        model_profile_from_config(bad)
+    bad.write_text(json.dumps({**LLAMA_LIKE, "num_hidden_layers": 32.0}))
+    assert model_profile_from_config(bad).layers == 32
+
+
 # --- schema validation of every shipped file ------------------------------------------------------
 
 
