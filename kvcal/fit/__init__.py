@@ -43,8 +43,9 @@ def fit_input(path: str | Path, *, confidence: float = 0.9, seed: int = 0, n_res
     A loaded run also yields the router's cost model, busy classified against
     ``busy_queue_threshold`` (default: the run's).
     """
-    return load_fit_input(path, supplied=supplied).fresh_fit(confidence=confidence, seed=seed, n_resamples=n_resamples,
-                                                             busy_queue_threshold=busy_queue_threshold)
+    source = load_fit_input(path, supplied=supplied, stored_fit=False)
+    return source.fresh_fit(confidence=confidence, seed=seed, n_resamples=n_resamples,
+                            busy_queue_threshold=busy_queue_threshold)
 
 
 def load_or_fit(path: str | Path, **kw: Any) -> FitResult:

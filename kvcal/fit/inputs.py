@@ -63,12 +63,15 @@ def supplied_setup(*, model: str | None = None, transport: str | None = None, bl
     return RunSetup(model=model, transport=transport, block_size=block_size)
 
 
-def load_fit_input(path: str | Path, *, supplied: RunSetup | None = None, probes: bool = True) -> FitInput:
+def load_fit_input(path: str | Path, *, supplied: RunSetup | None = None, probes: bool = True,
+                   stored_fit: bool = True) -> FitInput:
     """Load ``path`` as a run folder, fit.json, probe CSV or llm-d Job log.
 
     ``supplied``: setup facts from flags for a probe table; a run folder or fit.json records
     its own setup, so supplying any there is an InputError.
     ``probes``: also look for the probes behind an existing fit (plots need them; emit does not).
+    ``stored_fit``: read a run folder's fit.json; ``kvcal fit``, which replaces it, reads only
+    the probes, so a damaged fit.json does not stand in the way of the one command that remakes it.
     """
     p = Path(path)
     if not p.exists():
@@ -80,7 +83,7 @@ def load_fit_input(path: str | Path, *, supplied: RunSetup | None = None, probes
         raise InputError(f"{p} records its own setup; --model, --transport and --block-size describe a probe CSV "
                          "or an llm-d Job log")
     if p.is_dir():
-        return _run_folder(p, probes)
+        return _run_folder(p, probes, stored_fit)
     if not is_table:
         return _fit_file(p, probes)
     table = load_probe_table(p)
@@ -89,12 +92,12 @@ def load_fit_input(path: str | Path, *, supplied: RunSetup | None = None, probes
     return FitInput(path=p, setup=table.setup, table=table)
 
 
-def _run_folder(folder: Path, probes: bool) -> FitInput:
+def _run_folder(folder: Path, probes: bool, stored_fit: bool = True) -> FitInput:
     run = RunFolder(folder)
     if not RunFolder.is_run_folder(folder):
         raise InputError(f"{folder}: not a run folder (no run.json)")
     manifest = run.manifest()
-    fit = load_fit(run.fit_path) if run.fit_path.is_file() else None
+    fit = load_fit(run.fit_path) if stored_fit and run.fit_path.is_file() else None
     table = None
     if fit is None:
         table = load_probe_table(folder)

@@ -134,3 +134,15 @@ def test_help_has_examples(capsys):
     for command in ("fit", "plot"):
         code, out, _ = run(capsys, command, "--help")
         assert code == 0 and "Example" in out
+
+
+def test_fit_remakes_a_damaged_fit_json_in_its_run_folder(tmp_path, kvcal):
+    run = tmp_path / "runs" / "r"
+    assert kvcal("sweep", "--engine", "sim", "--output-dir", tmp_path / "runs", "--name", "r",
+                 "--prefix-lengths", "256,1024,4096", "--reps", "2").code == 0
+    for damage in ("", '{"schema": "kvcal.fit/9"}', '{"schema": "kvcal.fit/2", "status": 1}'):
+        (run / "fit.json").write_text(damage)
+        assert kvcal("emit-config", run).code == 2  # the readers still refuse it
+        result = kvcal("fit", run)
+        assert result.code == 0, result.err
+        assert kvcal("emit-config", run, "--format", "env").code == 0
