@@ -318,7 +318,8 @@ def _design_state(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: lis
     legs = {leg: _leg_state(fit, leg, measured[leg], scale) for leg in (Leg.RECOMPUTE, Leg.PULL)}
     rec, pull = legs[Leg.RECOMPUTE].coef, legs[Leg.PULL].coef
     slope = (rec[1] - pull[1]) / 1e3 + 2 * (rec[2] - pull[2]) * targets / 1e6  # D'(t), ms per token
-    slope2 = np.maximum(slope**2, (1e-3 * np.maximum(rec[1], pull[1]) / 1e3) ** 2)
+    # floored: a D' of zero (flat, equal legs: a prior with no crossover to find) must not divide by zero
+    slope2 = np.maximum(slope**2, max((1e-3 * max(rec[1], pull[1]) / 1e3) ** 2, 1e-30))
     return scale, targets, legs, slope2
 
 

@@ -314,6 +314,19 @@ def test_plan_on_a_prior_whose_pull_always_wins_says_so(tmp_path):
     assert any("2 campaign(s) is uncertain" in note for note in plan.notes)
 
 
+def test_plan_on_equal_flat_curves_divides_by_no_zero():
+    import warnings
+
+    from kvcal.estimate.campaign_plan import Prior, plan_campaigns
+
+    flat = SimCosts(recompute_intercept_ms=20.0, recompute_per_token_us=0.0, recompute_per_token2_ns=0.0,
+                    pull_intercept_ms=20.0, pull_per_token_us=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a screen of numpy warnings before the plan, once
+        plan = plan_campaigns(Prior(flat, "a tie", 256, 8192, 64), 0.1, campaigns=1)
+    assert plan.designs[0].design == "adaptive"
+
+
 def test_plan_warns_that_a_few_campaigns_cannot_read_coverage():
     from kvcal.estimate.campaign_plan import COVERAGE_CAMPAIGNS, coverage_note
 
