@@ -383,6 +383,8 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
     add("margin-huge", "out-of-range", "emit-config", {"margin": "1e308"})
     add("block-size-huge", "out-of-range", "emit-config", {"block_size": "99999999999999999999"})
     add("resamples-huge", "out-of-range", "fit", {"resamples": "99999999999"})
+    for flag, value in (("target_width", "0.2"), ("max_probes", "50"), ("max_engine_seconds", "60")):
+        add(f"{flag}-without-adaptive", "engine-flags", "sweep", {flag: value})  # once ignored: a ladder ran
     add("transport-bogus", "choice", "sweep", {"transport": "bogus"})
     add("reps-zero", "range", "sweep", {"reps": "0"})
     add("block-zero", "range", "sweep", {"block_size": "0"})

@@ -446,3 +446,14 @@ def test_a_campaign_tops_up_a_thin_interval_instead_of_stopping_or_designing_afr
     assert sum(c.count for c in thin.choices) <= 8  # only the df: not a design round of new lengths
     enough = controller.step(sim_table(GLM_LIKE_QUIET, lengths, reps=3, seed=5), engine_seconds=1.0, round_index=4)
     assert enough.stop == "target-width"  # 8 df a leg: the same interval may stop
+
+
+def test_plan_from_a_fit_with_a_negative_coefficient_says_why_it_cannot(tmp_path, kvcal):
+    import factories
+    from kvcal.fit.io import write_fit
+
+    fit = factories.make_fit(recompute=factories.make_curve(-75.0, 30.0, 0.5))  # as the gpt-oss ladder's affine fit
+    path = write_fit(fit, tmp_path / "fit.json")
+    result = kvcal("plan", "--from", path, "--campaigns", "1")
+    assert result.code == 2 and result.err.count("\n") == 1
+    assert "recompute_intercept_ms -75: the simulator takes coefficients of 0 or more" in result.err
