@@ -7,13 +7,13 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; print them wide instead.
-# Markup off: what kvcal prints holds paths, run names and engine errors, and rich would drop
-# "[run]" from a path and fail on "[/x]"; the one styled word goes through print_warning().
 def _on_terminal(stream) -> bool:
     return stream is not None and stream.isatty()  # None: the shell closed it (`kvcal ... >&-`)
 
 
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; print them wide instead.
+# Markup off: what kvcal prints holds paths, run names and engine errors, and rich would drop
+# "[run]" from a path and fail on "[/x]"; the one styled word goes through print_warning().
 stdout = Console(soft_wrap=True, markup=False, width=None if _on_terminal(sys.stdout) else 200)
 stderr = Console(stderr=True, soft_wrap=True, markup=False, width=None if _on_terminal(sys.stderr) else 200)
 

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import ValidationError
 from scipy import stats
 from scipy.optimize import nnls
 
@@ -294,11 +295,12 @@ def prior_from_fit(path: str, *, noise_cv: float | None, block_size: int | None,
     curves = dict(recompute_intercept_ms=r.intercept_ms, recompute_per_token_us=r.per_token_us,
                   recompute_per_token2_ns=r.per_token2_ns, pull_intercept_ms=p.intercept_ms,
                   pull_per_token_us=p.per_token_us)
-    negative = [f"{name} {value:g}" for name, value in curves.items() if value < 0]
-    if negative:  # a fitted curve may dip below zero somewhere (the gpt-oss ladder's -75 ms intercept); a simulated cost may not
-        raise InputError(f"{path}: the fitted curves cannot drive a simulated pair ({', '.join(negative)}: the simulator "
-                         "takes coefficients of 0 or more); plan from --model and --hardware, or from a fit with more lengths")
-    costs = SimCosts(**curves, noise_cv=noise)
+    try:
+        costs = SimCosts(**curves, noise_cv=noise)
+    except ValidationError as err:  # a fitted curve may dip below zero (the gpt-oss ladder's -75 ms intercept); SimCosts may not
+        refused = ", ".join(f"{e['loc'][0]} {curves[e['loc'][0]]:g}" for e in err.errors() if e["loc"][0] in curves)
+        raise InputError(f"{path}: the fitted curves cannot drive a simulated pair ({refused}: the simulator "
+                         "takes coefficients of 0 or more); plan from --model and --hardware, or from a fit with more lengths") from None
     block = block_size or fit.block_size or 64
     limit = max_model_len or max(_run_limit(path) or DEFAULT_LIMIT, fit.measured_range[1] + 1)
     low, high = allowed_range(None, block, limit)

@@ -44,7 +44,8 @@ def load_fit(path: str | Path) -> FitResult:
         return FitResult.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
-        where = "".join(f"{part}: " for part in [".".join(str(part) for part in first.get("loc", ()))] if part)
+        loc = ".".join(str(part) for part in first.get("loc", ()))
+        where = f"{loc}: " if loc else ""
         message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
         raise InputError(f"{p}: not a kvcal fit.json (corrupt fit: {where}{message})") from None
 
