@@ -345,6 +345,20 @@ def _output_cases(cid: str, command: Command, base: dict[str, object], p: Param)
     return cases
 
 
+def _values_with_duplicate(ws: Path) -> Path:
+    """The good values file with its EPP config's minCachedTokenDelta given twice (the router reads the last)."""
+    text = (FIXTURES / "values" / "router-p2p.yaml").read_text()
+    line = next(line for line in text.splitlines() if "minCachedTokenDelta" in line)
+    return _write(ws / "bad" / "dup-values.yaml", text.replace(line, line + "\n" + line, 1))
+
+
+def _values_folded(ws: Path) -> Path:
+    """The good values file with its embedded config as a folded block ('>'): one long line to the router."""
+    text = (FIXTURES / "values" / "router-p2p.yaml").read_text()
+    assert ": |" in text, "the router-p2p fixture no longer embeds its config as a literal block"
+    return _write(ws / "bad" / "folded-values.yaml", text.replace(": |", ": >", 1))
+
+
 def _link_to_probes(ws: Path) -> Path:
     link = ws / "out-link"
     link.symlink_to(ws / PLACES["run"] / "probes.jsonl")
@@ -360,9 +374,10 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
         if name in by_name:
             cases.append(Case(f"{name.replace(' ', '-')}/{cid}", cls, by_name[name], {**base_for(by_name[name]), **values}, **kw))
 
-    for i, run_name in enumerate(["../escape", "/tmp/kvcal-abs-run", ".", "..", "a/b", "", "x\ny"]):
+    for i, run_name in enumerate(["../escape", "/tmp/kvcal-abs-run", ".", "..", "a/b", "", "x\ny", " ", "x ", " x"]):
         add(f"name-{i}", "run-name", "sweep", {"name": run_name})
-    for i, lengths in enumerate([",", " , ", "1", "0", "-64", "abc", "256,abc", "10000000000000000000", "1e19", "256,,x", "100"]):
+    for i, lengths in enumerate([",", " , ", "1", "0", "-64", "abc", "256,abc", "10000000000000000000", "1e19", "256,,x", "100",
+                                 "256,512,256"]):
         add(f"prefix-lengths-{i}", "length-list", "sweep", {"prefix_lengths": lengths})
         add(f"prefix-lengths-{i}", "length-list", "k8s-job", {"prefix_lengths": lengths})
     urls = ["not a url", "ftp://10.0.0.1:8000", "http://", "http://:8000", "http://10.0.0.1:99999", "http://10.0.0.1:abc",
@@ -397,6 +412,17 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
     add("config-unknown-key", "campaign", "sweep", {}, setup=_set("config", lambda ws: _write(ws / "bad" / "c.yaml", "nope: 1\n")))
     add("config-bad-type", "campaign", "sweep", {}, setup=_set("config", lambda ws: _write(ws / "bad" / "c.yaml", "block-size: many\n")))
     add("config-deep", "campaign", "sweep", {}, setup=_set("config", lambda ws: _write(ws / "bad" / "c.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n")))
+    # YAML that loads but does not say one thing: a repeated key (the last silently won), a local
+    # tag, a boolean or nan where a number goes (yes/no/on/off read as true/false)
+    for cid, text in (("config-duplicate-key", "engine: sim\nreps: 1\nreps: 3\n"), ("config-local-tag", "reps: !mine 2\n"),
+                      ("config-bool-reps", "reps: yes\n"), ("config-bool-length", "prefix-lengths: [256, on]\n"),
+                      ("config-bool-sim", "sim:\n  noise-cv: true\n"), ("config-nan-sim", "sim:\n  noise-cv: .nan\n"),
+                      ("config-nan-width", "adaptive: true\ntarget-width: .nan\n")):
+        add(cid, "campaign-value", "sweep", {"reps": None, "prefix_lengths": None},
+            setup=_set("config", lambda ws, text=text: _write(ws / "bad" / "c.yaml", text)))
+    add("helm-duplicate-key", "yaml-duplicate-key", "emit-config", {"format": "helm"}, setup=_set("values", _values_with_duplicate))
+    add("helm-folded-config", "yaml-shape", "emit-config", {"format": "helm"}, setup=_set("values", _values_folded))
+    add("values-duplicate-key", "yaml-duplicate-key", "compare", {}, setup=_set("values", _values_with_duplicate))
     add("helm-laughs", "yaml-aliases", "emit-config", {"format": "helm"}, setup=_set("values", FILE_KINDS["yaml-aliases"]))
     add("helm-object", "yaml-object", "emit-config", {"format": "helm"}, setup=_set("values", FILE_KINDS["yaml-python-object"]))
     add("helm-list", "yaml-shape", "emit-config", {"format": "helm"}, setup=_set("values", FILE_KINDS["yaml-list"]))

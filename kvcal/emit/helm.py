@@ -31,7 +31,8 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from kvcal.emit.affinity import AFFINITY_KEY, AFFINITY_TYPE
-from kvcal.emit.helm_files import check_writable, found_names, read_threshold, write_in_place  # noqa: F401 (read_threshold: re-exported)
+from kvcal.emit.helm_files import (check_writable, folded_config_problem, found_names, read_threshold,  # noqa: F401 (read_threshold: re-exported)
+                                    write_in_place)
 from kvcal.emit.helm_text import (Embedded, compose, find_embedded, get_key, lookup_path, node_at, plugins_node, problem,
                                   rt_yaml, safe_load, scalar, set_path, unified_diff, write_back)
 from kvcal.emit.router import PLUGIN_PARAMETERS, PLUGIN_TYPE, plugin_names
@@ -217,6 +218,8 @@ def patch_values_text(text: str, spec: PluginSpec, *, add_plugin: bool = False, 
     plans: list[tuple[Embedded, str, str]] = []  # (config, old inner, new inner)
     configs: list[tuple[Embedded, Any, tuple[Any, ...]]] = []  # EPP configs: (where, inner root, old values)
     for emb in embedded:
+        if emb.node.style == ">":  # ruamel also marks the folds with \a inside the value: the parse error would name that
+            raise InputError(folded_config_problem(name, emb.where))
         inner_root = compose(emb.node.value, f"{name}: embedded config {emb.where}")
         if plugins_node(inner_root) is None:
             notes.append(f"{emb.where}: not an EndpointPickerConfig (no plugins list); left as is")

@@ -13,12 +13,13 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
+from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from kvcal.emit.router import DEFAULT_PREFIX_MATCH_PRODUCER, FoundNames
 from kvcal.errors import InputError
 from kvcal.outputs import exclusive_backup
 from kvcal.userfiles import read_text
-from kvcal.yaml_guard import check_ruamel_text
+from kvcal.yaml_guard import check_ruamel_text, describe
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,14 @@ def read_threshold(path: Path) -> int:
         check_ruamel_text(text, str(path))
         data = yaml.load(text)
     except (YAMLError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        raise InputError(f"{path}: not valid YAML ({describe(err)})") from None
+    if folded := _folded_configs(yaml.compose(text)):
+        raise InputError(folded_config_problem(str(path), folded[0]))
     found: list[int] = []
-    _collect_thresholds(data, yaml, found)
+    broken: list[str] = []
+    _collect_thresholds(data, yaml, found, broken, str(path), "")
+    if broken:  # the router would not start on it either: no threshold is read past it
+        raise InputError(broken[0])
     if not found:
         raise InputError(f"{path}: no '{PLUGIN_TYPE}' plugin found (looked in the values and in embedded EPP configs)")
     if len(set(found)) > 1:
@@ -81,7 +87,28 @@ def read_threshold(path: Path) -> int:
     return found[0]
 
 
-def _collect_thresholds(node: Any, yaml: Any, found: list[int]) -> None:
+def folded_config_problem(name: str, where: str) -> str:
+    return (f"{name}: the embedded config {where} is a folded block ('>'), which joins its lines "
+            "into one: the router would not read it as YAML either; write it as a literal block ('|')")
+
+
+def _folded_configs(node: Any, where: str = "") -> list[str]:
+    """Key paths of folded (``>``) scalars in a composed tree that name the plugin: embedded configs the router cannot read."""
+    if isinstance(node, MappingNode):
+        return [found for key, value in node.value
+                for found in _folded_configs(value, f"{where}.{key.value}" if where else str(key.value))]
+    if isinstance(node, SequenceNode):
+        return [found for index, item in enumerate(node.value) for found in _folded_configs(item, f"{where}[{index}]")]
+    if isinstance(node, ScalarNode) and node.style == ">" and PLUGIN_TYPE in str(node.value):
+        return [where]
+    return []
+
+
+def _collect_thresholds(node: Any, yaml: Any, found: list[int], broken: list[str], path: str, where: str) -> None:
+    """Every plugin entry's threshold; ``broken`` gets why each embedded config that names the plugin did not parse.
+
+    ``where``: the key path of ``node`` in the values file, to name an embedded config in a message.
+    """
     if isinstance(node, dict):
         if node.get("type") == PLUGIN_TYPE:
             params = node.get("parameters") or {}
@@ -89,17 +116,18 @@ def _collect_thresholds(node: Any, yaml: Any, found: list[int]) -> None:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InputError(f"{KEY} must be an integer >= 1, found {value!r}")
             found.append(value)
-        for child in node.values():
-            _collect_thresholds(child, yaml, found)
+        for key, child in node.items():
+            _collect_thresholds(child, yaml, found, broken, path, f"{where}.{key}" if where else str(key))
     elif isinstance(node, list):
-        for child in node:
-            _collect_thresholds(child, yaml, found)
+        for index, child in enumerate(node):
+            _collect_thresholds(child, yaml, found, broken, path, f"{where}[{index}]")
     elif isinstance(node, str) and "\n" in node and PLUGIN_TYPE in node:  # an embedded EPP config
         try:
-            check_ruamel_text(node, "an embedded EPP config")
-            _collect_thresholds(yaml.load(io.StringIO(node)), yaml, found)
-        except YAMLError:
-            log.warning("a values string mentions %s but is not YAML; skipped", PLUGIN_TYPE)
+            check_ruamel_text(node, f"{path}: the embedded config {where}")
+            _collect_thresholds(yaml.load(io.StringIO(node)), yaml, found, broken, path, where)
+        except YAMLError as err:
+            broken.append(f"{path}: the embedded config {where} names {PLUGIN_TYPE} but is not valid YAML "
+                          f"({describe(err)}); the router could not read it either")
 
 
 def found_names(config: Any, where: str = "") -> FoundNames:
@@ -135,32 +163,36 @@ def read_names(path: Path) -> FoundNames:
         check_ruamel_text(text, str(path))
         data = yaml.load(text)
     except (YAMLError, UnicodeDecodeError) as err:
-        raise InputError(f"--values {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        raise InputError(f"--values {path}: not valid YAML ({describe(err)})") from None
     configs: list[tuple[bool, str, Any]] = []
-    _collect_configs(data, yaml, configs)
+    broken: list[str] = []
+    _collect_configs(data, yaml, configs, broken, f"--values {path}")
     if not configs:
-        raise InputError(f"--values {path} has no embedded EPP config (router.epp.pluginsCustomConfig or "
-                         "inferenceExtension.pluginsCustomConfig)")
+        raise InputError(broken[0] if broken else f"--values {path} has no embedded EPP config "
+                         "(router.epp.pluginsCustomConfig or inferenceExtension.pluginsCustomConfig)")
     active, fname, config = sorted(configs, key=lambda c: not c[0])[0]
     return found_names(config, f"{path} [{fname}]")
 
 
-def _collect_configs(node: Any, yaml: Any, out: list[tuple[bool, str, Any]]) -> None:
-    """(selected by pluginsConfigFile, file name, parsed config) for every embedded EPP config."""
+def _collect_configs(node: Any, yaml: Any, out: list[tuple[bool, str, Any]], broken: list[str], what: str) -> None:
+    """(selected by pluginsConfigFile, file name, parsed config) for every embedded EPP config; why others failed in ``broken``."""
     if isinstance(node, dict):
         custom = node.get("pluginsCustomConfig")
         if isinstance(custom, dict):
             for fname, text in custom.items():
                 if isinstance(text, str):
                     try:
+                        check_ruamel_text(text, f"{what}: embedded config pluginsCustomConfig[{fname}]")
                         parsed = yaml.load(io.StringIO(text))
-                    except YAMLError:
+                    except YAMLError as err:
+                        broken.append(f"{what}: embedded config pluginsCustomConfig[{fname}] is not valid YAML "
+                                      f"({describe(err)})")
                         continue
                     if isinstance(parsed, dict) and isinstance(parsed.get("plugins"), list):
                         out.append((node.get("pluginsConfigFile") == fname, str(fname), parsed))
         for key, child in node.items():
             if key != "pluginsCustomConfig":
-                _collect_configs(child, yaml, out)
+                _collect_configs(child, yaml, out, broken, what)
     elif isinstance(node, list):
         for child in node:
-            _collect_configs(child, yaml, out)
+            _collect_configs(child, yaml, out, broken, what)

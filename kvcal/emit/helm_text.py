@@ -19,7 +19,7 @@ from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from kvcal.errors import InputError
-from kvcal.yaml_guard import guarded_compose
+from kvcal.yaml_guard import describe as problem, guarded_compose
 
 
 @dataclass
@@ -29,12 +29,6 @@ class Embedded:
     node: ScalarNode
     key_column: int
     active: bool | None  # None when no pluginsConfigFile names the active file
-
-
-def problem(err: YAMLError) -> str:
-    mark = getattr(err, "problem_mark", None)
-    what = getattr(err, "problem", None) or str(err).splitlines()[0]
-    return f"{what} at line {mark.line + 1}" if mark is not None else str(what)
 
 
 def compose(text: str, what: str) -> Any:

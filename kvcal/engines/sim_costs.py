@@ -14,14 +14,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kvcal.yaml_guard import refuse_bool_numbers
 
 
 
 class SimCosts(BaseModel):
     """True cost curves of the simulated pair: recompute quadratic, pull affine (ms at n tokens)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
 
     recompute_intercept_ms: float = Field(5.0, ge=0, description="Recompute's fixed cost.")
     recompute_per_token_us: float = Field(25.0, ge=0, description="Recompute's linear cost per token.")

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from kvcal.errors import InputError
 from kvcal.userfiles import read_text
-from kvcal.yaml_guard import load_pyyaml
+from kvcal.yaml_guard import describe, load_pyyaml
 from kvcal.estimate.profile_schema import (  # re-exported: kvcal.estimate.profiles is the public face of profiles
     DTYPE_BYTES,
     HARDWARE_SCHEMA,
@@ -236,10 +236,7 @@ def _read_yaml(path: Path) -> Any:
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise InputError(f"{path}: not valid YAML{where}: {problem}") from err
+        raise InputError(f"{path}: not valid YAML: {describe(err)}") from err
 
 
 def validation_message(path: Path | str, err: ValidationError) -> str:

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvcal.engines.sim_costs import SimCosts
 from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError
-from kvcal.sweep.validate import check_settings
+from kvcal.sweep.validate import check_settings, repeated_lengths_problem
 from kvcal.userfiles import read_text
-from kvcal.yaml_guard import load_pyyaml
+from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml, refuse_bool_numbers
 
 
 LoadState = Literal["idle", "source-busy", "computing-busy", "both-busy"]  # what each means: kvcal.sweep.load
@@ -45,7 +45,7 @@ class SimSettings(SimCosts):
 class SweepConfig(BaseModel):
     """Everything ``kvcal sweep`` needs; stored resolved in run.json."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str | None = Field(None, description="Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'.")
     engine: Literal["vllm", "sim"] = Field("vllm", description="vllm: real engines; sim: simulated curves, never a measurement.")
@@ -94,6 +94,8 @@ class SweepConfig(BaseModel):
     max_probes: int | None = Field(None, ge=8, description="Adaptive: stop after this many valid probes (default 400).")
     max_engine_seconds: float | None = Field(None, gt=0, description="Adaptive: stop once the probes' summed TTFT reaches this many seconds.")
 
+    _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
+
     @field_validator("transport")
     @classmethod
     def _known_transport(cls, value: str) -> str:
@@ -106,6 +108,8 @@ class SweepConfig(BaseModel):
     def _positive(cls, value: list[int] | None) -> list[int] | None:
         if value is not None and any(n <= 0 for n in value):
             raise ValueError("prefix lengths must be positive")
+        if value is not None and (problem := repeated_lengths_problem(value)):
+            raise ValueError(problem)
         return value
 
     @field_validator("load_states")
@@ -197,11 +201,21 @@ def load_campaign_file(path: Path) -> dict[str, Any]:
     try:
         data = load_pyyaml(text, f"campaign file {path}")
     except yaml.YAMLError as err:
-        raise InputError(f"campaign file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+        raise InputError(f"campaign file {path} is not valid YAML: {describe(err)}") from None
     if data is None:
         raise InputError(f"campaign file {path} holds no settings (it is empty)")
     if not isinstance(data, dict):
         raise InputError(f"campaign file {path} must be a mapping of settings, got {type(data).__name__}")
+    settings = _underscored(data)
+    for name, value in settings.items():  # a nested block (sim:) takes dashes too, as the top level does
+        field = SweepConfig.model_fields.get(name)
+        annotation = getattr(field, "annotation", None)
+        if isinstance(value, dict) and isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            settings[name] = _underscored(value)
+    return settings
+
+
+def _underscored(data: dict[Any, Any]) -> dict[str, Any]:
     return {str(key).replace("-", "_"): value for key, value in data.items()}
 
 
@@ -213,8 +227,10 @@ def resolve_config(file_settings: dict[str, Any], flag_settings: dict[str, Any])
         config = SweepConfig.model_validate(merged)
     except ValidationError as err:
         first = err.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
+        loc = list(first.get("loc", ())) + ([first["ctx"]["field"]] if first.get("type") == BOOL_NUMBER else [])
+        where = ".".join(str(p) for p in loc)
         hint = " (unknown setting)" if first.get("type") == "extra_forbidden" else ""
-        raise InputError(f"setting '{where}': {first.get('msg')}{hint}") from None
+        message = str(first.get("msg", "")).removeprefix("Value error, ")  # pydantic's prefix for a validator's own words
+        raise InputError(f"setting '{where}': {message}{hint}") from None
     check_settings(config)
     return config

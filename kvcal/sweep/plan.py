@@ -12,6 +12,7 @@ import numpy as np
 
 from kvcal.errors import InputError
 from kvcal.records import Leg, PlannedProbe
+from kvcal.sweep.validate import repeated_lengths_problem
 
 __all__ = ["PlannedProbe", "build_plan", "default_prefix_lengths", "validate_prefix_lengths"]
 
@@ -40,11 +41,13 @@ def default_prefix_lengths(block_size: int, max_model_len: int) -> list[int]:
 
 
 def validate_prefix_lengths(lengths: list[int], block_size: int, max_model_len: int | None) -> list[int]:
-    """Check lengths against the block size and the model limit; return them sorted and unique."""
+    """Check lengths against the block size and the model limit; return them sorted."""
     if block_size <= 0:
         raise InputError(f"block size must be a positive integer, got {block_size}")
     if not lengths:
         raise InputError("no prefix lengths to sweep")
+    if problem := repeated_lengths_problem(lengths):
+        raise InputError(f"prefix length {problem}")
     for n in lengths:
         if n <= 0:
             raise InputError(f"prefix length {n} is not positive")
@@ -62,7 +65,7 @@ def validate_prefix_lengths(lengths: list[int], block_size: int, max_model_len: 
                 f"prefix length {n} does not fit the model's max length {max_model_len} "
                 f"(the prompt plus one generated token must fit)"
             )
-    return sorted(set(lengths))
+    return sorted(lengths)
 
 
 def build_plan(lengths: list[int], reps: int, seed: int) -> list[PlannedProbe]:

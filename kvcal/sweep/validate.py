@@ -37,12 +37,14 @@ def flag(field: str) -> str:
 
 
 def check_run_name(name: str | None) -> None:
-    """A run name is one folder name: no separators, not '.', '..' or empty, no control characters."""
+    """A run name is one folder name: no separators, not '.', '..' or blank, no control characters or edge spaces."""
     if name is None:
         return
-    if name in ("", ".", "..") or "/" in name or "\\" in name or any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise InputError(f"--name must be a single folder name inside --output-dir (no '/', not '.' or '..'), "
+    if name.strip() in ("", ".", "..") or "/" in name or "\\" in name or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InputError(f"--name must be a single folder name inside --output-dir (no '/', not '.' or '..', not blank), "
                          f"got {name!r}")
+    if name != name.strip():  # a folder 'o/run ' is one nobody finds again by typing its name
+        raise InputError(f"--name {name!r} starts or ends with a space; give it without")
 
 
 def check_settings(config: Any) -> None:
@@ -95,3 +97,11 @@ def _show(value: Any) -> str:
         return ",".join(map(str, value)) or "(empty)"
     return str(value)
 
+
+def repeated_lengths_problem(lengths: list[int]) -> str | None:
+    """Why a list that names a length twice is refused, or None: a ladder lists each length once, reps are --reps."""
+    repeated = sorted({n for n in lengths if lengths.count(n) > 1})
+    if not repeated:
+        return None
+    return (f"{', '.join(map(str, repeated))} listed more than once; list each length once and "
+            "set --reps for more probes a length")

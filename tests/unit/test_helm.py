@@ -200,7 +200,7 @@ EMBED = ("router:\n  epp:\n    pluginsCustomConfig:\n      c.yaml: |\n        pl
     (EMBED.format(params=" [a, b]"), "parameters are a list"),
     # once internal errors (exit 70) from the check that the patch changed nothing else
     (EMBED.format(params="\n              minCachedTokenDelta: 2048\n              minCachedTokenDelta: 4096"),
-     "is not valid YAML (found duplicate key"),
+     "'minCachedTokenDelta' appears twice in one mapping"),
     (EMBED.format(params="\n              minCachedTokenDelta: &t 2048\n          - type: other\n"
                          "            parameters: {x: *t}"), "probably a YAML anchor or alias"),
 ])
