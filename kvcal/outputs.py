@@ -39,6 +39,8 @@ def check_output(path: Path | None, flag: str, inputs: Iterable[Path | None] = (
     """
     if path is None:
         return
+    if str(path) == "-":  # read as stdout by most tools; here it would make a file named '-'
+        raise InputError(f"{flag} -: this output goes to a file, not stdout; give a file name (./- for one named '-')")
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{flag} {path} is a folder; give a file name")

@@ -143,6 +143,7 @@ BASES: dict[str, dict[str, object]] = {
     "compare": {"baseline": "{fit}", "current": "{run}", "seed": "1"},
     "history": {"inputs": ["{run}", "{fit}"]},
     "predict": {"model": "llama-3.1-8b", "hardware": "h100"},
+    "plan": {"source": "{fit}", "campaigns": "1"},
     "profiles list": {},
     "profiles show": {"name": "h100"},
     "profiles from-config": {"file": "{hfconfig}"},
@@ -437,9 +438,15 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
     add("resamples-few", "range", "fit", {"resamples": "5"})
     add("seed-negative", "range", "fit", {"seed": "-1"})
     add("plot-bad-extension", "output-kind", "plot", {"output": "{ws}/out.txt"})
+    for name, flag in (("fit", "output"), ("plot", "output"), ("k8s-job", "output"), ("compare", "markdown")):
+        add(f"{flag}-dash", "output-kind", name, {flag: "-"})  # once a file named '-'; export takes it as stdout
     add("show-unknown", "unknown-name", "profiles show", {"name": "no-such-profile"})
     add("predict-unknown-model", "unknown-name", "predict", {"model": "no-such-model"})
     add("predict-devices-zero", "range", "predict", {"devices": "0"})
+    for flag in ("block_size", "max_model_len"):  # 0 once ran as if the flag were not given, -64 was exit 70
+        for i, value in enumerate(("0", "-64")):
+            add(f"{flag}-{i}", "range", "plan", {flag: value})
+    add("max-model-len-below-shortest", "range", "plan", {"max_model_len": "200"})
     add("k8s-bad-name", "k8s-name", "k8s-job", {"name": "Not_A_DNS_Label"})
     return cases
 

@@ -11,23 +11,25 @@ from kvcal.cli.output import info
 
 def export(
     run: Path = typer.Argument(..., help="A run folder written by `kvcal sweep`."),
-    output: Path = typer.Option(..., "-o", "--output", help="CSV file to write."),
+    output: Path = typer.Option(..., "-o", "--output", help="CSV file to write; - for stdout."),
 ) -> None:
     """Write the probe table (prefix_tokens, leg, ttft_ms, rep, bytes_moved), one row per valid probe.
 
-    Example: kvcal export results/my-run -o probes.csv
+    Example: kvcal export results/my-run -o probes.csv   (or -o - | column -ts,)
     """
     from kvcal.errors import InputError
     from kvcal.outputs import check_output
     from kvcal.sweep.recorder import RunFolder, export_interchange
 
-    check_output(output, "-o", [run])
+    to_stdout = str(output) == "-"
+    if not to_stdout:
+        check_output(output, "-o", [run])
     folder = RunFolder(run)
     if not RunFolder.is_run_folder(run):
         raise InputError(f"{run} is not a kvcal run folder (no run.json)")
     folder.manifest()  # a damaged run.json is a damaged run: say so rather than export it
-    rows = export_interchange(folder, output)
-    info(f"kvcal: wrote {rows} probes to {output}")
+    rows = export_interchange(folder, None if to_stdout else output)
+    info(f"kvcal: wrote {rows} probes to {'stdout' if to_stdout else output}")
 
 
 def register(app: typer.Typer) -> None:

@@ -45,6 +45,9 @@ def plan(
 
     if noise_cv is not None and not 0 < noise_cv < 2:
         raise InputError(f"--noise-cv must lie between 0 and 2, got {noise_cv}")
+    for flag, value in (("--block-size", block_size), ("--max-model-len", max_model_len)):
+        if value is not None and value < 1:  # 0 once fell back to the default as if not given
+            raise InputError(f"{flag} must be a positive number of tokens, got {value}")
     if source is not None and (model or hardware):
         raise InputError("give either --from (a run or fit) or --model with --hardware, not both")
     if source is not None:

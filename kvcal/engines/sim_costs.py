@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from kvcal.yaml_guard import refuse_bool_numbers
 
 
-
 class SimCosts(BaseModel):
     """True cost curves of the simulated pair: recompute quadratic, pull affine (ms at n tokens)."""
 
@@ -37,6 +36,16 @@ class SimCosts(BaseModel):
     source_wait_ms: float = Field(0.0, ge=0, description="Load states: a pull from a busy source gains this much.")
     requeue_ms: float = Field(0.0, ge=0, description="Load states: a pull onto a busy computing pod gains this much more.")
     busy_computing_ms: float = Field(0.0, ge=0, description="Load states: every probe on a busy computing pod gains this much.")
+
+    @model_validator(mode="after")
+    def _each_leg_costs_something(self) -> "SimCosts":
+        # All-zero coefficients made every probe 0 ms: the sweep recorded them and the fit
+        # then refused them all as invalid, a run with nothing in it.
+        for leg, coef in (("recompute", self.recompute_coef), ("pull", self.pull_coef)):
+            if not any(coef):
+                raise ValueError(f"the simulated {leg} curve is 0 ms at every length; give it a positive "
+                                 "intercept or per-token cost")
+        return self
 
     @property
     def recompute_coef(self) -> tuple[float, float, float]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -154,8 +155,8 @@ def summarize(records: Iterable[ProbeRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def export_interchange(run: RunFolder, output: Path) -> int:
-    """Write the valid probes as the interchange CSV; return the row count."""
+def export_interchange(run: RunFolder, output: Path | None) -> int:
+    """Write the valid probes as the interchange CSV (``output`` None: stdout); return the row count."""
     rows = valid_probes(run.read_probes())
     if any(r.load_state not in (None, "idle") for r in rows):
         # The interchange format has no load columns: a loaded run exports its idle probes only.
@@ -166,6 +167,9 @@ def export_interchange(run: RunFolder, output: Path) -> int:
     buffer = [INTERCHANGE_COLUMNS]
     for r in sorted(rows, key=lambda r: (r.prefix_tokens, r.leg.value, r.rep)):
         buffer.append([r.prefix_tokens, r.leg.value, f"{r.ttft_ms:.4f}", r.rep, "" if r.bytes_moved is None else r.bytes_moved])
+    if output is None:
+        csv.writer(sys.stdout, lineterminator="\n").writerows(buffer)
+        return len(rows)
     output.parent.mkdir(parents=True, exist_ok=True)
     with open(output, "w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows(buffer)

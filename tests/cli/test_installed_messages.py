@@ -4,7 +4,8 @@ tests/cli_corpus.py checks that such input is refused cleanly; here the one-line
 must also name the problem, because each of these once ran on: a repeated key (PyYAML
 keeps the last), a local tag, ``yes``/``on`` where a number goes (YAML 1.1 booleans, which
 pydantic took as 1), nan, a folded embedded router config, a run name with a trailing
-space, a length listed twice.
+space, a length listed twice, a simulated leg that costs nothing (every probe 0 ms,
+then all refused by the fit).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ CAMPAIGNS = {
     "bool-sim-noise": ("engine: sim\nsim:\n  noise-cv: true\n", ("'sim.noise_cv'", "true/false")),
     "nan-sim-noise": ("engine: sim\nsim:\n  noise-cv: .nan\n", ("'sim.noise_cv'", "finite")),
     "inf-target": ("engine: sim\nadaptive: true\ntarget-width: .inf\n", ("'target_width'", "finite")),
+    "zero-pull-curve": ("engine: sim\nsim:\n  pull-intercept-ms: 0\n  pull-per-token-us: 0\n",
+                        ("'sim'", "pull curve is 0 ms at every length")),
     "repeated-length": ("engine: sim\nprefix-lengths: [256, 512, 256]\n", ("256 listed more than once", "--reps")),
 }
 

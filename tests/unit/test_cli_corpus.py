@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from cli_corpus import NEEDS_DROPPED_DAC, build_workspace, commands, generated_cases, problems, snapshot
+from cli_corpus import NEEDS_DROPPED_DAC, base_for, build_workspace, commands, generated_cases, problems, render, snapshot
 from kvcal.cli.app import app, main
 
 CASES = generated_cases(app)
@@ -27,6 +27,18 @@ def test_the_corpus_covers_every_command_and_its_path_parameters():
         for param in command.params:
             if param.kind == "path":
                 assert any(param.name in case.id for case in CASES if case.command.name == command.name), param
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", commands(app), ids=lambda c: c.name)
+def test_every_base_is_a_valid_invocation(command, master, tmp_path, capsys):
+    """A case is its base with one ingredient made bad: a base that fails would let every case pass unearned."""
+    ws = tmp_path / "ws"
+    shutil.copytree(master, ws, symlinks=True)
+    args = render(command, base_for(command), ws)
+    code = main(args)
+    out, err = capsys.readouterr()
+    assert code == 0, f"kvcal {' '.join(args)} -> exit {code}\n{(out + err)[-2000:]}"
 
 
 @pytest.mark.timeout(120)
