@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -18,6 +18,11 @@ from kvcal.records_v1 import upgrade_fit, upgrade_run
 from kvcal.sweep.config import SweepConfig
 
 MAX_TOKENS = 10**9  # far above any real context, far below overflow (kvcal.fit.tables reads tables with it)
+# Bounds of what a probe may say, the same wherever it is read (run folder, CSV, export):
+# far above anything measured, far below where float sums overflow.
+MAX_TTFT_MS = 86_400_000.0  # one day for one first token
+MAX_BYTES_MOVED = 10**15  # a petabyte for one prefix
+MAX_QUEUE = 10**9
 
 PROBE_SCHEMA = "kvcal.probe/1"
 RUN_SCHEMA = "kvcal.run/2"
@@ -47,21 +52,25 @@ class ProbeRecord(Record):
     prefix_tokens: int = Field(gt=0, le=MAX_TOKENS)
     leg: Leg
     rep: int = Field(ge=0)
-    ttft_ms: float | None = Field(description="Consumer time to first streamed token, max_tokens=1.")
-    bytes_moved: int | None = Field(description="KV bytes the transport moved for this probe (metric delta); None if unknowable.")
-    expected_bytes: int | None = Field(None, description="prefix_tokens x KV bytes per token, when the layout is known.")
-    producer_ttft_ms: float | None = Field(None, description="Pull leg: time the producer took to hold the prefix.")
-    overhead_ms: float | None = Field(None, description="kvcal's own time for this probe beyond the engine's TTFT.")
+    ttft_ms: float | None = Field(ge=0, le=MAX_TTFT_MS, allow_inf_nan=False,
+                                  description="Consumer time to first streamed token, max_tokens=1.")
+    bytes_moved: int | None = Field(ge=0, le=MAX_BYTES_MOVED, description="KV bytes the transport moved for this probe (metric delta); None if unknowable.")
+    expected_bytes: int | None = Field(None, ge=0, le=MAX_BYTES_MOVED, description="prefix_tokens x KV bytes per token, when the layout is known.")
+    producer_ttft_ms: float | None = Field(None, ge=0, le=MAX_TTFT_MS, allow_inf_nan=False,
+                                           description="Pull leg: time the producer took to hold the prefix.")
+    overhead_ms: float | None = Field(None, ge=-MAX_TTFT_MS, le=MAX_TTFT_MS, allow_inf_nan=False,
+                                      description="kvcal's own time for this probe beyond the engine's TTFT.")
     valid: bool
     invalid_reason: str | None = None
     started_at: str = Field(description="ISO-8601 UTC wall time the probe started.")
-    metrics_delta: dict[str, float] = Field(default_factory=dict, description="Raw engine counter deltas over the probe.")
+    metrics_delta: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(
+        default_factory=dict, description="Raw engine counter deltas over the probe.")
     warmup: bool = Field(False, description="A discarded warm-up of a new (length, leg) shape; never fitted.")
-    host_busy: float | None = Field(None, description="Share (0-1) of the engines' CPUs (or GPUs) other processes took "
+    host_busy: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description="Share (0-1) of the engines' CPUs (or GPUs) other processes took "
                                     "since the previous probe; None where not measured (kvcal.sweep.disturbance).")
     load_state: str | None = Field(None, description="The load the sweep set up for this probe (idle, source-busy, computing-busy, both-busy); None in runs before load states.")
-    source_waiting: int | None = Field(None, description="vllm:num_requests_waiting of the producer (the KV source) just before the probe; None if not read.")
-    computing_waiting: int | None = Field(None, description="vllm:num_requests_waiting of the consumer (the computing pod) just before the probe; None if not read.")
+    source_waiting: int | None = Field(None, ge=0, le=MAX_QUEUE, description="vllm:num_requests_waiting of the producer (the KV source) just before the probe; None if not read.")
+    computing_waiting: int | None = Field(None, ge=0, le=MAX_QUEUE, description="vllm:num_requests_waiting of the consumer (the computing pod) just before the probe; None if not read.")
     adaptive_round: int | None = Field(None, ge=0, description="Adaptive sweep: the round whose design chose this probe.")
     adaptive_reason: str | None = Field(None, description="Adaptive sweep: why that round chose this length and leg.")
 

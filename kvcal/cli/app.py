@@ -161,12 +161,34 @@ def _apply_shared_checks(typer_app: typer.Typer) -> None:
         _apply_shared_checks(group.typer_instance)
 
 
+def not_utf8(args: list[str]) -> str | None:
+    """Why an argument cannot be taken, when one holds bytes that are not UTF-8, else None.
+
+    Every name and path kvcal is given may end up in a UTF-8 record (run.json, fit.json)
+    or on the console; such bytes reach Python as lone surrogates, which neither can hold.
+    """
+    for arg in args:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as err:
+            try:  # the bytes as given, escaped: 'bad\xff'
+                shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            except UnicodeEncodeError:
+                shown = arg.encode("utf-8", "backslashreplace").decode("ascii")
+            return (f"argument '{shown}' is not UTF-8 text (character {err.start + 1}): kvcal records names and "
+                    "paths in UTF-8 files; use a UTF-8 name")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error becomes a short report on stderr and an exit code, never a traceback."""
     args = sys.argv[1:] if argv is None else list(argv)
     for name in ("stdout", "stderr"):
         if getattr(sys, name) is None:  # closed by the shell: what would go there is dropped, as the user asked
             setattr(sys, name, open(os.devnull, "w"))
+    if (problem := not_utf8(args)) is not None:
+        error_line(problem)
+        return 2
     try:
         target = build_app(index_only=True) if lists_commands_only(args) else full_app()
         result = target(args=args, standalone_mode=False, prog_name="kvcal")

@@ -9,7 +9,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from kvcal.cli.output import print_sanity, print_warning, stdout
+from kvcal.cli.output import print_sanity, print_warning, stdout, warn
 from kvcal.cli.render_costmodel import render_cost_model
 from kvcal.errors import InputError
 
@@ -82,6 +82,7 @@ def register(app: typer.Typer) -> None:
             raise InputError("give a run folder, probe CSV or llm-d table to fit (or --per-request/--epp-log/--idle)")
         else:
             supplied = supplied_setup(model=model, transport=transport, block_size=block_size)
+            _warn_if_sweep_alive(input)
             result, written = fit_and_write(input, output, confidence=confidence, seed=seed, n_resamples=resamples,
                                             supplied=supplied, busy_queue_threshold=busy_queue_threshold)
         if json_out:
@@ -89,6 +90,20 @@ def register(app: typer.Typer) -> None:
             return
         render(result)
         stdout.print(f"wrote {written}")
+
+
+def _warn_if_sweep_alive(path: Path) -> None:
+    """A run whose sweep still holds its lock is fitted as far as it got; say so, with how far."""
+    from kvcal.sweep.lock import live_sweep
+    from kvcal.sweep.recorder import RunFolder, completed_probe_ids
+
+    if not RunFolder.is_run_folder(path):
+        return
+    run = RunFolder(path)
+    plan = {p.probe_id for p in run.manifest().plan}
+    note = live_sweep(run.path, len(plan), len(plan & completed_probe_ids(run.read_probes())))
+    if note is not None:
+        warn(note)  # stderr: --json keeps stdout for fit.json
 
 
 def render(result: FitResult) -> None:

@@ -9,7 +9,6 @@ import typer
 
 from kvcal.cli.options import int_list
 from kvcal.cli.output import info
-from kvcal.errors import InputError
 
 EPILOG = """Examples:
 
@@ -45,7 +44,7 @@ def k8s_job(
 ) -> None:
     """Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable from a laptop)."""
     from kvcal.emit.k8s import JobSpec, render_job
-    from kvcal.outputs import check_output
+    from kvcal.outputs import check_output, write_file
 
     check_output(output, "--output")
     spec = JobSpec(
@@ -58,10 +57,7 @@ def k8s_job(
     if output is None:
         typer.echo(text, nl=False)
         return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"-o {output}: cannot write it ({err.strerror or err})") from None
+    write_file(output, text, f"-o {output}")
     info(f"kvcal: wrote {output}; apply with: kubectl apply -f {output}")
 
 

@@ -19,6 +19,7 @@ must equal the input with exactly the intended edits applied, or nothing is writ
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import logging
@@ -37,6 +38,7 @@ from kvcal.emit.helm_text import (Embedded, compose, find_embedded, get_key, loo
                                   rt_yaml, safe_load, scalar, set_path, unified_diff, write_back)
 from kvcal.emit.router import PLUGIN_PARAMETERS, PLUGIN_TYPE, plugin_names
 from kvcal.errors import InputError, KvcalError
+from kvcal.outputs import writer_lock
 from kvcal.userfiles import read_text
 
 log = logging.getLogger(__name__)
@@ -320,6 +322,12 @@ def patch_values_file(path: Path, spec: PluginSpec, *, add_plugin: bool = False,
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise InputError(f"--values {path}: no such file")
+    # Read, patch and write as one: a second in-place patch waits, then patches this one's result.
+    with writer_lock(path, f"--in-place {path}") if in_place else contextlib.nullcontext():
+        return _patch_file(path, spec, add_plugin=add_plugin, in_place=in_place, diff=diff)
+
+
+def _patch_file(path: Path, spec: PluginSpec, *, add_plugin: bool, in_place: bool, diff: bool) -> FilePatch:
     text = read_text(path, f"--values {path}")  # kvcal/userfiles.py: no FIFO, binary or unreadable file
     if in_place:
         check_writable(path)

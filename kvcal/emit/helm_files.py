@@ -5,9 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import os
-import shutil
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from kvcal.emit.router import DEFAULT_PREFIX_MATCH_PRODUCER, FoundNames
 from kvcal.errors import InputError
-from kvcal.outputs import exclusive_backup
+from kvcal.outputs import exclusive_backup, write_file
 from kvcal.userfiles import read_text
 from kvcal.yaml_guard import check_ruamel_text, describe
 
@@ -41,17 +39,13 @@ def write_in_place(path: Path, new_text: str) -> Path:
     target = path.resolve()
     try:
         backup = exclusive_backup(target)  # O_EXCL, never through a (dangling) link: kvcal/outputs.py
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(new_text)
-            shutil.copymode(target, tmp)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
     except OSError as err:
-        raise InputError(f"--in-place: could not write {path}: {err.strerror or err}") from None
+        raise InputError(f"--in-place: could not back up {path}: {err.strerror or err}; nothing was written") from None
+    try:
+        write_file(target, new_text, f"--in-place {path}")
+    except InputError:
+        backup.unlink(missing_ok=True)  # the file is unchanged: its backup would only be clutter
+        raise
     log.info("wrote %s (backup %s)", target, backup)
     return backup
 

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kvcal.errors import InputError
+from kvcal.outputs import write_file, writer_lock
 from kvcal.records import FIT_SCHEMA, FitResult
 from kvcal.records_v1 import FIT_V1
 from kvcal.userfiles import read_text
@@ -57,14 +58,10 @@ def default_output(path: str | Path) -> Path:
 
 
 def write_fit(result: FitResult, path: str | Path) -> Path:
-    """Write fit.json (key ``schema`` by alias); InputError when the place cannot be written."""
+    """Write fit.json (key ``schema`` by alias) whole or not at all; InputError when the place cannot be written."""
     p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(dumps(result) + "\n", encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{p}: cannot write ({err.strerror})") from None
-    return p
+    with writer_lock(p, str(p)):  # two fits of one target: the second waits (kvcal/outputs.py)
+        return write_file(p, dumps(result) + "\n", str(p))
 
 
 def dumps(result: FitResult) -> str:

@@ -34,7 +34,7 @@ import pandas as pd
 
 from kvcal.errors import InputError
 from kvcal.engines.sim import SimCosts, SimPair
-from kvcal.records import MAX_TOKENS, FitSource, Leg, ProbeRecord, RunSetup
+from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS, FitSource, Leg, ProbeRecord, RunSetup
 from kvcal.fit.costmodel import LoadedProbes, split_loaded
 from kvcal.sweep.recorder import RunFolder
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
@@ -50,7 +50,7 @@ CSV_REQUIRED = ("prefix_tokens", "leg", "ttft_ms")
 CSV_OPTIONAL = ("rep", "bytes_moved", "valid")
 LEGS = (Leg.RECOMPUTE.value, Leg.PULL.value)
 MB = 1_000_000  # the llm-d Job divides byte deltas by 1e6 for its pulled_MB column
-MAX_INT, MAX_MS = 2**53, 1e9  # far above any real count or TTFT, far below overflow (MAX_TOKENS: kvcal.records)
+MAX_INT, MAX_MS = 2**53, MAX_TTFT_MS  # far above any real count or TTFT, far below overflow; one rule with kvcal.records
 
 _TABLE_HEADER = re.compile(r"^\s*tokens\s+recompute_ms\s+pull_ms\b", re.IGNORECASE)
 _INT = re.compile(r"^[+]?\d+$")
@@ -175,7 +175,7 @@ def _load_run_folder(folder: Path) -> ProbeTable:
     if not run.has_probes():
         raise InputError(f"{folder}: no probes recorded yet (probes.jsonl is missing or empty)")
     notes: list[str] = []
-    if not run.probes_path.read_bytes().endswith(b"\n"):  # read_probes drops it; say so in fit.json too
+    if run.torn_tail():  # read_probes drops it; say so in fit.json too
         notes.append(f"{run.probes_path.name}: the last line is torn (an interrupted write?) and was skipped")
     chosen: dict[str, ProbeRecord] = {}
     n_invalid = n_warmup = 0
@@ -271,7 +271,7 @@ def _int_field(value: str, name: str, where: str, *, positive: bool = False) -> 
         raise InputError(f"{where}: {name} '{text}' is not a whole number")
     if number < 0 or (positive and number == 0):
         raise InputError(f"{where}: {name} must be {'positive' if positive else 'non-negative'}, got {text}")
-    limit = MAX_TOKENS if name in ("prefix_tokens", "tokens", "rep") else MAX_INT
+    limit = MAX_TOKENS if name in ("prefix_tokens", "tokens", "rep") else MAX_BYTES_MOVED if name == "bytes_moved" else MAX_INT
     if number > limit:
         raise InputError(f"{where}: {name} {text} is beyond any plausible value (at most {limit:.3g})")
     return int(number)

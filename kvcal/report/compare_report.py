@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from kvcal.emit.helm import read_threshold
 from kvcal.errors import InputError
+from kvcal.outputs import write_file
 from kvcal.report.compare import Comparison, Row, compare_runs
 from kvcal.report.plot import draw_run, grid, save
 from kvcal.report.runs import load_run
@@ -177,9 +178,5 @@ def run_compare(config: CompareConfig) -> Comparison:
     if config.plot is not None:
         save(plot_comparison(result), config.plot, dpi="figure")
     if config.markdown is not None:
-        try:
-            config.markdown.parent.mkdir(parents=True, exist_ok=True)
-            config.markdown.write_text(render_markdown(result, config.plot, config.markdown), encoding="utf-8")
-        except OSError as err:
-            raise InputError(f"cannot write {config.markdown}: {err.strerror or err}") from None
+        write_file(config.markdown, render_markdown(result, config.plot, config.markdown), f"--markdown {config.markdown}")
     return result

@@ -21,6 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from kvcal.errors import InputError
+from kvcal.outputs import write_file
 from kvcal.report.plot import save
 from kvcal.report.runs import LoadedRun, load_run
 from kvcal.report.text import fmt_ci, fmt_value
@@ -67,11 +68,7 @@ def run_history(config: HistoryConfig) -> list[HistoryEntry]:
     if config.plot is not None:
         save(plot_history(entries), config.plot, dpi="figure")
     if config.markdown is not None:
-        try:
-            config.markdown.parent.mkdir(parents=True, exist_ok=True)
-            config.markdown.write_text(render_markdown(entries), encoding="utf-8")
-        except OSError as err:
-            raise InputError(f"cannot write {config.markdown}: {err.strerror or err}") from None
+        write_file(config.markdown, render_markdown(entries), f"--markdown {config.markdown}")
     return entries
 
 

@@ -23,6 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from kvcal.errors import InputError
+from kvcal.outputs import replacing
 from kvcal.fit import curve_ms, load_fit_input
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.costmodel import coef_samples
@@ -181,10 +182,10 @@ def save(figure: Figure, path: str | Path, *, dpi: float | str = 110) -> Path:
     """
     p = Path(path)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(p, dpi=dpi)
-    except (ValueError, OSError) as err:
-        raise InputError(f"cannot write plot {p}: {getattr(err, 'strerror', None) or err}") from None
+        with replacing(p, f"plot {p}") as handle:  # whole image or the old one (kvcal/outputs.py)
+            figure.savefig(handle, dpi=dpi, format=p.suffix[1:].lower() or None)
+    except ValueError as err:
+        raise InputError(f"cannot write plot {p}: {err}") from None
     return p
 
 

@@ -6,6 +6,10 @@ exclusive ``flock`` on ``RUN/.lock``, writing its pid there. A second sweep or
 ``--resume`` on the folder finds the lock taken and refuses, naming that pid. The lock
 is released when the sweep ends, and by the kernel when its process dies (even by
 SIGKILL), so a crash never leaves a folder locked; the file stays as a harmless marker.
+
+A start-up killed before it wrote run.json leaves only ``.lock`` and ``logs/``: a new
+sweep of that name takes the folder over (the engine logs stay; engines append to them),
+and ``--resume`` says to do that, since there is no plan to resume.
 """
 
 from __future__ import annotations
@@ -13,13 +17,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from kvcal.errors import InputError
 
+log = logging.getLogger(__name__)
+
 LOCK_NAME = ".lock"
+STARTUP_LEFTOVERS = {LOCK_NAME, "logs"}  # what a sweep makes before run.json
 
 
 def _holder(fd: int) -> str:
@@ -40,7 +48,10 @@ def _make_folder(path: Path) -> None:
     try:
         os.mkdir(path)
     except FileExistsError:
-        raise InputError(f"run folder {path} already exists; add --resume to continue it or choose another --name") from None
+        if not unfinished_startup(path):
+            raise InputError(f"run folder {path} already exists; add --resume to continue it or choose another --name") from None
+        log.warning("run folder %s holds only %s: a start-up that never wrote run.json; starting this sweep in it "
+                    "(its engine logs are kept)", path, " and ".join(sorted(os.listdir(path))))
     except NotADirectoryError:
         raise InputError(f"--output-dir {path.parent}: a file is in the way of the run folder") from None
     except OSError as err:
@@ -114,3 +125,29 @@ def holder_pid(path: Path) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def unfinished_startup(path: Path) -> bool:
+    """``path`` is what a sweep killed during start-up leaves: no run.json, only the lock and logs, no sweep alive."""
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return False
+    return names <= STARTUP_LEFTOVERS and holder_pid(path) is None
+
+
+def no_run_to_resume(path: Path) -> str:
+    """What ``--resume`` says of a folder without run.json."""
+    if unfinished_startup(path):
+        return (f"{path} holds no run.json: its start-up never finished, so there is no plan to resume; "
+                "run the same sweep without --resume to start it in that folder (its engine logs are kept)")
+    return f"no run to resume at {path} (no run.json)"
+
+
+def live_sweep(path: Path, planned: int, done: int) -> str | None:
+    """A note when a sweep still holds ``path`` (``done`` of its ``planned`` probes are in), else None."""
+    pid = holder_pid(path)
+    if pid is None:
+        return None
+    return (f"the sweep of {path} is still running (pid {pid}): {done} of the {planned} planned probes are in; "
+            "this fit is of those only: fit again when it ends")

@@ -15,6 +15,8 @@ newline) is the only damage repaired on resume; anything else is reported as cor
 from __future__ import annotations
 
 import csv
+import io
+import json
 import logging
 import os
 import sys
@@ -25,8 +27,10 @@ import pandas as pd
 from pydantic import ValidationError
 
 from kvcal.errors import InputError
+from kvcal.outputs import write_file
 from kvcal.records import Leg, ProbeRecord, RunManifest
 from kvcal.sweep.load import probe_counts_as_idle
+from kvcal.sweep.probe_checks import contradiction
 from kvcal.userfiles import read_bytes, read_text
 
 log = logging.getLogger(__name__)
@@ -102,23 +106,38 @@ class RunFolder:
         raw = read_bytes(self.probes_path)
         if raw and not raw.endswith(b"\n"):
             keep = raw.rfind(b"\n") + 1
-            log.warning("dropping a torn last line in %s (a crash mid-write)", self.probes_path)
-            if repair_torn_tail:
-                with open(self.probes_path, "r+b") as handle:
-                    handle.truncate(keep)
-            raw = raw[:keep]
+            if _is_torn(raw[keep:]):
+                log.warning("dropping a torn last line in %s (a crash mid-write)", self.probes_path)
+                if repair_torn_tail:
+                    with open(self.probes_path, "r+b") as handle:
+                        handle.truncate(keep)
+                raw = raw[:keep]
+            elif repair_torn_tail:  # a whole record that only lacks its newline: kept, and the newline added
+                with open(self.probes_path, "ab") as handle:
+                    handle.write(b"\n")
+                    handle.flush()
+                    os.fsync(handle.fileno())
+        plan = {p.probe_id: p for p in self.manifest().plan} if self.manifest_path.is_file() else {}
         records = []
         for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
             if not line.strip():
                 continue
             try:
-                records.append(ProbeRecord.model_validate_json(line))
+                record = ProbeRecord.model_validate_json(line)
             except ValidationError as err:
                 raise InputError(
                     f"{self.probes_path} line {number} is corrupt ({_first_error(err)}); "
                     f"move the file aside or fix that line to resume"
                 ) from None
+            if (reason := contradiction(record, plan)) is not None:
+                raise InputError(f"{self.probes_path} line {number} is refused: {reason}; fix or remove that line")
+            records.append(record)
         return records
+
+    def torn_tail(self) -> bool:
+        """Whether probes.jsonl ends in a line cut by a crash mid-write (which :meth:`read_probes` drops)."""
+        raw = read_bytes(self.probes_path) if self.probes_path.is_file() else b""
+        return bool(raw) and not raw.endswith(b"\n") and _is_torn(raw[raw.rfind(b"\n") + 1:])
 
     def write_summary(self, records: Iterable[ProbeRecord] | None = None) -> None:
         records = list(self.read_probes() if records is None else records)
@@ -157,7 +176,11 @@ def summarize(records: Iterable[ProbeRecord]) -> pd.DataFrame:
 
 def export_interchange(run: RunFolder, output: Path | None) -> int:
     """Write the valid probes as the interchange CSV (``output`` None: stdout); return the row count."""
-    rows = valid_probes(run.read_probes())
+    # One row per probe, its last valid attempt, warm-ups left out: the rows fit would use.
+    valid = [r for r in valid_probes(run.read_probes()) if not r.warmup]
+    rows = list({r.probe_id: r for r in valid}.values())
+    if len(rows) < len(valid):
+        log.info("%d repeated records of one probe collapsed to the last, as fit does", len(valid) - len(rows))
     if any(r.load_state not in (None, "idle") for r in rows):
         # The interchange format has no load columns: a loaded run exports its idle probes only.
         threshold = run.manifest().settings.busy_queue_threshold
@@ -170,9 +193,9 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
     if output is None:
         csv.writer(sys.stdout, lineterminator="\n").writerows(buffer)
         return len(rows)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with open(output, "w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows(buffer)
+    text = io.StringIO()
+    csv.writer(text).writerows(buffer)
+    write_file(output, text.getvalue(), f"-o {output}")
     return len(rows)
 
 
@@ -192,9 +215,16 @@ def legs_present(records: Iterable[ProbeRecord]) -> set[Leg]:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_file(path, text, str(path))
+
+
+def _is_torn(last_line: bytes) -> bool:
+    """A last line without its newline is torn unless it is one whole JSON value (then only the newline is missing)."""
+    try:
+        json.loads(last_line)
+    except (ValueError, RecursionError):
+        return True
+    return False
 
 
 def _first_error(err: ValidationError) -> str:

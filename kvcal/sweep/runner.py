@@ -37,7 +37,7 @@ from kvcal.sweep.load import LoadController, LoadReading, plan_for
 from kvcal.sweep.plan import PlannedProbe, default_prefix_lengths, validate_prefix_lengths
 from kvcal.sweep.progress import NullProgress, SweepProgress
 from kvcal.sweep.provenance import host_provenance, utc_now
-from kvcal.sweep.lock import claim_run_folder
+from kvcal.sweep.lock import claim_run_folder, no_run_to_resume
 from kvcal.sweep.recorder import RunFolder, attempts_so_far, completed_probe_ids
 from kvcal.sweep.validate import check_resume
 from kvcal.records import Leg, ProbeRecord, RunManifest
@@ -122,7 +122,7 @@ def _prepare(config: SweepConfig, resume: bool) -> tuple[SweepConfig, RunFolder,
                 raise InputError(f"no run to resume in {output_dir}; give --name or --output-dir")
             run = RunFolder(candidates[-1])
         if not RunFolder.is_run_folder(run.path):
-            raise InputError(f"no run to resume at {run.path} (no run.json)")
+            raise InputError(no_run_to_resume(run.path))
         manifest = run.manifest()
         stored = manifest.settings.model_copy(update={"output_dir": output_dir, "name": run.path.name})
         check_resume(stored, config)
