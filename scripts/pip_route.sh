@@ -20,12 +20,16 @@ if [ -z "${PIP_FIND_LINKS:-}${PIP_INDEX_URL:-}${PIP_EXTRA_INDEX_URL:-}" ]; then
 fi
 started=$SECONDS
 "$python" -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install -q --disable-pip-version-check -e "$repo[cpu]" 2>&1 | tee "$work/pip.log" >&2
+# -v: pip shows the build backend's warnings (setuptools' deprecations) only when verbose
+if ! "$work/venv/bin/python" -m pip install -v --disable-pip-version-check -e "$repo[cpu]" >"$work/pip.log" 2>&1; then
+  tail -40 "$work/pip.log" >&2
+  echo "pip route: FAILED: pip install -e '.[cpu]' failed" >&2
+  exit 1
+fi
 installed=$SECONDS
 echo "pip route: install $((installed - started)) s" >&2
-if grep -qi "deprecat" "$work/pip.log"; then
-  echo "pip route: FAILED: the install printed deprecation warnings:" >&2
-  grep -i "deprecat" "$work/pip.log" >&2
+if grep -E "DeprecationWarning|^DEPRECATION:" "$work/pip.log" >&2; then
+  echo "pip route: FAILED: the install printed the deprecation warnings above" >&2
   exit 1
 fi
 cd "$work/cwd"
