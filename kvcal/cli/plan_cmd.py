@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.output import warn_each
 from kvcal.cli.predict_cmd import say
 from kvcal.errors import InputError
 
@@ -60,6 +61,7 @@ def plan(
     result = plan_campaigns(prior, target_width, campaigns, seed)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
+        warn_each(result.notes)
         return
     _print(result)
 

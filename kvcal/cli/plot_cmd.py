@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -24,7 +25,9 @@ def register(app: typer.Typer) -> None:
         input: Path = typer.Argument(..., show_default=False,
                                      help="A run folder, a fit.json, a probe CSV or the llm-d Job's table."),
         output: Path = typer.Option(..., "--output", "-o", help="Image to write; .png or .svg by extension.", show_default=False),
-        log_x: bool = typer.Option(False, "--log-x", help="Logarithmic prefix-length axis."),
+        log_x: Optional[bool] = typer.Option(None, "--log-x/--linear-x", show_default=False, help="Logarithmic or "
+                                             "linear prefix-length axis; default: logarithmic when the break-even lies in "
+                                             "the shortest 5% of the lengths drawn (a linear axis squeezes it into the edge)."),
         confidence: float = typer.Option(0.9, "--confidence", help="Band level when the input must be fitted first."),
         seed: int = typer.Option(0, "--seed", min=0, help="Bootstrap seed when the input must be fitted first."),
     ) -> None:

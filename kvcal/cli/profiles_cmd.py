@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from kvcal.cli.output import stdout
+from kvcal.cli.output import stdout, warn_each
 
 EPILOG = """Examples:
 
@@ -114,9 +114,13 @@ def _show_text(out: dict[str, Any]) -> None:
             stdout.print(f"  sliding-window state: {derived['kv_bytes_window']:,} B once the prefix reaches "
                          f"{derived['window_tokens']} tokens ({derived['kv_bytes_per_token_all_layers']:,} B/token "
                          "if every layer keeps every token)", markup=False)
-        stdout.print(f"  dense prefill FLOPs per token: {derived['dense_flops_per_token'] / 1e9:.4g} GFLOP "
-                     f"({derived['matmul_params_per_token'] / 1e9:.4g} B matmul params; plus the attention term)",
-                     markup=False)
+        if derived["dense_flops_per_token"] is None:
+            stdout.print(f"  dense prefill FLOPs per token: unknown (compute estimate {derived['compute_estimate']})",
+                         markup=False)
+        else:
+            stdout.print(f"  dense prefill FLOPs per token: {derived['dense_flops_per_token'] / 1e9:.4g} GFLOP "
+                         f"({derived['matmul_params_per_token'] / 1e9:.4g} B matmul params; plus the attention term)",
+                         markup=False)
     for key, value in out["profile"].items():
         if isinstance(value, dict):
             stdout.print(f"  {key}:", markup=False)
@@ -143,6 +147,9 @@ def from_config(
     out["profile"] = model.model_dump(by_alias=True, mode="json", exclude_none=True)
     if as_json:
         _print_json(out)
+        if model.mlp is None:
+            warn_each([f"{path} gives no MLP sizes: the KV layout is complete, the compute estimate is not "
+                       "(kvcal predict needs them)"])
         return
     _show_text({"kind": "model", "file": str(path), "derived": out, "profile": out["profile"]})
 

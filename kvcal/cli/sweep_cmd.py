@@ -117,6 +117,11 @@ def sweep(
             typer.echo("# nothing left to run: every probe of the plan has a valid record")
         else:
             typer.echo(f"# {len(plan.plan)} probes{left} over lengths {','.join(map(str, lengths))}, in this order:")
+        if not resume and settings.prefix_lengths is None and settings.load_states == ["idle"] and lengths:
+            from kvcal.sweep.reach import dry_run_note
+
+            if note := dry_run_note(lengths[0], settings.block_size):
+                typer.echo(f"# {note}")
         for probe in plan.plan:
             state = f"\t{probe.load_state}" if probe.load_state else ""
             typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}{state}")

@@ -15,20 +15,32 @@ Two things a fresh pip install gets wrong for the CPU engine, without ``scripts/
   under that name, with its submodules, as the selector itself would do.
 
 Both are no-ops in an environment that already works (scripts/setup.sh's).
+
+The first repair must reach every interpreter the engine starts, not only the server:
+vLLM inspects a model class in a fresh interpreter when its model-info cache is cold,
+and transformers imports torchvision there too. The engine's ``PYTHONPATH`` names
+:mod:`kvcal.engines.boot`, whose ``sitecustomize`` calls :func:`apply_inherited` at every
+start: the first interpreter tries each package and writes what it blocked to
+``KVCAL_BLOCKED_IMPORTS``; the interpreters it starts inherit that and block the same
+names without importing torch to find out.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import logging
+import os
 import sys
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 OPTIONAL_MEDIA = ("torchvision", "torchaudio", "torchcodec")
 NIXL_BACKENDS = ("nixl_cu13", "nixl_cu12")
 NIXL_SUBMODULES = ("_bindings", "_utils", "logging", "_api")
+BLOCKED_ENV = "KVCAL_BLOCKED_IMPORTS"  # the names the first engine interpreter blocked, for those it starts
 
 
 def _installed(name: str) -> bool:
@@ -78,3 +90,25 @@ def apply() -> None:
     """Both repairs; called by kvcal.engines.serve before vLLM is imported."""
     alias_nixl_backend()
     block_broken_imports()
+
+
+def apply_inherited() -> list[str]:
+    """Block what an ancestor interpreter found broken, or find it here and hand it on. Returns those blocked."""
+    decided = os.environ.get(BLOCKED_ENV)
+    if decided is None:
+        blocked = block_broken_imports()
+        os.environ[BLOCKED_ENV] = ",".join(blocked)  # children inherit os.environ (subprocess and spawn alike)
+        return blocked
+    blocked = [name for name in decided.split(",") if name in OPTIONAL_MEDIA]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]  # import now raises ImportError
+    return blocked
+
+
+def run_shadowed_sitecustomize(own_file: str) -> None:
+    """Run the ``sitecustomize`` that kvcal's boot folder hides (a distribution's own), if there is one."""
+    own_dir = Path(own_file).resolve().parent
+    rest = [entry for entry in sys.path if Path(entry or ".").resolve() != own_dir]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))

@@ -18,7 +18,10 @@ prints exactly what :class:`~kvcal.engines.vllm.VllmPair` will run. Choices it m
   both engines' tiers, checked before launch (:func:`check_shm`);
 - both: the same ``PYTHONHASHSEED``; vLLM's compile caches, IPC sockets and temporary
   files inside kvcal's cache folder (``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``,
-  ``VLLM_RPC_BASE_PATH``, ``TMPDIR``); ``HF_HUB_OFFLINE=1`` for local models.
+  ``VLLM_RPC_BASE_PATH``, ``TMPDIR``); ``HF_HUB_OFFLINE=1`` for local models;
+  ``PYTHONPATH`` led by :mod:`kvcal.engines.boot`, so every interpreter the engine starts
+  (vLLM's model inspection in a fresh ``python -m``, the spawned engine core) is shielded
+  from what a plain pip install gets wrong (kvcal.engines.shields), not only the server.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kvcal.engines.boot import BOOT_DIR
 from kvcal.engines.process import free_ports
 from kvcal.errors import HardwareError, InputError
 from kvcal.sweep.config import SweepConfig
@@ -283,6 +287,7 @@ class LaunchPlan:
             "VLLM_RPC_BASE_PATH": str(self.rpc_dir),
             "TMPDIR": str(self.cache_dir / "tmp"),  # vLLM's dist-init files would land in /tmp
             "KVCAL_RUN": str(self.run_dir.resolve()),  # marks the run's processes (tests find them by it)
+            "PYTHONPATH": os.pathsep.join([str(BOOT_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]),
         }
         if s.model is None or looks_local(s.model):
             env["HF_HUB_OFFLINE"] = "1"

@@ -5,7 +5,11 @@ the key names of the families kvcal ships profiles for: Llama/Mistral/Qwen2/Qwen
 (GQA), Qwen3-MoE, gpt-oss (alternating sliding-window layers), DeepSeek-V3/R1/Kimi-K2
 (MLA), DeepSeek-V3.2 and GLM-MoE-DSA (MLA plus a sparse-attention indexer) and
 GLM-4.5 (GQA MoE). An unknown family with standard keys is read as GQA; a config
-that lacks what the KV layout needs is an ``InputError`` naming the key.
+that lacks what the KV layout needs is an ``InputError`` naming the key. The KV layout
+needs the attention fields alone: a config without the MLP sizes (MoE configs written
+without ``intermediate_size``, abridged copies) still gives it, with ``mlp`` left null
+and the profile's notes saying which sizes are missing (the compute estimate is then
+incomplete; kvcal predict refuses it by name).
 
 KV dtype: vLLM's default (``auto``) stores KV in the model dtype (``torch_dtype`` or
 ``dtype``; bfloat16 when absent). Weight quantization (``quantization_config``) does not
@@ -56,11 +60,15 @@ def model_profile_from_config(path: Path | str, name: str | None = None) -> Mode
     return parse_model_profile(data, file)
 
 
+class MissingKey(InputError):
+    """A size the config does not give (the MLP's are optional: see the module docstring)."""
+
+
 def _need(cfg: dict[str, Any], *keys: str) -> Any:
     for key in keys:
         if cfg.get(key) is not None:
             return cfg[key]
-    raise InputError(f"config has no {' or '.join(keys)}: cannot derive the KV layout")
+    raise MissingKey(f"config has no {' or '.join(keys)}: cannot derive the KV layout")
 
 
 def _count(cfg: dict[str, Any], *keys: str) -> int:
@@ -104,6 +112,11 @@ def profile_mapping(cfg: dict[str, Any], name: str, *, source: str = "config.jso
     indexer = _indexer(cfg, layers)
     if indexer:
         attention["indexer"] = indexer
+    try:
+        mlp, notes = _mlp(cfg, model_type, layers), ""
+    except MissingKey as err:  # the KV layout does not depend on the MLP: keep it, say what is missing
+        missing = str(err).removeprefix("config has no ").split(":")[0]
+        mlp, notes = None, f" The config has no {missing}: the MLP is unknown, so the compute estimate is incomplete."
     quant = cfg.get("quantization_config") or {}
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     return {
@@ -118,11 +131,11 @@ def profile_mapping(cfg: dict[str, Any], name: str, *, source: str = "config.jso
         "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "max_position_embeddings": int(cfg.get("max_position_embeddings") or cfg.get("max_seq_len") or 4096),
         "attention": attention,
-        "mlp": _mlp(cfg, model_type, layers),
+        "mlp": mlp,
         "kv_dtype": "float32" if dtype in ("float32", "float") else dtype,
         "compute_dtype": "fp8" if str(quant.get("quant_method", "")).lower() == "fp8" else "bf16",
         "sources": [source],
-        "notes": "Built from a Hugging Face config.json by kvcal profiles from-config.",
+        "notes": "Built from a Hugging Face config.json by kvcal profiles from-config." + notes,
     }
 
 

@@ -155,7 +155,8 @@ class ModelProfile(Spec):
     tie_word_embeddings: bool = Field(False, description="Whether the output head shares the embedding matrix.")
     max_position_embeddings: int = Field(gt=0, description="Longest context the config allows; predictions stop there.")
     attention: Attention = Field(description="Attention layout.")
-    mlp: Mlp = Field(description="Feed-forward layout (dense or MoE).")
+    mlp: Mlp | None = Field(None, description="Feed-forward layout (dense or MoE); null when unknown (a config without "
+                            "MLP sizes): the KV layout stands, the compute estimate is incomplete.")
     kv_dtype: str = Field("bfloat16", description="KV cache dtype the engine uses by default ('auto' = model dtype).")
     compute_dtype: Literal["bf16", "fp8"] = Field("bf16", description="Dtype of the dominant prefill GEMMs: picks the peak rate.")
     active_params_published: float | None = Field(None, gt=0, description="Published active parameters per token, for reference only.")
@@ -170,7 +171,7 @@ class ModelProfile(Spec):
         for part in (self.attention.sliding_window, self.attention.indexer):
             if part is not None and part.layers > self.layers:
                 raise ValueError(f"{type(part).__name__} layers ({part.layers}) exceed model layers ({self.layers})")
-        if self.mlp.first_dense_layers > self.layers:
+        if self.mlp is not None and self.mlp.first_dense_layers > self.layers:
             raise ValueError("mlp.first_dense_layers exceeds layers")
         return self
 

@@ -128,6 +128,9 @@ def kv_bytes_per_token(model: ModelProfile, kv_dtype: str | None = None) -> int:
 def matmul_params_per_token(model: ModelProfile) -> int:
     """Weights one token multiplies in the decoder layers (active experts only; no embedding or head)."""
     h, a, mlp = model.hidden_size, model.attention, model.mlp
+    if mlp is None:
+        raise InputError(f"model {model.name} has no MLP sizes (intermediate_size, or the experts' widths): its KV layout "
+                         "is known but not its prefill compute; give a config.json with them, or a profile with mlp set")
     if a.kind is AttentionKind.MLA:
         q_in = a.q_lora_rank or h
         q = (h * a.q_lora_rank if a.q_lora_rank else 0) + q_in * a.num_heads * a.qk_dim
@@ -191,6 +194,8 @@ def model_summary(model: ModelProfile, kv_dtype: str | None = None) -> dict[str,
     """The derived figures ``profiles show``/``from-config`` print (``kv_bytes_per_token`` is the contract key)."""
     layout = kv_layout(model, kv_dtype)
     swa = model.attention.sliding_window
+    compute_known = model.mlp is not None
+    matmul = matmul_params_per_token(model) if compute_known else None
     return {
         "name": model.name,
         "kv_bytes_per_token": layout.bytes_per_token,
@@ -201,9 +206,10 @@ def model_summary(model: ModelProfile, kv_dtype: str | None = None) -> dict[str,
         "kv_bytes_per_token_all_layers": kv_layout(model, kv_dtype, sliding_window_full=True).bytes_per_token if swa else layout.bytes_per_token,
         "attention_kind": model.attention.kind.value,
         "layers": model.layers,
-        "matmul_params_per_token": matmul_params_per_token(model),
-        "dense_flops_per_token": 2 * matmul_params_per_token(model),
-        "active_params_with_embeddings": total_active_params(model),
+        "matmul_params_per_token": matmul,
+        "dense_flops_per_token": 2 * matmul if matmul is not None else None,
+        "active_params_with_embeddings": total_active_params(model) if compute_known else None,
+        "compute_estimate": "complete" if compute_known else "incomplete: the MLP sizes are unknown",
         "active_params_published": model.active_params_published,
         "compute_dtype": model.compute_dtype,
         "max_position_embeddings": model.max_position_embeddings,

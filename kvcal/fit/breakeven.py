@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvcal.cost_curve import break_even_tokens
+from kvcal.sweep.reach import floor_reason, lengths_to_add_above, lengths_to_add_below, pull_floor
 
 __all__ = ["break_even_tokens", "classify", "classify_many", "interval", "status_warning", "STATUSES"]
 
@@ -26,6 +27,7 @@ CROSSOVER = "crossover"
 PULL_ALWAYS = "pull-always-wins"
 RECOMPUTE_ALWAYS = "recompute-always-wins"
 STATUSES = (CROSSOVER, PULL_ALWAYS, RECOMPUTE_ALWAYS)
+DEFAULT_BLOCK = 64  # kvcal sweep's, for advice on a table that does not say its block size
 
 
 def classify(break_even: float, n_min: float, n_max: float) -> tuple[str, bool]:
@@ -45,20 +47,27 @@ def classify_many(break_even: np.ndarray, n_min: float, n_max: float) -> np.ndar
                     np.where(break_even <= n_min, PULL_ALWAYS, CROSSOVER))
 
 
-def status_warning(status: str, break_even: float, extrapolated: bool, n_min: int, n_max: int) -> str | None:
-    """Advice for a break-even outside the measured lengths: which way to extend the sweep."""
+def status_warning(status: str, break_even: float, extrapolated: bool, n_min: int, n_max: int,
+                   block_size: int | None = None) -> str | None:
+    """Advice for a break-even outside the measured lengths: the block-multiple lengths to add, and why."""
+    block = block_size or DEFAULT_BLOCK
+    assumed = "" if block_size else f" (block size {block} assumed: --block-size sets it)"
     if status == PULL_ALWAYS:
-        if break_even > 0:
-            return (f"the pull won at every measured length; the fitted curves cross at {break_even:.0f} tokens, "
-                    f"below the shortest measured length {n_min}: the break-even is extrapolated; "
-                    f"extend the sweep to shorter prefixes (e.g. {max(n_min // 8, 1)}-{n_min} tokens) to locate it")
-        return (f"the fitted pull is faster than recompute at every length: no crossing above 0 tokens; "
-                f"the shortest measured length is {n_min}: extend the sweep to shorter prefixes to confirm")
+        add = lengths_to_add_below(n_min, break_even, block)
+        where = (f"the fitted curves cross at {break_even:.0f} tokens, below the shortest measured length {n_min}: "
+                 "the break-even is extrapolated" if break_even > 0 else
+                 f"the fitted pull is faster than recompute at every length, down to the shortest measured, {n_min}")
+        if not add:
+            return (f"the pull won at every measured length; {where}; {n_min} tokens is already the floor, "
+                    f"{floor_reason(block)}: pulling pays from there up")
+        return (f"the pull won at every measured length; {where}; add shorter lengths to locate it: "
+                f"--prefix-lengths {','.join(map(str, add))}{assumed} (the floor is {pull_floor(block)} tokens)")
     if status == RECOMPUTE_ALWAYS:
         if extrapolated:
+            add = lengths_to_add_above(n_max, min(2 * break_even, 8 * n_max), block)
             return (f"recompute won at every measured length; the fitted curves cross at {break_even:.0f} tokens, "
-                    f"beyond the longest measured length {n_max}: the break-even is extrapolated; "
-                    f"extend the sweep to longer prefixes (up to about {int(min(2 * break_even, 8 * n_max))} tokens)")
+                    f"beyond the longest measured length {n_max}: the break-even is extrapolated; add longer lengths "
+                    f"as far as the model's max length allows: --prefix-lengths {','.join(map(str, add))}{assumed}")
         return ("the fitted pull never catches up with recompute: no break-even at any length; "
                 "check the transport (was the pull moving bytes?) before extending the sweep")
     return None

@@ -38,7 +38,7 @@ def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: Boots
     point = float(break_even_tokens(recompute.chosen_fit.coef, pull.chosen_fit.coef))
     status, extrapolated = classify(point, n_min, n_max)
     warnings = list(table.warnings) + list(notes)
-    advice = status_warning(status, point, extrapolated, n_min, n_max)
+    advice = status_warning(status, point, extrapolated, n_min, n_max, table.block_size)
     if advice:
         warnings.append(advice)
     warnings += _disagreements(table, recompute, pull)

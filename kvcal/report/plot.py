@@ -38,15 +38,31 @@ LEG_COLORS = {"recompute": "tab:red", "pull": "tab:blue"}
 LEG_STYLE = {"recompute": ("-", "o"), "pull": ("--", "^")}
 
 
-def plot_input(path: str | Path, output: str | Path, *, log_x: bool = False, confidence: float = 0.9,
+def plot_input(path: str | Path, output: str | Path, *, log_x: bool | None = None, confidence: float = 0.9,
                seed: int = 0) -> Path:
-    """Plot a run folder, probe CSV, llm-d table or fit.json into ``output`` (.png or .svg)."""
+    """Plot a run folder, probe CSV, llm-d table or fit.json into ``output`` (.png or .svg).
+
+    ``log_x`` None: a log length axis when :func:`crossover_near_short_end`, else linear.
+    """
     out = Path(output)
     if out.suffix.lower() not in FORMATS:
         raise InputError(f"{out}: the plot format is chosen by extension; use .png or .svg")
     fit, table = load_for_plot(path, confidence=confidence, seed=seed)
-    figure = figure_for(fit, table, log_x=log_x)
+    figure = figure_for(fit, table, log_x=crossover_near_short_end(fit) if log_x is None else log_x)
     return save(figure, out)
+
+
+SHORT_END = 0.05  # of the drawn length axis: a crossover (or its interval's top) below it is a sliver on a linear axis
+
+
+def crossover_near_short_end(fit: FitResult) -> bool:
+    """Whether the break-even and its interval lie in the shortest 5% of the linear axis (a ladder reaching 64K
+    puts a 180-token crossover in its first 0.3%): a log axis gives each octave the same room."""
+    be = fit.break_even_tokens
+    if be is None or be <= 0:
+        return False
+    top = fit.break_even_ci[1] if fit.break_even_ci else be
+    return top < SHORT_END * float(grid(fit)[-1])
 
 
 def load_for_plot(path: str | Path, *, confidence: float = 0.9, seed: int = 0) -> tuple[FitResult, ProbeTable | None]:
@@ -76,6 +92,7 @@ def figure_for(fit: FitResult, table: ProbeTable | None = None, *, log_x: bool =
     bottom.set_ylabel("pull saving (% of recompute)")
     if log_x:
         bottom.set_xscale("log")
+        top.set_yscale("log")  # log-log: the curves' crossing stays visible beside a 100x longer prefix
     figure.suptitle(title or default_title(fit), fontsize="medium")
     return figure
 

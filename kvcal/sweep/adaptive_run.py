@@ -203,8 +203,8 @@ def run_adaptive(config: SweepConfig, run: RunFolder, stored_plan: list[PlannedP
 
 
 def adaptive_preview(config: SweepConfig, ladder: list[int]) -> tuple[int, int, list[design.Choice], StopRules]:
-    """What ``--adaptive --dry-run`` shows: the allowed range (the ladder's span), the seed round and the rules."""
-    low, high = min(ladder), max(ladder)
+    """What ``--adaptive --dry-run`` shows: the allowed range (the lengths' span, else the floor to the ladder's top), the seed round and the rules."""
+    low, high = design.allowed_range(config.prefix_lengths, config.block_size, max(ladder) + 1)
     return low, high, design.seed_design(design.candidate_lengths(low, high, config.block_size)), _rules(config, None)
 
 

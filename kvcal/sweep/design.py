@@ -51,6 +51,7 @@ import numpy as np
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import t_quantile
 from kvcal.records import FitResult, Leg
+from kvcal.sweep.reach import pull_floor
 
 GRID_RATIO = 2 ** 0.25
 # The seed's second length is 2x the shortest; the climb then looks 4x longer while the
@@ -115,12 +116,15 @@ class Choice:
 
 
 def allowed_range(lengths: list[int] | None, block_size: int, max_model_len: int) -> tuple[int, int]:
-    """[shortest, longest] block multiples the campaign may probe: the given lengths' span, else 256 to the limit."""
+    """[shortest, longest] block multiples the campaign may probe: the given lengths' span, else the floor to the limit.
+
+    The floor is the shortest length a pull can prove (:func:`kvcal.sweep.reach.pull_floor`, two blocks).
+    """
     longest = ((max_model_len - 1) // block_size) * block_size
     if lengths:
         low, high = min(lengths), max(lengths)
     else:
-        low, high = max(block_size, (256 // block_size) * block_size), longest
+        low, high = pull_floor(block_size), longest
     if (high <= low or high - low < block_size) and not lengths:
         raise InputError(f"a max model length of {max_model_len} tokens leaves no lengths above {low} to search "
                          f"(block size {block_size}); an adaptive campaign needs a longer one (--max-model-len) or a smaller block")

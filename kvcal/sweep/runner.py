@@ -26,14 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kvcal.sweep import disturbance, warmup
+from kvcal.sweep import disturbance, reach, warmup
 from kvcal.sweep.config import SweepConfig
 from kvcal.engines.base import EnginePair, LegMeasurement
 from kvcal.engines.sim import SimPair
 from kvcal.engines.vllm import pair_from_config
 from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError, GateError, InputError
-from kvcal.sweep.load import LoadController, LoadReading, plan_for
+from kvcal.sweep.load import LoadController, LoadReading, is_loaded, plan_for
 from kvcal.sweep.plan import PlannedProbe, default_prefix_lengths, validate_prefix_lengths
 from kvcal.sweep.progress import NullProgress, SweepProgress
 from kvcal.sweep.provenance import host_provenance, utc_now
@@ -146,10 +146,19 @@ def plan_dry_run(config: SweepConfig, pair_factory: PairFactory = make_pair, *, 
     pair = pair_factory(config, run)
     if plan is None:
         plan = plan_for(config, _lengths_for(config, pair))
-    else:  # resume: what is left of the stored plan
-        done = completed_probe_ids(run.read_probes())
-        plan = [p for p in plan if p.probe_id not in done]
+    else:  # resume: what is left of the stored plan, else what the default design would add below it
+        records = run.read_probes()
+        done = completed_probe_ids(records)
+        left = [p for p in plan if p.probe_id not in done]
+        grown = None if left or _explicit(config) else reach.grown_probes(
+            plan, records, block_size=config.block_size, reps=config.reps, seed=config.seed)
+        plan = grown[0] if grown else left
     return DryRun(run.path, pair.dry_run_commands(), plan)
+
+
+def _explicit(config: SweepConfig) -> bool:
+    """Lengths the user chose (or a loaded design): measured as given, never grown (kvcal.sweep.reach)."""
+    return config.prefix_lengths is not None or is_loaded(config)
 
 
 def run_sweep(
@@ -193,27 +202,57 @@ def _sweep_claimed(config: SweepConfig, run: RunFolder, stored_plan: list[Planne
             prompts = PromptSource(config.seed, pair.vocab_size)
             progress.on_phase("warming the pair (discarded)")
             pair.warm_up(prompts.tokens(min(p.prefix_tokens for p in plan)))
-            done = len(plan) - len(todo)
+            done = done_before = len(plan) - len(todo)
             description = pair.describe()
             monitor = disturbance.monitor_for(description)  # primed here: the first probe's window starts now
             warmups = warmup.WarmupProbes(warmup.enabled(config.warmup_probes, description))
             progress.on_start(len(plan), done)
             measured = invalid = 0
             try:
-                for planned in todo:
-                    load.enter(planned.load_state)
-                    warm = warmups.before(pair, planned, prompts.tokens(planned.prefix_tokens))
-                    if warm is not None:
-                        run.append_probe(warm)
-                    record = _probe_until_valid(pair, planned, prompts, run, config, attempts, progress, done, len(plan),
-                                                monitor=monitor, load_reading=load.reading)
-                    invalid += record.attempt
-                    measured += 1
-                    done += 1
+                while todo:
+                    for planned in todo:
+                        load.enter(planned.load_state)
+                        warm = warmups.before(pair, planned, prompts.tokens(planned.prefix_tokens))
+                        if warm is not None:
+                            run.append_probe(warm)
+                        record = _probe_until_valid(pair, planned, prompts, run, config, attempts, progress, done,
+                                                    len(plan), monitor=monitor, load_reading=load.reading)
+                        invalid += record.attempt
+                        measured += 1
+                        done += 1
+                    todo = _grow_default_design(config, run, plan, progress)
+                    plan += todo
+                _say_where_the_design_stopped(config, run, pair)
             finally:
                 run.write_summary()
                 progress.on_complete(done, len(plan))
-    return SweepOutcome(run.path, len(plan), len(plan) - len(todo), measured, invalid, resume)
+    return SweepOutcome(run.path, len(plan), done_before, measured, invalid, resume)
+
+
+def _grow_default_design(config: SweepConfig, run: RunFolder, plan: list[PlannedProbe],
+                         progress: SweepProgress) -> list[PlannedProbe]:
+    """The default design's probes below its shortest length (kvcal.sweep.reach), appended to run.json's plan."""
+    if _explicit(config):
+        return []  # measured as given; the fit's advice names what to add
+    grown = reach.grown_probes(plan, run.read_probes(), block_size=config.block_size, reps=config.reps, seed=config.seed)
+    if grown is None:
+        return []
+    probes, why = grown
+    run.write_manifest(run.manifest().model_copy(update={"plan": [*plan, *probes]}))  # --resume sees the grown plan
+    progress.on_phase(why)
+    progress.on_start(len(plan) + len(probes), len(plan))
+    return probes
+
+
+def _say_where_the_design_stopped(config: SweepConfig, run: RunFolder, pair: EnginePair) -> None:
+    """A default design that met the floor or the model's limit without a crossover says so."""
+    if _explicit(config):
+        return
+    records = run.read_probes()
+    longest = default_prefix_lengths(config.block_size, pair.max_model_len)[-1]
+    for note in (reach.floor_note(records, config.block_size), reach.top_note(records, longest)):
+        if note:
+            log.warning(note)
 
 
 def _probe_until_valid(

@@ -126,7 +126,7 @@ def test_design_grid_and_range_are_block_multiples_within_the_limit():
     grid = design.candidate_lengths(256, 65472, 64)
     assert grid[0] == 256 and grid[-1] == 65472 and all(n % 64 == 0 for n in grid)
     assert all(b / a <= 1.3 for a, b in zip(grid, grid[1:]))
-    assert design.allowed_range(None, 64, 65536) == (256, 65472)
+    assert design.allowed_range(None, 64, 65536) == (128, 65472)  # from the floor: two blocks
     assert design.allowed_range([512, 4096, 1024], 16, 8192) == (512, 4096)
     with pytest.raises(InputError, match="range of lengths"):
         design.allowed_range([512], 64, 8192)
@@ -259,7 +259,7 @@ def test_cli_plan_compares_adaptive_with_the_ladder_on_a_fitted_prior(tmp_path, 
     plan = json.loads(out.out)
     designs = {d["design"]: d for d in plan["designs"]}
     assert set(designs) == {"adaptive", "ladder", "ladder-3", "oracle"}
-    assert plan["target_width"] == 0.2 and plan["allowed_range"] == [256, 65472]
+    assert plan["target_width"] == 0.2 and plan["allowed_range"] == [128, 65472]
     assert designs["adaptive"]["stop_reasons"] == {"target-width": 1.0}
     assert designs["adaptive"]["engine_s_median"] < designs["ladder"]["engine_s_median"]
     assert designs["oracle"]["engine_s_median"] <= designs["adaptive"]["engine_s_median"] * 1.5

@@ -220,7 +220,9 @@ def test_ladder_above_the_truth_is_pull_always_wins_with_advice_to_go_shorter():
     fit = fit_table(sim_table(CPU, [2048, 4096, 8192, 16384], 3, seed=1), n_resamples=300)
     assert fit.status == "pull-always-wins" and fit.extrapolated
     assert fit.break_even_tokens is not None and fit.break_even_tokens < 2048
-    assert any("shorter prefixes" in w for w in fit.warnings)
+    advice = next(w for w in fit.warnings if "add shorter lengths" in w)
+    lengths = [int(n) for n in advice.split("--prefix-lengths ")[1].split()[0].split(",")]
+    assert lengths[-1] == 1536 and min(lengths) <= fit.break_even_tokens / 2 and all(n % 64 == 0 for n in lengths)
     assert fit.smallest_pull_win_tokens == 2048
 
 
@@ -228,7 +230,10 @@ def test_ladder_below_the_truth_is_recompute_always_wins_with_advice_to_go_longe
     fit = fit_table(sim_table(CONVEX, [1024, 2048, 4096, 6144], 3, seed=1), n_resamples=300)
     assert fit.status == "recompute-always-wins"
     assert fit.smallest_pull_win_tokens is None
-    assert any("longer prefixes" in w or "never catches up" in w for w in fit.warnings)
+    advice = next(w for w in fit.warnings if "add longer lengths" in w or "never catches up" in w)
+    if "--prefix-lengths" in advice:
+        lengths = [int(n) for n in advice.split("--prefix-lengths ")[1].split()[0].split(",")]
+        assert lengths[0] > 6144 and all(n % 64 == 0 for n in lengths)
 
 
 # --- the published gpt-oss-120b ladder --------------------------------------------------------------

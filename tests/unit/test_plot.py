@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
 from kvcal.fit import curve_ms, fit_input, fit_table, write_fit
-from kvcal.report.plot import curve_band, draw_run, draw_saving, figure_for, grid, plot_input
+from kvcal.report.plot import crossover_near_short_end, curve_band, draw_run, draw_saving, figure_for, grid, plot_input
 from kvcal.fit.tables import sim_table
 
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
@@ -106,3 +106,15 @@ def test_plot_without_bootstrap_samples_draws_no_bands(table):
     bare = fit_table(table, n_resamples=0)
     figure = figure_for(bare, table)
     assert len(figure.axes[0].collections) == 0
+
+
+def test_a_crossover_near_the_short_end_gets_a_log_length_axis(tmp_path, fit):
+    # the default ladder to 64K with a 180-token crossover: on a linear axis it sat in the first 0.3%
+    costs = SimCosts(recompute_intercept_ms=2.0, recompute_per_token_us=100.0, recompute_per_token2_ns=0.0,
+                     pull_intercept_ms=20.0, pull_per_token_us=0.0)
+    short = fit_table(sim_table(costs, [128, 192, 256, 512, 1024, 4096, 16384, 65472], 3, seed=1), n_resamples=300)
+    assert short.status == "crossover"
+    assert crossover_near_short_end(short) and not crossover_near_short_end(fit)  # fit: a mid-ladder crossover
+    top, bottom = figure_for(short, log_x=crossover_near_short_end(short)).axes[:2]
+    assert bottom.get_xscale() == "log" and top.get_yscale() == "log"
+    assert figure_for(fit).axes[1].get_xscale() == "linear"

@@ -1,0 +1,145 @@
+"""How far the default design reaches: the shortest length a pull can prove, and growing the plan down to it.
+
+The default ladder starts at 256 tokens, where a pull wins on most GPU pairs only just
+or not at all; on a fast CPU pair, or a model with a heavy prefill, the pull already
+wins there, and a fit of lengths that all lie on one side of the crossover can only
+extrapolate it. So a default campaign looks further down when the measurements ask for
+it, and stops where a pull stops proving anything.
+
+The floor (:func:`pull_floor`): an engine never takes a prompt's last block from a peer
+(the prefix cache leaves at least one token to compute, so the hit stops a block short of
+a block-aligned prompt), and a one-block pull moves nothing: the shortest length at which
+a pull measures a transfer is two blocks (128 tokens at block size 64).
+
+The rule (:func:`grown_probes`): after the planned probes, when the pull's median beat
+recompute's at the shortest length measured, the next octave below it is appended (its
+1x and 1.5x powers of two in block multiples, the ladder's own spacing, never below the
+floor) with the sweep's reps, and measured; again, until recompute wins at the shortest
+length or the floor is reached. Only the default design grows: explicit
+``--prefix-lengths`` are measured as given, and the fit's advice names what to add.
+At the other end the ladder already reaches the model's limit; when recompute wins there,
+:func:`top_note` says so and names the limit.
+"""
+
+from __future__ import annotations
+
+from kvcal.records import Leg, PlannedProbe, ProbeRecord
+from kvcal.sweep.plan import build_plan
+
+FLOOR_BLOCKS = 2  # a one-block pull moves nothing (module docstring)
+
+
+def pull_floor(block_size: int) -> int:
+    """The shortest prefix length (tokens) at which a pull can move KV: two blocks."""
+    return FLOOR_BLOCKS * block_size
+
+
+def floor_reason(block_size: int) -> str:
+    return (f"{pull_floor(block_size)} tokens, two blocks of {block_size}: an engine never takes a prompt's last "
+            "block from a peer, so a one-block pull moves nothing")
+
+
+def lengths_below(shortest: int, block_size: int) -> list[int]:
+    """The octave below ``shortest``: 3/4 and 1/2 of it in block multiples, neither under the floor (ascending)."""
+    floor = pull_floor(block_size)
+    out = {max(floor, (shortest * num // den) // block_size * block_size) for num, den in ((3, 4), (1, 2))}
+    return sorted(n for n in out if n < shortest)
+
+
+def lengths_to_add_below(n_min: int, break_even: float, block_size: int) -> list[int]:
+    """Octaves below ``n_min`` down to half the fitted break-even (a crossover needs a length on each side), never under the floor."""
+    out: list[int] = []
+    shortest = n_min
+    while shortest > pull_floor(block_size) and shortest > break_even / 2:
+        below = lengths_below(shortest, block_size)
+        if not below:
+            break
+        out += below
+        shortest = below[0]
+    return sorted(set(out))
+
+
+def lengths_to_add_above(n_max: int, upto: float, block_size: int) -> list[int]:
+    """The ladder's 1x and 1.5x powers of two above ``n_max`` up to ``upto`` (at least one), in block multiples."""
+    out: list[int] = []
+    value = n_max
+    while not out or value * 4 // 3 <= upto:
+        value = value * 3 // 2 if (value & (value - 1)) == 0 else value * 4 // 3
+        rounded = -(-value // block_size) * block_size
+        if rounded > n_max and rounded not in out:
+            out.append(rounded)
+    return out
+
+
+def leg_medians(records: list[ProbeRecord]) -> dict[int, tuple[float, float]]:
+    """Length -> (recompute, pull) median TTFT over valid idle probes, for lengths both legs measured."""
+    by: dict[tuple[int, Leg], list[float]] = {}
+    for r in records:
+        if r.valid and r.ttft_ms is not None and r.load_state in (None, "idle"):
+            by.setdefault((r.prefix_tokens, r.leg), []).append(r.ttft_ms)
+    medians = {}
+    for (n, leg), values in by.items():
+        other = by.get((n, Leg.PULL if leg is Leg.RECOMPUTE else Leg.RECOMPUTE))
+        if leg is Leg.RECOMPUTE and other:
+            medians[n] = (_median(values), _median(other))
+    return medians
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def grown_probes(plan: list[PlannedProbe], records: list[ProbeRecord], *, block_size: int, reps: int,
+                 seed: int) -> tuple[list[PlannedProbe], str] | None:
+    """Probes to append to a default campaign's ``plan`` below its shortest length, and why; None when it is done."""
+    medians = leg_medians(records)
+    if not medians:
+        return None
+    shortest = min(medians)
+    recompute_ms, pull_ms = medians[shortest]
+    if pull_ms >= recompute_ms:
+        return None
+    planned = {p.prefix_tokens for p in plan}
+    lengths = [n for n in lengths_below(shortest, block_size) if n not in planned]
+    if not lengths:
+        return None  # at the floor: the summary says so (top_note's twin in the fit's advice)
+    offset = len(plan)
+    grown = [p.model_copy(update={"plan_index": offset + p.plan_index})
+             for p in build_plan(lengths, reps, seed + offset)]
+    why = (f"the pull won at {shortest} tokens, the shortest measured ({pull_ms:.1f} ms against recompute's "
+           f"{recompute_ms:.1f} ms): adding {','.join(map(str, lengths))} tokens to find the crossover below it "
+           f"(the floor is {floor_reason(block_size)})")
+    return grown, why
+
+
+def floor_note(records: list[ProbeRecord], block_size: int) -> str | None:
+    """When the pull still wins at the floor: the crossover lies below any length a pull can prove."""
+    medians = leg_medians(records)
+    floor = pull_floor(block_size)
+    if floor in medians and min(medians) == floor and medians[floor][1] < medians[floor][0]:
+        return (f"the pull won down to {floor_reason(block_size)}: the crossover lies below what a pull can prove; "
+                f"pulling pays from {floor} tokens up")
+    return None
+
+
+def top_note(records: list[ProbeRecord], longest_allowed: int) -> str | None:
+    """When recompute won at the longest length and that is the model's limit: no crossover within what it allows."""
+    medians = leg_medians(records)
+    if not medians:
+        return None
+    longest = max(medians)
+    recompute_ms, pull_ms = medians[longest]
+    if recompute_ms > pull_ms or longest < longest_allowed:
+        return None
+    return (f"recompute won at {longest} tokens, the longest prompt this model allows: no crossover to find on "
+            "this pair within the model's context (an engine started with a longer --max-model-len can look further)")
+
+
+def dry_run_note(shortest: int, block_size: int) -> str | None:
+    """What a default ladder's --dry-run adds to its plan: how it may grow below ``shortest``."""
+    if shortest <= pull_floor(block_size):
+        return None
+    return (f"default design: if the pull wins at {shortest} tokens, lengths below it are added, an octave at a "
+            f"time, down to {floor_reason(block_size)}")

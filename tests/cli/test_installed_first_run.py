@@ -1,0 +1,110 @@
+"""Issue 29's contract through the INSTALLED ``kvcal`` script: a default design that finds a short crossover,
+advice in lengths kvcal accepts, --json warnings on stderr, from-config without MLP sizes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(sys.executable).with_name("kvcal")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "no_mlp"
+pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
+
+# Simulated curves that cross at 180 tokens (block size 64): recompute 2 ms + 0.1 ms/token, the pull a flat 20 ms.
+SHORT_CROSSOVER = """sim:
+  recompute_intercept_ms: 2.0
+  recompute_per_token_us: 100.0
+  recompute_per_token2_ns: 0.0
+  pull_intercept_ms: 20.0
+  pull_per_token_us: 0.0
+  max_model_len: 4096
+"""
+TRUTH = 180.0
+
+
+def kvcal(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def campaign(tmp_path) -> Path:
+    (tmp_path / "short.yaml").write_text(SHORT_CROSSOVER)
+    return tmp_path
+
+
+@pytest.mark.parametrize("mode", [[], ["--adaptive", "--target-width", "0.10"]], ids=["ladder", "adaptive"])
+def test_the_default_design_locates_a_crossover_below_the_ladder(campaign, mode):
+    swept = kvcal("sweep", "--engine", "sim", "--config", "short.yaml", "--name", "r", *mode, cwd=campaign)
+    assert swept.returncode == 0, swept.stderr
+    fitted = kvcal("fit", "results/r", "--json", cwd=campaign)
+    assert fitted.returncode == 0, fitted.stderr
+    fit = json.loads(fitted.stdout)
+    assert fit["status"] == "crossover" and fit["extrapolated"] is False
+    low, high = fit["break_even_ci"]
+    assert low <= TRUTH <= high
+    assert fit["measured_range"][0] == 128  # the floor: two blocks of 64
+
+
+def test_the_ladder_says_it_grew_and_resume_shows_the_grown_plan(campaign):
+    dry = kvcal("sweep", "--engine", "sim", "--config", "short.yaml", "--name", "r", "--dry-run", cwd=campaign)
+    assert dry.returncode == 0, dry.stderr
+    assert "# default design: if the pull wins at 256 tokens, lengths below it are added" in dry.stdout
+    assert "down to 128 tokens, two blocks of 64" in dry.stdout
+    swept = kvcal("sweep", "--engine", "sim", "--config", "short.yaml", "--name", "r", "--reps", "2", cwd=campaign)
+    assert swept.returncode == 0, swept.stderr
+    assert "the pull won at 256 tokens" in swept.stderr and "adding 128,192 tokens" in swept.stderr
+    run = campaign / "results" / "r"
+    plan = json.loads((run / "run.json").read_text())["plan"]
+    assert {p["prefix_tokens"] for p in plan} >= {128, 192}
+    assert sorted(p["plan_index"] for p in plan) == list(range(len(plan)))
+    # a run that died among the grown probes: --resume --dry-run lists what is left of them
+    lines = (run / "probes.jsonl").read_text().splitlines()
+    (run / "probes.jsonl").write_text("\n".join(lines[:-3]) + "\n")
+    resumed = kvcal("sweep", "--name", "r", "--resume", "--dry-run", cwd=campaign)
+    assert resumed.returncode == 0, resumed.stderr
+    left = [line.split("\t") for line in resumed.stdout.splitlines() if not line.startswith("#")]
+    assert len(left) == 3 and {int(row[1]) for row in left} <= {128, 192}
+
+
+def test_explicit_lengths_are_measured_as_given_and_the_advice_names_lengths_to_add(campaign):
+    swept = kvcal("sweep", "--engine", "sim", "--config", "short.yaml", "--name", "r", "--prefix-lengths",
+                  "256,512,1024", cwd=campaign)
+    assert swept.returncode == 0, swept.stderr
+    plan = json.loads((campaign / "results" / "r" / "run.json").read_text())["plan"]
+    assert {p["prefix_tokens"] for p in plan} == {256, 512, 1024}
+    fitted = kvcal("fit", "results/r", "--json", cwd=campaign)
+    assert json.loads(fitted.stdout)["status"] == "pull-always-wins"
+    assert "add shorter lengths to locate it: --prefix-lengths 128,192 (the floor is 128 tokens)" in fitted.stderr
+    assert "32-256" not in fitted.stderr
+
+
+def test_fit_json_keeps_stdout_for_the_data_and_names_a_warm_up_effect_on_stderr(tmp_path):
+    rows = ["prefix_tokens,leg,ttft_ms,rep"]
+    for n in (256, 512, 1024, 2048):
+        for leg, cost in (("recompute", 5 + 0.03 * n), ("pull", 20 + 0.003 * n)):
+            rows += [f"{n},{leg},{cost * (1.5 if rep == 0 else 1) * (1 + 0.01 * rep):.3f},{rep}" for rep in range(3)]
+    (tmp_path / "probes.csv").write_text("\n".join(rows) + "\n")
+    fitted = kvcal("fit", "probes.csv", "--json", cwd=tmp_path)
+    assert fitted.returncode == 0, fitted.stderr
+    fit = json.loads(fitted.stdout)  # stdout is the JSON alone
+    said = [w for w in fit["warnings"] if "warm-up effect" in w]
+    assert said and f"kvcal: warning: {said[0]}" in fitted.stderr.splitlines()
+
+
+@pytest.mark.parametrize("name,kv_bytes", [("deepseek-v3", 70_272), ("qwen3-235b-a22b", 192_512), ("glm-4.5", 376_832)])
+def test_from_config_derives_the_kv_layout_without_mlp_sizes(tmp_path, name, kv_bytes):
+    done = kvcal("profiles", "from-config", str(FIXTURES / f"{name}.json"), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["kv_bytes_per_token"] == kv_bytes
+    assert out["compute_estimate"].startswith("incomplete") and out["dense_flops_per_token"] is None
+    assert "gives no MLP sizes" in done.stderr
+    text = kvcal("profiles", "from-config", str(FIXTURES / f"{name}.json"), cwd=tmp_path)
+    assert text.returncode == 0 and "dense prefill FLOPs per token: unknown" in text.stdout
+    predicted = kvcal("predict", "--model", str(FIXTURES / f"{name}.json"), "--hardware", "h200", cwd=tmp_path)
+    assert predicted.returncode == 2 and "has no MLP sizes" in predicted.stderr
+    assert len(predicted.stderr.strip().splitlines()) == 1
