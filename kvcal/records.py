@@ -55,6 +55,7 @@ class ProbeRecord(Record):
     ttft_ms: float | None = Field(ge=0, le=MAX_TTFT_MS, allow_inf_nan=False,
                                   description="Consumer time to first streamed token, max_tokens=1.")
     bytes_moved: int | None = Field(ge=0, le=MAX_BYTES_MOVED, description="KV bytes the transport moved for this probe (metric delta); None if unknowable.")
+    bytes_metric: str | None = Field(None, max_length=1000, description="The counter bytes_moved was read from, e.g. 'consumer/vllm:kv_offload_tiering_read_bytes_total{tier=\"1:p2p\"}' (the P2P tier's own) or a general load counter standing in on an engine without it; None where none was read.")
     expected_bytes: int | None = Field(None, ge=0, le=MAX_BYTES_MOVED, description="prefix_tokens x KV bytes per token, when the layout is known.")
     producer_ttft_ms: float | None = Field(None, ge=0, le=MAX_TTFT_MS, allow_inf_nan=False,
                                            description="Pull leg: time the producer took to hold the prefix.")
@@ -284,6 +285,7 @@ class FitResult(Record):
     n_invalid_excluded: int = 0
     smallest_pull_win_tokens: int | None = Field(None, description="Smallest measured length where the pull's median beat recompute's.")
     pull_bandwidth_gbps: float | None = Field(None, description="Achieved pull bandwidth from bytes moved, when known.")
+    pulls_by_proof: dict[str, int] = Field(default_factory=dict, description="Valid pulls fitted, counted by the counter that proved their bytes (probes' bytes_metric); empty where probes name none.")
     bootstrap: BootstrapSummary = Field(default_factory=BootstrapSummary)
     setup: RunSetup = Field(default_factory=RunSetup, description="For a run folder: run.json's setup, unchanged.")
     source: FitSource = Field(default_factory=FitSource, description="The input the probes came from (path, kind, run).")

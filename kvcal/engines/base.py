@@ -17,6 +17,20 @@ from kvcal.errors import InputError
 from kvcal.records import Leg, RunSetup
 
 
+MAX_KV_BYTES_PER_TOKEN = 16 * 2**20
+"""More KV bytes than any model keeps per token, summed over its layers: OPT-175B's fp16
+multi-head cache is 4.7 MB a token (96 layers x 12,288 x 2 x 2 B), the largest published;
+this is 3.5x that. A pull counted above ``prefix_tokens`` x this is an engine's error."""
+MAX_PULL_BYTES = 10**15
+"""No one pull moves a petabyte (an 8-GPU H200 node holds 1.1 TB of HBM): the bound for prefixes so long
+that the per-token one is looser."""
+
+
+def max_plausible_bytes(prefix_tokens: int) -> int:
+    """The most KV bytes one leg of ``prefix_tokens`` can move; a counter beyond it is not believed."""
+    return min(prefix_tokens * MAX_KV_BYTES_PER_TOKEN, MAX_PULL_BYTES)
+
+
 @dataclass(frozen=True)
 class LegMeasurement:
     """What one leg measured. Unknown values are ``None``, never ``0``."""
@@ -26,6 +40,7 @@ class LegMeasurement:
     producer_ttft_ms: float | None = None
     overhead_ms: float | None = None
     metrics_delta: dict[str, float] = field(default_factory=dict)
+    bytes_metric: str | None = None  # the counter bytes_moved was read from, 'consumer/<sample>'
 
 
 Role = Literal["producer", "consumer"]

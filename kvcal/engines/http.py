@@ -1,4 +1,4 @@
-"""The HTTP side of one engine: timed completions, models and metrics, on one httpx.Client.
+"""The HTTP side of one engine: timed completions, models and metrics, each bounded in time and size.
 
 TTFT is measured from just before the request is sent to the first server-sent
 ``data:`` event that carries a choice (the token). Not to the response headers:
@@ -8,22 +8,50 @@ is the prefill (or the pull) plus one decode step.
 
 One client per engine keeps its connection alive between probes, so a probe pays no
 TCP setup and kvcal's own cost stays small (see ``overhead_ms`` in docs/engines.md).
-Times are taken with ``time.perf_counter_ns`` and reported in milliseconds.
+``/metrics`` has a client of its own (it is read from a scrape thread while a
+completion streams). Times are taken with ``time.perf_counter_ns`` and reported in ms.
+
+What an engine sends is input (docs/engines.md, "When an engine misbehaves"):
+
+- every request has a **total** deadline, connect to last byte, not a per-read one:
+  httpx's timeouts apply to each read, so a stream that never ends, or one byte a
+  second, would hold kvcal for ever. A watchdog shuts the request's socket down when the
+  deadline passes (a blocked read returns at once) and the request fails naming it;
+- every body read is capped (:data:`CAPS`); a larger one fails, never lands in memory;
+- JSON is parsed with its depth error caught and checked against typed models, and a
+  ``/metrics`` page the Prometheus parser refuses is the engine's error.
+
+Each failure is an :class:`~kvcal.errors.EngineError` of one line naming the engine, its
+URL and what it sent.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kvcal.engines.metrics import Snapshot, parse_metrics
+from kvcal.engines.metrics import MetricsPageError, Snapshot, parse_metrics
 from kvcal.errors import EngineError, InputError
+from kvcal.records import MAX_TOKENS
 
 _NS_PER_MS = 1e6
+CONNECT_TIMEOUT_S = 5.0
+METRICS_DEADLINE_S = 10.0
+"""A /metrics page is a few hundred kB served in milliseconds; ten seconds is a sick engine."""
+MODELS_DEADLINE_S = 10.0
+CAPS = {"models": 1 << 20, "metrics": 16 << 20, "completion": 16 << 20, "stream": 4 << 20, "error": 64 << 10}
+"""Bytes kvcal reads at most per response: /v1/models, /metrics (vLLM's is ~0.3 MB), a
+non-streamed completion (its ``kv_transfer_params`` name every block: ~0.6 MB at 1M
+tokens), a one-token stream (~1 kB), and an error body."""
 
 
 @dataclass(frozen=True)
@@ -44,18 +72,102 @@ class Completion:
     body: dict[str, Any]
 
 
-def _event(payload: str) -> dict[str, Any] | None:
-    """One SSE ``data:`` payload as a JSON object, or None when it is not one."""
-    try:
-        event = json.loads(payload)
-    except (ValueError, RecursionError):
-        return None
-    return event if isinstance(event, dict) else None
+class ServedModel(BaseModel):
+    """One entry of ``GET /v1/models`` as vLLM serves it (other keys ignored)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    id: str = Field(min_length=1, max_length=4096)
+    root: str | None = Field(None, max_length=4096)
+    max_model_len: int | None = Field(None, gt=0, le=MAX_TOKENS)
+
+
+class ModelList(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    data: list[ServedModel] = Field(max_length=10_000)
 
 
 def _one_line(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def _json(raw: bytes) -> Any:
+    """Parsed JSON; ValueError for text that is not JSON or nests too deep to parse."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+    except UnicodeDecodeError:
+        raise ValueError("bytes that are not UTF-8") from None
+
+
+def _event(payload: bytes) -> dict[str, Any] | None:
+    """One SSE ``data:`` payload as a JSON object, or None when it is not one."""
+    try:
+        event = _json(payload)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+class Deadline:
+    """A total deadline for one request: at ``seconds`` the request's sockets are shut down.
+
+    httpx bounds each read, not a request. The watchdog (a timer thread) shuts the
+    request's TCP socket down, which wakes a read blocked on it at once; the caller then
+    sees ``expired``. Sockets are learnt from httpcore's ``trace`` events as connections
+    open, and from the response once its headers arrive (a kept-alive connection).
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(seconds, 0.0), self._expire)
+        self._timer.daemon = True
+        self._ends_at = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return max(self._ends_at - time.monotonic(), 0.001)
+
+    def timeout(self) -> httpx.Timeout:
+        left = self.remaining()
+        return httpx.Timeout(left, connect=min(CONNECT_TIMEOUT_S, left))
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event == "connection.connect_tcp.complete":
+            self.watch(info.get("return_value"))
+
+    def watch(self, stream: Any) -> None:
+        sock = stream.get_extra_info("socket") if stream is not None and hasattr(stream, "get_extra_info") else None
+        if isinstance(sock, socket.socket):
+            with self._lock:
+                self._sockets.append(sock)
+                if self.expired:
+                    _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+    def __enter__(self) -> "Deadline":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
 
 
 class EngineClient:
@@ -73,58 +185,89 @@ class EngineClient:
         self.base_url = base_url.rstrip("/")
         self.name = name
         self.model = model
+        self.request_timeout_s = request_timeout_s
         try:
-            self._client = httpx.Client(
-                base_url=self.base_url, timeout=httpx.Timeout(request_timeout_s, connect=5.0), transport=transport
-            )
+            self._client = httpx.Client(base_url=self.base_url, transport=transport)
+            self._metrics_client = httpx.Client(base_url=self.base_url, transport=transport)
         except (httpx.InvalidURL, ValueError, TypeError) as err:
             raise InputError(f"{name} URL {base_url!r} is not usable: {err}") from None
 
     def close(self) -> None:
         self._client.close()
+        self._metrics_client.close()
 
-    def _fail(self, what: str, err: Exception | str) -> EngineError:
+    def fail(self, what: str, err: Exception | str) -> EngineError:
+        """One-line EngineError naming this engine, its URL, what failed and what it sent."""
         return EngineError(f"{self.name} at {self.base_url}: {what}: {_one_line(str(err))}")
 
-    def models(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """``GET /v1/models``; EngineError (one line) when unreachable."""
+    @contextmanager
+    def _request(self, method: str, path: str, deadline_s: float, *, metrics: bool = False,
+                 **kwargs: Any) -> Iterator[tuple[httpx.Response, Deadline]]:
+        """One request under a total deadline; httpx and deadline failures become one-line EngineErrors."""
+        client = self._metrics_client if metrics else self._client
+        what = f"{method} {path}"
+        with Deadline(deadline_s) as deadline:
+            try:
+                with client.stream(method, path, timeout=deadline.timeout(),
+                                   extensions={"trace": deadline.trace}, **kwargs) as response:
+                    deadline.watch(response.extensions.get("network_stream"))
+                    yield response, deadline
+            except httpx.HTTPError as err:
+                if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout)):
+                    raise self.fail(f"unreachable ({what})", f"{type(err).__name__}: {err}") from None
+                if deadline.expired or isinstance(err, httpx.TimeoutException):  # a read's timeout is what was left
+                    raise self.fail(f"{what} ran past its {deadline_s:g} s deadline",
+                                    "the engine did not finish its answer in time") from None
+                raise self.fail(f"{what} failed", f"{type(err).__name__}: {err}") from None
+            if deadline.expired:  # the socket was shut while the body ended cleanly
+                raise self.fail(f"{what} ran past its {deadline_s:g} s deadline", "the engine did not finish its answer in time")
+
+    def _read(self, response: httpx.Response, deadline: Deadline, what: str, cap: int) -> bytes:
+        """The body, at most ``cap`` bytes (more is the engine's error), within the deadline."""
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > cap:
+                raise self.fail(f"{what} answered too much", f"more than {cap:,} bytes (kvcal reads at most that)")
+            if deadline.expired:
+                break
+        return bytes(body)
+
+    def _get(self, path: str, deadline_s: float, cap: int, *, metrics: bool = False) -> bytes:
+        with self._request("GET", path, deadline_s, metrics=metrics) as (response, deadline):
+            body = self._read(response, deadline, f"GET {path}", cap if response.status_code == 200 else CAPS["error"])
+            if response.status_code != 200:
+                raise self.fail(f"GET {path} answered HTTP {response.status_code}", body.decode("utf-8", "replace"))
+        return body
+
+    def models(self, timeout_s: float | None = None) -> ModelList:
+        """``GET /v1/models``, typed; EngineError (one line) when unreachable or not a vLLM OpenAI server."""
+        raw = self._get("/v1/models", min(timeout_s or MODELS_DEADLINE_S, MODELS_DEADLINE_S), CAPS["models"])
         try:
-            response = self._client.get("/v1/models", timeout=timeout_s or httpx.USE_CLIENT_DEFAULT)
-        except httpx.HTTPError as err:
-            raise self._fail("unreachable", f"{type(err).__name__}: {err}") from None
-        if response.status_code != 200:
-            raise self._fail("not a vLLM OpenAI server", f"GET /v1/models answered HTTP {response.status_code}")
-        try:
-            data = response.json()
-        except ValueError:
-            raise self._fail("not a vLLM OpenAI server", "GET /v1/models did not answer JSON") from None
-        if not isinstance(data, dict):
-            raise self._fail("not a vLLM OpenAI server", "GET /v1/models did not answer a JSON object")
-        return data
+            return ModelList.model_validate(_json(raw))
+        except ValueError as err:  # pydantic's ValidationError is a ValueError
+            raise self.fail("not a vLLM OpenAI server: GET /v1/models sent", _shown(raw, err)) from None
 
     def served_model(self) -> str:
         """The served model name (first of ``/v1/models``), cached after the first call."""
         if self.model is None:
-            data = self.models().get("data") or []
+            data = self.models().data
             if not data:
-                raise self._fail("cannot list models", "the server serves no model")
-            if not isinstance(data, list) or not isinstance(data[0], dict) or "id" not in data[0]:
-                raise self._fail("not a vLLM OpenAI server", "GET /v1/models answered no model id")
-            self.model = str(data[0]["id"])
+                raise self.fail("cannot list models", "the server serves no model")
+            self.model = data[0].id
         return self.model
 
-    def metrics_text(self) -> str:
-        try:
-            response = self._client.get("/metrics")
-        except httpx.HTTPError as err:
-            raise self._fail("cannot read /metrics", f"{type(err).__name__}: {err}") from None
-        if response.status_code != 200:
-            raise self._fail("cannot read /metrics", f"HTTP {response.status_code}")
-        return response.text
+    def metrics_text(self, timeout_s: float = METRICS_DEADLINE_S) -> str:
+        """The ``/metrics`` page (capped, under its own short deadline)."""
+        raw = self._get("/metrics", min(timeout_s, METRICS_DEADLINE_S), CAPS["metrics"], metrics=True)
+        return raw.decode("utf-8", "replace")
 
     def metrics(self) -> Snapshot:
         """Parsed ``/metrics`` (monotonic samples only)."""
-        return parse_metrics(self.metrics_text())
+        try:
+            return parse_metrics(self.metrics_text())
+        except MetricsPageError as err:
+            raise self.fail("GET /metrics sent a page that is not Prometheus text", err) from None
 
     def _body(self, token_ids: list[int], stream: bool, kv_transfer_params: dict[str, Any] | None) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -138,39 +281,53 @@ class EngineClient:
         return body
 
     def stream_completion(self, token_ids: list[int], kv_transfer_params: dict[str, Any] | None = None) -> StreamTiming:
-        """Stream one completion and time its first token; EngineError if the engine reports an error."""
+        """Stream one completion and time its first token; EngineError if the engine reports an error or overruns."""
         body = self._body(token_ids, True, kv_transfer_params)
         first_ns: int | None = None
         text: str | None = None
         start_ns = time.perf_counter_ns()
-        try:
-            with self._client.stream("POST", "/v1/completions", json=body) as response:
-                if response.status_code != 200:
-                    response.read()
-                    raise self._fail(f"completion failed with HTTP {response.status_code}", response.text)
-                for line in response.iter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        break
-                    event = _event(payload)
-                    if event is None:
-                        raise self._fail("completion failed", f"the engine sent a malformed stream event: {payload[:120]!r}")
-                    if "error" in event:
-                        error = event["error"]
-                        raise self._fail("completion failed", error.get("message", error) if isinstance(error, dict) else error)
-                    choices = event.get("choices")
-                    if first_ns is None and choices:
-                        first_ns = time.perf_counter_ns()
-                        first = choices[0] if isinstance(choices, list) else None
-                        text = first.get("text") if isinstance(first, dict) else None
-        except httpx.HTTPError as err:
-            raise self._fail("completion request failed", f"{type(err).__name__}: {err}") from None
+        with self._request("POST", "/v1/completions", self.request_timeout_s, json=body) as (response, deadline):
+            if response.status_code != 200:
+                sent = self._read(response, deadline, "POST /v1/completions", CAPS["error"])
+                raise self.fail(f"completion failed with HTTP {response.status_code}", sent.decode("utf-8", "replace"))
+            for payload in self._events(response, deadline):
+                if payload == b"[DONE]":
+                    break
+                event = _event(payload)
+                if event is None:
+                    raise self.fail("completion failed", f"the engine sent a malformed stream event: {payload[:120]!r}")
+                if "error" in event:
+                    error = event["error"]
+                    raise self.fail("completion failed", error.get("message", error) if isinstance(error, dict) else error)
+                choices = event.get("choices")
+                if first_ns is None and choices:
+                    first_ns = time.perf_counter_ns()
+                    first = choices[0] if isinstance(choices, list) else None
+                    text = first.get("text") if isinstance(first, dict) else None
+                    text = text if isinstance(text, str) else None
         end_ns = time.perf_counter_ns()
         if first_ns is None:
-            raise self._fail("completion failed", "the stream ended without a token")
+            raise self.fail("completion failed", "the stream ended without a token")
         return StreamTiming(ttft_ms=(first_ns - start_ns) / _NS_PER_MS, total_ms=(end_ns - start_ns) / _NS_PER_MS, text=text)
+
+    def _events(self, response: httpx.Response, deadline: Deadline) -> Iterator[bytes]:
+        """The ``data:`` payloads of an SSE stream, split here so that no line or stream outgrows its cap."""
+        cap = CAPS["stream"]
+        read = 0
+        pending = b""
+        for chunk in response.iter_bytes():
+            read += len(chunk)
+            if read > cap:
+                raise self.fail("the completion stream ran on", f"more than {cap:,} bytes for one token "
+                                 f"(kvcal reads at most that); last: {chunk[-120:]!r}")
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                if line.startswith(b"data:"):
+                    yield line[5:].strip()
+            if deadline.expired:
+                return
+        if pending.startswith(b"data:"):
+            yield pending[5:].strip()
 
     def complete(self, token_ids: list[int], kv_transfer_params: dict[str, Any] | None = None,
                  headers: dict[str, str] | None = None) -> Completion:
@@ -180,17 +337,28 @@ class EngineClient:
         """
         body = self._body(token_ids, False, kv_transfer_params)
         start_ns = time.perf_counter_ns()
-        try:
-            response = self._client.post("/v1/completions", json=body, headers=headers)
-        except httpx.HTTPError as err:
-            raise self._fail("completion request failed", f"{type(err).__name__}: {err}") from None
+        with self._request("POST", "/v1/completions", self.request_timeout_s, json=body, headers=headers) as (response, deadline):
+            ok = response.status_code == 200
+            raw = self._read(response, deadline, "POST /v1/completions", CAPS["completion"] if ok else CAPS["error"])
         elapsed_ms = (time.perf_counter_ns() - start_ns) / _NS_PER_MS
-        if response.status_code != 200:
-            raise self._fail(f"completion failed with HTTP {response.status_code}", response.text)
+        if not ok:
+            raise self.fail(f"completion failed with HTTP {response.status_code}", raw.decode("utf-8", "replace"))
         try:
-            data = response.json()
-        except ValueError:
-            raise self._fail("completion failed", f"the engine answered no JSON: {response.text[:120]!r}") from None
+            data = _json(raw)
+        except ValueError as err:
+            raise self.fail("completion failed", f"the engine answered no JSON ({err}): {raw[:120]!r}") from None
         if not isinstance(data, dict):
-            raise self._fail("completion failed", "the engine answered JSON that is not an object")
-        return Completion(elapsed_ms=elapsed_ms, kv_transfer_params=data.get("kv_transfer_params"), body=data)
+            raise self.fail("completion failed", "the engine answered JSON that is not an object")
+        params = data.get("kv_transfer_params")
+        if params is not None and not isinstance(params, dict):
+            raise self.fail("completion failed", f"kv_transfer_params is not an object: {str(params)[:120]!r}")
+        return Completion(elapsed_ms=elapsed_ms, kv_transfer_params=params, body=data)
+
+
+def _shown(raw: bytes, err: Exception) -> str:
+    """What an engine sent and why kvcal refuses it, short enough for one line."""
+    if isinstance(err, ValidationError):
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "the answer"
+        return f"{where}: {first.get('msg', 'invalid')} ({raw[:120]!r})"
+    return f"{err} ({raw[:120]!r})"

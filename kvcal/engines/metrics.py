@@ -8,7 +8,14 @@ are the same on every sample of one engine (``engine``, ``model_name``), e.g.
 ``vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}``.
 
 Metric names drift between vLLM versions, so nothing here hard-codes one: callers ask
-:func:`total` for a name and get ``None`` when the engine does not expose it.
+:func:`total` for a name and get ``None`` when the engine does not expose it. A wanted
+label value ``*:p2p`` matches vLLM 0.33's tier labels, which name a tier by position and
+type (``tier="1:p2p"`` when the P2P tier is the first secondary tier; ``tier_label`` in
+``vllm/v1/kv_offload/tiering/metrics.py``), whatever the position.
+
+A page the parser refuses raises :class:`MetricsPageError` (the client names the engine);
+values are kept as sent, NaN and infinities included: the reader of a counter judges it
+(:mod:`kvcal.engines.vllm_measure`), and :func:`delta` leaves non-finite changes out.
 
 Parsing uses prometheus_client's own text parser (the format has escaping, comments
 and type lines that a hand-written split gets wrong).
@@ -16,12 +23,30 @@ and type lines that a hand-written split gets wrong).
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from collections.abc import Callable, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
-Snapshot = dict[str, float]
+
+class MetricsPageError(ValueError):
+    """A /metrics page that is not Prometheus text."""
+
+
+class Snapshot(dict[str, float]):
+    """Sample key -> value, and ``declared``: the sample names of every monotonic family the page declares.
+
+    A labelled counter has no sample until its first increment (vLLM 0.33's tier counters
+    appear with their first read), but its ``# TYPE`` line is there from the start.
+    """
+
+    declared: frozenset[str] = frozenset()
+
+
+_ANY_POSITION = "*:"
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="([^"]*)"')
 
 # "unknown": a sample without a TYPE line still counts if its name ends like a counter's.
 _MONOTONIC_TYPES = {"counter", "histogram", "summary", "gaugehistogram", "unknown"}
@@ -43,6 +68,14 @@ def _kept_line(line: str) -> bool:
     return not line.split("{", 1)[0].split(" ", 1)[0].endswith(("_bucket", "_created"))
 
 
+def _families(text: str):
+    """The parser's families, its failures (of any kind on a hostile page) as MetricsPageError."""
+    try:
+        yield from text_string_to_metric_families(text)
+    except Exception as err:  # noqa: BLE001 - the parser raises ValueError, IndexError, KeyError... on garbage
+        raise MetricsPageError(f"{type(err).__name__}: {err}") from None
+
+
 def parse_metrics(text: str) -> Snapshot:
     """Every monotonic sample in a Prometheus text page, keyed by :func:`sample_key`.
 
@@ -52,33 +85,36 @@ def parse_metrics(text: str) -> Snapshot:
     # Bucket and _created lines are most of vLLM's page and never used; dropping them
     # before the parser cuts a parse from ~9 ms to ~3 ms (it runs 2-4 times per leg).
     text = "\n".join(line for line in text.splitlines() if _kept_line(line)) + "\n"
-    snapshot: Snapshot = {}
-    for family in text_string_to_metric_families(text):
+    snapshot = Snapshot()
+    declared: set[str] = set()
+    for family in _families(text):
         if family.type not in _MONOTONIC_TYPES:
             continue
+        declared.update(family.name + suffix for suffix in ("", *_MONOTONIC_SUFFIXES))
         for sample in family.samples:
             if not sample.name.endswith(_MONOTONIC_SUFFIXES):
                 continue  # buckets, quantiles, _created
             key = sample_key(sample.name, sample.labels)
             snapshot[key] = snapshot.get(key, 0.0) + float(sample.value)
+    snapshot.declared = frozenset(declared)
     return snapshot
 
 
 def info_labels(text: str, name: str) -> dict[str, str] | None:
     """Labels of the first sample of an info-style gauge (e.g. ``vllm:cache_config_info``), or None."""
-    for family in text_string_to_metric_families(text):
+    for family in _families(text):
         for sample in family.samples:
             if sample.name == name:
                 return dict(sample.labels)
     return None
 
 
-def delta(before: Snapshot, after: Snapshot) -> dict[str, float]:
-    """``after - before`` for every key in ``after`` whose value changed (a new key counts from 0)."""
+def delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """``after - before`` for every key in ``after`` whose value changed by a finite amount (a new key counts from 0)."""
     out: dict[str, float] = {}
     for key, value in after.items():
         change = value - before.get(key, 0.0)
-        if change != 0.0:
+        if change != 0.0 and math.isfinite(change):
             out[key] = change
     return out
 
@@ -92,12 +128,30 @@ def exposes(snapshot: Snapshot, name: str) -> bool:
     return any(_name_of(key) == name for key in snapshot)
 
 
+def label_matches(actual: str, wanted: str) -> bool:
+    """``wanted`` equals ``actual``; ``*:type`` also matches a tier named by position, ``<n>:type`` (vLLM 0.33)."""
+    if not wanted.startswith(_ANY_POSITION):
+        return actual == wanted
+    kind = wanted[len(_ANY_POSITION):]
+    position, _, found = actual.rpartition(":")
+    return found == kind and (not position or position.isdigit())
+
+
+def key_matches(key: str, name: str, labels: Mapping[str, str]) -> bool:
+    """Whether sample ``key`` is a sample of ``name`` carrying every one of ``labels`` (see :func:`label_matches`)."""
+    if _name_of(key) != name:
+        return False
+    have = dict(_LABEL.findall(key))
+    return all(k in have and label_matches(have[k], v) for k, v in labels.items())
+
+
+def matching_keys(values: Mapping[str, float], name: str, **labels: str) -> list[str]:
+    return sorted(key for key in values if key_matches(key, name, labels))
+
+
 def total(values: Mapping[str, float], name: str, **labels: str) -> float:
-    """Sum of every sample of ``name`` whose labels include ``labels`` (0 if none match)."""
-    wanted = [f'{k}="{v}"' for k, v in labels.items()]
-    return sum(
-        value for key, value in values.items() if _name_of(key) == name and all(w in key for w in wanted)
-    )
+    """Sum of every sample of ``name`` whose labels match ``labels`` (0 if none match)."""
+    return sum(values[key] for key in matching_keys(values, name, **labels))
 
 
 def first_exposed(snapshot: Snapshot, names: tuple[str, ...]) -> str | None:
@@ -133,7 +187,9 @@ def gauge_total(text: str, name: str) -> float | None:
     for line in text.splitlines():
         if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " "):
             try:
-                found = (found or 0.0) + float(line.rsplit(" ", 1)[-1])
+                value = float(line.rsplit(" ", 1)[-1])
             except ValueError:
                 continue
+            if math.isfinite(value):  # an engine's NaN is no reading
+                found = (found or 0.0) + value
     return found

@@ -18,12 +18,14 @@ import contextlib
 import logging
 import os
 import shutil
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from kvcal.engines.base import EnginePair
 from kvcal.engines.http import EngineClient
-from kvcal.engines.metrics import Snapshot, info_labels
+from kvcal.engines.metrics import MetricsPageError, Snapshot, info_labels
 from kvcal.engines.process import ServerProcess, sigterm_raises, wait_all_ready
 from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings, check_shm, default_cache_dir, looks_local, settings_from_config
 from kvcal.engines.vllm_load import UnderLoad
@@ -43,6 +45,9 @@ from kvcal.sweep.recorder import RunFolder
 log = logging.getLogger(__name__)
 
 __all__ = ["VllmPair", "VllmSettings", "pair_from_config"]
+
+MAX_BLOCK_SIZE = 2**20
+"""A KV block of more tokens than this is no engine's (vLLM's are 16 to a few thousand)."""
 
 
 class VllmPair(UnderLoad, PairMeasurement, EnginePair):
@@ -155,7 +160,7 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
         plan = self.plan
         self.transport.check_host(plan.device == "cuda")  # before anything is launched
         check_shm(self.transport, engines=len(ROLES))
-        plan.gpu_assignment()  # refuses one unshared GPU before anything starts
+        plan.parallel_sizes()  # refuses one unshared GPU, or sizes that miss a role's GPUs, before anything starts
         if self.settings.model is None:
             ensure_tiny_model(self.cache_dir / "models")
         for folder in (self.cache_dir / "vllm", self.cache_dir / "inductor", self.cache_dir / "tmp", plan.rpc_dir):
@@ -175,12 +180,13 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
             self._stack.callback(server.stop)
             self._servers.append(server)
             server.start()  # both start before either is awaited: they compile concurrently
+        ready_by = time.monotonic() + self.settings.startup_timeout_s  # readiness as a whole, facts included
         wait_all_ready(self._servers, self.settings.startup_timeout_s)
         for role in ROLES:
             url = f"http://{self.settings.host}:{ports[f'{role.value}_http']}"
             self._clients[role] = EngineClient(url, name=role.value, request_timeout_s=self.settings.request_timeout_s)
             self._stack.callback(self._clients[role].close)
-        self._read_engine_facts()
+        self._read_engine_facts(ready_by)
 
     def _attach(self) -> None:
         s = self.settings
@@ -189,22 +195,36 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
                 f"attaching over {self.transport.name} needs the producer's side channel: --producer-p2p-host/--producer-p2p-port"
             )
         assert self._stack is not None and s.producer_url and s.consumer_url
+        ready_by = time.monotonic() + s.startup_timeout_s
         for role, url in ((Role.PRODUCER, s.producer_url), (Role.CONSUMER, s.consumer_url)):
             self._clients[role] = EngineClient(url, name=role.value, request_timeout_s=s.request_timeout_s)
             self._stack.callback(self._clients[role].close)
-        self._read_engine_facts()
+        self._read_engine_facts(ready_by)
 
-    def _read_engine_facts(self) -> None:
-        """Max model length and model root from ``/v1/models``, block size from ``vllm:cache_config_info``."""
+    def _read_engine_facts(self, ready_by: float) -> None:
+        """Max model length and model root from ``/v1/models``, block size from ``vllm:cache_config_info``.
+
+        Every read is typed and bounded (kvcal.engines.http) and ends by ``ready_by`` (monotonic): the startup timeout.
+        """
         facts: dict[str, Any] = {}
         for role in ROLES:
-            entry = (self._clients[role].models(timeout_s=10.0).get("data") or [{}])[0]
-            self._clients[role].model = entry.get("id")
-            labels = info_labels(self._clients[role].metrics_text(), "vllm:cache_config_info") or {}
+            client = self._clients[role]
+            served = client.models(timeout_s=_left(ready_by, client)).data
+            if not served:
+                raise client.fail("cannot list models", "the server serves no model")
+            client.model = served[0].id
+            try:
+                labels = info_labels(client.metrics_text(timeout_s=_left(ready_by, client)), "vllm:cache_config_info") or {}
+            except MetricsPageError as err:
+                raise client.fail("GET /metrics sent a page that is not Prometheus text", err) from None
             if role is Role.CONSUMER:
-                facts = {"max_model_len": entry.get("max_model_len"), "root": entry.get("root")}
-                if str(labels.get("block_size", "")).isdigit():
-                    facts["block_size"] = int(labels["block_size"])
+                facts = {"max_model_len": served[0].max_model_len, "root": served[0].root}
+                block = str(labels.get("block_size", ""))
+                if block.isdigit() and 0 < int(block) <= MAX_BLOCK_SIZE:
+                    facts["block_size"] = int(block)
+                elif block:
+                    raise client.fail("GET /metrics sent an impossible block size",
+                                      f"vllm:cache_config_info block_size={block[:40]!r}")
         self._engine_facts = facts
         self._profile_read = False  # the engines may name a different model folder than the settings
 
@@ -236,6 +256,7 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
             "max_model_len": self._engine_facts.get("max_model_len") or self.plan.max_model_len(),
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "dp_ranks": self.settings.dp_ranks,
+            "parallel_sizes": {r.value: asdict(p) for r, p in (self.plan.parallel_sizes() or {}).items()} if launch else None,
             "kv_transfer_config": {r.value: self.transport.kv_transfer_config(r, self.plan.device, self.plan.side(r)) for r in roles}
             if launch
             else None,
@@ -244,6 +265,14 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
             "urls": {r.value: c.base_url for r, c in self._clients.items()},
             "startup_s": {srv.name: srv.ready_after_s for srv in self._servers},
         }
+
+
+def _left(ready_by: float, client: EngineClient) -> float:
+    """Seconds of the startup timeout left; EngineError naming the engine when none is."""
+    left = ready_by - time.monotonic()
+    if left <= 0:
+        raise client.fail("not ready within the startup timeout", "it had not answered /v1/models and /metrics by then")
+    return left
 
 
 def pair_from_config(config: SweepConfig, run: RunFolder) -> VllmPair:

@@ -14,6 +14,9 @@ prints exactly what :class:`~kvcal.engines.vllm.VllmPair` will run. Choices it m
 - GPU: ``CUDA_VISIBLE_DEVICES`` per role: as given, else the visible GPUs split in
   halves (two engines on one GPU fail vLLM's free-memory check at start); one visible
   GPU is refused unless ``share_gpu`` gives each engine its ``--gpu-memory-utilization``;
+  each engine's parallel sizes fill exactly the GPUs its role sees
+  (:mod:`kvcal.engines.gpu_placement`: ``--tensor-parallel-size`` = that count unless
+  the engine arguments set sizes, which must multiply to it);
 - ``/dev/shm``: a transport whose CPU tier is an mmap there (p2p-tier) needs room for
   both engines' tiers, checked before launch (:func:`check_shm`);
 - both: the same ``PYTHONHASHSEED``; vLLM's compile caches, IPC sockets and temporary
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvcal.engines.boot import BOOT_DIR
+from kvcal.engines.gpu_placement import ParallelSizes, place
 from kvcal.engines.process import free_ports
 from kvcal.errors import HardwareError, InputError
 from kvcal.sweep.config import SweepConfig
@@ -230,6 +234,13 @@ class LaunchPlan:
         producer, consumer = split_gpus(visible_gpus(count), s.share_gpu)
         return {Role.PRODUCER: s.producer_gpus or producer, Role.CONSUMER: s.consumer_gpus or consumer}
 
+    def parallel_sizes(self) -> dict[Role, ParallelSizes] | None:
+        """Each role's parallel sizes on a GPU host (None on CPU); InputError when given sizes miss its GPUs."""
+        assignment = self.gpu_assignment()
+        if assignment is None:
+            return None
+        return {role: place(role.value, assignment[role], self.settings.extra_args)[0] for role in ROLES}
+
     def model_path(self) -> str:
         model = self.settings.model
         if model is None:
@@ -273,8 +284,10 @@ class LaunchPlan:
             argv += ["--load-format", load_format]
         config = self.transport.kv_transfer_config(role, self.device, self.side(role))
         argv += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
-        if s.share_gpu is not None and self.device == "cuda":
-            argv += ["--gpu-memory-utilization", str(s.share_gpu[0] if role is Role.PRODUCER else s.share_gpu[1])]
+        if self.device == "cuda":
+            argv += place(role.value, (self.gpu_assignment() or {})[role], s.extra_args)[1]
+            if s.share_gpu is not None:
+                argv += ["--gpu-memory-utilization", str(s.share_gpu[0] if role is Role.PRODUCER else s.share_gpu[1])]
         return argv + list(s.extra_args)
 
     def env(self, role: Role) -> dict[str, str]:

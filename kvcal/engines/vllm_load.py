@@ -5,22 +5,26 @@ background request streams ``max_tokens`` tokens with ``ignore_eos`` so its leng
 fixed, and returns early when the stream's stop event is set. :meth:`close` closes
 every client, which ends a request still in flight (the engine aborts a request
 whose connection is gone), so stopping the streams never waits for a long prefill.
-The waiting queue is the ``vllm:num_requests_waiting`` gauge of ``/metrics``.
+The waiting queue is the ``vllm:num_requests_waiting`` gauge of ``/metrics``, read like every
+engine reply (kvcal.engines.http): under a total deadline, capped, its value bounded.
+A background request has the probe timeout as its total deadline too.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 
 import httpx
 
 from kvcal.engines.base import LoadTarget, Role
+from kvcal.engines.http import CAPS, Deadline, EngineClient
 from kvcal.engines.metrics import gauge_total
 from kvcal.engines.transports.base import Role as TransportRole
 from kvcal.errors import EngineError
 
 WAITING = "vllm:num_requests_waiting"
+MAX_WAITING = 10**7
+"""More queued requests than any engine holds: a larger reading is the engine's error."""
 
 
 class UnderLoad:
@@ -43,12 +47,12 @@ class VllmLoadTarget(LoadTarget):
         self.role = role
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.timeout = httpx.Timeout(request_timeout_s, connect=5.0)
+        self.request_timeout_s = request_timeout_s
         self._local = threading.local()
         self._clients: list[httpx.Client] = []
         self._lock = threading.Lock()
         self._closed = False
-        self._metrics = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(10.0, connect=5.0))
+        self._metrics = EngineClient(self.base_url, name=role, model=model)
 
     def _client(self) -> httpx.Client:
         client = getattr(self._local, "client", None)
@@ -56,39 +60,42 @@ class VllmLoadTarget(LoadTarget):
             with self._lock:
                 if self._closed:
                     raise EngineError(f"{self.role} load target is closed")
-                client = httpx.Client(base_url=self.base_url, timeout=self.timeout)
+                client = httpx.Client(base_url=self.base_url)
                 self._clients.append(client)
             self._local.client = client
         return client
 
     def waiting_requests(self) -> int | None:
-        try:
-            response = self._metrics.get("/metrics")
-        except httpx.HTTPError as err:
-            raise EngineError(f"{self.role} at {self.base_url}: cannot read /metrics: {type(err).__name__}: {err}") from None
-        value = gauge_total(response.text, WAITING) if response.status_code == 200 else None
+        value = gauge_total(self._metrics.metrics_text(), WAITING)
+        if value is not None and not 0 <= value <= MAX_WAITING:
+            raise self._metrics.fail("GET /metrics sent an impossible queue", f"{WAITING} = {value:.4g}")
         return None if value is None else int(round(value))
 
     def serve_background(self, token_ids: list[int], max_tokens: int, stop: threading.Event) -> None:
         body = {"model": self.model, "prompt": token_ids, "max_tokens": max_tokens, "stream": True,
                 "ignore_eos": True}
+        client = self._client()
+        read = 0
         try:
-            with self._client().stream("POST", "/v1/completions", json=body) as response:
+            with Deadline(self.request_timeout_s) as deadline, client.stream(
+                    "POST", "/v1/completions", json=body, timeout=deadline.timeout(),
+                    extensions={"trace": deadline.trace}) as response:
+                deadline.watch(response.extensions.get("network_stream"))
                 if response.status_code != 200:
-                    response.read()
-                    raise EngineError(f"{self.role} at {self.base_url}: background request failed with HTTP "
-                                      f"{response.status_code}: {response.text[:200]}")
-                for line in response.iter_lines():
+                    sent = next(response.iter_bytes(CAPS["error"]), b"")
+                    raise self._metrics.fail(f"background request failed with HTTP {response.status_code}",
+                                             sent[:200].decode("utf-8", "replace"))
+                for chunk in response.iter_bytes():
+                    read += len(chunk)
                     if stop.is_set():
                         return
-                    if line.startswith("data:") and "error" in line and line[5:].strip() != "[DONE]":
-                        event = json.loads(line[5:])
-                        if "error" in event:
-                            raise EngineError(f"{self.role}: background request failed: {event['error']}")
+                    if b'"error"' in chunk or read > CAPS["completion"]:
+                        raise self._metrics.fail("background request failed", chunk[:200].decode("utf-8", "replace"))
         except httpx.HTTPError as err:
             if stop.is_set():
                 return
-            raise EngineError(f"{self.role} at {self.base_url}: background request failed: {type(err).__name__}: {err}") from None
+            late = "ran past the probe timeout: " if deadline.expired else ""
+            raise self._metrics.fail("background request failed", f"{late}{type(err).__name__}: {err}") from None
 
     def abort(self) -> None:
         # A request still queued behind others streams nothing for seconds; closing its

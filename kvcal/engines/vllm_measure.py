@@ -12,12 +12,19 @@ clients and provenance). One leg:
   ``producer_ttft_ms`` is rank 0's time, the other seeds count in ``overhead_ms``.
 
 ``/metrics`` is read before and after (consumer always; producer on pull legs and where
-the transport counts bytes there); ``bytes_moved`` is the delta of the first of the
-transport's byte counters the engine exposes *with the wanted labels* (e.g. vLLM 0.33's
-``vllm:kv_offload_tiering_read_bytes_total{tier="p2p"}``, then the older counters), and
-``metrics_delta`` every counter that changed, keyed ``consumer/<sample>`` or
+the transport counts bytes there); ``bytes_moved`` is the delta of the transport's own
+byte counter where the engine has it (vLLM 0.33's
+``vllm:kv_offload_tiering_read_bytes_total{tier="1:p2p"}``: the P2P tier's reads,
+whatever its position), else of the first stand-in it exposes (older counters), and
+``bytes_metric`` names the one read (``consumer/<sample>``). ``metrics_delta`` holds every
+counter that changed by a finite amount, keyed ``consumer/<sample>`` or
 ``producer/<sample>`` (so a transport's token counter, such as
 ``vllm:prompt_tokens_cached_by_source_total{source="p2p"}``, is kept as a second proof).
+
+A byte counter is input: NaN or infinite, going down, or rising by more than
+``prefix_tokens`` x the most KV bytes any model keeps per token
+(:func:`kvcal.engines.base.max_plausible_bytes`), it fails the leg with an EngineError
+naming the engine and what it sent; the sweep records the probe invalid with that reason.
 ``overhead_ms`` is the leg's wall time minus the engine times it reports: kvcal's metric
 scrapes and settling, request building and the stream's tail.
 
@@ -30,15 +37,17 @@ part of the leg's ``overhead_ms``.
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from kvcal.engines.base import LegMeasurement
-from kvcal.engines.metrics import Snapshot, delta, poll_until, sample_key, total
+from kvcal.engines.base import LegMeasurement, max_plausible_bytes
+from kvcal.engines.metrics import Snapshot, delta, matching_keys, poll_until, total
 from kvcal.engines.process import wait_until_idle
-from kvcal.engines.transports.base import MetricRef, Role
+from kvcal.engines.transports.base import BytesMetric, MetricRef, Role
 from kvcal.errors import EngineError
 from kvcal.records import Leg
 
@@ -143,14 +152,14 @@ class PairMeasurement:
         # The scrape (about 10 ms on a CPU engine) runs beside the pacing wait for the
         # engines' busy tail, which the next leg needs anyway, so it adds no wall time there.
         served = {Role.CONSUMER} | ({Role.PRODUCER} if leg is Leg.PULL else set())
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcal-scrape") as scraper:
-            scraping = scraper.submit(
-                lambda: {role: self._settled_after(role, before[role], int(role in served), leg is Leg.PULL) for role in scraped}
-            )
-            paced_ns = time.perf_counter_ns()
-            self._wait_engines_idle()
-            paced_ns = time.perf_counter_ns() - paced_ns
-            after = scraping.result()
+        scraping = _Background(
+            lambda: {role: self._settled_after(role, before[role], int(role in served), leg is Leg.PULL) for role in scraped}
+        )
+        paced_ns = time.perf_counter_ns()
+        self._wait_engines_idle()
+        paced_ns = time.perf_counter_ns() - paced_ns
+        after = scraping.result()
+        moved, proof = self._bytes_moved(before, after, len(token_ids))
         if self._servers:
             self._last_reading.update(after)
         metrics_delta: dict[str, float] = {}
@@ -159,10 +168,11 @@ class PairMeasurement:
         elapsed_ms = (time.perf_counter_ns() - start_ns - paced_ns) / 1e6
         return LegMeasurement(
             ttft_ms=timing.ttft_ms,
-            bytes_moved=self._bytes_moved(before, after),
+            bytes_moved=moved,
             producer_ttft_ms=producer_ms,
             overhead_ms=elapsed_ms - timing.ttft_ms - (producer_ms or 0.0),
             metrics_delta=metrics_delta,
+            bytes_metric=proof,
         )
 
     def _hold(self, token_ids: list[int], kv_request_id: str):
@@ -175,14 +185,34 @@ class PairMeasurement:
         held = [producer.complete(token_ids, params, headers={DP_RANK_HEADER: str(rank)}) for rank in range(ranks)]
         return held[0]
 
-    def _bytes_moved(self, before: dict[Role, Snapshot], after: dict[Role, Snapshot]) -> int | None:
-        """Sum over the transport's byte counters of their deltas; None if the engine exposes none."""
-        moved: float | None = None
+    def _bytes_moved(self, before: dict[Role, Snapshot], after: dict[Role, Snapshot],
+                     prefix_tokens: int) -> tuple[int | None, str | None]:
+        """Bytes the transport's counters moved and the counter(s) read; (None, None) if the engine exposes none.
+
+        EngineError when a counter is not a number, goes down, or rises beyond any model's KV for the prefix.
+        """
+        moved: int | None = None
+        proofs: list[str] = []
         for metric in self.transport.bytes_metrics:
-            ref = first_exposed_ref(after[metric.role], metric.candidates)
-            if ref is not None:
-                moved = (moved or 0.0) + _ref_total(after[metric.role], ref) - _ref_total(before[metric.role], ref)
-        return None if moved is None else int(round(moved))
+            ref = proving_ref(after[metric.role], metric)
+            if ref is None:
+                continue
+            client = self._client(metric.role)
+            was, now = _ref_total(before[metric.role], ref), _ref_total(after[metric.role], ref)
+            shown = _proof_name(metric.role, after[metric.role], ref)
+            if not (math.isfinite(was) and math.isfinite(now)):
+                raise client.fail("GET /metrics sent a byte counter that is not a number", f"{shown} = {was} then {now}")
+            if now < was:
+                raise client.fail("GET /metrics sent a byte counter that went down (did the engine restart?)",
+                                   f"{shown} from {was:.0f} to {now:.0f}")
+            bound = max_plausible_bytes(prefix_tokens)
+            if now - was > bound:
+                raise client.fail("GET /metrics sent an impossible byte count",
+                                   f"{shown} rose by {now - was:.4g} for {prefix_tokens} tokens, above {bound:.4g} "
+                                   f"(more KV than any model keeps per token)")
+            moved = (moved or 0) + int(round(now - was))
+            proofs.append(shown)
+        return moved, ("+".join(proofs) or None)
 
     def warm_up(self, token_ids: list[int]) -> None:
         """Pay the first pull's handshake and the first prefill; retry a pull that moved nothing.
@@ -207,16 +237,55 @@ class PairMeasurement:
         self.measure(Leg.RECOMPUTE, list(reversed(token_ids)))
 
 
+class _Background:
+    """A call run on a daemon thread: an interrupt (Ctrl-C, SIGTERM) of the waiting caller never waits for it."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._call = call
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kvcal-scrape", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._call()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller in result()
+            self._error = err
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 def _ref_total(snapshot: Snapshot, ref: MetricRef) -> float:
     return total(snapshot, ref.name, **dict(ref.labels))
 
 
+def _proof_name(role: Role, snapshot: Snapshot, ref: MetricRef) -> str:
+    """``consumer/<sample>``: the sample as the engine labelled it (``tier="1:p2p"``), or the wanted form before it has one."""
+    keys = matching_keys(snapshot, ref.name, **dict(ref.labels))
+    return f"{role.value}/{keys[0] if len(keys) == 1 else ref.shown()}"
+
+
 def exposes_ref(snapshot: Snapshot, ref: MetricRef) -> bool:
     """True if the engine exposes ``ref.name`` with every one of ``ref.labels`` on some sample."""
-    wanted = [sample_key("x", {k: v}).split("{", 1)[1].rstrip("}") for k, v in ref.labels]
-    return any(key.split("{", 1)[0] == ref.name and all(w in key for w in wanted) for key in snapshot)
+    return bool(matching_keys(snapshot, ref.name, **dict(ref.labels)))
 
 
-def first_exposed_ref(snapshot: Snapshot, refs: tuple[MetricRef, ...]) -> MetricRef | None:
-    """The first of ``refs`` the engine exposes with its labels (names and labels drift between vLLM versions)."""
-    return next((ref for ref in refs if exposes_ref(snapshot, ref)), None)
+def has_own_counter(snapshot: Snapshot, metric: BytesMetric) -> bool:
+    """Whether the engine has the transport's own counter (``candidates[0]``), sampled yet or not (see BytesMetric)."""
+    own = metric.candidates[0]
+    declared = getattr(snapshot, "declared", frozenset())
+    prefix = metric.family_prefix
+    return (exposes_ref(snapshot, own) or own.name in declared
+            or (prefix is not None and any(name.startswith(prefix) for name in (*snapshot, *declared))))
+
+
+def proving_ref(snapshot: Snapshot, metric: BytesMetric) -> MetricRef | None:
+    """The counter that proves a leg's bytes: the transport's own where the engine has it, else the first stand-in exposed."""
+    if has_own_counter(snapshot, metric):
+        return metric.candidates[0]
+    return next((ref for ref in metric.candidates[1:] if exposes_ref(snapshot, ref)), None)

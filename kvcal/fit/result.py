@@ -97,6 +97,7 @@ def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: Boots
         n_invalid_excluded=table.n_invalid_excluded,
         smallest_pull_win_tokens=smallest_pull_win(table),
         pull_bandwidth_gbps=pull_bandwidth_gbps(table),
+        pulls_by_proof=dict(table.pulls_by_proof),
         bootstrap=BootstrapSummary(**boot_summary),
         setup=table.setup,
         source=table.origin,

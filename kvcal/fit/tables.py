@@ -34,13 +34,12 @@ import pandas as pd
 
 from kvcal.errors import InputError
 from kvcal.engines.sim import SimCosts, SimPair
-from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS, FitSource, Leg, ProbeRecord, RunSetup
+from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS, FitSource, HostDisturbance, Leg, ProbeRecord, RunSetup
 from kvcal.fit.costmodel import LoadedProbes, split_loaded
-from kvcal.sweep.recorder import RunFolder
+from kvcal.sweep.recorder import RunFolder, pulls_by_proof
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
 from kvcal.fit.recipe import check_verdict, unstamped
 from kvcal.sweep.disturbance import resource_of, summarise
-from kvcal.records import HostDisturbance
 from kvcal.userfiles import read_text
 
 log = logging.getLogger(__name__)
@@ -75,6 +74,7 @@ class ProbeTable:
     verdict: str | None = None  # the llm-d recipe's NO CROSSOVER line: recompute always won
     host: HostDisturbance | None = None
     loaded: LoadedProbes | None = None  # a loaded run's probes in every state, for the cost model
+    pulls_by_proof: tuple[tuple[str, int], ...] = ()  # valid pulls per counter that proved their bytes (run folders)
 
     @property
     def block_size(self) -> int | None:
@@ -204,7 +204,7 @@ def _load_run_folder(folder: Path) -> ProbeTable:
     host = summarise(records, resource_of(manifest.provenance.get("engine") or {}))
     table = from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
                       n_invalid_excluded=n_invalid, warnings=notes, host=host)
-    return replace(table, loaded=loaded) if loaded is not None else table
+    return replace(table, loaded=loaded, pulls_by_proof=pulls_by_proof(chosen.values()))
 
 
 # --- probe CSV --------------------------------------------------------------------------------

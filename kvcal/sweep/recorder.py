@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -149,15 +150,16 @@ def valid_probes(records: Iterable[ProbeRecord]) -> list[ProbeRecord]:
 
 
 def summarize(records: Iterable[ProbeRecord]) -> pd.DataFrame:
-    """Per (prefix_tokens, leg): counts, TTFT statistics and median bytes moved."""
+    """Per (prefix_tokens, leg): counts, TTFT statistics, median bytes moved, and the valid probes
+    counted by the counter that proved their bytes (``pull_proofs``: ``counter=n; ...``)."""
     records = list(records)
     columns = ["prefix_tokens", "leg", "n_valid", "n_invalid", "median_ttft_ms", "mean_ttft_ms",
-               "std_ttft_ms", "min_ttft_ms", "max_ttft_ms", "median_bytes_moved"]
+               "std_ttft_ms", "min_ttft_ms", "max_ttft_ms", "median_bytes_moved", "pull_proofs"]
     if not records:
         return pd.DataFrame(columns=columns)
     frame = pd.DataFrame(
         [{"prefix_tokens": r.prefix_tokens, "leg": r.leg.value, "valid": r.valid,
-          "ttft_ms": r.ttft_ms, "bytes_moved": r.bytes_moved} for r in records]
+          "ttft_ms": r.ttft_ms, "bytes_moved": r.bytes_moved, "bytes_metric": r.bytes_metric} for r in records]
     )
     rows = []
     for (n, leg), group in frame.groupby(["prefix_tokens", "leg"], sort=True):
@@ -170,8 +172,15 @@ def summarize(records: Iterable[ProbeRecord]) -> pd.DataFrame:
             "std_ttft_ms": ttft.std() if len(ttft) > 1 else None, "min_ttft_ms": ttft.min() if len(ttft) else None,
             "max_ttft_ms": ttft.max() if len(ttft) else None,
             "median_bytes_moved": int(moved.median()) if len(moved) else None,
+            "pull_proofs": "; ".join(f"{k}={v}" for k, v in sorted(good["bytes_metric"].dropna().value_counts().items())),
         })
     return pd.DataFrame(rows, columns=columns)
+
+
+def pulls_by_proof(records: Iterable[ProbeRecord]) -> tuple[tuple[str, int], ...]:
+    """Valid pulls counted by the counter that proved their bytes (``bytes_metric``), sorted by counter."""
+    counts = Counter(r.bytes_metric for r in records if r.valid and r.leg is Leg.PULL and r.bytes_metric)
+    return tuple(sorted(counts.items()))
 
 
 def export_interchange(run: RunFolder, output: Path | None) -> int:

@@ -301,7 +301,8 @@ def _probe_until_valid(
             record = ProbeRecord(
                 probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,
                 prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep,
-                ttft_ms=measured.ttft_ms, bytes_moved=measured.bytes_moved, expected_bytes=expected,
+                ttft_ms=measured.ttft_ms, bytes_moved=measured.bytes_moved, bytes_metric=measured.bytes_metric,
+                expected_bytes=expected,
                 producer_ttft_ms=measured.producer_ttft_ms,
                 overhead_ms=measured.overhead_ms if measured.overhead_ms is not None else max(wall_ms - engine_ms, 0.0),
                 valid=reason is None, invalid_reason=reason, started_at=started_at,

@@ -18,7 +18,7 @@ from kvcal.engines.metrics import parse_metrics
 from kvcal.engines.transports import get_transport
 from kvcal.engines.transports.base import MetricRef, Role
 from kvcal.engines.vllm import VllmPair, VllmSettings, pair_from_config
-from kvcal.engines.vllm_measure import DP_RANK_HEADER, first_exposed_ref
+from kvcal.engines.vllm_measure import DP_RANK_HEADER, proving_ref
 from kvcal.errors import HardwareError, InputError
 from kvcal.records import Leg
 
@@ -123,6 +123,8 @@ class FakeEngine:
         self.read_p2p = 0
         self.tokens_p2p = 0
         self.requests: list[tuple[dict, dict]] = []
+        self.local_hit = False
+        self.loaded_local = 0
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/metrics":
@@ -133,6 +135,8 @@ class FakeEngine:
         n = len(body["prompt"])
         if self.role == "producer":
             self.stored += n * 100
+        elif "kv_transfer_params" in body and self.local_hit:
+            self.loaded_local += n * 100
         elif "kv_transfer_params" in body:
             self.read_p2p += n * 100
             self.tokens_p2p += n
@@ -146,8 +150,10 @@ class FakeEngine:
                  "# TYPE vllm:kv_offload_store_bytes_total counter", f"vllm:kv_offload_store_bytes_total {self.stored}"]
         if self.new_names:
             lines += ["# TYPE vllm:kv_offload_tiering_read_bytes_total counter",
-                      f'vllm:kv_offload_tiering_read_bytes_total{{tier="cpu"}} 777',
-                      f'vllm:kv_offload_tiering_read_bytes_total{{tier="p2p"}} {self.read_p2p}',
+                      f'vllm:kv_offload_tiering_read_bytes_total{{tier="0:primary"}} 777',
+                      f'vllm:kv_offload_tiering_read_bytes_total{{tier="1:p2p"}} {self.read_p2p}',
+                      "# TYPE vllm:kv_offload_load_bytes_total counter",
+                      f"vllm:kv_offload_load_bytes_total {self.read_p2p + self.loaded_local}",
                       "# TYPE vllm:prompt_tokens_cached_by_source_total counter",
                       f'vllm:prompt_tokens_cached_by_source_total{{source="p2p"}} {self.tokens_p2p}']
         else:
@@ -190,12 +196,45 @@ def test_older_counters_are_the_fallback():
     assert pair.measure(Leg.RECOMPUTE, list(range(64, 128))).bytes_moved == 0
 
 
-def test_a_counter_counts_only_with_its_labels():
-    snap = parse_metrics('# TYPE vllm:kv_offload_tiering_read_bytes_total counter\n'
-                         'vllm:kv_offload_tiering_read_bytes_total{tier="cpu"} 5\n'
-                         '# TYPE vllm:kv_offload_load_bytes_total counter\nvllm:kv_offload_load_bytes_total 9\n')
-    refs = get_transport("p2p-tier").bytes_metrics[0].candidates
-    assert first_exposed_ref(snap, refs) == MetricRef("vllm:kv_offload_load_bytes_total")
+def test_an_engine_without_tier_metrics_lets_the_load_counter_stand_in():
+    snap = parse_metrics('# TYPE vllm:kv_offload_load_bytes_total counter\nvllm:kv_offload_load_bytes_total 9\n')
+    (metric,) = get_transport("p2p-tier").bytes_metrics
+    assert proving_ref(snap, metric) == MetricRef("vllm:kv_offload_load_bytes_total")
+
+
+def test_an_engine_with_tier_metrics_proves_pulls_by_the_p2p_tier_alone():
+    # vLLM 0.33 creates a tier's labelled counter at its first read: before the P2P tier's
+    # first read only its family (and other tiers) are on the page; a local CPU-tier hit
+    # moves the load counter and must not pass as a pull.
+    (metric,) = get_transport("p2p-tier").bytes_metrics
+    declared_only = parse_metrics('# TYPE vllm:kv_offload_tiering_read_bytes_total counter\n'
+                                  '# TYPE vllm:kv_offload_load_bytes_total counter\nvllm:kv_offload_load_bytes_total 9\n')
+    other_tier = parse_metrics('# TYPE vllm:kv_offload_tiering_write_bytes_total counter\n'
+                               'vllm:kv_offload_tiering_write_bytes_total{tier="1:p2p"} 4\n'
+                               '# TYPE vllm:kv_offload_load_bytes_total counter\nvllm:kv_offload_load_bytes_total 9\n')
+    second_position = parse_metrics('# TYPE vllm:kv_offload_tiering_read_bytes_total counter\n'
+                                    'vllm:kv_offload_tiering_read_bytes_total{tier="2:p2p"} 5\n')
+    for snap in (declared_only, other_tier, second_position):
+        assert proving_ref(snap, metric).name == "vllm:kv_offload_tiering_read_bytes_total"
+    assert pair_measure_total(second_position) == 5
+
+
+def pair_measure_total(snap) -> float:
+    from kvcal.engines.metrics import total
+    return total(snap, "vllm:kv_offload_tiering_read_bytes_total", tier="*:p2p")
+
+
+def test_a_local_cpu_tier_hit_is_not_a_pull_and_the_record_names_the_tier_counter():
+    pair, _, consumer = fake_pair(dp_ranks=1)
+    result = pair.measure(Leg.PULL, list(range(64)))
+    assert result.bytes_metric == 'consumer/vllm:kv_offload_tiering_read_bytes_total{tier="1:p2p"}'
+    consumer.local_hit = True  # the next "pull" is served by the consumer's own CPU tier
+    local = pair.measure(Leg.PULL, list(range(64, 128)))
+    assert local.bytes_moved == 0
+
+    old, _, _ = fake_pair(dp_ranks=1, new_names=False)
+    assert old.measure(Leg.PULL, list(range(64))).bytes_metric == \
+        'consumer/vllm:kv_offload_total_bytes_total{transfer_type="CPU_to_GPU"}'
 
 
 @pytest.mark.parametrize("args, chunk", [(("--max-num-batched-tokens", "2048"), 2048),

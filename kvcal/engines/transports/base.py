@@ -20,7 +20,9 @@ engine is producer and consumer).
 - ``hold_settle_metrics``: producer counters that must rise before a pull may start
   (a transport whose producer stores asynchronously), empty if none;
 - ``bytes_metrics``: where the bytes that crossed the wire are counted (which engine,
-  which sample names in order of preference: names drift between vLLM versions);
+  which sample names in order of preference: names drift between vLLM versions). The
+  first is the transport's own counter: where an engine has it, only it proves a pull;
+  the others stand in on engines without it, and each probe records which one proved it;
 - ``needs_gpu``: checked before anything is launched;
 - ``pull_names_producer``: whether the pull request names the producer's side channel.
 
@@ -53,18 +55,34 @@ class SideChannel:
 
 @dataclass(frozen=True)
 class MetricRef:
-    """A sample name and the labels a sample must carry to count (e.g. one transfer direction)."""
+    """A sample name and the labels a sample must carry to count (e.g. one transfer direction).
+
+    A label value ``*:p2p`` matches a tier named by position and type, ``1:p2p``
+    (kvcal.engines.metrics.label_matches).
+    """
 
     name: str
     labels: tuple[tuple[str, str], ...] = ()
 
+    def shown(self) -> str:
+        inner = ",".join(f'{k}="{v}"' for k, v in self.labels)
+        return f"{self.name}{{{inner}}}" if inner else self.name
+
 
 @dataclass(frozen=True)
 class BytesMetric:
-    """Bytes moved are the delta of the first of ``candidates`` that ``role``'s engine exposes."""
+    """Bytes moved on ``role``'s engine: the delta of ``candidates[0]``, the transport's own counter, when the
+    engine has it; else of the first of the others (stand-ins) it exposes.
+
+    The engine has its own counter when it exposes a sample of it with its labels, declares
+    its family (a labelled counter has no sample before its first increment), or exposes
+    any metric whose name starts with ``family_prefix`` (a page that leaves out
+    sample-less families still shows the counter's siblings).
+    """
 
     role: Role
     candidates: tuple[MetricRef, ...]
+    family_prefix: str | None = None
 
 
 class Transport(ABC):

@@ -26,10 +26,16 @@ then the producer writes the matching blocks into the consumer's CPU tier; a mis
 recomputed. ``PYTHONHASHSEED`` must match on every engine (vLLM 0.33 refuses a
 mismatch at the handshake).
 
-Proof of a pull (vLLM 0.33 names first, older ones as fallback): the consumer's
-``vllm:kv_offload_tiering_read_bytes_total{tier="p2p"}``, then its CPU-to-GPU load
-counters; tokens served from the tier: ``vllm:prompt_tokens_cached_by_source_total
-{source="p2p"}``.
+Proof of a pull: the consumer's ``vllm:kv_offload_tiering_read_bytes_total`` with a
+tier label of type ``p2p`` at any position: vLLM 0.33 labels a tier ``<position>:<type>``,
+``tier="1:p2p"`` when the P2P tier is the first secondary tier (``tier_label`` in
+``vllm/v1/kv_offload/tiering/metrics.py``; the primary CPU tier is ``0:primary``). On an
+engine with tier metrics only that counter proves a pull: its CPU-to-GPU load counters
+(``vllm:kv_offload_load_bytes_total``, the older ``vllm:kv_offload_total_bytes_total
+{transfer_type="CPU_to_GPU"}``) count every load, a hit in the consumer's own CPU tier
+included. They stand in only on an engine without tier metrics (another vLLM version),
+and the probe's ``bytes_metric`` then names them. Tokens served from the tier:
+``vllm:prompt_tokens_cached_by_source_total{source="p2p"}``.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ DEFAULT_CPU_BYTES = 8 * 1024**3
 KV_EVENTS_ENDPOINT = "tcp://*:5556"
 KV_EVENTS_POD_PORT = "8000"  # the guide's topic names the routing sidecar's port
 P2P_TOKENS = MetricRef("vllm:prompt_tokens_cached_by_source_total", (("source", "p2p"),))
+P2P_READ_BYTES = MetricRef("vllm:kv_offload_tiering_read_bytes_total", (("tier", "*:p2p"),))
+"""The P2P tier's own read counter, whatever the tier's position (vLLM 0.33: ``tier="1:p2p"``)."""
 
 
 class P2pTier(Transport):
@@ -56,10 +64,11 @@ class P2pTier(Transport):
         BytesMetric(
             Role.CONSUMER,
             (
-                MetricRef("vllm:kv_offload_tiering_read_bytes_total", (("tier", "p2p"),)),
+                P2P_READ_BYTES,
                 MetricRef("vllm:kv_offload_load_bytes_total"),
                 MetricRef("vllm:kv_offload_total_bytes_total", (("transfer_type", "CPU_to_GPU"),)),
             ),
+            family_prefix="vllm:kv_offload_tiering_",
         ),
     )
     tokens_metric = P2P_TOKENS

@@ -1,0 +1,123 @@
+"""The fault suite: engines that misbehave end the probe or the run with one line naming them, never hang or exit 70.
+
+Each fault runs against a loopback fake engine (tests/fake_engine.py) with short deadlines.
+Every test failed on the code before engine replies were bounded: the streams and
+bodies hung (a per-read timeout), the 100 MB page was read whole, and the bad replies
+raised ValueError, TypeError, AttributeError or RecursionError (exit 70), or were kept
+as a valid 2.6e295-byte pull.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_engine import FakeEngine
+from kvcal.engines.http import CAPS, EngineClient
+from kvcal.engines.vllm import VllmPair
+from kvcal.engines.vllm_launch import VllmSettings
+from kvcal.errors import EngineError
+from kvcal.records import Leg, ProbeRecord
+
+CONFIG = Path(__file__).parents[1] / "fixtures" / "hf_configs" / "llama-3.1-8b.json"
+SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
+
+
+def _client(engine: FakeEngine, timeout_s: float = 1.0) -> EngineClient:
+    return EngineClient(engine.url, name="consumer", model="fake", request_timeout_s=timeout_s)
+
+
+@pytest.mark.parametrize("fault", ["endless-stream", "byte-a-second"])
+def test_a_stream_that_does_not_end_meets_the_probe_deadline(fault):
+    with FakeEngine("consumer", fault) as engine, pytest.raises(EngineError) as err:
+        _client(engine).stream_completion([1, 2, 3])
+    assert f"consumer at {engine.url}: POST /v1/completions ran past its 1 s deadline" in str(err.value)
+
+
+def test_a_trickling_body_meets_the_probe_deadline():
+    with FakeEngine("producer", "trickling-body") as engine, pytest.raises(EngineError, match="ran past its 1 s deadline"):
+        _client(engine).complete([1, 2, 3])
+
+
+def test_a_huge_metrics_page_is_refused_at_its_cap():
+    with FakeEngine("consumer", "huge-metrics") as engine, pytest.raises(EngineError) as err:
+        _client(engine).metrics()
+    assert "GET /metrics answered too much" in str(err.value) and f"{CAPS['metrics']:,}" in str(err.value)
+
+
+@pytest.mark.parametrize("fault, sent", [("models-wrong-types", "max_model_len"), ("models-root-list", "root"),
+                                         ("models-data-string", "data"), ("models-deep-json", "nested too deep")])
+def test_a_bad_models_reply_is_the_engines_error(fault, sent):
+    with FakeEngine("producer", fault) as engine, pytest.raises(EngineError) as err:
+        EngineClient(engine.url, name="producer").served_model()
+    message = str(err.value)
+    assert message.startswith(f"producer at {engine.url}: not a vLLM OpenAI server") and sent in message
+    assert "\n" not in message and len(message) < 600
+
+
+def test_deep_json_in_a_completion_is_the_engines_error():
+    with FakeEngine("producer", "completion-deep-json") as engine, pytest.raises(EngineError, match="nested too deep"):
+        _client(engine).complete([1])
+
+
+def test_an_unparseable_metrics_page_is_the_engines_error():
+    with FakeEngine("consumer", "garbage-metrics") as engine, pytest.raises(EngineError, match="not Prometheus text"):
+        _client(engine).metrics()
+
+
+def _attached(producer: FakeEngine, consumer: FakeEngine, tmp_path: Path) -> VllmPair:
+    pair = VllmPair(VllmSettings(producer_url=producer.url, consumer_url=consumer.url, settle_timeout_s=0.2,
+                                 request_timeout_s=2.0, startup_timeout_s=10.0, cache_dir=tmp_path))
+    pair.start()
+    return pair
+
+
+@pytest.mark.parametrize("fault, why", [("nan-counter", "not a number"), ("inf-counter", "not a number"),
+                                        ("huge-counter", "impossible byte count")])
+def test_a_byte_counter_no_engine_can_count_fails_the_leg(tmp_path, fault, why):
+    with FakeEngine("producer") as producer, FakeEngine("consumer", fault) as consumer:
+        pair = _attached(producer, consumer, tmp_path)
+        try:
+            with pytest.raises(EngineError) as err:
+                pair.measure(Leg.PULL, list(range(64)))
+        finally:
+            pair.stop()
+    assert f"consumer at {consumer.url}: GET /metrics sent" in str(err.value) and why in str(err.value)
+    assert "vllm:nixl_bytes_transferred_sum" in str(err.value)
+
+
+def test_a_well_behaved_fake_pair_measures_and_names_its_proof(tmp_path):
+    with FakeEngine("producer") as producer, FakeEngine("consumer") as consumer:
+        pair = _attached(producer, consumer, tmp_path)
+        try:
+            result = pair.measure(Leg.PULL, list(range(64)))
+        finally:
+            pair.stop()
+    assert result.bytes_moved == 64 * 64 and result.bytes_metric == "consumer/vllm:nixl_bytes_transferred_sum"
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
+@pytest.mark.parametrize("fault", ["endless-stream", "byte-a-second"])
+def test_attach_sweep_against_an_engine_that_never_finishes_ends_cleanly(tmp_path, fault):
+    """The contract's run, with probe_timeout_s 1 (the contract's 5 takes 15 s a case: docs/engines.md)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(CONFIG, model / "config.json")
+    campaign = tmp_path / "campaign.yaml"
+    campaign.write_text("probe_timeout_s: 1\n")
+    with FakeEngine("producer", root=model) as producer, FakeEngine("consumer", fault, root=model) as consumer:
+        done = subprocess.run([str(SCRIPT), "sweep", "--config", str(campaign), "--producer-url", producer.url,
+                               "--consumer-url", consumer.url, "--max-attempts", "2", "--prefix-lengths", "64,128",
+                               "--output-dir", str(tmp_path / "runs"), "--name", "r"],
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode not in (0, 70), done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in done.stderr and f"consumer at {consumer.url}" in last and "deadline" in last
+    probes = tmp_path / "runs" / "r" / "probes.jsonl"
+    records = [ProbeRecord.model_validate_json(line) for line in probes.read_text().splitlines()] if probes.exists() else []
+    assert not [r for r in records if r.valid and (r.bytes_moved or 0) > 1e15]
