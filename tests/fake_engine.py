@@ -42,6 +42,7 @@ class FakeEngine:
         self.root = str(root) if root else "fake-model"
         self.done = 0
         self.bytes_read = 0.0
+        self.streams = 0  # completion streams begun
         self.stop = threading.Event()
         engine = self
 
@@ -134,6 +135,7 @@ class FakeEngine:
 
     def _completion_stream(self, h: BaseHTTPRequestHandler, body: dict, n: int) -> None:
         event = b'data: {"choices": [{"text": "x"}]}\n\n'
+        self.streams += 1
         if self.fault == "endless-stream":
             self._stream(h, (event for _ in iter(int, 1)), "text/event-stream", delay_s=0.01)
             return

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,30 @@ def test_attach_sweep_against_an_engine_that_never_finishes_ends_cleanly(tmp_pat
     probes = tmp_path / "runs" / "r" / "probes.jsonl"
     records = [ProbeRecord.model_validate_json(line) for line in probes.read_text().splitlines()] if probes.exists() else []
     assert not [r for r in records if r.valid and (r.bytes_moved or 0) > 1e15]
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_stops_a_sweep_waiting_on_an_endless_stream(tmp_path, signum):
+    """The probe deadline is 10 minutes: the run ends because of the signal, long before it."""
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(CONFIG, model / "config.json")
+    campaign = tmp_path / "campaign.yaml"
+    campaign.write_text("probe_timeout_s: 600\n")
+    with FakeEngine("producer", root=model) as producer, FakeEngine("consumer", "endless-stream", root=model) as consumer:
+        proc = subprocess.Popen([str(SCRIPT), "sweep", "--config", str(campaign), "--producer-url", producer.url,
+                                 "--consumer-url", consumer.url, "--prefix-lengths", "64", "--output-dir",
+                                 str(tmp_path / "runs"), "--name", "r"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        try:
+            for line in proc.stderr:
+                if "warming the pair" in line:
+                    break
+            while consumer.streams == 0:  # the consumer's stream has begun: kvcal is blocked reading it
+                time.sleep(0.05)
+            proc.send_signal(signum)
+            code = proc.wait(timeout=120)
+        finally:
+            proc.kill()
+    assert code not in (0, 70) and code != -signum  # kvcal's own handler ended it, cleanly
