@@ -21,10 +21,9 @@ from kvcal.engines.http import CAPS, Deadline, EngineClient
 from kvcal.engines.metrics import gauge_total
 from kvcal.engines.transports.base import Role as TransportRole
 from kvcal.errors import EngineError
+from kvcal.records import MAX_QUEUE
 
 WAITING = "vllm:num_requests_waiting"
-MAX_WAITING = 10**7
-"""More queued requests than any engine holds: a larger reading is the engine's error."""
 
 
 class UnderLoad:
@@ -67,7 +66,7 @@ class VllmLoadTarget(LoadTarget):
 
     def waiting_requests(self) -> int | None:
         value = gauge_total(self._metrics.metrics_text(), WAITING)
-        if value is not None and not 0 <= value <= MAX_WAITING:
+        if value is not None and not 0 <= value <= MAX_QUEUE:
             raise self._metrics.fail("GET /metrics sent an impossible queue", f"{WAITING} = {value:.4g}")
         return None if value is None else int(round(value))
 
