@@ -44,9 +44,9 @@ def _engines(stdout: str) -> list[tuple[int, int]]:
     """(GPUs the role sees, tp x pp x dp of its engine) for each engine command printed."""
     found = []
     for line in stdout.splitlines():
-        words = shlex.split(line)
-        if "kvcal.engines.serve" not in words:
+        if line.startswith("#") or "kvcal.engines.serve" not in line:
             continue
+        words = shlex.split(line)
         visible = next(w.split("=", 1)[1] for w in words if w.startswith("CUDA_VISIBLE_DEVICES="))
         sizes = {"tp": 1, "pp": 1, "dp": 1}
         for i, word in enumerate(words):
