@@ -75,6 +75,7 @@ class ProbeTable:
     verdict: str | None = None  # the llm-d recipe's NO CROSSOVER line: recompute always won
     host: HostDisturbance | None = None
     loaded: LoadedProbes | None = None  # a loaded run's probes in every state, for the cost model
+    order_source: str | None = None  # where ``order`` came from: started_at (a run folder's or a CSV's), order (a CSV's)
 
     @property
     def block_size(self) -> int | None:
