@@ -58,6 +58,8 @@ def detect(fit: LegFit) -> SlowMode | None:
     if data.n_probes < MIN_PROBES:
         return None
     mixture = _best_mixture(fit)
+    if mixture is None:
+        return None  # every probe on its curve: nothing to split
     e, slow = mixture.e, mixture.resp > 0.5
     n_slow = int(slow.sum())
     separation = (mixture.mu_s - mixture.mu_f) / mixture.sd
@@ -90,7 +92,7 @@ class Mixture:
     sd: float
 
 
-def _best_mixture(fit: LegFit) -> Mixture:
+def _best_mixture(fit: LegFit) -> Mixture | None:
     """The likeliest two-mode fit of the leg, by EM from several first splits (the top 5-50 % of the robust residuals).
 
     One start from the tail misses a mode of 40 %, whose probes inflate the robust sd.
@@ -104,7 +106,6 @@ def _best_mixture(fit: LegFit) -> Mixture:
         found = _em(fit, start.astype(float))
         if best is None or found.loglik > best.loglik:
             best = found
-    assert best is not None
     return best
 
 
