@@ -15,6 +15,7 @@ from kvcal.errors import NoThreshold
 from kvcal.fit import fit_table
 from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table, sim_table
 from kvcal.records import FitResult
+from kvcal.report.plot import figure_for
 
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
 COSTS = SimCosts()
@@ -144,3 +145,11 @@ def test_a_residual_trend_over_time_is_warned_about_with_its_size():
     assert all(0.15 < t.change < 0.45 for t in fit.time_trends)
     assert any("drifted" in w and "slower" in w for w in fit.warnings)
     assert fit_table(sim_table(COSTS, LADDER, 4, seed=5), n_resamples=0).time_trends == []
+
+
+def test_plot_draws_the_slow_mode_apart_from_the_fast_probes():
+    table = _slowed("pull", 0.22, 2.5, seed=1)
+    fit = fit_table(table, n_resamples=200)
+    lines = {line.get_label(): line for ax in figure_for(fit, table).axes for line in ax.get_lines()}
+    slow = next(line for label, line in lines.items() if label.startswith("pull slow mode (22% of probes, 2."))
+    assert len(slow.get_xdata()) == 4 and len(lines["pull probes"].get_xdata()) == 14
