@@ -124,6 +124,7 @@ class LegFit:
     selection: str
     f_crit: float | None  # the selection threshold, reused for every resample
     downweighted: list[dict[str, Any]] = field(default_factory=list)
+    mean_of_modes: bool = False  # fitted to the mean of a slow and a fast mode (robust=False for kvcal.fit.modes)
 
     @property
     def chosen_fit(self) -> ModelFit:
@@ -268,7 +269,7 @@ def fit_leg(data: LegData, models: tuple[str, ...], *, robust: bool = True) -> L
          "fitted_ms": round(float(fitted[i]), 4), "weight": round(float(huber[i]), 4)}
         for i in np.flatnonzero(huber < DOWNWEIGHT_REPORT_BELOW)
     ]
-    return LegFit(data, huber, f_scale, sigma, fits, chosen, selection, f_crit, down)
+    return LegFit(data, huber, f_scale, sigma, fits, chosen, selection, f_crit, down, mean_of_modes=not robust)
 
 
 def f_threshold(n_probes: int) -> float | None:
