@@ -11,30 +11,43 @@ margin), and prints:
 * ``coverage``: share whose interval holds the truth (open above counts when its lower
   bound is below the truth); ``n/a`` where the truth is undefined (ties);
 * ``flag``: share in which the cell's defect was detected (warm-up excluded, duplicates
-  collapsed, disturbed host marked), where the cell has one.
+  collapsed, disturbed host marked, slow mode found), where the cell has one;
+* ``modes``: share in which a slow mode was reported (a false alarm outside the slow-mode cells).
 
 Cells: the defaults (6x3), one rep per length, the gpt-oss-like ladder measured above the
 break-even (extrapolated), a truth just above the shortest length (near-shortest),
 nearly parallel curves (open interval), identical legs (tie), a x1.5 first probe
-(warm-up), the CSV concatenated twice and five times (duplicates), and a busy host.
+(warm-up), the same with rep labels shuffled against time order and read back from a CSV
+with an ``order`` column (warm-up, shuffled reps), the CSV concatenated twice and five
+times (duplicates), a busy host, and pulls with a common slow mode (10 %, 20 %, 40 % of
+pulls slow, the slow/fast ratio drawn per campaign from 1.5x-3x; on the default 6 x 3
+ladder and on 6 x 8, where a 10 % mode shows 2 or more slow pulls in 97 % of campaigns). In the slow-mode cells
+the truth is the break-even of the *mean* costs (what the router pays), drawn per
+campaign; ``below_truth`` and ``coverage`` are against it.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/threshold_safety.py --seeds 100
+    PYTHONPATH=. .venv/bin/python benchmarks/threshold_safety.py --seeds 100 --jobs 2
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 import statistics
 import sys
 from dataclasses import dataclass, replace
 from typing import Callable
 
+import numpy as np
+
 from kvcal.emit.threshold import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import KvcalError
 from kvcal.fit import fit_table
-from kvcal.fit.tables import ProbeTable, from_rows, sim_table
+from kvcal.cost_curve import break_even_tokens
+from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table, sim_table
 from kvcal.records import HostDisturbance
 
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
@@ -49,6 +62,7 @@ class Cell:
     reps: int
     transform: Transform | None = None
     flag: Callable[..., bool] | None = None
+    truth: Callable[[SimCosts, int], float | None] | None = None  # per campaign (slow modes); default: the curves'
 
 
 def _rows(table: ProbeTable) -> list[dict]:
@@ -66,6 +80,58 @@ def warmup(factor: float) -> Transform:
                 row["ttft_ms"] *= factor
         return from_rows(rows, setup=table.setup, origin=table.origin)
     return apply
+
+
+def shuffled_warmup(factor: float) -> Transform:
+    """Warm-up as above, but the rep labels shuffled against time; read back from a CSV with an ``order`` column."""
+    def apply(table: ProbeTable, seed: int) -> ProbeTable:
+        rows = _rows(warmup(factor)(table, seed))
+        rng = np.random.default_rng([seed, 77])
+        groups: dict[tuple, list[dict]] = {}
+        for row in rows:
+            groups.setdefault((row["prefix_tokens"], row["leg"]), []).append(row)
+        for members in groups.values():
+            for row, rep in zip(members, rng.permutation([r["rep"] for r in members])):
+                row["rep"] = int(rep)
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "probes.csv"
+            lines = ["prefix_tokens,leg,ttft_ms,rep,order"] + [
+                f"{r['prefix_tokens']},{r['leg']},{r['ttft_ms']!r},{r['rep']},{r['order']}" for r in rows]
+            path.write_text("\n".join(lines) + "\n")
+            return load_probe_table(path)
+    return apply
+
+
+SLOW_RATIO = (1.5, 3.0)
+
+
+def _slow_draw(seed: int) -> np.random.Generator:
+    return np.random.default_rng([seed, 4242])
+
+
+def slow_pulls(share: float) -> Transform:
+    """Each pull slow with probability ``share``, by one ratio drawn per campaign from 1.5x-3x."""
+    def apply(table: ProbeTable, seed: int) -> ProbeTable:
+        rng = _slow_draw(seed)
+        ratio = rng.uniform(*SLOW_RATIO)
+        rows = _rows(table)
+        for row in rows:
+            if row["leg"] == "pull" and rng.random() < share:
+                row["ttft_ms"] *= ratio
+        return from_rows(rows, setup=table.setup, origin=table.origin)
+    return apply
+
+
+def mean_truth(share: float) -> Callable[[SimCosts, int], float | None]:
+    """The break-even of the mean costs: pull's mean is (1 + share x (ratio - 1)) x its curve."""
+    def truth(costs: SimCosts, seed: int) -> float | None:
+        ratio = _slow_draw(seed).uniform(*SLOW_RATIO)
+        scale = 1.0 + share * (ratio - 1.0)
+        rec = np.array([costs.recompute_intercept_ms, costs.recompute_per_token_us, costs.recompute_per_token2_ns])
+        pull = scale * np.array([costs.pull_intercept_ms, costs.pull_per_token_us, 0.0])
+        value = float(break_even_tokens(rec, pull))
+        return value if math.isfinite(value) else None
+    return truth
 
 
 def duplicated(times: int) -> Transform:
@@ -100,23 +166,28 @@ CELLS = [
     Cell("tie", BASE.model_copy(update=dict(recompute_per_token2_ns=0.0, pull_intercept_ms=5.0, pull_per_token_us=25.0)), LADDER, 3),
     Cell("default 6x2", BASE, LADDER, 2),
     Cell("warm-up x1.5", BASE, LADDER, 3, warmup(1.5), lambda f: f.n_warmup_excluded > 0),
+    Cell("warm-up x1.5 shuffled reps", BASE, LADDER, 3, shuffled_warmup(1.5), lambda f: f.n_warmup_excluded > 0),
     Cell("no warm-up (false alarm)", BASE, LADDER, 3, warmup(1.0), lambda f: f.n_warmup_excluded == 0),
     Cell("duplicated x2", BASE, LADDER, 3, duplicated(2), lambda f: f.n_duplicates_collapsed > 0),
     Cell("duplicated x5", BASE, LADDER, 3, duplicated(5), lambda f: f.n_duplicates_collapsed > 0),
     Cell("busy host", BASE, LADDER, 3, busy, lambda f: f.host_disturbance is not None and f.host_disturbance.disturbed),
+    *(Cell(f"slow pull {share:.0%} 6x{reps}", BASE, LADDER, reps, slow_pulls(share), lambda f: bool(f.slow_modes),
+           mean_truth(share)) for reps in (3, 8) for share in (0.1, 0.2, 0.4)),
 ]
 
 
 def run_cell(cell: Cell, seeds: int, confidence: float) -> dict[str, float | str]:
-    truth = cell.costs.true_break_even()
     tie = cell.costs.recompute_ms(1000.0) == cell.costs.pull_ms(1000.0) and cell.costs.recompute_per_token2_ns == 0
-    emitted, below, ratios, covered, flagged = 0, 0, [], 0, 0
+    emitted, below, ratios, covered, flagged, truths, moded = 0, 0, [], 0, 0, [], 0
     for seed in range(seeds):
+        truth = cell.truth(cell.costs, seed) if cell.truth else cell.costs.true_break_even()
+        truths.append(truth if truth is not None else math.inf)
         table = sim_table(cell.costs, cell.lengths, cell.reps, seed=20_000 + seed)
         if cell.transform:
             table = cell.transform(table, seed)
         fit = fit_table(table, confidence=confidence, seed=seed)
         flagged += bool(cell.flag and cell.flag(fit))
+        moded += bool(fit.slow_modes)
         low, high = (fit.bootstrap.break_even_ci_bounds or [None, None])
         if truth is not None and low is not None and low <= truth and (high is None or truth <= high):
             covered += 1
@@ -129,14 +200,20 @@ def run_cell(cell: Cell, seeds: int, confidence: float) -> dict[str, float | str
             ratios.append(threshold / truth if truth > 0 else math.inf)
             below += threshold < truth
     return {
-        "truth": "tie" if tie else f"{truth:.0f}",
+        "truth": "tie" if tie else f"{statistics.median(truths):.0f}",
         "emitted": emitted / seeds,
         "below": below,
         "min_ratio": f"{min(ratios):.2f}" if ratios else "-",
         "med_ratio": f"{statistics.median(ratios):.2f}" if ratios else "-",
         "coverage": "n/a" if tie else f"{covered / seeds:.2f}",
         "flag": f"{flagged / seeds:.2f}" if cell.flag else "-",
+        "modes": f"{moded / seeds:.2f}",
     }
+
+
+def _run_named(job: tuple[str, int, float]) -> dict[str, float | str]:
+    name, seeds, confidence = job
+    return run_cell(next(c for c in CELLS if c.name == name), seeds, confidence)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,18 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--confidence", type=float, default=0.9)
     parser.add_argument("--only", default=None, help="run the cells whose name contains this text")
+    parser.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
     args = parser.parse_args(argv)
     print(f"threshold safety on edge-case campaigns, {args.seeds} seeds per cell, {args.confidence:.0%} intervals, margin 0.25")
     print(f"{'cell':<26} {'truth':>6} {'emitted':>7} {'below_truth':>11} {'min_thr/truth':>13} {'med_thr/truth':>13} "
-          f"{'coverage':>8} {'flag':>5}")
+          f"{'coverage':>8} {'flag':>5} {'modes':>5}")
     total_below = 0
-    for cell in CELLS:
-        if args.only and args.only not in cell.name:
-            continue
-        row = run_cell(cell, args.seeds, args.confidence)
+    cells = [cell for cell in CELLS if not args.only or args.only in cell.name]
+    with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+        rows = pool.map(_run_named, [(cell.name, args.seeds, args.confidence) for cell in cells])
+    for cell, row in zip(cells, rows):
         total_below += int(row["below"])
         print(f"{cell.name:<26} {row['truth']:>6} {row['emitted']:>7.2f} {row['below']:>11} {row['min_ratio']:>13} "
-              f"{row['med_ratio']:>13} {row['coverage']:>8} {row['flag']:>5}", flush=True)
+              f"{row['med_ratio']:>13} {row['coverage']:>8} {row['flag']:>5} {row['modes']:>5}", flush=True)
     print(f"thresholds below the true break-even, all cells: {total_below}")
     return 0
 

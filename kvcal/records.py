@@ -263,6 +263,29 @@ class HostDisturbance(Record):
     disturbed: bool
 
 
+class SlowMode(Record):
+    """A leg whose slow probes are a common second mode, not a rare stall (kvcal.fit.modes)."""
+
+    leg: Literal["recompute", "pull"]
+    share: float = Field(description="Share of the leg's probes in the slow mode (0-1).")
+    ratio: float = Field(description="Slow/fast TTFT ratio (the slow mode's typical time over the fast curve's).")
+    n_slow: int
+    n_probes: int
+    lengths: list[int] = Field(description="Prefix lengths at which slow probes were measured.")
+    separation_sd: float = Field(description="The slow mode's excess in units of the fast mode's noise sd.")
+    slow_probes: list[list[int]] = Field(default_factory=list, description="[prefix_tokens, rep] of each slow probe.")
+    mean_fitted: bool = Field(description="True when the leg's curve is its mean cost (least squares) instead of the robust fast curve.")
+
+
+class TimeTrend(Record):
+    """A drift of one leg's residuals over the run's time order (the host slowing down or speeding up)."""
+
+    leg: Literal["recompute", "pull"]
+    change: float = Field(description="Fitted relative change of TTFT from the first probe to the last.")
+    p_value: float
+    order_source: str = Field(description="Where the time order came from: order, started_at.")
+
+
 class FitResult(Record):
     """``fit.json``: the fitted curves, the break-even and how sure we are of it.
 
@@ -295,6 +318,9 @@ class FitResult(Record):
     n_warmup_excluded: int = Field(0, description="First-in-time probes excluded for a significant warm-up effect.")
     host_disturbance: HostDisturbance | None = Field(None, description="Other processes' share of the engines' compute, when measured.")
     cost_model: CostModelFit | None = Field(None, description="The router's costModel constants fitted under load (loaded runs, or --per-request/--epp-log).")
+    slow_modes: list[SlowMode] = Field(default_factory=list, description="Legs whose slow probes form a common mode (kvcal.fit.modes).")
+    fast_break_even_tokens: float | None = Field(None, description="Break-even of the fast modes (robust fits) when a slow mode made the curves mean costs.")
+    time_trends: list[TimeTrend] = Field(default_factory=list, description="Significant drifts of the residuals in time order.")
     kvcal_version: str
     created_at: str
 

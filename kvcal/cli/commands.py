@@ -17,7 +17,7 @@ MODULES = ("sweep_cmd", "export_cmd", "fit_cmd", "plot_cmd", "emit_cmd", "compar
 
 INDEX = (
     ("sweep", "Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."),
-    ("export", "Write the probe table (prefix_tokens, leg, ttft_ms, rep, bytes_moved), one row per valid probe."),
+    ("export", "Write the probe table (prefix_tokens, leg, ttft_ms, rep, bytes_moved, started_at), one row per valid probe."),
     ("fit", "Fit recompute (affine or quadratic) and pull (affine) costs and report the break-even with its "
             "interval."),
     ("plot", "Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent."),

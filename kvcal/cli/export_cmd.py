@@ -13,7 +13,7 @@ def export(
     run: Path = typer.Argument(..., help="A run folder written by `kvcal sweep`."),
     output: Path = typer.Option(..., "-o", "--output", help="CSV file to write; - for stdout."),
 ) -> None:
-    """Write the probe table (prefix_tokens, leg, ttft_ms, rep, bytes_moved), one row per valid probe.
+    """Write the probe table (prefix_tokens, leg, ttft_ms, rep, bytes_moved, started_at), one row per valid probe.
 
     Example: kvcal export results/my-run -o probes.csv   (or -o - | column -ts,)
     """

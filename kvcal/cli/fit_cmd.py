@@ -89,6 +89,10 @@ def register(app: typer.Typer) -> None:
             print(dumps(result))
             warn_each(result.warnings)
             return
+        from kvcal.fit.guards import findings_for_stderr
+
+        for line in findings_for_stderr(result):  # the report below goes to stdout; these change what was fitted
+            warn(line)
         render(result)
         stdout.print(f"wrote {written}")
 

@@ -21,15 +21,20 @@ and at least ``B``. Why each part:
   beat recompute by a measurable amount (ties), or when the run measured a disturbed host
   (unless ``--allow-disturbed``).
 
+A pull with a slow mode (:mod:`kvcal.fit.modes`) arrives fitted to its mean cost, so the
+same rule is safe for the mean the router pays; the steps say so and a refusal names the
+slow mode and what to measure.
+
 Every warning names the command that would resolve it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 from kvcal.emit.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
@@ -156,9 +161,39 @@ def _ladder_up(n_max: int, block: int) -> str:
     return ",".join(str(round_up(n_max * f, block)) for f in (1, 2, 4))
 
 
+# ---------------------------------------------------------------- a pull's slow mode
+
+
+def slow_mode_line(fit: FitResult) -> str | None:
+    """The pull's slow mode, when the fit made the pull's curve its mean cost (kvcal.fit.modes); else None."""
+    mode = next((m for m in fit.slow_modes if m.mean_fitted), None)
+    if mode is None:
+        return None
+    return (f"the pull has a slow mode ({mode.n_slow} of {mode.n_probes} pulls, {mode.share:.0%}, took {mode.ratio:.2g}x "
+            f"the fast time), so the break-even is that of the mean costs the router pays"
+            + (f" (the fast pulls alone cross at {fmt(fit.fast_break_even_tokens)})" if fit.fast_break_even_tokens else ""))
+
+
+def names_slow_mode(rule: Callable[..., Threshold]) -> Callable[..., Threshold]:
+    """The rule, with the pull's slow mode in its steps and in any refusal (what to measure when the data cannot tell)."""
+    @functools.wraps(rule)
+    def apply(fit: FitResult, **kw: Any) -> Threshold:
+        line = slow_mode_line(fit)
+        try:
+            threshold = rule(fit, **kw)
+        except (NoThreshold, NotRecommended) as err:
+            if line is None:
+                raise
+            raise type(err)(f"{err}; {line}: find the slow path (link congestion, a fallback transport) or measure "
+                            "more reps (`kvcal sweep --reps 5`) to pin its share down") from None
+        return threshold if line is None else replace(threshold, steps=(line, *threshold.steps))
+    return apply
+
+
 # ---------------------------------------------------------------- the rule
 
 
+@names_slow_mode
 def compute_threshold(fit: FitResult, *, margin: float = DEFAULT_MARGIN, block_size: int | None = None,
                       allow_extrapolation: bool = False, allow_disturbed: bool = False) -> Threshold:
     """Apply the rule (module docstring) to ``fit``; NotRecommended or NoThreshold (exit 3) when there is none."""

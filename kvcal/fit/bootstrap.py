@@ -8,7 +8,8 @@ Two schemes, chosen per leg:
   length's mean, m_k its reps): without that factor a plain resample of m values
   understates the variance of their mean by (m - 1) / m, which at 3 reps narrows
   every interval by a fifth.
-* ``residual`` (some length has a single probe, e.g. the llm-d table of medians):
+* ``residual`` (some length has a single probe, e.g. the llm-d table of medians, or
+  the leg is the mean of a slow and a fast mode, :mod:`kvcal.fit.modes`):
   y* = fitted + s_k * e*, where e* is drawn from the leg's relative residuals,
   leverage-corrected (e / sqrt(1 - h_ii)) and centred.
 
@@ -21,7 +22,10 @@ coefficient samples are those of the point fit's chosen model.
 Because the design (the distinct lengths) is fixed, a weighted fit depends on a
 resample only through per-length sums S0_k = sum(w), S1_k = sum(w y), plus
 sum(w y^2) for the residual sum of squares; each resample costs one p x p solve
-per active set (:func:`kvcal.fit.curves.solve_nnls`), batched with numpy.
+per active set (:func:`kvcal.fit.curves.solve_nnls`), batched with numpy. The
+resamples are drawn and re-weighted in slices whose size keeps resamples x probes
+under ``CHUNK_ELEMENTS`` and only their sums are kept, so memory does not grow with
+rows x resamples (a million-row table: 16.4 GB before, see benchmarks/fit_memory.py).
 
 Small samples. A percentile interval treats the estimated noise as known; with few
 residual degrees of freedom that is what makes it too narrow (the t versus normal
@@ -54,6 +58,7 @@ log = logging.getLogger(__name__)
 REPS = "reps-within-length"
 IRLS_STEPS = 3  # from the point fit's weights, Huber IRLS settles within a few steps
 RESIDUAL = "residual"
+CHUNK_ELEMENTS = 4_000_000  # resamples x probes held at once (32 MB a float array)
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,14 @@ class BootstrapResult:
 
 
 def scheme(fit: LegFit) -> str:
-    return REPS if int(fit.data.counts.min()) >= 2 else RESIDUAL
+    """Reps within length, unless a length has one probe or the leg is the mean of two modes.
+
+    A mode's share is one number for the whole leg: redrawn within lengths of 3 reps, a
+    length that met no slow probe never meets one, and the share's spread is understated
+    (coverage of the mean-cost truth 0.77 at a 20 % mode, 6 x 3); pooled residuals redraw it
+    over the leg.
+    """
+    return REPS if int(fit.data.counts.min()) >= 2 and not fit.mean_of_modes else RESIDUAL
 
 
 def residual_df(fit: LegFit) -> int:
@@ -98,10 +110,7 @@ def run_bootstrap(recompute: LegFit, pull: LegFit, *, n_resamples: int, seed: in
     for leg_fit, rng in zip((recompute, pull), streams):
         method = scheme(leg_fit)
         methods[leg_fit.data.name] = method
-        draw = _draw_reps if method == REPS else _draw_residuals
-        y_star, h_star = draw(leg_fit, rng, n_resamples)
-        w_star = _robust_weights(leg_fit, y_star, h_star) * leg_fit.data.rel_weight
-        sums = _sums(w_star, y_star, _indicator(leg_fit))
+        sums = _resampled_sums(leg_fit, _draw_reps if method == REPS else _draw_residuals, rng, n_resamples)
         refits[leg_fit.data.name] = {m: _refit(leg_fit, MODEL_PARAMS[m], *sums) for m in leg_fit.fits}
 
     rec = refits[recompute.data.name]
@@ -196,7 +205,25 @@ def _draw_residuals(fit: LegFit, rng: np.random.Generator, n_resamples: int) -> 
     return y_star, np.ones_like(y_star)
 
 
-def _robust_weights(fit: LegFit, y_star: np.ndarray, h_star: np.ndarray) -> np.ndarray:
+def _resampled_sums(fit: LegFit, draw, rng: np.random.Generator, n_resamples: int):
+    """Per-length sums of every resample, drawn and re-weighted a slice of resamples at a time.
+
+    A resample enters the refits only through its per-length sums, so at most
+    ``CHUNK_ELEMENTS`` (resamples x probes) values are held at once: a million-row table
+    bootstraps in a few hundred MB instead of tens of GB. The slices draw the same random
+    stream in the same order, so the samples do not depend on the slice size.
+    """
+    indicator = _indicator(fit)
+    step = max(1, CHUNK_ELEMENTS // fit.data.n_probes)
+    parts = []
+    for start in range(0, n_resamples, step):
+        y_star, h_star = draw(fit, rng, min(step, n_resamples - start))
+        w_star = _robust_weights(fit, y_star, h_star, indicator) * fit.data.rel_weight
+        parts.append(_sums(w_star, y_star, indicator))
+    return tuple(np.concatenate(columns) for columns in zip(*parts))
+
+
+def _robust_weights(fit: LegFit, y_star: np.ndarray, h_star: np.ndarray, indicator: np.ndarray) -> np.ndarray:
     """Huber weights of each resample, by IRLS on the leg's largest model (as in the point fit).
 
     Holding the point fit's weights fixed would treat the Huber estimate as a weighted
@@ -208,7 +235,6 @@ def _robust_weights(fit: LegFit, y_star: np.ndarray, h_star: np.ndarray) -> np.n
     data = fit.data
     p = max(f.n_params for f in fit.fits.values())
     x = data.basis(p)
-    indicator = _indicator(fit)
     z = y_star / data.scale_ms[data.group]  # relative units, where f_scale lives
     v = data.rel_weight
     h = h_star

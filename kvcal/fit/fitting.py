@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import residual_df, run_bootstrap
 from kvcal.fit.costmodel import fit_cost_model, idle_curves
-from kvcal.fit.curves import LegData, fit_leg
+from kvcal.fit.drift import describe as describe_trend, time_trends
+from kvcal.fit.modes import describe as describe_mode, detect
+from kvcal.fit.breakeven import break_even_tokens
+from kvcal.fit.curves import LegData, LegFit, fit_leg
 from kvcal.fit.guards import annotate, exclude_warmup
 from kvcal.fit.result import build_result
 from kvcal.fit.tables import ProbeTable
@@ -32,6 +36,10 @@ def fit_table(table: ProbeTable, *, confidence: float = 0.9, seed: int = 0, n_re
     recompute = fit_leg(legs["recompute"], RECOMPUTE_MODELS)
     pull = fit_leg(legs["pull"], PULL_MODELS)
     notes: list[str] = [warmup_note] if warmup_note else []
+    slow, fast_be, pull = _slow_modes(recompute, pull, legs["pull"])
+    notes += [describe_mode(m) for m in slow]
+    trends = time_trends(table, (recompute, pull))
+    notes += [describe_trend(t) for t in trends]
     boot = None
     if n_resamples == 0:
         notes.append("--resamples 0: no bootstrap, no intervals")
@@ -45,12 +53,22 @@ def fit_table(table: ProbeTable, *, confidence: float = 0.9, seed: int = 0, n_re
     result = build_result(table, recompute, pull, boot, confidence=confidence, seed=seed, n_resamples=n_resamples,
                           notes=notes)
     result = annotate(result, table, recompute, pull, n_warmup)
+    result = result.model_copy(update={"slow_modes": slow, "fast_break_even_tokens": fast_be, "time_trends": trends})
     if table.loaded is not None:
         cost = fit_cost_model(table.loaded, idle_curves(result), threshold=busy_queue_threshold or table.loaded.threshold,
                               confidence=confidence, seed=seed, n_resamples=n_resamples)
         result = result.model_copy(update={"cost_model": cost})
     log.info("fit %s: %s at %s tokens", table.origin.path, result.status, result.break_even_tokens)
     return result
+
+
+def _slow_modes(recompute: LegFit, pull: LegFit, pull_data: LegData) -> tuple[list, float | None, LegFit]:
+    """Each leg's slow mode; a pull with one refitted to its mean cost, and the fast curves' break-even kept beside it."""
+    found = [m for m in (detect(recompute), detect(pull)) if m is not None]
+    if not any(m.mean_fitted for m in found):
+        return found, None, pull
+    fast = float(break_even_tokens(recompute.chosen_fit.coef, pull.chosen_fit.coef))
+    return found, round(fast, 1) if math.isfinite(fast) else None, fit_leg(pull_data, PULL_MODELS, robust=False)
 
 
 MAX_RESAMPLES = 1_000_000  # a percentile interval settles long before; past it the bootstrap's memory is tens of GB

@@ -12,7 +12,9 @@ from dataclasses import replace
 from kvcal.fit.wins import per_length, pull_won_from
 from kvcal.fit.breakeven import RECOMPUTE_ALWAYS
 from kvcal.fit.curves import LegFit
-from kvcal.fit.hygiene import warmup_test
+from kvcal.fit.drift import describe as describe_trend
+from kvcal.fit.hygiene import WARMUP_NOTE, warmup_test
+from kvcal.fit.modes import describe as describe_mode
 from kvcal.fit.tables import ProbeTable
 from kvcal.records import FitResult
 
@@ -52,3 +54,10 @@ def annotate(result: FitResult, table: ProbeTable, recompute: LegFit, pull: LegF
         update["status"] = RECOMPUTE_ALWAYS
     update["warnings"] = warnings
     return result.model_copy(update=update)
+
+
+def findings_for_stderr(result: FitResult) -> list[str]:
+    """What changed the data or the cost the fit stands for, said on stderr as well as in the report:
+    warm-up probes excluded, slow modes, drift over time."""
+    lines = [w for w in result.warnings if w.startswith(WARMUP_NOTE)]
+    return lines + [describe_mode(m) for m in result.slow_modes] + [describe_trend(t) for t in result.time_trends]

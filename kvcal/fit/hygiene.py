@@ -12,7 +12,8 @@ noise, does not cover the bias. The test, per (length, leg) group with at least 
 probes: r = log(first / median(rest)); across the groups a one-sided Wilcoxon
 signed-rank test of median r > 0. When p < WARMUP_ALPHA and the median ratio exceeds
 1 + WARMUP_MIN_EXCESS, the first probe of every group is excluded and the fit says so.
-"First" is the earliest ``order`` (a run folder's recorded start times), else rep 0.
+"First" is the earliest ``order`` (a run folder's recorded start times, a CSV's ``order`` or
+``started_at`` column), else rep 0.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from scipy import stats
 WARMUP_ALPHA = 0.01
 WARMUP_MIN_EXCESS = 0.03  # a first-probe excess under 3 % is within what the margin absorbs
 WARMUP_MIN_GROUPS = 4
+WARMUP_NOTE = "warm-up effect:"
 
 
 def collapse_duplicates(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
@@ -71,7 +73,7 @@ def warmup_test(probes: pd.DataFrame) -> tuple[np.ndarray, str | None]:
     if p >= WARMUP_ALPHA or excess <= WARMUP_MIN_EXCESS:
         return exclude, None
     exclude[probes.index.get_indexer(firsts)] = True
-    note = (f"warm-up effect: the first probe in time of each (length, leg) was {excess:.0%} slower than the others "
+    note = (f"{WARMUP_NOTE} the first probe in time of each (length, leg) was {excess:.0%} slower than the others "
             f"(median over {len(r)} groups, Wilcoxon p = {p:.1g}); those {len(firsts)} probes were excluded from the fit. "
             "Sweep with warm-up probes (`kvcal sweep --warmup-probes`) to keep them out of the data")
     return exclude, note

@@ -8,8 +8,9 @@ Three inputs are accepted and detected by shape, not by file name:
   its valid attempt counts; a torn last line is skipped with a warning;
 * a **probe CSV** in the interchange format: a header row with ``prefix_tokens``
   (int), ``leg`` (``recompute``|``pull``), ``ttft_ms`` (float) and optionally
-  ``rep`` (int), ``bytes_moved`` (int) and ``valid`` (bool; rows with false are
-  excluded and counted); one row per probe;
+  ``rep`` (int), ``bytes_moved`` (int), ``valid`` (bool; rows with false are
+  excluded and counted) and the time order, ``order`` (an integer rank in time) or
+  ``started_at`` (ISO 8601, or epoch seconds), in every row or none; one row per probe;
 * the **llm-d calibration Job table** (its log): rows ``tokens recompute_ms pull_ms
   [delta[%]] [pulled_MB]`` of 5-rep medians, one per length; header and ``kubectl logs
   --timestamps`` stamps optional; a line not starting with an integer is chatter and
@@ -34,9 +35,10 @@ import pandas as pd
 
 from kvcal.errors import InputError
 from kvcal.engines.sim import SimCosts, SimPair
-from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS, FitSource, HostDisturbance, Leg, ProbeRecord, RunSetup
+from kvcal.records import FitSource, HostDisturbance, Leg, ProbeRecord, RunSetup
 from kvcal.fit.costmodel import LoadedProbes, split_loaded
 from kvcal.sweep.recorder import RunFolder, pulls_by_proof
+from kvcal.fit.fields import MAX_INT, int_field, leg_field, parse_number, time_field, time_order
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
 from kvcal.fit.recipe import check_verdict, unstamped
 from kvcal.sweep.disturbance import resource_of, summarise
@@ -46,10 +48,9 @@ log = logging.getLogger(__name__)
 
 COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "order"]
 CSV_REQUIRED = ("prefix_tokens", "leg", "ttft_ms")
-CSV_OPTIONAL = ("rep", "bytes_moved", "valid")
+CSV_OPTIONAL = ("rep", "bytes_moved", "valid", "order", "started_at")
 LEGS = (Leg.RECOMPUTE.value, Leg.PULL.value)
 MB = 1_000_000  # the llm-d Job divides byte deltas by 1e6 for its pulled_MB column
-MAX_INT, MAX_MS = 2**53, MAX_TTFT_MS  # far above any real count or TTFT, far below overflow; one rule with kvcal.records
 
 _TABLE_HEADER = re.compile(r"^\s*tokens\s+recompute_ms\s+pull_ms\b", re.IGNORECASE)
 _INT = re.compile(r"^[+]?\d+$")
@@ -75,6 +76,7 @@ class ProbeTable:
     host: HostDisturbance | None = None
     loaded: LoadedProbes | None = None  # a loaded run's probes in every state, for the cost model
     pulls_by_proof: tuple[tuple[str, int], ...] = ()  # valid pulls per counter that proved their bytes (run folders)
+    order_source: str | None = None  # where ``order`` came from: started_at (a run folder's or a CSV's), order (a CSV's)
 
     @property
     def block_size(self) -> int | None:
@@ -204,7 +206,7 @@ def _load_run_folder(folder: Path) -> ProbeTable:
     host = summarise(records, resource_of(manifest.provenance.get("engine") or {}))
     table = from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
                       n_invalid_excluded=n_invalid, warnings=notes, host=host)
-    return replace(table, loaded=loaded, pulls_by_proof=pulls_by_proof(chosen.values()))
+    return replace(table, loaded=loaded, pulls_by_proof=pulls_by_proof(chosen.values()), order_source="started_at")
 
 
 # --- probe CSV --------------------------------------------------------------------------------
@@ -250,47 +252,17 @@ def _load_csv(path: Path, text: str) -> ProbeTable:
         where = f"{path} row {int(index) + 2}"  # the header is row 1
         optional = {c: raw[c].strip() if c in frame.columns else "" for c in ("rep", "bytes_moved")}
         rows.append({
-            "prefix_tokens": _int_field(raw["prefix_tokens"], "prefix_tokens", where, positive=True),
-            "leg": _leg_field(raw["leg"], where),
-            "ttft_ms": _time_field(raw["ttft_ms"], "ttft_ms", where),
-            "rep": _int_field(optional["rep"], "rep", where) if optional["rep"] else None,
-            "bytes_moved": _int_field(optional["bytes_moved"], "bytes_moved", where) if optional["bytes_moved"] else None,
+            "prefix_tokens": int_field(raw["prefix_tokens"], "prefix_tokens", where, positive=True),
+            "leg": leg_field(raw["leg"], where),
+            "ttft_ms": time_field(raw["ttft_ms"], "ttft_ms", where),
+            "rep": int_field(optional["rep"], "rep", where) if optional["rep"] else None,
+            "bytes_moved": int_field(optional["bytes_moved"], "bytes_moved", where) if optional["bytes_moved"] else None,
         })
+    source = time_order(path, frame, rows)
     if n_invalid:
         notes.append(f"{n_invalid} row(s) with valid=false excluded")
-    return from_rows(rows, origin=FitSource(path=str(path), kind="probe-csv"), n_invalid_excluded=n_invalid, warnings=notes)
-
-
-def _int_field(value: str, name: str, where: str, *, positive: bool = False) -> int:
-    text = str(value).strip()
-    try:
-        number = float(text)
-    except ValueError:
-        raise InputError(f"{where}: {name} '{text}' is not a number") from None
-    if not math.isfinite(number) or number != int(number):
-        raise InputError(f"{where}: {name} '{text}' is not a whole number")
-    if number < 0 or (positive and number == 0):
-        raise InputError(f"{where}: {name} must be {'positive' if positive else 'non-negative'}, got {text}")
-    limit = MAX_TOKENS if name in ("prefix_tokens", "tokens", "rep") else MAX_BYTES_MOVED if name == "bytes_moved" else MAX_INT
-    if number > limit:
-        raise InputError(f"{where}: {name} {text} is beyond any plausible value (at most {limit:.3g})")
-    return int(number)
-
-
-def _time_field(value: str, name: str, where: str) -> float:
-    number = _number(str(value).strip(), name, where)
-    if number <= 0:
-        raise InputError(f"{where}: {name} must be positive, got {str(value).strip()}")
-    if number > MAX_MS:
-        raise InputError(f"{where}: {name} {str(value).strip()} ms is beyond any plausible time (at most {MAX_MS:.0e} ms)")
-    return number
-
-
-def _leg_field(value: str, where: str) -> str:
-    text = str(value).strip().lower()
-    if text not in LEGS:
-        raise InputError(f"{where}: leg '{value}' is neither 'recompute' nor 'pull'")
-    return text
+    table = from_rows(rows, origin=FitSource(path=str(path), kind="probe-csv"), n_invalid_excluded=n_invalid, warnings=notes)
+    return replace(table, order_source=source)
 
 
 # --- llm-d Job table --------------------------------------------------------------------------
@@ -323,17 +295,17 @@ def _load_llmd_table(path: Path, text: str) -> ProbeTable:
         where = f"{path} line {number}"
         if not 3 <= len(fields) <= 5:
             raise InputError(f"{where}: expected 'tokens recompute_ms pull_ms [delta%] [pulled_MB]', got {len(fields)} fields")
-        tokens = _int_field(fields[0], "tokens", where, positive=True)
-        recompute = _time_field(fields[1], "recompute_ms", where)
-        pull = _time_field(fields[2], "pull_ms", where)
+        tokens = int_field(fields[0], "tokens", where, positive=True)
+        recompute = time_field(fields[1], "recompute_ms", where)
+        pull = time_field(fields[2], "pull_ms", where)
         if len(fields) >= 4:
-            delta = _number(fields[3].rstrip("%"), "delta", where)
+            delta = parse_number(fields[3].rstrip("%"), "delta", where)
             expected = 100.0 * (pull - recompute) / recompute
             if abs(delta - expected) > 1.0:
                 notes.append(f"line {number}: delta {delta:+.1f}% disagrees with the times ({expected:+.1f}%): columns swapped?")
         moved = None
         if len(fields) == 5:
-            megabytes = _number(fields[4], "pulled_MB", where)
+            megabytes = parse_number(fields[4], "pulled_MB", where)
             if megabytes < 0 or megabytes * MB > MAX_INT:
                 raise InputError(f"{where}: pulled_MB must be non-negative and plausible, got {fields[4]}")
             moved = int(round(megabytes * MB))
@@ -360,16 +332,6 @@ def _load_llmd_table(path: Path, text: str) -> ProbeTable:
     table = from_rows(rows, origin=FitSource(path=str(path), kind="llmd-table"), warnings=notes, n_invalid_excluded=n_zero,
                       verdict=verdict)
     return replace(table, n_duplicates=table.n_duplicates + n_repeated)
-
-
-def _number(text: str, name: str, where: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"{where}: {name} '{text}' is not a number") from None
-    if not math.isfinite(value):
-        raise InputError(f"{where}: {name} is {text} (NaN or infinite)")
-    return value
 
 
 # --- shared -----------------------------------------------------------------------------------

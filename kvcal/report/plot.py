@@ -154,8 +154,13 @@ def draw_run(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, color
             ax.fill_between(n, band[0], band[1], color=c, alpha=0.15, lw=0)
         if points and table is not None:
             rows = table.leg(leg)
-            ax.plot(rows["prefix_tokens"], rows["ttft_ms"], marker, color=c, ms=4, alpha=0.6, ls="none",
+            slow = _slow_mode_mask(fit, leg, rows)
+            ax.plot(rows["prefix_tokens"][~slow], rows["ttft_ms"][~slow], marker, color=c, ms=4, alpha=0.6, ls="none",
                     label=f"{prefix}{leg} probes")
+            if slow.any():
+                mode = next(m for m in fit.slow_modes if m.leg == leg)
+                ax.plot(rows["prefix_tokens"][slow], rows["ttft_ms"][slow], marker, color=c, mfc="none", ms=7,
+                        ls="none", label=f"{prefix}{leg} slow mode ({mode.share:.0%} of probes, {mode.ratio:.2g}x)")
     _break_even_marks(ax, fit, color or "black", prefix)
     if log_x:
         ax.set_xscale("log")
@@ -208,6 +213,15 @@ def save(figure: Figure, path: str | Path, *, dpi: float | str = 110) -> Path:
 
 def _coef_samples(fit: FitResult, leg: str) -> np.ndarray | None:
     return coef_samples(fit, leg)
+
+
+def _slow_mode_mask(fit: FitResult, leg: str, rows) -> np.ndarray:
+    """The leg's probes in its slow mode (kvcal.fit.modes), drawn hollow beside the fast mode's."""
+    mode = next((m for m in fit.slow_modes if m.leg == leg), None)
+    if mode is None:
+        return np.zeros(len(rows), dtype=bool)
+    slow = {(n, rep) for n, rep in mode.slow_probes}
+    return np.array([(int(n), int(r)) in slow for n, r in zip(rows["prefix_tokens"], rows["rep"])], dtype=bool)
 
 
 def _break_even_marks(ax: Axes, fit: FitResult, color: str, prefix: str, *, legend: bool = True) -> None:

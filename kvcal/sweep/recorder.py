@@ -36,7 +36,7 @@ from kvcal.userfiles import read_bytes, read_text
 
 log = logging.getLogger(__name__)
 
-INTERCHANGE_COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved"]
+INTERCHANGE_COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "started_at"]  # started_at: time order
 
 
 class RunFolder:
@@ -198,7 +198,8 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
         raise InputError(f"{run.path} has no valid probes to export")
     buffer = [INTERCHANGE_COLUMNS]
     for r in sorted(rows, key=lambda r: (r.prefix_tokens, r.leg.value, r.rep)):
-        buffer.append([r.prefix_tokens, r.leg.value, f"{r.ttft_ms:.4f}", r.rep, "" if r.bytes_moved is None else r.bytes_moved])
+        buffer.append([r.prefix_tokens, r.leg.value, f"{r.ttft_ms:.4f}", r.rep, "" if r.bytes_moved is None else r.bytes_moved,
+                       r.started_at])
     if output is None:
         csv.writer(sys.stdout, lineterminator="\n").writerows(buffer)
         return len(rows)

@@ -37,7 +37,7 @@ def test_export_to_dash_writes_the_table_to_stdout_and_no_file(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "prefix_tokens,leg,ttft_ms,rep,bytes_moved" and len(lines) == 1 + 8
+    assert lines[0] == "prefix_tokens,leg,ttft_ms,rep,bytes_moved,started_at" and len(lines) == 1 + 8
     assert {line.split(",")[1] for line in lines[1:]} == {"recompute", "pull"}
     assert done.stderr.strip() == "kvcal: wrote 8 probes to stdout"
     assert not (tmp_path / "-").exists()

@@ -186,7 +186,7 @@ def test_cli_sweep_export_and_dry_run(tmp_path, kvcal):
     exported = kvcal("export", tmp_path / "r", "-o", tmp_path / "p.csv")
     assert exported.code == 0
     rows = (tmp_path / "p.csv").read_text().splitlines()
-    assert rows[0] == "prefix_tokens,leg,ttft_ms,rep,bytes_moved" and len(rows) == 9
+    assert rows[0] == "prefix_tokens,leg,ttft_ms,rep,bytes_moved,started_at" and len(rows) == 9
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,102 @@
+"""Reading one field of a probe table (a CSV row, an llm-d Job line): bounded, finite, named where it fails.
+
+Every number is checked where it is read (a user's mistake is an :class:`~kvcal.errors.InputError`
+naming the row); the time order of a CSV (``order`` or ``started_at``) becomes each row's rank in time.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvcal.errors import InputError
+from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS
+
+LEGS = ("recompute", "pull")  # the leg column's values
+TIME_COLUMNS = ("order", "started_at")  # time order: an integer rank, or a start time (ISO 8601 or epoch seconds)
+MAX_EPOCH_S = 4.1e9  # the year 2100
+MAX_INT, MAX_MS = 2**53, MAX_TTFT_MS  # far above any real count or TTFT, far below overflow; one rule with kvcal.records
+
+
+def time_order(path: Path, frame: pd.DataFrame, rows: list[dict[str, Any]]) -> str | None:
+    """Set each row's ``order`` (rank in time) from the CSV's order or started_at column; the column used, or None.
+
+    ``order`` wins when both are given; a column filled in some rows only is refused (half a time order
+    would rank the blank rows arbitrarily)."""
+    name = next((c for c in TIME_COLUMNS if c in frame.columns and frame[c].str.strip().any()), None)
+    if name is None:
+        return None  # no time column, or one left empty in every row (a table written without time order)
+    stamps = []
+    for (index, raw), row in zip(frame.iterrows(), rows):
+        where = f"{path} row {int(index) + 2}"
+        text = raw[name].strip()
+        if not text:
+            raise InputError(f"{where}: {name} is empty; give the time order in every row or drop the column")
+        stamps.append(int_field(text, name, where) if name == "order" else start_time(text, where))
+    ranks = {stamp: i for i, stamp in enumerate(sorted(set(stamps)))}
+    for row, stamp in zip(rows, stamps):
+        row["order"] = ranks[stamp]
+    return name
+
+
+def start_time(text: str, where: str) -> float:
+    """started_at as epoch seconds: ISO 8601 (a time without a zone is read as UTC) or a number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            stamp = datetime.fromisoformat(text)
+        except ValueError:
+            raise InputError(f"{where}: started_at '{text}' is neither ISO 8601 nor epoch seconds") from None
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=timezone.utc)
+        return stamp.timestamp()
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_EPOCH_S:
+        raise InputError(f"{where}: started_at {text} is not a plausible epoch time in seconds")
+    return seconds
+
+
+def int_field(value: str, name: str, where: str, *, positive: bool = False) -> int:
+    text = str(value).strip()
+    try:
+        number = float(text)
+    except ValueError:
+        raise InputError(f"{where}: {name} '{text}' is not a number") from None
+    if not math.isfinite(number) or number != int(number):
+        raise InputError(f"{where}: {name} '{text}' is not a whole number")
+    if number < 0 or (positive and number == 0):
+        raise InputError(f"{where}: {name} must be {'positive' if positive else 'non-negative'}, got {text}")
+    limit = MAX_TOKENS if name in ("prefix_tokens", "tokens", "rep") else MAX_BYTES_MOVED if name == "bytes_moved" else MAX_INT
+    if number > limit:
+        raise InputError(f"{where}: {name} {text} is beyond any plausible value (at most {limit:.3g})")
+    return int(number)
+
+
+def time_field(value: str, name: str, where: str) -> float:
+    number = parse_number(str(value).strip(), name, where)
+    if number <= 0:
+        raise InputError(f"{where}: {name} must be positive, got {str(value).strip()}")
+    if number > MAX_MS:
+        raise InputError(f"{where}: {name} {str(value).strip()} ms is beyond any plausible time (at most {MAX_MS:.0e} ms)")
+    return number
+
+
+def leg_field(value: str, where: str) -> str:
+    text = str(value).strip().lower()
+    if text not in LEGS:
+        raise InputError(f"{where}: leg '{value}' is neither 'recompute' nor 'pull'")
+    return text
+
+
+def parse_number(text: str, name: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{where}: {name} '{text}' is not a number") from None
+    if not math.isfinite(value):
+        raise InputError(f"{where}: {name} is {text} (NaN or infinite)")
+    return value

@@ -1,0 +1,155 @@
+"""A slow mode versus a stall, the threshold for the mean cost, and time order read from a probe CSV."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvcal.cost_curve import break_even_tokens
+from kvcal.emit.threshold import compute_threshold
+from kvcal.engines.sim import SimCosts
+from kvcal.errors import NoThreshold
+from kvcal.fit import fit_table
+from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table, sim_table
+from kvcal.records import FitResult
+from kvcal.report.plot import figure_for
+
+LADDER = [256, 512, 1024, 2048, 4096, 8192]
+COSTS = SimCosts()
+
+
+def _rows(table: ProbeTable) -> list[dict]:
+    return table.probes.astype(object).where(table.probes.notna(), None).to_dict("records")
+
+
+def _slowed(leg: str, share: float, ratio: float, *, seed: int, reps: int = 3) -> ProbeTable:
+    table = sim_table(COSTS, LADDER, reps, seed=seed)
+    rows = _rows(table)
+    picks = [r for r in rows if r["leg"] == leg]
+    chosen = np.random.default_rng(seed).choice(len(picks), size=max(1, round(share * len(picks))), replace=False)
+    for i in chosen:
+        picks[i]["ttft_ms"] *= ratio
+    return from_rows(rows, setup=table.setup, origin=table.origin)
+
+
+def _mean_truth(share: float, ratio: float) -> float:
+    rec = np.array([COSTS.recompute_intercept_ms, COSTS.recompute_per_token_us, COSTS.recompute_per_token2_ns])
+    pull = (1 + share * (ratio - 1)) * np.array([COSTS.pull_intercept_ms, COSTS.pull_per_token_us, 0.0])
+    return float(break_even_tokens(rec, pull))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_common_slow_pull_is_reported_and_the_threshold_covers_the_mean_cost(seed):
+    table = _slowed("pull", 0.22, 2.5, seed=seed)
+    fit = fit_table(table, seed=seed, n_resamples=500)
+    (mode,) = fit.slow_modes
+    assert mode.leg == "pull" and mode.mean_fitted and mode.n_slow == 4 and 2.2 < mode.ratio < 2.8
+    assert fit.fast_break_even_tokens < fit.break_even_tokens
+    assert any("pull has a slow mode" in w for w in fit.warnings)
+    truth = _mean_truth(mode.share, 2.5)
+    threshold = compute_threshold(fit)
+    assert threshold.min_cached_token_delta >= truth
+    assert "slow mode" in threshold.steps[0]
+
+
+def test_a_stall_of_one_probe_keeps_the_robust_fit():
+    clean = fit_table(sim_table(COSTS, LADDER, 6, seed=4), n_resamples=0)
+    stalled = fit_table(_slowed("pull", 0.02, 4.0, seed=4, reps=6), n_resamples=0)
+    assert stalled.slow_modes == [] and stalled.fast_break_even_tokens is None
+    assert abs(stalled.break_even_tokens - clean.break_even_tokens) / clean.break_even_tokens < 0.05
+    assert any("down-weighted" in w for w in stalled.warnings)
+
+
+@pytest.mark.parametrize("reps", [2, 3, 5])
+def test_clean_data_report_no_slow_mode(reps):
+    for seed in range(6):
+        assert fit_table(sim_table(COSTS, LADDER, reps, seed=100 + seed), n_resamples=0).slow_modes == []
+
+
+def test_a_slow_recompute_is_reported_but_keeps_the_robust_curve():
+    clean = fit_table(sim_table(COSTS, LADDER, 3, seed=7), n_resamples=0)
+    fit = fit_table(_slowed("recompute", 0.22, 2.0, seed=7), n_resamples=0)
+    (mode,) = fit.slow_modes
+    assert mode.leg == "recompute" and not mode.mean_fitted and fit.fast_break_even_tokens is None
+    assert abs(fit.break_even_tokens - clean.break_even_tokens) / clean.break_even_tokens < 0.1
+    assert any("lowers the mean-cost crossover" in w for w in fit.warnings)
+
+
+def test_a_refusal_names_the_slow_mode():
+    fit = fit_table(_slowed("pull", 0.22, 2.5, seed=1), n_resamples=200)
+    ties = fit.model_copy(update={"bootstrap": fit.bootstrap.model_copy(update={"break_even_ci_bounds": [500.0, None]}),
+                                  "break_even_ci": None})
+    with pytest.raises(NoThreshold, match="the pull has a slow mode .* measure more reps"):
+        compute_threshold(ties)
+
+
+def test_emit_config_json_on_a_slow_pull_table_is_at_or_above_the_mean_break_even(kvcal, tmp_path):
+    table = _slowed("pull", 0.22, 2.5, seed=2)
+    csv = tmp_path / "slow.csv"
+    table.probes.drop(columns=["order"]).to_csv(csv, index=False)
+    assert kvcal("fit", csv, "-o", tmp_path / "fit.json").code == 0
+    fit = FitResult.model_validate_json((tmp_path / "fit.json").read_text())
+    res = kvcal("emit-config", tmp_path / "fit.json", "--format", "json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["minCachedTokenDelta"] >= _mean_truth(fit.slow_modes[0].share, 2.5)
+
+
+def _warm_csv(path: Path, column: str, stamp) -> Path:
+    """A campaign whose first probe in time of each (length, leg) is 1.5x slow, its rep labels rotated against time."""
+    rows = _rows(sim_table(COSTS, LADDER, 3, seed=11))  # drawn rep by rep: rep 0 of every group first
+    groups = sorted({(r["prefix_tokens"], r["leg"]) for r in rows})
+    lines = [f"prefix_tokens,leg,ttft_ms,rep,{column}"]
+    for i, row in enumerate(rows):
+        shift = groups.index((row["prefix_tokens"], row["leg"]))
+        ttft = row["ttft_ms"] * (1.5 if row["rep"] == 0 else 1.0)
+        lines.append(f"{row['prefix_tokens']},{row['leg']},{ttft!r},{(row['rep'] + shift) % 3},{stamp(i)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("column, stamp", [
+    ("order", lambda i: i),
+    ("started_at", lambda i: f"2026-12-06T01:{i // 60:02d}:{i % 60:02d}Z"),
+    ("started_at", lambda i: 1_765_000_000 + 0.5 * i),
+])
+def test_fit_reads_time_order_from_a_csv_and_excludes_the_warm_up(kvcal, tmp_path, column, stamp):
+    csv = _warm_csv(tmp_path / "warm.csv", column, stamp)
+    res = kvcal("fit", csv, "-o", tmp_path / "fit.json")
+    assert res.code == 0, res.err
+    assert "warm-up effect" in res.err and "excluded" in res.err
+    fit = FitResult.model_validate_json((tmp_path / "fit.json").read_text())
+    assert fit.n_warmup_excluded == 12
+    assert load_probe_table(csv).order_source == column
+
+
+def test_a_time_column_filled_in_some_rows_only_is_refused(kvcal, tmp_path):
+    csv = tmp_path / "half.csv"
+    csv.write_text("prefix_tokens,leg,ttft_ms,order\n256,pull,20,0\n512,pull,21,\n")
+    res = kvcal("fit", csv)
+    assert res.code == 2 and "row 3: order is empty" in res.err and res.err.count("\n") == 1
+    csv.write_text("prefix_tokens,leg,ttft_ms,started_at\n256,pull,20,yesterday\n")
+    res = kvcal("fit", csv)
+    assert res.code == 2 and "neither ISO 8601 nor epoch seconds" in res.err
+
+
+def test_a_residual_trend_over_time_is_warned_about_with_its_size():
+    rows = _rows(sim_table(COSTS, LADDER, 4, seed=5))
+    for i, row in enumerate(rows):
+        row["order"] = i
+        row["ttft_ms"] *= 1.0 + 0.3 * i / len(rows)  # the host slowed by 30 % over the run
+    fit = fit_table(from_rows(rows), n_resamples=0)
+    assert {t.leg for t in fit.time_trends} == {"recompute", "pull"}
+    assert all(0.15 < t.change < 0.45 for t in fit.time_trends)
+    assert any("drifted" in w and "slower" in w for w in fit.warnings)
+    assert fit_table(sim_table(COSTS, LADDER, 4, seed=5), n_resamples=0).time_trends == []
+
+
+def test_plot_draws_the_slow_mode_apart_from_the_fast_probes():
+    table = _slowed("pull", 0.22, 2.5, seed=1)
+    fit = fit_table(table, n_resamples=200)
+    lines = {line.get_label(): line for ax in figure_for(fit, table).axes for line in ax.get_lines()}
+    slow = next(line for label, line in lines.items() if label.startswith("pull slow mode (22% of probes, 2."))
+    assert len(slow.get_xdata()) == 4 and len(lines["pull probes"].get_xdata()) == 14
