@@ -122,11 +122,27 @@ def load_pyyaml(text: str, what: str) -> Any:
         if node is None:
             return None
         try:
-            return loader.construct_document(node)
+            data = loader.construct_document(node)
         except RecursionError:
             raise InputError(f"{what}: YAML nested too deeply to read") from None
     finally:
         loader.dispose()
+    _refuse_surrogates(data, what)
+    return data
+
+
+def _refuse_surrogates(data: Any, what: str) -> None:
+    """A "\\udcff" escape makes a string no UTF-8 record can hold (run.json would fail to write)."""
+    pending = [data]
+    while pending:  # a loop, not recursion: nesting is bounded by size only (expanded_size)
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend([*item.keys(), *item.values()])
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str) and any("\ud800" <= ch <= "\udfff" for ch in item):
+            raise InputError(f"{what}: {item.encode('utf-8', 'backslashreplace').decode('ascii')!r} holds a "
+                             "surrogate escape, which no UTF-8 file can record")
 
 
 def check_ruamel_text(text: str, what: str) -> None:

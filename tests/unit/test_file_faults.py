@@ -171,5 +171,12 @@ def test_export_collapses_repeated_attempts_and_warm_ups_as_fit_does(tmp_path, k
 def test_a_name_or_folder_that_is_not_utf8_is_an_input_error(tmp_path, kvcal, flag):
     value = "bad\udcff" if flag == "--name" else str(tmp_path / "d\udcfe")
     result = kvcal("sweep", "--engine", "sim", "--prefix-lengths", "256", "--reps", "1", "--output-dir", tmp_path, flag, value)
-    assert result.code == 2 and "not UTF-8" in result.err and "bad\\xff" in result.err or "d\\xfe" in result.err
+    assert result.code == 2 and "not UTF-8" in result.err and ("bad\\xff" in result.err or "d\\xfe" in result.err)
     assert not any(tmp_path.glob("*/run.json"))
+
+
+def test_a_campaign_string_with_a_surrogate_escape_is_an_input_error(tmp_path, kvcal):
+    campaign = tmp_path / "campaign.yaml"
+    campaign.write_text('engine: sim\nprefix-lengths: [256, 1024]\nreps: 1\nname: "x\\udcff"\n')
+    result = kvcal("sweep", "--config", campaign, "--output-dir", tmp_path)
+    assert result.code == 2 and "surrogate escape" in result.err, result.err
