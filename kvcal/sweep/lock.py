@@ -50,8 +50,8 @@ def _make_folder(path: Path) -> None:
     except FileExistsError:
         if not unfinished_startup(path):
             raise InputError(f"run folder {path} already exists; add --resume to continue it or choose another --name") from None
-        log.warning("run folder %s holds only %s: a start-up that never wrote run.json; starting this sweep in it "
-                    "(its engine logs are kept)", path, " and ".join(sorted(os.listdir(path))))
+        log.warning("run folder %s holds %s: a start-up that never wrote run.json; starting this sweep in it "
+                    "(its engine logs are kept)", path, " and ".join(sorted(os.listdir(path))) or "nothing")
     except NotADirectoryError:
         raise InputError(f"--output-dir {path.parent}: a file is in the way of the run folder") from None
     except OSError as err:
