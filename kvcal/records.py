@@ -67,7 +67,7 @@ class ProbeRecord(Record):
     metrics_delta: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(
         default_factory=dict, description="Raw engine counter deltas over the probe.")
     warmup: bool = Field(False, description="A discarded warm-up of a new (length, leg) shape; never fitted.")
-    host_busy: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description="Share (0-1) of the engines' CPUs (or GPUs) other processes took "
+    host_busy: float | None = Field(None, ge=0, allow_inf_nan=False, description="Share (0-1) of the engines' CPUs (or GPUs) other processes took "
                                     "since the previous probe; None where not measured (kvcal.sweep.disturbance).")
     load_state: str | None = Field(None, description="The load the sweep set up for this probe (idle, source-busy, computing-busy, both-busy); None in runs before load states.")
     source_waiting: int | None = Field(None, ge=0, le=MAX_QUEUE, description="vllm:num_requests_waiting of the producer (the KV source) just before the probe; None if not read.")

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
 
 from kvcal.records import PlannedProbe, ProbeRecord
 
 WARMUP_SUFFIX = "-warmup"
+# What a probe measured or read from the engines; the rest of a record comes from the plan.
+MEASURED = ("ttft_ms", "bytes_moved", "producer_ttft_ms", "overhead_ms", "host_busy", "source_waiting", "computing_waiting")
 _ID_SHAPE = re.compile(r"(?:^|-)L(?P<tokens>\d{1,10})-(?P<leg>recompute|pull)-r(?P<rep>\d{1,10})$")
 
 
@@ -31,3 +36,20 @@ def contradiction(record: ProbeRecord, plan: Mapping[str, PlannedProbe]) -> str 
         return (f"probe {record.probe_id} records {record.prefix_tokens} tokens on the {record.leg.value} leg, "
                 f"which contradicts its id")
     return None
+
+
+def checked_record(**fields: Any) -> ProbeRecord:
+    """The record of one attempt; a measured number beyond the record's bounds makes the attempt invalid.
+
+    The bounds that a run folder is read with (:class:`ProbeRecord`) hold when it is
+    written too: an engine that reports a 1e300-byte pull or an infinite TTFT costs one
+    attempt, with the reason, and the run goes on (or ends on its retry limit).
+    """
+    try:
+        return ProbeRecord(**fields)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "a value"
+        reason = f"the engines reported an implausible {where} ({first.get('msg', 'invalid')})"
+    cleared = {name: None for name in MEASURED if name in fields}
+    return ProbeRecord(**{**fields, **cleared, "metrics_delta": {}, "valid": False, "invalid_reason": reason})

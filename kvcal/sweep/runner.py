@@ -38,6 +38,7 @@ from kvcal.sweep.plan import PlannedProbe, default_prefix_lengths, validate_pref
 from kvcal.sweep.progress import NullProgress, SweepProgress
 from kvcal.sweep.provenance import host_provenance, utc_now
 from kvcal.sweep.lock import claim_run_folder, no_run_to_resume
+from kvcal.sweep.probe_checks import checked_record
 from kvcal.sweep.recorder import RunFolder, attempts_so_far, completed_probe_ids
 from kvcal.sweep.validate import check_resume
 from kvcal.records import Leg, ProbeRecord, RunManifest
@@ -289,7 +290,7 @@ def _probe_until_valid(
         wall_ms = (time.perf_counter() - began) * 1e3
         host_busy = monitor.after_probe() if monitor is not None else None
         if measured is None:
-            record = ProbeRecord(
+            record = checked_record(
                 probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,
                 prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep, ttft_ms=None,
                 bytes_moved=None, expected_bytes=expected, valid=False, invalid_reason=reason, started_at=started_at,
@@ -298,7 +299,7 @@ def _probe_until_valid(
             )
         else:
             engine_ms = measured.ttft_ms + (measured.producer_ttft_ms or 0.0)
-            record = ProbeRecord(
+            record = checked_record(
                 probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,
                 prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep,
                 ttft_ms=measured.ttft_ms, bytes_moved=measured.bytes_moved, bytes_metric=measured.bytes_metric,
@@ -309,6 +310,7 @@ def _probe_until_valid(
                 metrics_delta=measured.metrics_delta, host_busy=host_busy, **loaded,
                 adaptive_round=planned.adaptive_round, adaptive_reason=planned.adaptive_reason,
             )
+        reason = record.invalid_reason if not record.valid else None  # checked_record: numbers out of bounds
         run.append_probe(record)
         attempts[planned.probe_id] = attempt + 1
         progress.on_probe(record, done + (1 if reason is None else 0), total)

@@ -5,6 +5,7 @@ The full-disk checks, which need a small tmpfs, are in tests/cli/test_installed_
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import re
@@ -180,3 +181,37 @@ def test_a_campaign_string_with_a_surrogate_escape_is_an_input_error(tmp_path, k
     campaign.write_text('engine: sim\nprefix-lengths: [256, 1024]\nreps: 1\nname: "x\\udcff"\n')
     result = kvcal("sweep", "--config", campaign, "--output-dir", tmp_path)
     assert result.code == 2 and "surrogate escape" in result.err, result.err
+
+
+class _LyingPair:
+    """A simulated pair whose pulls report an absurd byte count and a NaN counter, as a broken engine might."""
+
+    def __init__(self, pair) -> None:
+        self._pair = pair
+
+    def __getattr__(self, name: str):
+        return getattr(self._pair, name)
+
+    def __enter__(self):
+        self._pair.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._pair.__exit__(*exc)
+
+    def measure(self, leg, tokens):
+        measured = self._pair.measure(leg, tokens)
+        if leg is Leg.PULL:
+            return dataclasses.replace(measured, bytes_moved=10**300, metrics_delta={"kv_bytes": float("nan")})
+        return measured
+
+
+def test_a_measurement_beyond_the_record_bounds_is_an_invalid_attempt_not_an_internal_error(tmp_path):
+    from kvcal.errors import GateError
+    from kvcal.sweep.runner import make_pair
+
+    with pytest.raises(GateError, match="implausible bytes_moved"):
+        run_sweep(sim_config(tmp_path, warmup_probes=False), pair_factory=lambda c, r: _LyingPair(make_pair(c, r)))
+    records = RunFolder(tmp_path / "run").read_probes()  # what was written reads back
+    assert records and all(r.valid for r in records if r.leg is Leg.RECOMPUTE)
+    assert all(not r.valid and r.bytes_moved is None for r in records if r.leg is Leg.PULL)
