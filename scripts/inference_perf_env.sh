@@ -4,15 +4,19 @@
 # Python >= 3.12, kvcal's venv may be older, so it gets a venv of its own, in .cache/
 # (gitignored; CI caches that folder). Prints the venv's inference-perf path.
 # Without Python 3.12 or a package index it says why and exits 3: the tests then skip, naming
-# this script. Usage: bash scripts/inference_perf_env.sh   (PYTHON312=/path/to/python3.12)
+# this script. Usage: bash scripts/inference_perf_env.sh [--cached-only]  (PYTHON312=/path/to/python3.12)
+# --cached-only prints the path only if the venv is already made (the tests ask so), else exits 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=0.7.0
 venv=.cache/inference-perf-$version
-stamp="$venv/.kvcal-ready-$(sha1sum "$0" | cut -c1-12)"
+stamp="$venv/.kvcal-ready"
 if [ -f "$stamp" ]; then
   echo "$PWD/$venv/bin/inference-perf"
   exit 0
+fi
+if [ "${1:-}" = --cached-only ]; then
+  exit 3
 fi
 python=
 # pyenv's shims answer for versions that are installed but not selected, so look behind them too.
