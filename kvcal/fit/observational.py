@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvcal.errors import InputError
 from kvcal.fit import load_or_fit
@@ -70,7 +70,7 @@ class _Read(BaseModel):
 
 
 class TextRequestMetrics(_Read):
-    input_tokens: int | None = None
+    input_tokens: int | None = Field(None, ge=0, strict=True)
 
 
 class RequestMetrics(_Read):
@@ -87,7 +87,7 @@ class ResponseMetrics(_Read):
 
 class RequestInfo(_Read):
     request_metrics: RequestMetrics | None = None
-    input_tokens: int | None = None  # inference-perf's deprecated mirror of request_metrics.text.input_tokens
+    input_tokens: int | None = Field(None, ge=0, strict=True)  # deprecated mirror of request_metrics.text.input_tokens
     response_metrics: ResponseMetrics | None = None
 
     def prompt_tokens(self) -> int | None:
@@ -215,7 +215,7 @@ def parse_per_request(path: Path) -> PerRequestFile:
         assert record.info is not None and record.info.response_metrics is not None  # skip_reason checked both
         ttft_ms = float(record.ttft_s() or 0.0) * 1e3
         if not math.isfinite(ttft_ms) or ttft_ms <= 0:
-            raise InputError(f"{path} request {index}: first token at or before the start ({ttft_ms:.3f} ms)")
+            raise InputError(f"{path} request {index}: a TTFT of {ttft_ms:.3f} ms (the first token at or before the start)")
         chunks = record.info.response_metrics.response_chunks or []
         found.append(RequestTiming(str(_request_id(chunks[0])), int(record.info.prompt_tokens() or 0), ttft_ms))
     if not found:

@@ -135,6 +135,20 @@ def test_cli_fit_counts_every_request_inference_perf_times(folder, idle_run, kvc
     assert any("3 of 16 requests were left out" in w and "no TTFT" in w for w in cm.warnings)
 
 
+@pytest.mark.parametrize("change, says", [
+    (lambda e: e["info"]["request_metrics"]["text"].update(input_tokens=-3), "greater than or equal to 0"),
+    (lambda e: e["info"]["request_metrics"]["text"].update(input_tokens=True), "valid integer"),
+    (lambda e: e.pop("start_time"), "start_time: Field required"),
+])
+def test_a_malformed_record_is_a_one_line_error_naming_its_field(change, says, tmp_path, idle_run, kvcal):
+    entries = records("completion")
+    change(entries[0])
+    path = tmp_path / PER_REQUEST
+    path.write_text(json.dumps(entries))
+    res = kvcal("fit", "--per-request", path, "--epp-log", LOADED / "completion" / "epp.log", "--idle", idle_run)
+    assert res.code == 2 and says in res.err and "request 0" in res.err and len(res.err.strip().splitlines()) == 1
+
+
 def inference_perf_executable() -> Path | None:
     named = os.environ.get("KVCAL_INFERENCE_PERF")
     if named:
