@@ -44,7 +44,8 @@ def simulate_production(costs: SimCosts, n_requests: int, *, shape: FleetShape =
     sigma = float(np.sqrt(np.log1p(costs.noise_cv**2)))
     requests: list[dict[str, Any]] = []
     lines: list[str] = ["I1203 09:00:00.000000 1 main.go:80] starting EPP (not a decision line)"]
-    clock = 1_764_000_000.0
+    clock = 1_764_000_000.0  # the EPP log's wall clock
+    epoch = clock - 600.0  # inference-perf's clock is monotonic (time.perf_counter)
     for i in range(n_requests):
         rid = f"{seed:04d}-{i:06d}-{int(rng.integers(1 << 30)):08x}"
         suffix = int(rng.integers(shape.suffix_tokens[0], shape.suffix_tokens[1] + 1))
@@ -63,11 +64,16 @@ def simulate_production(costs: SimCosts, n_requests: int, *, shape: FleetShape =
         ttft_s = (curve_ms * float(rng.lognormal(-sigma * sigma / 2, sigma)) + delays_ms) / 1e3
         clock += float(rng.exponential(0.05))
         tokens = [clock + ttft_s + 0.01 * k for k in range(4)]
-        chunk = {"id": f"cmpl-{rid}", "object": "text_completion", "choices": [{"index": 0, "text": " a"}]}
+        chunks = [json.dumps({"id": f"cmpl-{rid}", "object": "text_completion", "choices": [{"index": 0, "text": " a"}]})
+                  for _ in tokens]
+        # inference-perf 0.7.0's record: a monotonic clock, one chunk per token time, the input
+        # tokens under request_metrics (info.input_tokens is its deprecated mirror).
         requests.append({
-            "start_time": clock, "end_time": tokens[-1], "error": None,
-            "info": {"input_tokens": n_in, "output_tokens": len(tokens),
-                     "response_metrics": {"output_token_times": tokens, "response_chunks": [json.dumps(chunk)]}},
+            "start_time": clock - epoch, "end_time": tokens[-1] - epoch, "error": None,
+            "info": {"request_metrics": {"text": {"input_tokens": n_in}}, "input_tokens": n_in,
+                     "response_metrics": {"output_tokens": len(tokens), "response_chunks": chunks,
+                                          "chunk_times": [t - epoch for t in tokens],
+                                          "output_token_times": [t - epoch for t in tokens]}},
         })
         decision = {"level": "info", "ts": clock, "logger": "p2p-source-producer", "msg": "p2p decision",
                     "requestID": rid, "outcome": outcome, "bestCachedTokens": best, "computingCachedTokens": computing,

@@ -2,11 +2,19 @@
 
 Two files, as the recipe collects them (shapes in docs/method.md):
 
-* inference-perf's ``per_request_lifecycle_metrics.json`` (one or more): a list of
-  requests with ``start_time`` (s), ``error``, ``info.input_tokens`` and
-  ``info.response_metrics.output_token_times`` (s; the first gives the TTFT) and
-  ``info.response_metrics.response_chunks`` (the first chunk's JSON ``id`` is
-  ``cmpl-<router request id>``);
+* inference-perf's ``per_request_lifecycle_metrics.json`` (one or more; inference-perf
+  0.7.0 writes it with ``report.request_lifecycle.per_request: true``): a list of
+  requests with ``start_time`` (s, a monotonic clock), ``error``,
+  ``info.request_metrics.text.input_tokens`` (the deprecated ``info.input_tokens``
+  mirror is read when it is absent), ``info.response_metrics.output_token_times`` (s)
+  and ``info.response_metrics.response_chunks`` (content-bearing chunks only; the
+  first one's JSON ``id`` is ``cmpl-<router request id>`` for a completion and
+  ``chatcmpl-<router request id>`` for a chat completion). The TTFT is inference-perf's
+  own: ``output_token_times[0] - start_time`` for a streamed response with more than
+  one token time (``reportgen/base.py``, ``compute_request_latency_metrics``), or its
+  ``computed_metrics.time_to_first_token`` where the file carries one. A request
+  inference-perf gives no TTFT (an error, a one-token or unstreamed response) or that
+  names no id (written with ``response_chunks`` off) is skipped and counted by reason;
 * the router (EPP) log: lines whose JSON ``msg`` (or ``body``) is ``"p2p decision"``,
   with ``requestID``, ``outcome`` (``pulled``, ``self``, ``below-floor``,
   ``no-best-match``), ``bestCachedTokens``, ``computingCachedTokens``,
@@ -26,10 +34,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvcal.errors import InputError
 from kvcal.fit import load_or_fit
@@ -40,7 +50,84 @@ log = logging.getLogger(__name__)
 
 DECISION = "p2p decision"
 OUTCOMES = ("pulled", "self", "below-floor", "no-best-match")
-ID_PREFIX = "cmpl-"
+ID_PREFIXES = ("chatcmpl-", "cmpl-")  # vLLM's chat and completion ids around the router's request id
+RERUN = ("rerun inference-perf with api.streaming: true, report.request_lifecycle.per_request: true and "
+         "per_request_fields.response_chunks: true (its default), with outputs of at least 2 tokens")
+
+# Why a request is left out; each says what inference-perf did or did not record.
+ERRORED = "an error"
+UNSTREAMED = "no token times (not streamed)"
+ONE_TOKEN = "one token time or none (inference-perf gives it no TTFT)"
+NO_CHUNKS = "no response chunks (written with response_chunks off)"
+NO_ID = "no JSON id in the first response chunk"
+NO_INPUT = "no input token count"
+
+
+class _Read(BaseModel):
+    # inference-perf's records grow fields between releases (and carry raw payloads we do
+    # not need): read the fields kvcal uses and ignore the rest, unlike kvcal's own records.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class TextRequestMetrics(_Read):
+    input_tokens: int | None = Field(None, ge=0, strict=True)
+
+
+class RequestMetrics(_Read):
+    text: TextRequestMetrics | None = None
+
+
+class ResponseMetrics(_Read):
+    """``StreamedResponseMetrics`` when ``output_token_times`` is present, else a unary response."""
+
+    output_tokens: int | None = None
+    output_token_times: list[float] | None = None
+    response_chunks: list[str] | None = None
+
+
+class RequestInfo(_Read):
+    request_metrics: RequestMetrics | None = None
+    input_tokens: int | None = Field(None, ge=0, strict=True)  # deprecated mirror of request_metrics.text.input_tokens
+    response_metrics: ResponseMetrics | None = None
+
+    def prompt_tokens(self) -> int | None:
+        text = self.request_metrics.text if self.request_metrics else None
+        return text.input_tokens if text is not None and text.input_tokens is not None else self.input_tokens
+
+
+class ComputedMetrics(_Read):
+    time_to_first_token: float | None = None
+
+
+class LifecycleRecord(_Read):
+    """One entry of ``per_request_lifecycle_metrics.json``."""
+
+    start_time: float
+    info: RequestInfo | None = None
+    error: dict[str, object] | str | None = None
+    computed_metrics: ComputedMetrics | None = None
+
+    def ttft_s(self) -> float | None:
+        """inference-perf's TTFT: the first token time after the start, for more than one token time."""
+        if self.computed_metrics is not None:
+            return self.computed_metrics.time_to_first_token
+        metrics = self.info.response_metrics if self.info else None
+        times = metrics.output_token_times if metrics else None
+        return times[0] - self.start_time if times and len(times) > 1 else None
+
+    def skip_reason(self) -> str | None:
+        metrics = self.info.response_metrics if self.info else None
+        if self.error:
+            return ERRORED
+        if metrics is None or metrics.output_token_times is None:
+            return UNSTREAMED
+        if self.ttft_s() is None:
+            return ONE_TOKEN
+        if not metrics.response_chunks:
+            return NO_CHUNKS
+        if _request_id(metrics.response_chunks[0]) is None:
+            return NO_ID
+        return NO_INPUT if self.info is None or self.info.prompt_tokens() is None else None
 
 
 @dataclass(frozen=True)
@@ -50,6 +137,14 @@ class RequestTiming:
     request_id: str
     input_tokens: int
     ttft_ms: float
+
+
+@dataclass(frozen=True)
+class PerRequestFile:
+    """The requests of one per-request file with a TTFT and an id, and how many were left out, by reason."""
+
+    requests: list[RequestTiming]
+    skipped: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(frozen=True)
@@ -68,61 +163,65 @@ class Decision:
 @dataclass(frozen=True)
 class JoinStats:
     n_requests: int
-    n_errors: int
+    n_skipped: int
     n_unmatched: int
     n_joined: int
 
 
-def _chunk_id(chunk: object) -> str | None:
-    if isinstance(chunk, str):
-        text = chunk.strip()
-        if text.startswith("data:"):
-            text = text[5:].strip()
-        try:
-            chunk = json.loads(text)
-        except ValueError:
-            return None
-    if isinstance(chunk, dict) and isinstance(chunk.get("id"), str):
-        return chunk["id"]
-    return None
+def _request_id(chunk: str) -> str | None:
+    """The router's request id in a response chunk's JSON ``id`` (``cmpl-``/``chatcmpl-`` removed)."""
+    text = chunk.strip()
+    if text.startswith("data:"):
+        text = text[5:].strip()
+    try:
+        chunk_id = json.loads(text).get("id")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(chunk_id, str) or not chunk_id:
+        return None
+    return next((chunk_id[len(p):] for p in ID_PREFIXES if chunk_id.startswith(p)), chunk_id)
 
 
-def parse_per_request(path: Path) -> tuple[list[RequestTiming], int]:
-    """The successful requests of one per-request file, and how many had an error (skipped)."""
+def _read_records(path: Path) -> list[LifecycleRecord]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: no such per-request file") from None
-    except ValueError as err:
+    except (ValueError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: not JSON ({err})") from None
     if not isinstance(data, list):
         raise InputError(f"{path}: expected inference-perf's list of requests, got {type(data).__name__}")
-    out: list[RequestTiming] = []
-    errors = 0
+    records = []
     for index, item in enumerate(data):
-        where = f"{path} request {index}"
-        if not isinstance(item, dict):
-            raise InputError(f"{where}: not an object")
-        if item.get("error"):
-            errors += 1
+        try:
+            records.append(LifecycleRecord.model_validate(item))
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "the record"
+            raise InputError(f"{path} request {index}: {where}: {first['msg']}") from None
+    return records
+
+
+def parse_per_request(path: Path) -> PerRequestFile:
+    """The requests of one per-request file to which inference-perf gives a TTFT; the rest counted by reason."""
+    found: list[RequestTiming] = []
+    skipped: Counter[str] = Counter()
+    records = _read_records(path)
+    for index, record in enumerate(records):
+        reason = record.skip_reason()
+        if reason is not None:
+            skipped[reason] += 1
             continue
-        info = item.get("info") or {}
-        metrics = info.get("response_metrics") or {}
-        times = metrics.get("output_token_times") or []
-        chunks = metrics.get("response_chunks") or []
-        if not isinstance(item.get("start_time"), (int, float)) or not times or not isinstance(times[0], (int, float)):
-            raise InputError(f"{where}: needs start_time and info.response_metrics.output_token_times")
-        if not isinstance(info.get("input_tokens"), int):
-            raise InputError(f"{where}: needs info.input_tokens (an integer)")
-        chunk_id = _chunk_id(chunks[0]) if chunks else None
-        if chunk_id is None:
-            raise InputError(f"{where}: the first response chunk carries no JSON id (cmpl-<request id>)")
-        ttft_ms = (float(times[0]) - float(item["start_time"])) * 1e3
+        assert record.info is not None and record.info.response_metrics is not None  # skip_reason checked both
+        ttft_ms = float(record.ttft_s() or 0.0) * 1e3
         if not math.isfinite(ttft_ms) or ttft_ms <= 0:
-            raise InputError(f"{where}: first token at or before the start ({ttft_ms:.3f} ms)")
-        request_id = chunk_id[len(ID_PREFIX):] if chunk_id.startswith(ID_PREFIX) else chunk_id
-        out.append(RequestTiming(request_id, int(info["input_tokens"]), ttft_ms))
-    return out, errors
+            raise InputError(f"{path} request {index}: a TTFT of {ttft_ms:.3f} ms (the first token at or before the start)")
+        chunks = record.info.response_metrics.response_chunks or []
+        found.append(RequestTiming(str(_request_id(chunks[0])), int(record.info.prompt_tokens() or 0), ttft_ms))
+    if not found:
+        why = ", ".join(f"{n} with {reason}" for reason, n in skipped.most_common()) or "the list is empty"
+        raise InputError(f"{path}: none of {len(records)} requests has a TTFT and a request id ({why}); {RERUN}")
+    return PerRequestFile(found, skipped)
 
 
 def _int(value: object, name: str, where: str) -> int:
@@ -171,14 +270,14 @@ def parse_epp_log(path: Path) -> dict[str, Decision]:
     return out
 
 
-def join(requests: list[RequestTiming], decisions: dict[str, Decision], n_errors: int = 0) -> tuple[LoadedProbes, JoinStats]:
+def join(requests: list[RequestTiming], decisions: dict[str, Decision], n_skipped: int = 0) -> tuple[LoadedProbes, JoinStats]:
     """Requests with a decision, as cost-model rows; counts of what could not be joined."""
     rows = [(r, decisions[r.request_id]) for r in requests if r.request_id in decisions]
-    stats = JoinStats(len(requests) + n_errors, n_errors, len(requests) - len(rows), len(rows))
-    log.info("joined %d of %d requests to p2p decisions (%d errors)", stats.n_joined, stats.n_requests, n_errors)
+    stats = JoinStats(len(requests) + n_skipped, n_skipped, len(requests) - len(rows), len(rows))
+    log.info("joined %d of %d requests to p2p decisions (%d skipped)", stats.n_joined, stats.n_requests, n_skipped)
     if not rows:
         raise InputError(f"none of {len(requests)} requests matched a p2p decision by request id "
-                         f"(the chunk id is cmpl-<requestID>); are the two files from the same run?")
+                         f"(the chunk id is cmpl-<requestID> or chatcmpl-<requestID>); are the two files from the same run?")
     pulled = np.array([d.outcome == "pulled" for _, d in rows])
     cached = np.array([d.best_cached_tokens if d.outcome == "pulled" else d.computing_cached_tokens for _, d in rows], dtype=float)
     inputs = np.array([r.input_tokens for r, _ in rows], dtype=float)
@@ -201,21 +300,22 @@ def fit_observational(per_request: list[Path], epp_log: Path, idle: Path, *, thr
     if not per_request:
         raise InputError("--epp-log needs at least one --per-request FILE")
     requests: list[RequestTiming] = []
-    errors = 0
+    skipped: Counter[str] = Counter()
     for path in per_request:
-        found, failed = parse_per_request(path)
-        requests += found
-        errors += failed
+        read = parse_per_request(path)
+        requests += read.requests
+        skipped.update(read.skipped)
     decisions = parse_epp_log(epp_log)
-    data, stats = join(requests, decisions, errors)
+    data, stats = join(requests, decisions, sum(skipped.values()))
     idle_fit = load_or_fit(idle, confidence=confidence, seed=seed, n_resamples=n_resamples)
     cost = fit_cost_model(data, idle_curves(idle_fit), threshold=threshold, confidence=confidence, seed=seed,
                           n_resamples=n_resamples)
     notes = []
     if stats.n_unmatched:
         notes.append(f"{stats.n_unmatched} of {stats.n_requests} requests had no p2p decision and were left out")
-    if stats.n_errors:
-        notes.append(f"{stats.n_errors} request(s) with an error were left out")
+    if skipped:
+        why = ", ".join(f"{n} with {reason}" for reason, n in skipped.most_common())
+        notes.append(f"{stats.n_skipped} of {stats.n_requests} requests were left out: {why}")
     inputs = [str(p) for p in per_request] + [str(epp_log), str(idle)]
     cost = cost.model_copy(update={"warnings": notes + list(cost.warnings), "inputs": inputs})
     # The idle curves and setup are the idle fit's; the source names the production log.

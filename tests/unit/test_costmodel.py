@@ -22,7 +22,7 @@ from kvcal.sweep.config import SweepConfig
 from kvcal.sweep.load import LOAD_STATES
 from kvcal.sweep.runner import run_sweep
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llmd" / "loaded"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llmd" / "loaded" / "completion"
 DELAYS = {"source_wait_ms": 30.0, "requeue_ms": 50.0, "busy_computing_ms": 80.0}
 KEYS = ("transferFixedMs", "sourceWaitMs", "requeueMs", "prefillMicrosecondsPerToken", "transferMicrosecondsPerToken")
 
@@ -136,24 +136,27 @@ def test_an_unexercised_constant_is_named_not_invented():
 
 
 def test_per_request_parser_reads_ttft_ids_and_skips_errors():
-    requests, errors = parse_per_request(FIXTURES / "per_request_lifecycle_metrics.json")
-    assert errors == 1 and len(requests) == 13
+    read = parse_per_request(FIXTURES / "per_request_lifecycle_metrics.json")  # real inference-perf 0.7.0 output
+    assert read.skipped["an error"] == 1 and len(read.requests) == 13
     first = json.loads((FIXTURES / "per_request_lifecycle_metrics.json").read_text())[0]
     expected = (first["info"]["response_metrics"]["output_token_times"][0] - first["start_time"]) * 1e3
-    assert requests[0].ttft_ms == pytest.approx(expected)
-    assert requests[0].request_id == "0007-000000-25b82c13"  # cmpl- stripped
-    assert requests[-1].request_id == "no-decision-0001"  # an SSE 'data:' chunk is read too
+    assert read.requests[0].ttft_ms == pytest.approx(expected)
+    assert read.requests[0].request_id == json.loads(first["info"]["response_metrics"]["response_chunks"][0])["id"][5:]
 
 
-def test_epp_parser_takes_only_decision_lines_and_join_counts_the_unmatched():
-    decisions = parse_epp_log(FIXTURES / "epp.log")
-    assert len(decisions) == 12 and "x" not in decisions
-    requests, errors = parse_per_request(FIXTURES / "per_request_lifecycle_metrics.json")
-    data, stats = join(requests, decisions, errors)
-    assert (stats.n_joined, stats.n_unmatched, stats.n_errors) == (12, 1, 1)
-    d = decisions[requests[0].request_id]
-    assert d.outcome == "pulled" and data.pulled[0] and data.delta[0] == d.delta_tokens
-    assert data.uncached[0] == requests[0].input_tokens - d.best_cached_tokens
+def test_epp_parser_takes_only_decision_lines_and_join_counts_the_unmatched(tmp_path):
+    read = parse_per_request(FIXTURES / "per_request_lifecycle_metrics.json")
+    lines = [line for line in (FIXTURES / "epp.log").read_text().splitlines() if read.requests[0].request_id not in line]
+    log = tmp_path / "epp.log"
+    log.write_text("\n".join(lines + ['{"level":"info","msg":"picked endpoint","requestID":"x"}']) + "\n")
+    decisions = parse_epp_log(log)
+    assert len(decisions) == 15 and "x" not in decisions
+    data, stats = join(read.requests, decisions, sum(read.skipped.values()))
+    assert (stats.n_joined, stats.n_unmatched, stats.n_skipped) == (12, 1, 3)
+    d = decisions[read.requests[1].request_id]
+    assert data.pulled[0] == (d.outcome == "pulled") and data.delta[0] == (d.delta_tokens if d.outcome == "pulled" else 0)
+    assert data.uncached[0] == read.requests[1].input_tokens - (d.best_cached_tokens if d.outcome == "pulled"
+                                                                 else d.computing_cached_tokens)
     assert data.computing_waiting[0] == d.computing_waiting
 
 
@@ -173,7 +176,7 @@ def test_bad_epp_lines_are_one_line_errors(tmp_path, text, message):
 def test_per_request_without_ids_is_an_error(tmp_path):
     path = tmp_path / "pr.json"
     path.write_text(json.dumps([{"start_time": 1.0, "error": None, "info": {"input_tokens": 5, "response_metrics": {
-        "output_token_times": [1.1], "response_chunks": ["not json"]}}}]))
+        "output_token_times": [1.1, 1.2], "response_chunks": ["not json"]}}}]))
     with pytest.raises(InputError, match="JSON id"):
         parse_per_request(path)
 
