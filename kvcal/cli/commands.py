@@ -13,7 +13,7 @@ import importlib
 from types import ModuleType
 
 MODULES = ("sweep_cmd", "export_cmd", "fit_cmd", "plot_cmd", "emit_cmd", "compare_cmd", "history_cmd", "predict_cmd",
-           "plan_cmd", "profiles_cmd", "k8s_cmd")
+           "plan_cmd", "fleet_cmd", "profiles_cmd", "k8s_cmd")
 
 INDEX = (
     ("sweep", "Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."),
@@ -30,6 +30,8 @@ INDEX = (
                 "link's floor."),
     ("plan", "Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and "
              "interval width."),
+    ("fleet", "Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to "
+              "use."),
     ("k8s-job", "Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable "
                 "from a laptop)."),
     ("profiles", "Model and hardware profiles: KV layout, FLOPs, accelerators and links."),

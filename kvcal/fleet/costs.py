@@ -1,0 +1,105 @@
+"""What the calibration tells the fleet model: the idle curves (or one bootstrap resample of them) and the costModel.
+
+With the recompute curve r(n) = a_r + b_r n + c_r n^2 and the pull curve p(n) (ms, n tokens):
+
+* a step of an engine costs ``decode_step_ms`` (default a_r: a pass over a near-empty
+  prompt) plus, for every prefill chunk of tokens [k, k+m) it carries,
+  ``b_r m + c_r ((k+m)^2 - k^2)``; so an idle recompute of n <= budget tokens costs r(n);
+* a pull of d tokens takes ``max(0, p(d) - a_r)`` before the request joins the computing
+  pod's queue (an idle pull leg then costs p(d), as measured), plus the costModel's
+  S when the source's waiting queue is at least busyQueueThreshold and Q when the
+  computing pod's is; its per-token part ``b_p d`` occupies the source's link, so pulls
+  from one source queue behind each other (the source's extra work).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvcal.emit.costmodel import costmodel_values
+from kvcal.records import FitResult
+
+
+@dataclass(frozen=True)
+class CostRule:
+    """The costModel variant's per-request comparison (kvcal.emit.costmodel), with the fixed threshold as its floor."""
+
+    prefill_us: float
+    transfer_us: float
+    fixed_ms: float
+    source_wait_ms: float
+    requeue_ms: float
+    busy_queue: int
+    fleet_weight: float
+
+    def pulls(self, delta: int, running: int, source_waiting: int, computing_waiting: int) -> bool:
+        gain_ms = delta * (self.prefill_us - self.transfer_us) / 1e3 + self.fleet_weight * running * delta * self.prefill_us / 1e3
+        cost_ms = (self.fixed_ms + (source_waiting >= self.busy_queue) * self.source_wait_ms
+                   + (computing_waiting >= self.busy_queue) * self.requeue_ms)
+        return gain_ms > cost_ms
+
+
+@dataclass(frozen=True)
+class FleetCosts:
+    """One set of curve coefficients (the point fit or a resample), in ms, us/token and ns/token^2."""
+
+    recompute: tuple[float, float, float]
+    pull: tuple[float, float, float]
+    source_wait_ms: float = 0.0
+    requeue_ms: float = 0.0
+    busy_queue: int = 1_000_000_000
+
+    def prefill_ms(self, done: int, take: int) -> float:
+        _, b, c = self.recompute
+        end = done + take
+        return b * take / 1e3 + c * (end * end - done * done) / 1e6
+
+    def transfer_ms(self, tokens: int) -> float:
+        a, b, c = self.pull
+        return max(0.0, a + b * tokens / 1e3 + c * tokens * tokens / 1e6 - self.recompute[0])
+
+    def link_ms(self, tokens: int) -> float:
+        return max(0.0, self.pull[1] * tokens / 1e3)
+
+
+def _loaded_terms(fit: FitResult) -> dict:
+    cm = fit.cost_model
+    if cm is None:
+        return {}
+    return {"source_wait_ms": max(0.0, cm.sourceWaitMs.value), "requeue_ms": max(0.0, cm.requeueMs.value),
+            "busy_queue": cm.busyQueueThreshold}
+
+
+def point_costs(fit: FitResult) -> FleetCosts:
+    return FleetCosts(fit.recompute.coefficients, fit.pull.coefficients, **_loaded_terms(fit))
+
+
+def resampled_costs(fit: FitResult, count: int) -> list[FleetCosts]:
+    """``count`` of the fit's bootstrap resamples, evenly spaced; the point fit when it kept none or count is 0."""
+    names = ("intercept_ms", "per_token_us", "per_token2_ns")
+    rs, ps = fit.bootstrap.recompute_samples, fit.bootstrap.pull_samples
+    if count <= 0 or not rs or not ps:
+        return [point_costs(fit)]
+    r = np.array([[v if v is not None else np.nan for v in rs[k]] for k in names]).T
+    p = np.array([[v if v is not None else np.nan for v in ps[k]] for k in names]).T
+    usable = np.flatnonzero(np.isfinite(r).all(axis=1) & np.isfinite(p).all(axis=1))
+    if not len(usable):
+        return [point_costs(fit)]
+    picks = usable[np.linspace(0, len(usable) - 1, min(count, len(usable))).round().astype(int)]
+    extra = _loaded_terms(fit)
+    return [FleetCosts(tuple(r[i]), tuple(p[i]), **extra) for i in picks]  # type: ignore[arg-type]
+
+
+def cost_rule(fit: FitResult) -> CostRule | None:
+    """The costModel rule when the fit calibrated one under load (a loaded run or production logs); else None."""
+    if fit.cost_model is None:
+        return None
+    values, _, _ = costmodel_values(fit)
+    return CostRule(prefill_us=float(values["prefillMicrosecondsPerToken"]),
+                    transfer_us=float(values["transferMicrosecondsPerToken"]),
+                    fixed_ms=float(values["transferFixedMs"]), source_wait_ms=float(values.get("sourceWaitMs", 0.0)),
+                    requeue_ms=float(values.get("requeueMs", 0.0)),
+                    busy_queue=int(values.get("busyQueueThreshold", fit.cost_model.busyQueueThreshold)),
+                    fleet_weight=float(values.get("fleetWeight", 0.0)))

@@ -1,0 +1,73 @@
+"""``kvcal fleet``'s output record (schema kvcal.fleet/1): rows per policy and threshold, the chosen thresholds, why.
+
+Every figure is ``{"value", "ci"}``: the mean over the runs (simulation seeds x the
+calibration's bootstrap resamples) and the interval at the fit's confidence over them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FLEET_SCHEMA = "kvcal.fleet/1"
+
+
+class Figure(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: float
+    ci: list[float] = Field(description="[low, high] over seeds and resamples, at the fit's confidence.")
+
+
+class FleetRow(BaseModel):
+    """One policy at one load."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    policy: Literal["no-p2p", "always-pull", "threshold", "costmodel"]
+    threshold: int | None = Field(description="minCachedTokenDelta for 'threshold' rows; else None.")
+    goodput_rps: Figure = Field(description="Completed requests per second that met the TTFT SLO (all completed when none is set).")
+    ttft_p50_ms: Figure
+    ttft_p90_ms: Figure
+    ttft_p99_ms: Figure
+    ttft_mean_ms: Figure
+    prefill_queue_p90: Figure = Field(description="p90 of every pod's waiting requests, sampled each second.")
+    pull_share: Figure = Field(description="Share of routed requests that pulled from a peer.")
+    tokens_moved_per_s: Figure = Field(description="KV tokens pulled per second, fleet-wide.")
+    busy_share: Figure = Field(description="Share of the window the engines spent in steps.")
+
+
+class LoadResult(BaseModel):
+    """Every policy at one arrival rate (the load sweep behind the plot)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rate: float | None = Field(description="New sessions per second; None for a closed loop or a replayed trace.")
+    rows: list[FleetRow]
+    best_threshold: int | None
+
+
+class FleetResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    schema_: Literal["kvcal.fleet/1"] = Field(FLEET_SCHEMA, alias="schema")
+    kvcal_version: str
+    fit: str
+    workload: str
+    pods: int
+    rate: float | None = Field(description="New sessions per second at the given load (None: closed loop or trace).")
+    concurrency: int | None
+    duration_s: float
+    seeds: int
+    resamples: int = Field(description="Bootstrap resamples of the calibration used (0: the point fit only).")
+    block_size: int
+    best_threshold: int | None = Field(description="The fleet optimum by best_rule.")
+    best_threshold_ci: list[int] | None
+    best_rule: str
+    recommended_threshold: int | None = Field(description="best_threshold through emit-config's safety rule (interval bound, margin, block).")
+    recommended_steps: list[str]
+    recommended_reason: str | None = Field(description="Why recommended_threshold is not within one block of idle_threshold, or why there is none.")
+    idle_threshold: int | None = Field(description="What kvcal emit-config FIT --format json gives.")
+    idle_threshold_reason: str | None
+    rows: list[FleetRow]
+    loads: list[LoadResult] = Field(default_factory=list, description="--loads: every policy at each rate.")
+    notes: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)

@@ -1,0 +1,242 @@
+"""The discrete-event model of N engines behind the router's P2P rule (one run: one policy, seed and cost set).
+
+A heap of timed events drives it (why not a simulation library: docs/fleet.md). Events:
+a session's turn arrives and is routed; a pull (or a CPU-tier load) finishes and the
+request joins its pod's queue; an engine step ends. An engine runs continuous batching:
+each step carries every decoding request one token and prefill chunks from the head of
+its queue up to ``max_num_batched_tokens``; a request's first token comes at the end of
+the step that finishes its prefill. Costs: :mod:`kvcal.fleet.costs`; caches:
+:mod:`kvcal.fleet.cache`; the router: :mod:`kvcal.fleet.router`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvcal.fleet.cache import FleetIndex, PodCache
+from kvcal.fleet.costs import FleetCosts
+from kvcal.fleet.router import Policy, Route, route
+from kvcal.fleet.traffic import Session, Traffic, TurnRequest
+from kvcal.fleet.workload import Workload
+
+ARRIVE, READY, STEP_END, SAMPLE, NEW_SESSION = range(5)
+SAMPLE_EVERY_S = 1.0
+
+
+class Pod:
+    __slots__ = ("id", "cache", "waiting", "pending", "decoding", "step_no", "busy", "finishing", "link_free_ms",
+                 "busy_ms", "prefilling")
+
+    def __init__(self, pod: int, cache: PodCache) -> None:
+        self.id, self.cache = pod, cache
+        self.waiting: deque[TurnRequest] = deque()
+        self.pending = 0  # pulling or loading from the CPU tier: counted in the waiting queue, as vLLM does
+        self.decoding: list[tuple[int, int, TurnRequest]] = []
+        self.step_no = 0
+        self.busy = False
+        self.finishing: list[TurnRequest] = []
+        self.link_free_ms = 0.0
+        self.busy_ms = 0.0
+        self.prefilling = 0
+
+    def queue(self) -> int:
+        return len(self.waiting) - self.prefilling + self.pending
+
+    def running(self) -> int:
+        return len(self.decoding) + self.prefilling
+
+
+@dataclass
+class RunStats:
+    """What one run measured inside the window [warmup, duration)."""
+
+    ttft_ms: list[float] = field(default_factory=list)
+    met_slo: int = 0
+    completed: int = 0
+    routed: int = 0
+    pulled: int = 0
+    tokens_moved: int = 0
+    queue_samples: list[int] = field(default_factory=list)
+    busy_share: float = 0.0
+    window_s: float = 0.0
+
+
+class FleetSim:
+    def __init__(self, workload: Workload, pods: int, costs: FleetCosts, policy: Policy, block: int, seed: int) -> None:
+        self.w, self.costs, self.policy, self.block = workload, costs, policy, block
+        engine = workload.engine
+        self.budget, self.max_seqs = engine.max_num_batched_tokens, engine.max_num_seqs
+        self.decode_ms = engine.decode_step_ms if engine.decode_step_ms is not None else max(0.0, costs.recompute[0])
+        load_us = engine.cpu_tier_load_us_per_token
+        self.cpu_load_us = load_us if load_us is not None else max(0.0, costs.pull[1])
+        self.index = FleetIndex()
+        self.pods = [Pod(i, PodCache(i, self.index, engine.kv_capacity_tokens, engine.cpu_tier_tokens)) for i in range(pods)]
+        self.queues = np.zeros(pods)
+        self.kv_use = np.zeros(pods)  # prompt tokens in flight over the KV capacity, at most 1
+        self.inflight = [0] * pods
+        self.traffic = Traffic(workload, seed)
+        self.route_rng = np.random.default_rng([seed, 7])
+        self.start_ms, self.end_ms = workload.warmup_s * 1e3, workload.duration_s * 1e3
+        self.slo_ms = workload.slo.ttft_ms
+        self.stats = RunStats(window_s=workload.duration_s - workload.warmup_s)
+        self.events: list = []
+        self.seq = 0
+        self.open: dict[int, float] = {}  # request id -> arrival, for requests in the window still without a first token
+
+    def push(self, at_ms: float, kind: int, item: object = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at_ms, self.seq, kind, item))
+
+    def run(self) -> RunStats:
+        for at_ms, kind, item in self.traffic.initial_events():
+            self.push(at_ms, kind, item)
+        self.push(self.start_ms, SAMPLE)
+        handlers = {ARRIVE: self._arrive, READY: self._ready, STEP_END: self._step_end, SAMPLE: self._sample,
+                    NEW_SESSION: self._new_session}
+        events, end = self.events, self.end_ms
+        while events:
+            at_ms, _, kind, item = heapq.heappop(events)
+            if at_ms >= end:
+                break
+            handlers[kind](at_ms, item)
+        return self._close()
+
+    # ------------------------------------------------------------ traffic
+    def _new_session(self, now: float, session: Session | None) -> None:
+        for at_ms, kind, item in self.traffic.start_session(now, session):
+            self.push(at_ms, kind, item)
+
+    def _arrive(self, now: float, req: TurnRequest) -> None:
+        r: Route = route(self, req, now)
+        pod = self.pods[r.pod]
+        req.pod = r.pod
+        self._inflight(r.pod, req.prompt)
+        in_window = now >= self.start_ms
+        if in_window:
+            self.stats.routed += 1
+            self.open[req.rid] = now
+        req.done = r.cached
+        pod.cache.touch(req.session.sys_key)
+        pod.cache.touch(req.session.key)
+        delay_ms = 0.0
+        if r.source is not None:
+            source = self.pods[r.source]
+            source.cache.touch(req.session.key)
+            begin = max(now, source.link_free_ms)
+            source.link_free_ms = begin + self.costs.link_ms(r.delta)
+            busy = self.costs.busy_queue
+            delay_ms = (begin - now) + self.costs.transfer_ms(r.delta) + \
+                (self.queues[r.source] >= busy) * self.costs.source_wait_ms + (pod.queue() >= busy) * self.costs.requeue_ms
+            req.done = r.cached + r.delta
+            if in_window:
+                self.stats.pulled += 1
+                self.stats.tokens_moved += r.delta
+        elif r.cached and not pod.cache.on_gpu(r.cached_key):
+            delay_ms = r.cached * self.cpu_load_us / 1e3
+        if delay_ms > 0:
+            pod.pending += 1
+            self._queue_changed(pod)
+            self.push(now + delay_ms, READY, req)
+        else:
+            self._join(pod, req, now)
+
+    def _ready(self, now: float, req: TurnRequest) -> None:
+        pod = self.pods[req.pod]
+        pod.pending -= 1
+        self._join(pod, req, now)
+
+    def _join(self, pod: Pod, req: TurnRequest, now: float) -> None:
+        pod.waiting.append(req)
+        self._queue_changed(pod)
+        if not pod.busy:
+            self._start_step(pod, now)
+
+    def _inflight(self, pod: int, tokens: int) -> None:
+        self.inflight[pod] += tokens
+        self.kv_use[pod] = min(1.0, self.inflight[pod] / self.w.engine.kv_capacity_tokens)
+
+    def _queue_changed(self, pod: Pod) -> None:
+        self.queues[pod.id] = pod.queue()
+
+    # ------------------------------------------------------------ engines
+    def _start_step(self, pod: Pod, now: float) -> None:
+        budget, seats = self.budget, self.max_seqs - len(pod.decoding)
+        work_ms, finishing, prefilling = 0.0, [], 0
+        for req in pod.waiting:
+            if budget <= 0 or seats <= 0:
+                break
+            take = min(budget, req.prompt - req.done)
+            work_ms += self.costs.prefill_ms(req.done, take)
+            req.done += take
+            budget -= take
+            seats -= 1
+            if req.done >= req.prompt:
+                finishing.append(req)
+            else:
+                prefilling = 1
+                break
+        for _ in finishing:
+            pod.waiting.popleft()
+        pod.prefilling = prefilling
+        self._queue_changed(pod)
+        if not finishing and not prefilling and not pod.decoding:
+            pod.busy = False
+            return
+        step_ms = self.decode_ms + work_ms
+        pod.busy, pod.finishing = True, finishing
+        if now >= self.start_ms:
+            pod.busy_ms += min(step_ms, self.end_ms - now)
+        self.push(now + step_ms, STEP_END, pod)
+
+    def _step_end(self, now: float, pod: Pod) -> None:
+        pod.step_no += 1
+        for req in pod.finishing:
+            self._first_token(pod, req, now)
+        pod.finishing = []
+        while pod.decoding and pod.decoding[0][0] <= pod.step_no:
+            _, _, req = heapq.heappop(pod.decoding)
+            self._complete(pod, req, now)
+        self._start_step(pod, now)
+
+    def _first_token(self, pod: Pod, req: TurnRequest, now: float) -> None:
+        session = req.session
+        if session.sys_tokens:
+            pod.cache.store(session.sys_key, session.sys_tokens, session.sys_tokens)
+        pod.cache.store(session.key, req.prompt, max(0, req.prompt - session.sys_tokens))
+        if req.rid in self.open:
+            ttft = now - req.arrival_ms
+            self.stats.ttft_ms.append(ttft)
+            req.met_slo = self.slo_ms is None or ttft <= self.slo_ms
+            del self.open[req.rid]
+            req.counted = True
+        if req.output <= 1:
+            self._complete(pod, req, now)
+        else:
+            self.seq += 1
+            heapq.heappush(pod.decoding, (pod.step_no + req.output - 1, self.seq, req))
+
+    def _complete(self, pod: Pod, req: TurnRequest, now: float) -> None:
+        session = req.session
+        pod.cache.store(session.key, req.prompt + req.output, max(0, req.prompt + req.output - session.sys_tokens))
+        self._inflight(pod.id, -req.prompt)
+        if req.counted and now >= self.start_ms:
+            self.stats.completed += 1
+            self.stats.met_slo += bool(req.met_slo)
+        for at_ms, kind, item in self.traffic.turn_done(now, req):
+            self.push(at_ms, kind, item)
+
+    # ------------------------------------------------------------ figures
+    def _sample(self, now: float, _: object) -> None:
+        self.stats.queue_samples.extend(int(q) for q in self.queues)
+        self.push(now + SAMPLE_EVERY_S * 1e3, SAMPLE)
+
+    def _close(self) -> RunStats:
+        # A request still waiting for its first token at the end: its TTFT is at least the time it waited.
+        self.stats.ttft_ms.extend(self.end_ms - arrival for arrival in self.open.values())
+        window_ms = self.end_ms - self.start_ms
+        self.stats.busy_share = sum(p.busy_ms for p in self.pods) / (window_ms * len(self.pods))
+        return self.stats

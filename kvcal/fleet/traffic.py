@@ -1,0 +1,148 @@
+"""The requests a fleet simulation serves: generated multi-turn sessions, or a replayed inference-perf trace.
+
+A session draws its system prompt, its number of turns and, per turn, its input and
+output tokens and the think time before the next turn, from its own random stream
+(seeded by the run's seed and the session's number): every policy of one seed sees the
+same sessions, so their differences are not sampling noise (common random numbers).
+A turn's prompt is the conversation so far (system prompt, every earlier input and
+output) plus the new input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from kvcal.errors import InputError
+from kvcal.fleet.workload import Workload
+from kvcal.userfiles import read_text
+
+ARRIVE, NEW_SESSION = 0, 4  # kvcal.fleet.sim's event kinds
+
+
+class Session:
+    __slots__ = ("id", "key", "sys_key", "sys_tokens", "turns_left", "history", "rng")
+
+    def __init__(self, sid: int, sys_id: int, sys_tokens: int, turns: int, rng: np.random.Generator) -> None:
+        self.id, self.key, self.sys_key = sid, ("s", sid), ("p", sys_id)
+        self.sys_tokens, self.turns_left, self.history, self.rng = sys_tokens, turns, sys_tokens, rng
+
+
+class TurnRequest:
+    __slots__ = ("rid", "session", "arrival_ms", "prompt", "output", "done", "pod", "met_slo", "counted")
+
+    def __init__(self, rid: int, session: Session, arrival_ms: float, prompt: int, output: int) -> None:
+        self.rid, self.session, self.arrival_ms, self.prompt, self.output = rid, session, arrival_ms, prompt, output
+        self.done, self.pod, self.met_slo, self.counted = 0, -1, False, False
+
+
+class _InferencePerfInfo(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    input_tokens: int
+    response_metrics: dict = {}
+
+
+class InferencePerfRequest(BaseModel):
+    """The fields of one inference-perf per-request record that a replay reads."""
+
+    model_config = ConfigDict(extra="ignore")
+    start_time: float
+    error: object = None
+    info: _InferencePerfInfo
+
+
+def read_trace(path: Path) -> list[tuple[float, int, int]]:
+    """(start s, input tokens, output tokens) per successful request, sorted by start."""
+    try:
+        items = json.loads(read_text(path, "per-request file"))
+    except ValueError as err:
+        raise InputError(f"{path}: not JSON ({err})") from None
+    if not isinstance(items, list) or not items:
+        raise InputError(f"{path}: expected inference-perf's non-empty list of requests")
+    out = []
+    for index, item in enumerate(items):
+        try:
+            record = InferencePerfRequest.model_validate(item)
+        except ValidationError as err:
+            raise InputError(f"{path} request {index}: {err.errors()[0]['msg']} at "
+                             f"{'.'.join(map(str, err.errors()[0]['loc']))}") from None
+        if record.error:
+            continue
+        times = record.info.response_metrics.get("output_token_times") or []
+        out.append((record.start_time, max(1, record.info.input_tokens), max(1, len(times))))
+    if not out:
+        raise InputError(f"{path}: every request failed; nothing to replay")
+    return sorted(out)
+
+
+class Traffic:
+    def __init__(self, workload: Workload, seed: int) -> None:
+        self.w, self.seed = workload, seed
+        self.next_session = 0
+        self.next_request = 0
+        self.arrival_rng = np.random.default_rng([seed, 1])
+        self.trace = read_trace(Path(workload.trace.per_request)) if workload.trace is not None else None
+
+    def initial_events(self) -> list:
+        if self.trace is not None:
+            return self._replay()
+        arrival = self.w.arrival
+        assert arrival is not None
+        if arrival.rate is not None:
+            return [(self.arrival_rng.exponential(1e3 / arrival.rate), NEW_SESSION, None)]
+        return [(float(self.arrival_rng.uniform(0, 1e3)), NEW_SESSION, None) for _ in range(arrival.concurrency)]
+
+    def _replay(self) -> list:
+        assert self.trace is not None and self.w.trace is not None
+        start = self.trace[0][0]
+        shared = self.w.trace.shared_prefix_tokens
+        events = []
+        for begin, prompt, output in self.trace:
+            session = Session(self._session_id(), 0, min(shared, prompt - 1), 1, np.random.default_rng(0))
+            events.append(((begin - start) * 1e3, ARRIVE, self._request(session, (begin - start) * 1e3, prompt, output)))
+        return events
+
+    def _session_id(self) -> int:
+        self.next_session += 1
+        return self.next_session
+
+    def _request(self, session: Session, at_ms: float, prompt: int, output: int) -> TurnRequest:
+        self.next_request += 1
+        return TurnRequest(self.next_request, session, at_ms, prompt, output)
+
+    def start_session(self, now: float, _: object) -> list:
+        """A new session's first turn now; for an open stream, also the next session's start."""
+        spec, arrival = self.w.sessions, self.w.arrival
+        assert spec is not None and arrival is not None
+        sid = self._session_id()
+        rng = np.random.default_rng([self.seed, 2, sid])
+        sys_id = int(rng.integers(spec.system_prompts))
+        session = Session(sid, sys_id, spec.system_prompt_tokens, max(1, int(round(spec.turns.sample(rng)))), rng)
+        out = [self._turn(session, now)]
+        if arrival.rate is not None:
+            out.append((now + self.arrival_rng.exponential(1e3 / arrival.rate), NEW_SESSION, None))
+        return out
+
+    def _turn(self, session: Session, at_ms: float) -> tuple:
+        spec = self.w.sessions
+        assert spec is not None
+        prompt = session.history + spec.input_tokens.tokens(session.rng)
+        session.turns_left -= 1
+        return (at_ms, ARRIVE, self._request(session, at_ms, prompt, spec.output_tokens.tokens(session.rng)))
+
+    def turn_done(self, now: float, req: TurnRequest) -> list:
+        """The session's next turn after its think time; a closed loop starts a new session when one ends."""
+        session = req.session
+        session.history = req.prompt + req.output
+        if self.trace is not None:
+            return []
+        if session.turns_left > 0:
+            spec = self.w.sessions
+            assert spec is not None
+            return [self._turn(session, now + spec.think_time_s.sample(session.rng) * 1e3)]
+        if self.w.arrival is not None and self.w.arrival.concurrency is not None:
+            return [(now, NEW_SESSION, None)]
+        return []

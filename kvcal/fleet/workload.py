@@ -1,0 +1,185 @@
+"""The workload a fleet simulation serves: a typed record read from a small YAML file.
+
+Every key is declared once here, with its bounds and a description; ``kvcal fleet
+--help`` and docs/fleet.md list them, and an unknown key is an input error (a renamed
+key must not silently fall back to a default). Units live in the names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kvcal.errors import InputError
+from kvcal.userfiles import read_text
+from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml, refuse_bool_numbers
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
+
+
+class Dist(Strict):
+    """A distribution of a count or a duration: ``{dist: lognormal, mean: 512, cv: 0.6}`` or a plain number."""
+
+    dist: Literal["constant", "uniform", "exponential", "lognormal"] = Field(description="The family.")
+    value: float | None = Field(None, ge=0, description="constant: the value.")
+    min: float | None = Field(None, ge=0, description="uniform: the lower end (inclusive).")
+    max: float | None = Field(None, ge=0, description="uniform: the upper end (inclusive).")
+    mean: float | None = Field(None, ge=0, description="exponential, lognormal: the mean.")
+    cv: float | None = Field(None, gt=0, le=10, description="lognormal: standard deviation over mean.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _number_is_constant(cls, data):
+        if isinstance(data, (int, float)) and not isinstance(data, bool):
+            return {"dist": "constant", "value": data}
+        return data
+
+    @model_validator(mode="after")
+    def _parameters(self) -> "Dist":
+        needs = {"constant": ("value",), "uniform": ("min", "max"), "exponential": ("mean",), "lognormal": ("mean", "cv")}
+        given = {k for k in ("value", "min", "max", "mean", "cv") if getattr(self, k) is not None}
+        want = set(needs[self.dist])
+        if given != want:
+            raise ValueError(f"a {self.dist} distribution takes exactly {', '.join(sorted(want))}")
+        if self.dist == "uniform" and self.min > self.max:  # type: ignore[operator]
+            raise ValueError("uniform: min must not exceed max")
+        return self
+
+    def sample(self, rng: np.random.Generator) -> float:
+        if self.dist == "constant":
+            return float(self.value)  # type: ignore[arg-type]
+        if self.dist == "uniform":
+            return float(rng.uniform(self.min, self.max))  # type: ignore[arg-type]
+        if self.dist == "exponential":
+            return float(rng.exponential(self.mean)) if self.mean else 0.0
+        sigma2 = float(np.log1p(self.cv**2))  # type: ignore[operator]
+        mu = float(np.log(max(self.mean, 1e-9))) - sigma2 / 2  # type: ignore[arg-type]
+        return float(rng.lognormal(mu, np.sqrt(sigma2)))
+
+    def tokens(self, rng: np.random.Generator) -> int:
+        return max(1, int(round(self.sample(rng))))
+
+
+class Arrival(Strict):
+    """How sessions start: an open Poisson stream (``rate``) or a closed loop of ``concurrency`` sessions."""
+
+    rate: float | None = Field(None, gt=0, le=1e5, description="New sessions per second (Poisson). --rate overrides it.")
+    concurrency: int | None = Field(None, ge=1, le=1_000_000, description="Sessions kept active: a new one starts as one ends.")
+
+    @model_validator(mode="after")
+    def _one(self) -> "Arrival":
+        if (self.rate is None) == (self.concurrency is None):
+            raise ValueError("give exactly one of rate (sessions per second) or concurrency (active sessions)")
+        return self
+
+
+class Sessions(Strict):
+    """Multi-turn sessions: each turn's prompt is the system prompt, the history so far, and the new input."""
+
+    system_prompts: int = Field(1, ge=1, le=1_000_000, description="Distinct system prompts; each session draws one uniformly.")
+    system_prompt_tokens: int = Field(ge=0, le=10**7, description="Tokens of each system prompt (shared by its sessions).")
+    turns: Dist = Field(description="Turns per session.")
+    input_tokens: Dist = Field(description="New user tokens each turn.")
+    output_tokens: Dist = Field(description="Generated tokens each turn (they join the history).")
+    think_time_s: Dist = Field(Dist(dist="constant", value=0.0), description="Pause between a turn's end and the next turn.")
+
+
+class Engine(Strict):
+    """What each engine can hold and how it batches (per pod; the calibration supplies the costs)."""
+
+    max_num_batched_tokens: int = Field(8192, ge=1, le=10**7, description="Prefill token budget per step (vLLM's flag of that name).")
+    max_num_seqs: int = Field(256, ge=1, le=100_000, description="Requests running at once (prefill and decode).")
+    kv_capacity_tokens: int = Field(500_000, ge=1, le=10**10, description="KV tokens the accelerator caches; LRU eviction beyond.")
+    cpu_tier_tokens: int = Field(0, ge=0, le=10**11, description="KV tokens of the CPU tier (evicted blocks land there); 0: none.")
+    cpu_tier_load_us_per_token: float | None = Field(None, ge=0, description="Loading a CPU-tier hit; default: the pull's per-token cost.")
+    decode_step_ms: float | None = Field(None, ge=0, description="A step with no prefill; default: the recompute curve's intercept.")
+
+
+class Router(Strict):
+    """The router's pod choice: the highest weighted score of cached prefix share, queue and KV use (llm-d's precise-prefix guide: 3, 2, 2)."""
+
+    prefix_weight: float = Field(3.0, ge=0, le=1e6, description="Weight of the pod's cached share of the prompt (prefix-cache-scorer).")
+    queue_weight: float = Field(2.0, ge=0, le=1e6, description="Weight of the pod's waiting queue, min-max scaled (queue-scorer).")
+    kv_weight: float = Field(2.0, ge=0, le=1e6, description="Weight of the pod's free KV share, prompts in flight over kv_capacity_tokens (kv-cache-utilization-scorer).")
+
+
+class Slo(Strict):
+    ttft_ms: float | None = Field(None, gt=0, description="A request meets the SLO when its TTFT is at most this; none: every completed one counts.")
+
+
+class Trace(Strict):
+    """Replay inference-perf's per-request records instead of generating sessions."""
+
+    per_request: str = Field(description="inference-perf per_request_lifecycle_metrics.json (start_time, info.input_tokens, output_token_times).")
+    shared_prefix_tokens: int = Field(0, ge=0, le=10**7, description="Tokens at the start of every prompt that all requests share.")
+
+
+class Workload(Strict):
+    """``kvcal fleet --workload``: the traffic, the engines and the router of the simulated fleet."""
+
+    duration_s: float = Field(600.0, gt=0, le=86_400, description="Simulated seconds; --duration overrides it.")
+    warmup_s: float = Field(60.0, ge=0, description="Seconds at the start left out of every figure (caches fill).")
+    arrival: Arrival | None = Field(None, description="How sessions start (needed unless trace is given).")
+    sessions: Sessions | None = Field(None, description="The sessions (needed unless trace is given).")
+    trace: Trace | None = Field(None, description="Replay these recorded requests instead.")
+    engine: Engine = Field(Engine(), description="Each engine's batching and caches.")
+    router: Router = Field(Router(), description="The router's scorer weights.")
+    slo: Slo = Field(Slo(), description="The TTFT objective that goodput counts.")
+
+    @model_validator(mode="after")
+    def _source(self) -> "Workload":
+        if self.trace is None and (self.arrival is None or self.sessions is None):
+            raise ValueError("give arrival and sessions, or a trace to replay")
+        if self.warmup_s >= self.duration_s:
+            raise ValueError(f"warmup_s ({self.warmup_s:g}) must be shorter than duration_s ({self.duration_s:g})")
+        return self
+
+    def with_overrides(self, *, rate: float | None = None, duration_s: float | None = None) -> "Workload":
+        """``--rate`` replaces the arrival (a closed loop becomes an open stream); ``--duration`` the length."""
+        update: dict = {}
+        if rate is not None:
+            if self.trace is not None:
+                raise InputError("--rate does not apply to a replayed trace (its requests keep their recorded times)")
+            update["arrival"] = Arrival(rate=rate)
+        if duration_s is not None:
+            if self.warmup_s >= duration_s:
+                raise InputError(f"--duration {duration_s:g} must be longer than the workload's warmup_s ({self.warmup_s:g})")
+            update["duration_s"] = duration_s
+        return self.model_copy(update=update)
+
+
+def load_workload(path: Path) -> Workload:
+    """Read and check a workload file; every problem is one InputError naming the file and the key."""
+    text = read_text(path, "workload file")
+    try:
+        data = load_pyyaml(text, f"workload file {path}")
+    except yaml.YAMLError as err:
+        raise InputError(f"workload file {path} is not valid YAML: {describe(err)}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"workload file {path} must be a mapping of settings (see kvcal fleet --help)")
+    try:
+        return Workload.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = list(first.get("loc", ())) + ([first["ctx"]["field"]] if first.get("type") == BOOL_NUMBER else [])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        hint = " (unknown key: see kvcal fleet --help)" if first.get("type") == "extra_forbidden" else ""
+        raise InputError(f"workload file {path}: {where}: {first['msg']}{hint}") from None
+
+
+KEYS_HELP = """Workload file keys (YAML; unknown keys are refused):
+duration_s, warmup_s; arrival: rate (sessions/s) | concurrency; sessions: system_prompts,
+system_prompt_tokens, turns, input_tokens, output_tokens, think_time_s (each a number or
+{dist: constant|uniform|exponential|lognormal, value | min, max | mean [, cv]}); trace:
+per_request, shared_prefix_tokens (replay inference-perf records instead of sessions);
+engine: max_num_batched_tokens, max_num_seqs, kv_capacity_tokens, cpu_tier_tokens,
+cpu_tier_load_us_per_token, decode_step_ms; router: prefix_weight, queue_weight, kv_weight;
+slo: ttft_ms. docs/examples/fleet-workload.yaml is a complete example."""
