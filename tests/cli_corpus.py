@@ -123,12 +123,20 @@ def build_workspace(root: Path, run_cli: Callable[[list[str]], int]) -> Path:
     shutil.copy(FIXTURES / "values" / "router-p2p.yaml", root / "values.yaml")
     shutil.copy(FIXTURES / "hf_configs" / "llama-3.1-8b.json", root / "config.json")
     (root / "campaign.yaml").write_text("engine: sim\nprefix-lengths: [256, 512]\nreps: 1\n")
+    (root / "workload.yaml").write_text(FLEET_WORKLOAD)
     (root / "afile").write_text("a plain file\n")
     (root / "adir").mkdir()
     return root
 
 
+FLEET_WORKLOAD = """duration_s: 20
+warmup_s: 5
+arrival: {rate: 1}
+sessions: {system_prompt_tokens: 512, turns: 2, input_tokens: 200, output_tokens: 4}
+"""
+
 PLACES = {
+    "workload": "workload.yaml",
     "run": "results/good", "fit": "results/good/fit.json", "csv": "probes.csv", "table": "job.log",
     "values": "values.yaml", "campaign": "campaign.yaml", "hfconfig": "config.json",
 }
@@ -144,6 +152,7 @@ BASES: dict[str, dict[str, object]] = {
     "history": {"inputs": ["{run}", "{fit}"]},
     "predict": {"model": "llama-3.1-8b", "hardware": "h100"},
     "plan": {"source": "{fit}", "campaigns": "1"},
+    "fleet": {"fit_path": "{fit}", "workload": "{workload}", "pods": "2", "thresholds": "256,1024", "seeds": "1"},
     "profiles list": {},
     "profiles show": {"name": "h100"},
     "profiles from-config": {"file": "{hfconfig}"},

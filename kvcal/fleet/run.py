@@ -78,18 +78,24 @@ def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress) -> FleetR
     per_load = len(policies(fit, thresholds)) * config.seeds * len(sets)
     total = per_load * (1 + len(config.loads or []))
     runs, rows = _one_load(workload, config, fit, block, thresholds, progress, 0, total)
+    notes: list[str] = []
     point_be = fit.break_even_tokens if fit.break_even_tokens is not None else float(thresholds[len(thresholds) // 2])
     bests = [best_of_run(runs, k, break_even_of(sets[k % len(sets)], point_be), block) for k in range(len(runs[0].runs))]
     bests = [b for b in bests if b is not None]
     best = best_of_run(runs, None, point_be, block)
-    notes: list[str] = []
     recommended, steps, reason, ci = None, [], None, None
     if best is not None and bests:
         low, high = np.quantile(bests, [(1 - fit.confidence) / 2, (1 + fit.confidence) / 2])
         ci = [int(low // block * block), int(-(-high // block) * block)]
         ci = [min(ci[0], best), max(ci[1], best)]
+        if not config.resamples and fit.break_even_tokens is not None and fit.break_even_ci:
+            # The point fit alone: carry the calibration's own uncertainty, its interval shifted to the fleet optimum.
+            below, above = fit.break_even_tokens - fit.break_even_ci[0], fit.break_even_ci[1] - fit.break_even_tokens
+            ci = [max(0, min(ci[0], int(best - below))), max(ci[1], int(-(-(best + above) // 1)))]
+            notes.append("--resamples 0: the best threshold's interval is the seeds' spread widened by the fit's "
+                         "break-even interval (shifted to the fleet optimum); --resamples N simulates the resamples instead")
         busy = float(np.mean([r["busy_share"] for r in runs[0].runs]))
-        recommended, steps, reason = recommend(fit, best, ci, idle, block, config.resamples, busy)
+        recommended, steps, reason = recommend(fit, best, ci, idle, block, busy)
     loads = []
     for i, rate in enumerate(config.loads or []):
         at_rate = workload.with_overrides(rate=rate)

@@ -37,15 +37,6 @@ BEST_RULE = ("best_threshold: among the thresholds whose goodput is within 1% of
 Progress = Callable[[int, int, str], None]
 
 
-@dataclass(frozen=True)
-class StudyPlan:
-    workload: Workload
-    pods: int
-    thresholds: list[int] | None  # None: auto
-    seeds: int
-    resamples: int
-
-
 @dataclass
 class PolicyRuns:
     policy: Policy
@@ -126,8 +117,7 @@ def best_of_run(rows: list[PolicyRuns], k: int | None, break_even: float, block:
     return max(block, int(round(inside / block)) * block)
 
 
-def recommend(fit: FitResult, best: int, ci: list[int], idle: int | None, block: int, resamples: int,
-              busy: float) -> tuple[int | None, list[str], str | None]:
+def recommend(fit: FitResult, best: int, ci: list[int], idle: int | None, block: int, busy: float) -> tuple[int | None, list[str], str | None]:
     """(recommended, emit-config's steps, why it is not within one block of the idle threshold or why there is none)."""
     as_break_even = fit.model_copy(update={"break_even_tokens": float(best), "break_even_ci": [float(ci[0]), float(ci[1])]})
     try:
@@ -141,9 +131,6 @@ def recommend(fit: FitResult, best: int, ci: list[int], idle: int | None, block:
                if fit.break_even_tokens is not None and fit.break_even_ci else f"the fleet optimum is {best}"]
         if busy >= 0.2:
             why.append(f"the engines are busy {busy:.0%} of the time, so pulls also save (or cost) places in queues")
-        if resamples == 0:
-            why.append("with --resamples 0 the interval covers simulation seeds only, not the calibration's "
-                       "uncertainty that the idle threshold's interval carries: pass --resamples 20")
         reason = "; ".join(why)
     elif idle is None:
         reason = "emit-config gives no idle threshold for this fit (idle_threshold_reason)"

@@ -1,0 +1,63 @@
+"""`kvcal fleet`'s interface contract through the installed script (issue 31): keys, shapes, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet-workload.yaml"
+pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
+FIGURES = ("goodput_rps", "ttft_p50_ms", "ttft_p90_ms", "prefill_queue_p90", "pull_share")
+
+
+def _kvcal(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def fit(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("fleet")
+    assert _kvcal("sweep", "--engine", "sim", "--prefix-lengths", "256,512,1024,2048", "--reps", "2",
+                  "--output-dir", str(root), "--name", "r", cwd=root).returncode == 0
+    assert _kvcal("fit", str(root / "r"), "--resamples", "200", cwd=root).returncode == 0
+    return root / "r" / "fit.json"
+
+
+def test_the_json_contract_at_a_near_idle_rate(fit, tmp_path):
+    done = _kvcal("fleet", str(fit), "--workload", str(EXAMPLE), "--pods", "2", "--thresholds", "auto", "--rate", "0.05",
+                  "--duration", "120", "--seeds", "1", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    emitted = json.loads(_kvcal("emit-config", str(fit), "--format", "json", cwd=tmp_path).stdout)
+    assert out["idle_threshold"] == emitted["minCachedTokenDelta"] and out["idle_threshold_reason"] is None
+    assert isinstance(out["best_threshold"], int) and isinstance(out["recommended_threshold"], int)
+    assert abs(out["recommended_threshold"] - out["idle_threshold"]) <= out["block_size"] or out["recommended_reason"]
+    policies = {row["policy"] for row in out["rows"]}
+    assert {"no-p2p", "always-pull", "threshold"} <= policies
+    for row in out["rows"]:
+        assert (row["threshold"] is None) == (row["policy"] != "threshold")
+        for key in FIGURES:
+            figure = row[key]
+            assert isinstance(figure["value"], float) and len(figure["ci"]) == 2
+            assert figure["ci"][0] <= figure["value"] <= figure["ci"][1]
+
+
+def test_an_unknown_workload_key_is_exit_2(fit, tmp_path):
+    bad = tmp_path / "w.yaml"
+    bad.write_text(EXAMPLE.read_text() + "\nsessionz: 3\n")
+    done = _kvcal("fleet", str(fit), "--workload", str(bad), "--json", cwd=tmp_path)
+    assert done.returncode == 2 and "sessionz" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_help_lists_the_workload_keys(tmp_path):
+    done = _kvcal("fleet", "--help", cwd=tmp_path)
+    assert done.returncode == 0
+    for key in ("system_prompt_tokens", "think_time_s", "kv_capacity_tokens", "cpu_tier_tokens", "ttft_ms", "per_request"):
+        assert key in done.stdout

@@ -1,0 +1,106 @@
+"""kvcal fleet: the workload record, the simulator's idle consistency with the calibration, the P2P rule, the thresholds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from factories import make_fit
+from kvcal.cost_curve import cost_ms
+from kvcal.emit.threshold import compute_threshold
+from kvcal.errors import InputError
+from kvcal.fleet.costs import point_costs
+from kvcal.fleet.router import Policy
+from kvcal.fleet.run import FleetConfig, run_fleet
+from kvcal.fleet.sim import FleetSim
+from kvcal.fleet.workload import Workload, load_workload
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet-workload.yaml"
+
+
+def _workload(**over) -> Workload:
+    data = dict(duration_s=400, warmup_s=10, arrival={"rate": 0.2},
+                sessions={"system_prompt_tokens": 0, "turns": 1, "input_tokens": 4096, "output_tokens": 1},
+                router={"prefix_weight": 3, "queue_weight": 0, "kv_weight": 0})
+    data.update(over)
+    return Workload.model_validate(data)
+
+
+def test_the_shipped_example_is_complete_and_reads(tmp_path):
+    w = load_workload(EXAMPLE)
+    assert w.arrival.rate and w.sessions.system_prompt_tokens > 0 and w.slo.ttft_ms
+    assert w.with_overrides(rate=7.5).arrival.rate == 7.5
+
+
+@pytest.mark.parametrize("text, where", [
+    ("duration_s: 10\nwarmup_s: 1\narrival: {rate: 1}\nsessions: {system_prompt_tokens: 1, turns: 1, input_tokens: 1, "
+     "output_tokens: 1, colour: red}\n", "sessions.colour"),
+    ("nope: 1\n", "nope"),
+    ("duration_s: 10\nwarmup_s: 20\ntrace: {per_request: x.json}\n", "warmup_s"),
+    ("arrival: {rate: 1, concurrency: 2}\n", "arrival"),
+    ("duration_s: 10\nwarmup_s: 1\narrival: {rate: 1}\nsessions: {system_prompt_tokens: 1, turns: {dist: uniform, "
+     "min: 3}, input_tokens: 1, output_tokens: 1}\n", "turns"),
+])
+def test_a_bad_workload_is_one_input_error_naming_the_key(tmp_path, text, where):
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=where):
+        load_workload(path)
+
+
+def test_an_idle_engine_costs_what_the_calibration_measured():
+    fit = make_fit()
+    stats = FleetSim(_workload(), 1, point_costs(fit), Policy("no-p2p"), 64, seed=0).run()
+    assert np.median(stats.ttft_ms) == pytest.approx(float(cost_ms(fit.recompute.coefficients, 4096)), rel=1e-6)
+
+
+def _two_turns(think: float = 1.0) -> Workload:
+    # The pod is chosen at random (no scorer weights), so half the second turns land away from their history.
+    return _workload(sessions={"system_prompt_tokens": 0, "turns": 2, "input_tokens": 8192, "output_tokens": 1,
+                               "think_time_s": think},
+                     router={"prefix_weight": 0, "queue_weight": 0, "kv_weight": 0},
+                     engine={"max_num_batched_tokens": 65536})
+
+
+def test_a_pull_below_the_threshold_is_not_taken_and_one_above_is():
+    fit = make_fit()  # break-even 1,500 tokens: a pull of 8K wins
+    costs = point_costs(fit)
+    never = FleetSim(_two_turns(), 2, costs, Policy("no-p2p"), 64, seed=1).run()
+    high = FleetSim(_two_turns(), 2, costs, Policy("threshold", 65536), 64, seed=1).run()
+    low = FleetSim(_two_turns(), 2, costs, Policy("threshold", 1024), 64, seed=1).run()
+    assert never.pulled == high.pulled == 0
+    assert 0.15 < low.pulled / low.routed < 0.35  # half of the second turns (half of all turns) move
+    assert np.mean(low.ttft_ms) < np.mean(never.ttft_ms)
+    assert never.ttft_ms == high.ttft_ms  # the same sessions (common random numbers)
+
+
+def test_an_idle_pull_costs_the_pull_curve():
+    fit = make_fit()
+    stats = FleetSim(_two_turns(), 2, point_costs(fit), Policy("always-pull"), 64, seed=1).run()
+    # The second turn pulls the first's 8,192 whole-block tokens, then computes the other 8,193 in one step.
+    rest = point_costs(fit).prefill_ms(8192, 8193)
+    expected = float(cost_ms(fit.pull.coefficients, 8192)) + rest
+    assert stats.pulled and min(abs(t - expected) for t in stats.ttft_ms) < 1e-6
+
+
+def test_near_idle_the_recommended_threshold_is_emit_configs(tmp_path):
+    fit = make_fit()
+    w = tmp_path / "w.yaml"
+    w.write_text(EXAMPLE.read_text())
+    result = run_fleet(FleetConfig(Path("fit.json"), w, pods=2, thresholds=[256, 1024, 2048], rate=0.05, duration_s=120,
+                                   seeds=1), fit, lambda *a: None)
+    assert result.idle_threshold == compute_threshold(fit).min_cached_token_delta
+    assert abs(result.recommended_threshold - result.idle_threshold) <= result.block_size
+    assert {r.policy for r in result.rows} == {"no-p2p", "always-pull", "threshold"}
+
+
+def test_thresholds_off_the_block_are_refused(tmp_path):
+    with pytest.raises(InputError, match="multiples of the block size 64"):
+        run_fleet(FleetConfig(Path("f"), EXAMPLE, thresholds=[100]), make_fit(), lambda *a: None)
+
+
+def test_rate_replaces_a_closed_loop():
+    w = _workload(arrival={"concurrency": 4}).with_overrides(rate=2.0)
+    assert w.arrival.rate == 2.0 and w.arrival.concurrency is None
