@@ -12,7 +12,7 @@ from kvcal import __version__
 from kvcal.errors import InputError
 from kvcal.fleet.result import Figure, FleetResult, FleetRow, LoadResult
 from kvcal.fleet.study import (BEST_RULE, PolicyRuns, Progress, auto_thresholds, best_of_run, block_of, break_even_of,
-                               cost_sets, idle_threshold, policies, recommend, run_policies)
+                               cost_sets, idle_threshold, policies, recommend, run_policies, to_block)
 from kvcal.fleet.workload import Workload, load_workload
 from kvcal.records import FitResult
 
@@ -68,6 +68,10 @@ def _one_load(workload: Workload, config: FleetConfig, fit: FitResult, block: in
     return runs, [_row(r, fit.confidence) for r in runs]
 
 
+def _rounded(tokens: float | None, block: int) -> int | None:
+    return to_block(tokens, block) if tokens is not None else None
+
+
 def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress) -> FleetResult:
     block = block_of(fit)
     _check(config, block)
@@ -85,22 +89,22 @@ def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress) -> FleetR
     best = best_of_run(runs, None, point_be, block)
     recommended, steps, reason, ci = None, [], None, None
     if best is not None and bests:
-        low, high = np.quantile(bests, [(1 - fit.confidence) / 2, (1 + fit.confidence) / 2])
-        ci = [int(low // block * block), int(-(-high // block) * block)]
-        ci = [min(ci[0], best), max(ci[1], best)]
+        low, high = (float(v) for v in np.quantile(bests, [(1 - fit.confidence) / 2, (1 + fit.confidence) / 2]))
+        low, high = min(low, best), max(high, best)
         if not config.resamples and fit.break_even_tokens is not None and fit.break_even_ci:
             # The point fit alone: carry the calibration's own uncertainty, its interval shifted to the fleet optimum.
-            below, above = fit.break_even_tokens - fit.break_even_ci[0], fit.break_even_ci[1] - fit.break_even_tokens
-            ci = [max(0, min(ci[0], int(best - below))), max(ci[1], int(-(-(best + above) // 1)))]
+            low = max(0.0, min(low, best - (fit.break_even_tokens - fit.break_even_ci[0])))
+            high = max(high, best + (fit.break_even_ci[1] - fit.break_even_tokens))
             notes.append("--resamples 0: the best threshold's interval is the seeds' spread widened by the fit's "
                          "break-even interval (shifted to the fleet optimum); --resamples N simulates the resamples instead")
         busy = float(np.mean([r["busy_share"] for r in runs[0].runs]))
-        recommended, steps, reason = recommend(fit, best, ci, idle, block, busy)
+        recommended, steps, reason = recommend(fit, best, [low, high], idle, block, busy)
+        ci = [int(low // block * block), int(-(-high // block) * block)]
     loads = []
     for i, rate in enumerate(config.loads or []):
         at_rate = workload.with_overrides(rate=rate)
         load_runs, load_rows = _one_load(at_rate, config, fit, block, thresholds, progress, per_load * (i + 1), total)
-        loads.append(LoadResult(rate=rate, rows=load_rows, best_threshold=best_of_run(load_runs, None, point_be, block)))
+        loads.append(LoadResult(rate=rate, rows=load_rows, best_threshold=_rounded(best_of_run(load_runs, None, point_be, block), block)))
     if not any(r.policy.name == "costmodel" for r in runs):
         notes.append("no costmodel row: the fit calibrated no costModel under load (kvcal sweep --load-states, or "
                      "kvcal fit --per-request/--epp-log)")
@@ -112,7 +116,7 @@ def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress) -> FleetR
         rate=arrival.rate if arrival is not None and workload.trace is None else None,
         concurrency=arrival.concurrency if arrival is not None and workload.trace is None else None,
         duration_s=workload.duration_s, seeds=config.seeds, resamples=len(sets) if config.resamples else 0,
-        block_size=block, best_threshold=best, best_threshold_ci=ci, best_rule=BEST_RULE,
+        block_size=block, best_threshold=_rounded(best, block), best_threshold_ci=ci, best_rule=BEST_RULE,
         recommended_threshold=recommended, recommended_steps=steps, recommended_reason=reason,
         idle_threshold=idle, idle_threshold_reason=idle_reason, rows=rows, loads=loads, notes=notes,
     )

@@ -97,8 +97,8 @@ def run_policies(workload: Workload, pods: int, fit: FitResult, block: int, chos
     return out
 
 
-def best_of_run(rows: list[PolicyRuns], k: int | None, break_even: float, block: int) -> int | None:
-    """The rule on run ``k``'s figures (None: the means over runs)."""
+def best_of_run(rows: list[PolicyRuns], k: int | None, break_even: float, block: int) -> float | None:
+    """The rule on run ``k``'s figures (None: the means over runs), in tokens before rounding to a block."""
     cand = [r for r in rows if r.policy.name == "threshold"]
     if not cand:
         return None
@@ -113,11 +113,14 @@ def best_of_run(rows: list[PolicyRuns], k: int | None, break_even: float, block:
     mean_min = min(fig(r, "ttft_mean_ms") for r in kept)
     kept = [r for r in kept if fig(r, "ttft_mean_ms") <= mean_min * (1 + MEAN_TOLERANCE)]
     span = [r.policy.threshold or block for r in kept]
-    inside = min(max(break_even, min(span)), max(span))
-    return max(block, int(round(inside / block)) * block)
+    return float(min(max(break_even, min(span)), max(span)))
 
 
-def recommend(fit: FitResult, best: int, ci: list[int], idle: int | None, block: int, busy: float) -> tuple[int | None, list[str], str | None]:
+def to_block(tokens: float, block: int) -> int:
+    return max(block, int(round(tokens / block)) * block)
+
+
+def recommend(fit: FitResult, best: float, ci: list[float], idle: int | None, block: int, busy: float) -> tuple[int | None, list[str], str | None]:
     """(recommended, emit-config's steps, why it is not within one block of the idle threshold or why there is none)."""
     as_break_even = fit.model_copy(update={"break_even_tokens": float(best), "break_even_ci": [float(ci[0]), float(ci[1])]})
     try:
@@ -126,9 +129,9 @@ def recommend(fit: FitResult, best: int, ci: list[int], idle: int | None, block:
         return None, [], f"emit-config's rule gives none: {err}"
     reason = None
     if idle is not None and abs(t.min_cached_token_delta - idle) > block:
-        why = [f"the fleet optimum {best} (interval {ci[0]}-{ci[1]}) differs from the idle break-even "
+        why = [f"the fleet optimum {best:.0f} (interval {ci[0]:.0f}-{ci[1]:.0f}) differs from the idle break-even "
                f"{fit.break_even_tokens:.0f} (interval {fit.break_even_ci[0]:.0f}-{fit.break_even_ci[1]:.0f})"
-               if fit.break_even_tokens is not None and fit.break_even_ci else f"the fleet optimum is {best}"]
+               if fit.break_even_tokens is not None and fit.break_even_ci else f"the fleet optimum is {best:.0f}"]
         if busy >= 0.2:
             why.append(f"the engines are busy {busy:.0%} of the time, so pulls also save (or cost) places in queues")
         reason = "; ".join(why)
