@@ -13,15 +13,13 @@ with its floor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from kvcal.fleet.cache import FleetIndex
 from kvcal.fleet.costs import CostRule
 from kvcal.fleet.traffic import TurnRequest
-
-if TYPE_CHECKING:  # the simulator passes itself; only its type is needed here
-    from kvcal.fleet.sim import FleetSim
 
 PolicyName = Literal["no-p2p", "always-pull", "threshold", "costmodel"]
 
@@ -42,6 +40,19 @@ class Policy:
         return self.rule is None or self.rule.pulls(delta, running, source_waiting, computing_waiting)
 
 
+class FleetView(Protocol):
+    """What the router reads of the fleet (kvcal.fleet.sim.FleetSim is one)."""
+
+    block: int
+    index: FleetIndex
+    queues: np.ndarray  # waiting requests per pod
+    kv_use: np.ndarray  # share of each pod's KV in use
+    pods: list[Any]  # each with running() and queue()
+    policy: Policy
+    route_rng: np.random.Generator
+    w: Any  # the workload: its router weights
+
+
 @dataclass(frozen=True)
 class Route:
     pod: int
@@ -51,7 +62,7 @@ class Route:
     delta: int = 0
 
 
-def route(sim: "FleetSim", req: TurnRequest, now: float) -> Route:
+def route(sim: FleetView, req: TurnRequest, now: float) -> Route:
     block, n = sim.block, req.prompt
     limit = (n - 1) // block * block
     session = req.session
