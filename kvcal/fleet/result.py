@@ -26,6 +26,8 @@ class FleetRow(BaseModel):
     policy: Literal["no-p2p", "always-pull", "threshold", "costmodel"]
     threshold: int | None = Field(description="minCachedTokenDelta for 'threshold' rows; else None.")
     goodput_rps: Figure = Field(description="Completed requests per second that met the TTFT SLO (all completed when none is set).")
+    completed_rps: Figure = Field(description="Completed requests per second, SLO or not.")
+    input_tokens_per_s: Figure = Field(description="Prompt tokens of the completed requests per second.")
     ttft_p50_ms: Figure
     ttft_p90_ms: Figure
     ttft_p99_ms: Figure

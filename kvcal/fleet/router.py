@@ -83,7 +83,7 @@ def route(sim: FleetView, req: TurnRequest, now: float) -> Route:
     scores = scores + weights.kv_weight * (1.0 - sim.kv_use) + sim.route_rng.random(len(queues)) * 1e-9
     for pod, tokens in cached.items():
         scores[pod] += weights.prefix_weight * tokens / n
-    chosen = int(scores.argmax())
+    chosen = int(scores.argmax()) if weights.pick == "score" else (session.turn - 1) % len(queues)
     mine = cached.get(chosen, 0)
     best = max(cached.values(), default=0)
     delta = best - mine

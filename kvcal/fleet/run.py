@@ -16,7 +16,7 @@ from kvcal.fleet.study import (BEST_RULE, PolicyRuns, Progress, auto_thresholds,
 from kvcal.fleet.workload import Workload, load_workload
 from kvcal.records import FitResult
 
-FIGURES = ("goodput_rps", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "ttft_mean_ms", "prefill_queue_p90",
+FIGURES = ("goodput_rps", "completed_rps", "input_tokens_per_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "ttft_mean_ms", "prefill_queue_p90",
            "pull_share", "tokens_moved_per_s", "busy_share")
 MAX_PODS = 4096
 

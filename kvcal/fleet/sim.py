@@ -29,7 +29,7 @@ SAMPLE_EVERY_S = 1.0
 
 class Pod:
     __slots__ = ("id", "cache", "waiting", "pending", "decoding", "step_no", "busy", "finishing", "link_free_ms",
-                 "busy_ms", "prefilling")
+                 "busy_ms", "prefilling", "kv_held")
 
     def __init__(self, pod: int, cache: PodCache) -> None:
         self.id, self.cache = pod, cache
@@ -42,6 +42,7 @@ class Pod:
         self.link_free_ms = 0.0
         self.busy_ms = 0.0
         self.prefilling = 0
+        self.kv_held = 0  # tokens reserved by admitted requests (prompt and output): not evictable
 
     def queue(self) -> int:
         return len(self.waiting) - self.prefilling + self.pending
@@ -57,6 +58,7 @@ class RunStats:
     ttft_ms: list[float] = field(default_factory=list)
     met_slo: int = 0
     completed: int = 0
+    completed_prompt_tokens: int = 0
     routed: int = 0
     pulled: int = 0
     tokens_moved: int = 0
@@ -70,6 +72,7 @@ class FleetSim:
         self.w, self.costs, self.policy, self.block = workload, costs, policy, block
         engine = workload.engine
         self.budget, self.max_seqs = engine.max_num_batched_tokens, engine.max_num_seqs
+        self.kv_capacity = engine.kv_capacity_tokens
         self.decode_ms = engine.decode_step_ms if engine.decode_step_ms is not None else max(0.0, costs.recompute[0])
         load_us = engine.cpu_tier_load_us_per_token
         self.cpu_load_us = load_us if load_us is not None else max(0.0, costs.pull[1])
@@ -123,6 +126,9 @@ class FleetSim:
         pod.cache.touch(req.session.sys_key)
         pod.cache.touch(req.session.key)
         delay_ms = 0.0
+        if r.source is not None and self.w.engine.pull_computes_on_source:
+            self._hand_off(req, r, now, in_window)
+            return
         if r.source is not None:
             source = self.pods[r.source]
             source.cache.touch(req.session.key)
@@ -143,6 +149,32 @@ class FleetSim:
             self.push(now + delay_ms, READY, req)
         else:
             self._join(pod, req, now)
+
+    def _hand_off(self, req: TurnRequest, r: Route, now: float, in_window: bool) -> None:
+        """nixl-pd: the source prefills the prompt from its cache (a hold), then the computing pod pulls all of it."""
+        if in_window:
+            self.stats.pulled += 1
+            self.stats.tokens_moved += req.prompt
+        req.done = r.cached + r.delta
+        req.hand_to = (r.pod, req.prompt)
+        self.pods[r.pod].pending += 1
+        self._queue_changed(self.pods[r.pod])
+        req.pod = r.source  # type: ignore[assignment]
+        self._inflight(r.pod, -req.prompt)
+        self._inflight(r.source, req.prompt)  # type: ignore[arg-type]
+        self._join(self.pods[r.source], req, now)  # type: ignore[index]
+
+    def _held(self, pod: Pod, req: TurnRequest, now: float) -> None:
+        consumer, tokens = req.hand_to  # type: ignore[misc]
+        req.hand_to = None
+        pod.kv_held -= req.prompt + req.output
+        self._inflight(pod.id, -req.prompt)
+        self._inflight(consumer, req.prompt)
+        req.pod, req.admitted = consumer, False
+        req.done = req.prompt - 1  # the consumer computes the last token, as vLLM does after a P/D pull
+        begin = max(now, pod.link_free_ms)
+        pod.link_free_ms = begin + self.costs.link_ms(tokens)
+        self.push(begin + self.costs.transfer_ms(tokens), READY, req)
 
     def _ready(self, now: float, req: TurnRequest) -> None:
         pod = self.pods[req.pod]
@@ -169,6 +201,11 @@ class FleetSim:
         for req in pod.waiting:
             if budget <= 0 or seats <= 0:
                 break
+            if not req.admitted:  # vLLM admits a request only when its blocks fit; later ones wait behind it
+                if pod.kv_held and pod.kv_held + req.prompt + req.output > self.kv_capacity:
+                    break
+                req.admitted = True
+                pod.kv_held += req.prompt + req.output
             take = min(budget, req.prompt - req.done)
             work_ms += self.costs.prefill_ms(req.done, take)
             req.done += take
@@ -207,6 +244,9 @@ class FleetSim:
         if session.sys_tokens:
             pod.cache.store(session.sys_key, session.sys_tokens, session.sys_tokens)
         pod.cache.store(session.key, req.prompt, max(0, req.prompt - session.sys_tokens))
+        if req.hand_to is not None:
+            self._held(pod, req, now)
+            return
         if req.rid in self.open:
             ttft = now - req.arrival_ms
             self.stats.ttft_ms.append(ttft)
@@ -223,8 +263,10 @@ class FleetSim:
         session = req.session
         pod.cache.store(session.key, req.prompt + req.output, max(0, req.prompt + req.output - session.sys_tokens))
         self._inflight(pod.id, -req.prompt)
+        pod.kv_held -= req.prompt + req.output
         if req.counted and now >= self.start_ms:
             self.stats.completed += 1
+            self.stats.completed_prompt_tokens += req.prompt
             self.stats.met_slo += bool(req.met_slo)
         for at_ms, kind, item in self.traffic.turn_done(now, req):
             self.push(at_ms, kind, item)

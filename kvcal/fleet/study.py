@@ -47,7 +47,8 @@ def _figures(stats: RunStats) -> dict[str, float]:
     ttft = np.asarray(stats.ttft_ms) if stats.ttft_ms else np.array([math.nan])
     window = stats.window_s
     return {
-        "goodput_rps": stats.met_slo / window,
+        "goodput_rps": stats.met_slo / window, "completed_rps": stats.completed / window,
+        "input_tokens_per_s": stats.completed_prompt_tokens / window,
         "ttft_p50_ms": float(np.percentile(ttft, 50)), "ttft_p90_ms": float(np.percentile(ttft, 90)),
         "ttft_p99_ms": float(np.percentile(ttft, 99)), "ttft_mean_ms": float(ttft.mean()),
         "prefill_queue_p90": float(np.percentile(stats.queue_samples, 90)) if stats.queue_samples else 0.0,

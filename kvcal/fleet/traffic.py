@@ -24,19 +24,21 @@ ARRIVE, NEW_SESSION = 0, 4  # kvcal.fleet.sim's event kinds
 
 
 class Session:
-    __slots__ = ("id", "key", "sys_key", "sys_tokens", "turns_left", "history", "rng")
+    __slots__ = ("id", "key", "sys_key", "sys_tokens", "turns_left", "history", "rng", "turn")
 
     def __init__(self, sid: int, sys_id: int, sys_tokens: int, turns: int, rng: np.random.Generator) -> None:
         self.id, self.key, self.sys_key = sid, ("s", sid), ("p", sys_id)
         self.sys_tokens, self.turns_left, self.history, self.rng = sys_tokens, turns, sys_tokens, rng
+        self.turn = 0
 
 
 class TurnRequest:
-    __slots__ = ("rid", "session", "arrival_ms", "prompt", "output", "done", "pod", "met_slo", "counted")
+    __slots__ = ("rid", "session", "arrival_ms", "prompt", "output", "done", "pod", "met_slo", "counted", "admitted", "hand_to")
 
     def __init__(self, rid: int, session: Session, arrival_ms: float, prompt: int, output: int) -> None:
         self.rid, self.session, self.arrival_ms, self.prompt, self.output = rid, session, arrival_ms, prompt, output
-        self.done, self.pod, self.met_slo, self.counted = 0, -1, False, False
+        self.done, self.pod, self.met_slo, self.counted, self.admitted = 0, -1, False, False, False
+        self.hand_to: tuple[int, int] | None = None  # a P/D hold: (computing pod, tokens it pulls) once the source is done
 
 
 class _InferencePerfInfo(BaseModel):
@@ -102,6 +104,7 @@ class Traffic:
         events = []
         for begin, prompt, output in self.trace:
             session = Session(self._session_id(), 0, min(shared, prompt - 1), 1, np.random.default_rng(0))
+            session.turn = 1
             events.append(((begin - start) * 1e3, ARRIVE, self._request(session, (begin - start) * 1e3, prompt, output)))
         return events
 
@@ -131,6 +134,7 @@ class Traffic:
         assert spec is not None
         prompt = session.history + spec.input_tokens.tokens(session.rng)
         session.turns_left -= 1
+        session.turn += 1
         return (at_ms, ARRIVE, self._request(session, at_ms, prompt, spec.output_tokens.tokens(session.rng)))
 
     def turn_done(self, now: float, req: TurnRequest) -> list:

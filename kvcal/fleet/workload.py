@@ -97,15 +97,17 @@ class Engine(Strict):
 
     max_num_batched_tokens: int = Field(8192, ge=1, le=10**7, description="Prefill token budget per step (vLLM's flag of that name).")
     max_num_seqs: int = Field(256, ge=1, le=100_000, description="Requests running at once (prefill and decode).")
-    kv_capacity_tokens: int = Field(500_000, ge=1, le=10**10, description="KV tokens the accelerator caches; LRU eviction beyond.")
+    kv_capacity_tokens: int = Field(500_000, ge=1, le=10**10, description="KV tokens the accelerator holds: running requests reserve theirs (a request waits until it fits), the rest is prefix cache with LRU eviction.")
     cpu_tier_tokens: int = Field(0, ge=0, le=10**11, description="KV tokens of the CPU tier (evicted blocks land there); 0: none.")
     cpu_tier_load_us_per_token: float | None = Field(None, ge=0, description="Loading a CPU-tier hit; default: the pull's per-token cost.")
     decode_step_ms: float | None = Field(None, ge=0, description="A step with no prefill; default: the recompute curve's intercept.")
+    pull_computes_on_source: bool = Field(False, description="nixl-pd's P/D handoff: the source prefills the uncached rest and the computing pod pulls the whole prompt; false: the P2P tier (pull the cached blocks, prefill the rest).")
 
 
 class Router(Strict):
     """The router's pod choice: the highest weighted score of cached prefix share, queue and KV use (llm-d's precise-prefix guide: 3, 2, 2)."""
 
+    pick: Literal["score", "rotate"] = Field("score", description="score: the weighted scorers; rotate: turn k of every session on pod (k-1) mod pods, a balancer blind to the cache (the CPU pair's harness: nixl-pd moves KV one way).")
     prefix_weight: float = Field(3.0, ge=0, le=1e6, description="Weight of the pod's cached share of the prompt (prefix-cache-scorer).")
     queue_weight: float = Field(2.0, ge=0, le=1e6, description="Weight of the pod's waiting queue, min-max scaled (queue-scorer).")
     kv_weight: float = Field(2.0, ge=0, le=1e6, description="Weight of the pod's free KV share, prompts in flight over kv_capacity_tokens (kv-cache-utilization-scorer).")
@@ -181,5 +183,6 @@ system_prompt_tokens, turns, input_tokens, output_tokens, think_time_s (each a n
 {dist: constant|uniform|exponential|lognormal, value | min, max | mean [, cv]}); trace:
 per_request, shared_prefix_tokens (replay inference-perf records instead of sessions);
 engine: max_num_batched_tokens, max_num_seqs, kv_capacity_tokens, cpu_tier_tokens,
-cpu_tier_load_us_per_token, decode_step_ms; router: prefix_weight, queue_weight, kv_weight;
+cpu_tier_load_us_per_token, decode_step_ms, pull_computes_on_source; router: pick (score|rotate),
+prefix_weight, queue_weight, kv_weight;
 slo: ttft_ms. docs/examples/fleet-workload.yaml is a complete example."""

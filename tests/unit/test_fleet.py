@@ -104,3 +104,16 @@ def test_thresholds_off_the_block_are_refused(tmp_path):
 def test_rate_replaces_a_closed_loop():
     w = _workload(arrival={"concurrency": 4}).with_overrides(rate=2.0)
     assert w.arrival.rate == 2.0 and w.arrival.concurrency is None
+
+
+def test_a_nixl_pd_hand_off_costs_a_hold_on_the_source_then_the_whole_prompts_pull():
+    fit = make_fit()
+    costs = point_costs(fit)
+    w = _workload(sessions={"system_prompt_tokens": 0, "turns": 2, "input_tokens": 4096, "output_tokens": 1},
+                  router={"pick": "rotate"}, engine={"max_num_batched_tokens": 65536, "pull_computes_on_source": True})
+    stats = FleetSim(w, 2, costs, Policy("always-pull"), 64, seed=3).run()
+    a = fit.recompute.intercept_ms
+    history, prompt = 4096 // 64 * 64, 4097 + 4096  # turn 1's 4,097 tokens cached in whole blocks; turn 2's prompt
+    hold = a + costs.prefill_ms(history, prompt - history)
+    expected = hold + costs.transfer_ms(prompt) + a + costs.prefill_ms(prompt - 1, 1)
+    assert stats.pulled and min(abs(t - expected) for t in stats.ttft_ms) < 1e-6
