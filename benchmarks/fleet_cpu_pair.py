@@ -11,7 +11,7 @@ figures are every request's TTFT p50 and p90 after the warm-up, measured, and th
 model's prediction for the same 2-engine fleet (rotate routing, nixl-pd's hand-off).
 
     flock /tmp/kvcal-engines.lock env PYTHONPATH=. .venv/bin/python benchmarks/fleet_cpu_pair.py \\
-        --fit results/baselines/cpu-tiny --rates 0.5,2 --reps 2 --out /tmp/fleet-cpu-pair.json
+        --fit results/baselines/cpu-tiny --rates 0.5,4 --reps 2 --calibrate --out /tmp/fleet-cpu-pair.json
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ from kvcal.fleet.costs import point_costs
 from kvcal.fleet.router import Policy
 from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload, load_workload
+from kvcal.fit import fit_table
+from kvcal.fit.tables import from_rows
+from kvcal.records import Leg, RunSetup
 
 HERE = Path(__file__).resolve().parent
 BLOCK = 64
@@ -110,6 +113,20 @@ def predict(fit, w: Workload, rate: float, threshold: int | None, seeds: int) ->
             "pull_share": sum(r.pulled for r in runs) / max(1, sum(r.routed for r in runs))}
 
 
+def calibrate_here(pair: VllmPair, lengths: list[int], reps: int) -> object:
+    """A fresh idle ladder on the running pair (fresh random prompts), fitted as kvcal fit does: the same host load."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for rep in range(reps):
+        for n in lengths:
+            for leg in (Leg.RECOMPUTE, Leg.PULL):
+                ids = [int(x) for x in rng.integers(100, pair.vocab_size - 100, n)]
+                m = pair.measure(leg, ids)
+                rows.append({"prefix_tokens": n, "leg": leg.value, "ttft_ms": m.ttft_ms, "rep": rep,
+                             "bytes_moved": m.bytes_moved})
+    return fit_table(from_rows(rows, setup=RunSetup(block_size=BLOCK)), n_resamples=500)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", required=True, help="the CPU pair's run folder or fit.json")
@@ -118,6 +135,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--out", required=True)
     parser.add_argument("--predict-only", action="store_true")
+    parser.add_argument("--calibrate", action="store_true", help="also fit a fresh idle ladder on the pair and predict from it")
     args = parser.parse_args()
     fit = load_input(Path(args.fit))
     idle = compute_threshold(fit).min_cached_token_delta
@@ -132,10 +150,17 @@ def main() -> None:
         pair.start()
         warm = list(range(200, 200 + 512))
         pair.warm_up(warm)
+    here = calibrate_here(pair, [256, 512, 1024, 1536, 2048, 3072], 3) if pair and args.calibrate else None
+    if here is not None:
+        result["fresh_fit"] = {"break_even_tokens": here.break_even_tokens, "recompute": here.recompute.coefficients,
+                               "pull": here.pull.coefficients}
+        print(json.dumps(result["fresh_fit"]), flush=True)
     try:
         for rate in rates:
             for name, threshold in _policies(idle).items():
                 row = {"rate": rate, "policy": name, "model": predict(fit, w, rate, threshold, seeds=5), "measured": []}
+                if here is not None:
+                    row["model_fresh_fit"] = predict(here, w, rate, threshold, seeds=5)
                 for rep in range(args.reps if pair else 0):
                     row["measured"].append(measure(pair, w, rate, threshold, seed=rep))
                     print(json.dumps({"rate": rate, "policy": name, **row["measured"][-1]}), flush=True)

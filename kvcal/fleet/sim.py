@@ -79,6 +79,7 @@ class FleetSim:
         self.index = FleetIndex()
         self.pods = [Pod(i, PodCache(i, self.index, engine.kv_capacity_tokens, engine.cpu_tier_tokens)) for i in range(pods)]
         self.queues = np.zeros(pods)
+        self.queue_list = [0] * pods  # the same, as Python ints: cheaper to compare on every step
         self.kv_use = np.zeros(pods)  # prompt tokens in flight over the KV capacity, at most 1
         self.inflight = [0] * pods
         self.traffic = Traffic(workload, seed)
@@ -192,10 +193,23 @@ class FleetSim:
         self.kv_use[pod] = min(1.0, self.inflight[pod] / self.w.engine.kv_capacity_tokens)
 
     def _queue_changed(self, pod: Pod) -> None:
-        self.queues[pod.id] = pod.queue()
+        waiting = pod.queue()
+        if self.queue_list[pod.id] != waiting:
+            self.queue_list[pod.id] = waiting
+            self.queues[pod.id] = waiting
 
     # ------------------------------------------------------------ engines
     def _start_step(self, pod: Pod, now: float) -> None:
+        if not pod.waiting:  # decode only: the common step, kept short
+            if not pod.decoding:
+                pod.busy = False
+                return
+            pod.busy, pod.finishing = True, []
+            if now >= self.start_ms:
+                pod.busy_ms += self.decode_ms
+            self.seq += 1
+            heapq.heappush(self.events, (now + self.decode_ms, self.seq, STEP_END, pod))
+            return
         budget, seats = self.budget, self.max_seqs - len(pod.decoding)
         work_ms, finishing, prefilling = 0.0, [], 0
         for req in pod.waiting:
