@@ -7,10 +7,10 @@ key must not silently fall back to a default). Units live in the names.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -53,18 +53,19 @@ class Dist(Strict):
             raise ValueError("uniform: min must not exceed max")
         return self
 
-    def sample(self, rng: np.random.Generator) -> float:
+    def sample(self, rng: Any) -> float:
+        """One draw from ``rng`` (a numpy Generator; numpy is not imported here, so --help stays light)."""
         if self.dist == "constant":
             return float(self.value)  # type: ignore[arg-type]
         if self.dist == "uniform":
             return float(rng.uniform(self.min, self.max))  # type: ignore[arg-type]
         if self.dist == "exponential":
             return float(rng.exponential(self.mean)) if self.mean else 0.0
-        sigma2 = float(np.log1p(self.cv**2))  # type: ignore[operator]
-        mu = float(np.log(max(self.mean, 1e-9))) - sigma2 / 2  # type: ignore[arg-type]
-        return float(rng.lognormal(mu, np.sqrt(sigma2)))
+        sigma2 = math.log1p(self.cv**2)  # type: ignore[operator]
+        mu = math.log(max(self.mean, 1e-9)) - sigma2 / 2  # type: ignore[arg-type]
+        return float(rng.lognormal(mu, math.sqrt(sigma2)))
 
-    def tokens(self, rng: np.random.Generator) -> int:
+    def tokens(self, rng: Any) -> int:
         return max(1, int(round(self.sample(rng))))
 
 
