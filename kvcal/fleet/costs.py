@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvcal.cost_curve import break_even_tokens
 from kvcal.emit.costmodel import costmodel_values
 from kvcal.records import FitResult
 
@@ -87,9 +88,16 @@ def resampled_costs(fit: FitResult, count: int) -> list[FleetCosts]:
     usable = np.flatnonzero(np.isfinite(r).all(axis=1) & np.isfinite(p).all(axis=1))
     if not len(usable):
         return [point_costs(fit)]
-    picks = usable[np.linspace(0, len(usable) - 1, min(count, len(usable))).round().astype(int)]
+    # Evenly spaced in the order of their break-even, so that a few resamples span the interval rather than a random part of it.
+    order = usable[np.argsort([_crossing(r[i], p[i]) for i in usable])]
+    picks = order[np.linspace(0, len(order) - 1, min(count, len(order))).round().astype(int)]
     extra = _loaded_terms(fit)
     return [FleetCosts(tuple(r[i]), tuple(p[i]), **extra) for i in picks]  # type: ignore[arg-type]
+
+
+def _crossing(recompute: np.ndarray, pull: np.ndarray) -> float:
+    roots = np.asarray(break_even_tokens(recompute, pull), dtype=float).ravel()
+    return float(roots[0]) if roots.size and np.isfinite(roots[0]) else float("inf")
 
 
 def cost_rule(fit: FitResult) -> CostRule | None:

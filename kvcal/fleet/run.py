@@ -91,12 +91,13 @@ def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress) -> FleetR
     if best is not None and bests:
         low, high = (float(v) for v in np.quantile(bests, [(1 - fit.confidence) / 2, (1 + fit.confidence) / 2]))
         low, high = min(low, best), max(high, best)
-        if not config.resamples and fit.break_even_tokens is not None and fit.break_even_ci:
-            # The point fit alone: carry the calibration's own uncertainty, its interval shifted to the fleet optimum.
+        if fit.break_even_tokens is not None and fit.break_even_ci:
+            # Never narrower than the calibration's own interval (shifted to the fleet optimum): a few simulated
+            # resamples, or none, would otherwise understate what the fit is unsure of.
             low = max(0.0, min(low, best - (fit.break_even_tokens - fit.break_even_ci[0])))
             high = max(high, best + (fit.break_even_ci[1] - fit.break_even_tokens))
-            notes.append("--resamples 0: the best threshold's interval is the seeds' spread widened by the fit's "
-                         "break-even interval (shifted to the fleet optimum); --resamples N simulates the resamples instead")
+            notes.append("the best threshold's interval spans the runs' optima (seeds x resamples) and at least the "
+                         "fit's break-even interval shifted to the fleet optimum")
         busy = float(np.mean([r["busy_share"] for r in runs[0].runs]))
         recommended, steps, reason = recommend(fit, best, [low, high], idle, block, busy)
         ci = [int(low // block * block), int(-(-high // block) * block)]

@@ -9,6 +9,9 @@ import pytest
 
 from factories import make_fit
 from kvcal.cost_curve import cost_ms
+from kvcal.engines.sim import SimCosts
+from kvcal.fit import fit_table
+from kvcal.fit.tables import sim_table
 from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import InputError
 from kvcal.fleet.costs import point_costs
@@ -117,3 +120,11 @@ def test_a_nixl_pd_hand_off_costs_a_hold_on_the_source_then_the_whole_prompts_pu
     hold = a + costs.prefill_ms(history, prompt - history)
     expected = hold + costs.transfer_ms(prompt) + a + costs.prefill_ms(prompt - 1, 1)
     assert stats.pulled and min(abs(t - expected) for t in stats.ttft_ms) < 1e-6
+
+
+def test_near_idle_with_simulated_resamples_the_recommendation_is_still_emit_configs(tmp_path):
+    fit = fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048, 4096], 3), n_resamples=200)
+    result = run_fleet(FleetConfig(Path("fit.json"), EXAMPLE, pods=2, thresholds=[256, 1024, 2048], rate=0.05,
+                                   duration_s=60, seeds=1, resamples=4), fit, lambda *a: None)
+    assert result.resamples == 4
+    assert abs(result.recommended_threshold - result.idle_threshold) <= result.block_size
