@@ -14,7 +14,9 @@ from kvcal.fit import fit_table
 from kvcal.fit.tables import sim_table
 from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import InputError
-from kvcal.fleet.costs import point_costs
+from kvcal.fleet.costs import cost_rule, point_costs
+from kvcal.fleet.study import policies
+from kvcal.records import CostModelFit, Estimate
 from kvcal.fleet.router import Policy
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fleet.sim import FleetSim
@@ -128,3 +130,18 @@ def test_near_idle_with_simulated_resamples_the_recommendation_is_still_emit_con
                                    duration_s=60, seeds=1, resamples=4), fit, lambda *a: None)
     assert result.resamples == 4
     assert abs(result.recommended_threshold - result.idle_threshold) <= result.block_size
+
+
+def test_a_fit_with_a_cost_model_gets_a_costmodel_row_that_applies_its_rule():
+    e = lambda v: Estimate(value=v)  # noqa: E731
+    cm = CostModelFit(transferFixedMs=e(20.0), sourceWaitMs=e(30.0), requeueMs=e(50.0),
+                      prefillMicrosecondsPerToken=e(25.0), transferMicrosecondsPerToken=e(3.0), busyQueueThreshold=2,
+                      base_ms=e(5.0), busy_computing_ms=e(80.0), design="designed", confidence=0.9, n_requests=72,
+                      n_resamples=100)
+    fit = make_fit(cost_model=cm)
+    assert [p.name for p in policies(fit, [256])][-1] == "costmodel"
+    rule = cost_rule(fit)
+    # 1,000 tokens save 22 ms against F = 20 ms: pulled when both queues are short, not when the source is busy (+30 ms).
+    assert rule.pulls(1000, running=0, source_waiting=0, computing_waiting=0)
+    assert not rule.pulls(1000, running=0, source_waiting=2, computing_waiting=0)
+    assert cost_rule(make_fit()) is None
