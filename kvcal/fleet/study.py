@@ -19,7 +19,7 @@ import numpy as np
 from kvcal.cost_curve import break_even_tokens
 from kvcal.emit.costmodel import COSTMODEL_FLOOR_TOKENS
 from kvcal.emit.threshold import compute_threshold, resolve_block_size, round_up
-from kvcal.errors import KvcalError
+from kvcal.errors import InputError, KvcalError
 from kvcal.fleet.costs import FleetCosts, cost_rule, resampled_costs
 from kvcal.fleet.router import Policy
 from kvcal.fleet.sim import FleetSim, RunStats
@@ -44,7 +44,7 @@ class PolicyRuns:
 
 
 def _figures(stats: RunStats) -> dict[str, float]:
-    ttft = np.asarray(stats.ttft_ms) if stats.ttft_ms else np.array([math.nan])
+    ttft = np.asarray(stats.ttft_ms)
     window = stats.window_s
     return {
         "goodput_rps": stats.met_slo / window, "completed_rps": stats.completed / window,
@@ -91,7 +91,12 @@ def run_policies(workload: Workload, pods: int, fit: FitResult, block: int, chos
         runs = []
         for seed in range(seeds):
             for costs in cost_sets:
-                runs.append(_figures(FleetSim(workload, pods, costs, policy, block, seed).run()))
+                stats = FleetSim(workload, pods, costs, policy, block, seed).run()
+                if not stats.ttft_ms:
+                    raise InputError(f"no request arrived in the measured window ({workload.warmup_s:g}-"
+                                     f"{workload.duration_s:g} s, seed {seed}): lengthen duration_s (--duration) or "
+                                     "raise the rate (--rate)")
+                runs.append(_figures(stats))
                 done += 1
                 progress(done, total, f"{policy.name} {policy.threshold or ''}".strip())
         out.append(PolicyRuns(policy, runs))

@@ -145,3 +145,17 @@ def test_a_fit_with_a_cost_model_gets_a_costmodel_row_that_applies_its_rule():
     assert rule.pulls(1000, running=0, source_waiting=0, computing_waiting=0)
     assert not rule.pulls(1000, running=0, source_waiting=2, computing_waiting=0)
     assert cost_rule(make_fit()) is None
+
+
+def test_when_emit_config_refuses_the_idle_threshold_is_null_with_its_reason():
+    fit = make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None)
+    result = run_fleet(FleetConfig(Path("fit.json"), EXAMPLE, pods=2, thresholds=[256, 1024], rate=0.05, duration_s=120,
+                                   seeds=1), fit, lambda *a: None)
+    assert result.idle_threshold is None and "not recommended" in result.idle_threshold_reason
+    assert result.recommended_threshold is None and result.recommended_reason
+
+
+def test_a_window_without_requests_is_an_input_error_not_nan():
+    with pytest.raises(InputError, match="no request arrived in the measured window"):
+        run_fleet(FleetConfig(Path("fit.json"), EXAMPLE, pods=2, thresholds=[256], rate=0.001, duration_s=40, seeds=1),
+                  make_fit(), lambda *a: None)
