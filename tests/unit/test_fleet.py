@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +160,15 @@ def test_a_window_without_requests_is_an_input_error_not_nan():
     with pytest.raises(InputError, match="no request arrived in the measured window"):
         run_fleet(FleetConfig(Path("fit.json"), EXAMPLE, pods=2, thresholds=[256], rate=0.001, duration_s=40, seeds=1),
                   make_fit(), lambda *a: None)
+
+
+def test_an_inference_perf_trace_is_replayed_at_its_recorded_times(tmp_path):
+    records = [{"start_time": 1000.0 + 2 * i, "error": None,
+                "info": {"input_tokens": 3000, "response_metrics": {"output_token_times": [1.0, 2.0, 3.0]}}}
+               for i in range(20)]
+    records.append({"start_time": 1001.0, "error": "timeout", "info": {"input_tokens": 10}})
+    (tmp_path / "per_request.json").write_text(json.dumps(records))
+    w = Workload.model_validate({"duration_s": 60, "warmup_s": 1, "trace": {
+        "per_request": str(tmp_path / "per_request.json"), "shared_prefix_tokens": 2048}})
+    stats = FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=0).run()
+    assert stats.routed == 19 and len(stats.ttft_ms) == 19  # the failed record is skipped; the first lies in the warm-up
