@@ -52,7 +52,7 @@ def fleet(
 
     if duration is not None and not 0 < duration <= 86_400:
         raise InputError(f"--duration must lie within (0, 86400] seconds, got {duration:g}")
-    check_input(workload, "workload file")
+    check_input(workload, f"workload file {workload}")
     if plot is not None:
         check_output(plot, "--plot", [fit_path, workload])
     chosen = None if thresholds.strip().lower() == "auto" else int_list(thresholds, "--thresholds")
