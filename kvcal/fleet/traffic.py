@@ -59,7 +59,7 @@ class InferencePerfRequest(BaseModel):
 def read_trace(path: Path) -> list[tuple[float, int, int]]:
     """(start s, input tokens, output tokens) per successful request, sorted by start."""
     try:
-        items = json.loads(read_text(path, "per-request file"))
+        items = json.loads(read_text(path, f"per-request file {path}"))
     except ValueError as err:
         raise InputError(f"{path}: not JSON ({err})") from None
     if not isinstance(items, list) or not items:

@@ -161,7 +161,7 @@ class Workload(Strict):
 
 def load_workload(path: Path) -> Workload:
     """Read and check a workload file; every problem is one InputError naming the file and the key."""
-    text = read_text(path, "workload file")
+    text = read_text(path, f"workload file {path}")
     try:
         data = load_pyyaml(text, f"workload file {path}")
     except yaml.YAMLError as err:
