@@ -58,7 +58,7 @@ def status_warning(status: str, break_even: float, extrapolated: bool, n_min: in
                  "the break-even is extrapolated" if break_even > 0 else
                  f"the fitted pull is faster than recompute at every length, down to the shortest measured, {n_min}")
         if not add:
-            return (f"the pull won at every measured length; {where}; {n_min} tokens is already the floor, "
+            return (f"the pull won at every measured length; {where}; that is already the floor, "
                     f"{floor_reason(block)}: pulling pays from there up")
         return (f"the pull won at every measured length; {where}; add shorter lengths to locate it: "
                 f"--prefix-lengths {','.join(map(str, add))}{assumed} (the floor is {pull_floor(block)} tokens)")
