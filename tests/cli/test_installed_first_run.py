@@ -68,6 +68,9 @@ def test_the_ladder_says_it_grew_and_resume_shows_the_grown_plan(campaign):
     assert resumed.returncode == 0, resumed.stderr
     left = [line.split("\t") for line in resumed.stdout.splitlines() if not line.startswith("#")]
     assert len(left) == 3 and {int(row[1]) for row in left} <= {128, 192}
+    finished = kvcal("sweep", "--name", "r", "--resume", cwd=campaign)
+    assert finished.returncode == 0, finished.stderr
+    assert "3 measured now" in finished.stderr
 
 
 def test_explicit_lengths_are_measured_as_given_and_the_advice_names_lengths_to_add(campaign):
