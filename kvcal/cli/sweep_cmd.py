@@ -136,6 +136,8 @@ def sweep(
         from kvcal.cli.progress_view import adaptive_result_line
 
         info(adaptive_result_line(outcome))
+        if outcome.reach_note:
+            info(f"kvcal: {outcome.reach_note}")
     info(f"next: kvcal fit {outcome.run_dir} && kvcal plot {outcome.run_dir} -o {outcome.run_dir}/fit.png")
 
 

@@ -40,6 +40,7 @@ from kvcal.emit.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MARGIN, validate_block
 from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
 from kvcal.fit.wins import pooled_win_z
 from kvcal.records import FitResult
+from kvcal.sweep.reach import pull_floor
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,8 @@ def interval_open_above(fit: FitResult) -> bool:
 
 
 def _ladder_down(floor: int, block: int) -> str:
-    lengths = sorted({max(block, round_up(floor / 2**k, block)) for k in range(5, -1, -1)})
+    # never under two blocks: a one-block pull moves nothing (kvcal.sweep.reach)
+    lengths = sorted({max(pull_floor(block), round_up(floor / 2**k, block)) for k in range(5, -1, -1)})
     return ",".join(str(n) for n in lengths)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvcal.cost_curve import break_even_tokens
+from kvcal.emit.limits import DEFAULT_BLOCK_SIZE
 from kvcal.sweep.reach import floor_reason, lengths_to_add_above, lengths_to_add_below, pull_floor
 
 __all__ = ["break_even_tokens", "classify", "classify_many", "interval", "status_warning", "STATUSES"]
@@ -27,7 +28,6 @@ CROSSOVER = "crossover"
 PULL_ALWAYS = "pull-always-wins"
 RECOMPUTE_ALWAYS = "recompute-always-wins"
 STATUSES = (CROSSOVER, PULL_ALWAYS, RECOMPUTE_ALWAYS)
-DEFAULT_BLOCK = 64  # kvcal sweep's, for advice on a table that does not say its block size
 
 
 def classify(break_even: float, n_min: float, n_max: float) -> tuple[str, bool]:
@@ -50,7 +50,7 @@ def classify_many(break_even: np.ndarray, n_min: float, n_max: float) -> np.ndar
 def status_warning(status: str, break_even: float, extrapolated: bool, n_min: int, n_max: int,
                    block_size: int | None = None) -> str | None:
     """Advice for a break-even outside the measured lengths: the block-multiple lengths to add, and why."""
-    block = block_size or DEFAULT_BLOCK
+    block = block_size or DEFAULT_BLOCK_SIZE  # kvcal sweep's, for a table that does not say its own
     assumed = "" if block_size else f" (block size {block} assumed: --block-size sets it)"
     if status == PULL_ALWAYS:
         add = lengths_to_add_below(n_min, break_even, block)
@@ -58,7 +58,7 @@ def status_warning(status: str, break_even: float, extrapolated: bool, n_min: in
                  "the break-even is extrapolated" if break_even > 0 else
                  f"the fitted pull is faster than recompute at every length, down to the shortest measured, {n_min}")
         if not add:
-            return (f"the pull won at every measured length; {where}; {n_min} tokens is already the floor, "
+            return (f"the pull won at every measured length; {where}; that is already the floor, "
                     f"{floor_reason(block)}: pulling pays from there up")
         return (f"the pull won at every measured length; {where}; add shorter lengths to locate it: "
                 f"--prefix-lengths {','.join(map(str, add))}{assumed} (the floor is {pull_floor(block)} tokens)")

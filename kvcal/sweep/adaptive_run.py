@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.records import ProbeRecord
-from kvcal.sweep import design, disturbance, warmup
+from kvcal.sweep import design, disturbance, reach, warmup
 from kvcal.sweep.adaptive import DEFAULT_MAX_PROBES, AdaptiveState, Controller, RoundSummary, Step, StopRules, relative_width
 from kvcal.sweep.config import SweepConfig
 from kvcal.sweep.plan import PlannedProbe, validate_prefix_lengths
@@ -48,6 +48,7 @@ class AdaptiveOutcome(SweepOutcome):
     rounds: int
     engine_seconds: float
     target_width: float
+    reach_note: str | None = None  # a stop at an end of the allowed range: how far the model or the lengths allow
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,8 @@ def run_adaptive(config: SweepConfig, run: RunFolder, stored_plan: list[PlannedP
         break_even_tokens=state.final_break_even_tokens, break_even_ci=state.final_break_even_ci,
         status=state.final_status, rounds=len(state.rounds), engine_seconds=state.engine_seconds,
         target_width=state.rules.target_width,
+        reach_note=reach.adaptive_stop_note(state.stop_reason or "", state.allowed_range,
+                                            explicit=config.prefix_lengths is not None, block_size=config.block_size),
     )
 
 

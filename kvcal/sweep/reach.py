@@ -143,3 +143,20 @@ def dry_run_note(shortest: int, block_size: int) -> str | None:
         return None
     return (f"default design: if the pull wins at {shortest} tokens, lengths below it are added, an octave at a "
             f"time, down to {floor_reason(block_size)}")
+
+
+def adaptive_stop_note(stop_reason: str, allowed_range: list[int], *, explicit: bool, block_size: int) -> str | None:
+    """What an adaptive campaign that stopped at an end of its allowed range tells the user: how far it may look."""
+    low, high = allowed_range
+    if stop_reason == "recompute-wins-to-longest":
+        if explicit:
+            more = ",".join(map(str, lengths_to_add_above(high, 4 * high, block_size)))
+            return f"recompute won up to {high} tokens, the longest of --prefix-lengths: widen it (e.g. ...,{more})"
+        return (f"recompute won up to {high} tokens, the longest prompt this model allows: no crossover to find on "
+                "this pair within the model's context")
+    if stop_reason == "pull-wins-at-shortest":
+        below = lengths_to_add_below(low, low / 2, block_size)
+        if explicit and below:
+            return f"the pull won down to {low} tokens, the shortest of --prefix-lengths: widen it (e.g. {below[0]},...)"
+        return f"the pull won down to {floor_reason(block_size)}: pulling pays from {low} tokens up"
+    return None

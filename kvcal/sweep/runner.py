@@ -210,7 +210,7 @@ def _sweep_claimed(config: SweepConfig, run: RunFolder, stored_plan: list[Planne
             progress.on_start(len(plan), done)
             measured = invalid = 0
             try:
-                while todo:
+                while True:  # a resumed run with nothing left may still grow (kvcal.sweep.reach)
                     for planned in todo:
                         load.enter(planned.load_state)
                         warm = warmups.before(pair, planned, prompts.tokens(planned.prefix_tokens))
@@ -222,6 +222,8 @@ def _sweep_claimed(config: SweepConfig, run: RunFolder, stored_plan: list[Planne
                         measured += 1
                         done += 1
                     todo = _grow_default_design(config, run, plan, progress)
+                    if not todo:
+                        break
                     plan += todo
                 _say_where_the_design_stopped(config, run, pair)
             finally:

@@ -68,6 +68,9 @@ def test_the_ladder_says_it_grew_and_resume_shows_the_grown_plan(campaign):
     assert resumed.returncode == 0, resumed.stderr
     left = [line.split("\t") for line in resumed.stdout.splitlines() if not line.startswith("#")]
     assert len(left) == 3 and {int(row[1]) for row in left} <= {128, 192}
+    finished = kvcal("sweep", "--name", "r", "--resume", cwd=campaign)
+    assert finished.returncode == 0, finished.stderr
+    assert "3 measured now" in finished.stderr
 
 
 def test_explicit_lengths_are_measured_as_given_and_the_advice_names_lengths_to_add(campaign):
@@ -108,3 +111,16 @@ def test_from_config_derives_the_kv_layout_without_mlp_sizes(tmp_path, name, kv_
     predicted = kvcal("predict", "--model", str(FIXTURES / f"{name}.json"), "--hardware", "h200", cwd=tmp_path)
     assert predicted.returncode == 2 and "has no MLP sizes" in predicted.stderr
     assert len(predicted.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("pull_ms,mode,said", [
+    (0.5, [], "the pull won down to 128 tokens, two blocks of 64"),
+    (0.5, ["--adaptive"], "the pull won down to 128 tokens, two blocks of 64"),
+    (500.0, [], "recompute won at 4032 tokens, the longest prompt this model allows"),
+    (500.0, ["--adaptive"], "recompute won up to 4032 tokens, the longest prompt this model allows"),
+], ids=["ladder-floor", "adaptive-floor", "ladder-limit", "adaptive-limit"])
+def test_a_default_design_that_meets_an_end_says_how_far_a_pull_or_the_model_allows(tmp_path, pull_ms, mode, said):
+    (tmp_path / "c.yaml").write_text(f"sim:\n  pull_intercept_ms: {pull_ms}\n  max_model_len: 4096\n")
+    swept = kvcal("sweep", "--engine", "sim", "--config", "c.yaml", "--name", "r", "--reps", "2", *mode, cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    assert said in swept.stderr
