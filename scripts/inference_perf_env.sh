@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Make (once, then cached) inference-perf's own venv for the tests that run the real tool
 # against a loopback stand-in (tests/unit/test_inference_perf_import.py). inference-perf needs
-# Python >= 3.12, kvcal's venv may be older, so it gets a venv of its own, in .cache/
-# (gitignored; CI caches that folder). Prints the venv's inference-perf path.
+# Python >= 3.12, kvcal's venv may be older, so it gets a venv of its own, in kvcal's cache
+# folder ($KVCAL_CACHE_DIR, default ~/.cache/kvcal), which outlives a fresh clone. Prints the venv's inference-perf path.
 # Without Python 3.12 or a package index it says why and exits 3: the tests then skip, naming
 # this script. Usage: bash scripts/inference_perf_env.sh [--cached-only]  (PYTHON312=/path/to/python3.12)
 # --cached-only prints the path only if the venv is already made (the tests ask so), else exits 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=0.7.0
-venv=.cache/inference-perf-$version
+venv="${KVCAL_CACHE_DIR:-$HOME/.cache/kvcal}/inference-perf-$version"
 stamp="$venv/.kvcal-ready"
 if [ -f "$stamp" ]; then
-  echo "$PWD/$venv/bin/inference-perf"
+  echo "$venv/bin/inference-perf"
   exit 0
 fi
 if [ "${1:-}" = --cached-only ]; then
@@ -39,4 +39,4 @@ if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check "inference
 fi
 touch "$stamp"
 echo "inference-perf $version ready in $venv" >&2
-echo "$PWD/$venv/bin/inference-perf"
+echo "$venv/bin/inference-perf"
