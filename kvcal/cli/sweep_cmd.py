@@ -81,9 +81,9 @@ def sweep(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the engine commands and the probe plan; run nothing."),
 ) -> None:
     """Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."""
-    from kvcal.sweep.adaptive_run import AdaptiveOutcome, run_campaign
+    from kvcal.sweep.adaptive_run import AdaptiveOutcome
     from kvcal.sweep.load import parse_load_states
-    from kvcal.sweep.runner import plan_dry_run
+    from kvcal.sweep.runner import plan_dry_run, run_sweep
 
     # Every parameter named after a SweepConfig field is that setting's flag (None: not given).
     flags = {key: value for key, value in locals().items() if key in SweepConfig.model_fields}
@@ -126,7 +126,7 @@ def sweep(
             state = f"\t{probe.load_state}" if probe.load_state else ""
             typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}{state}")
         return
-    outcome = run_campaign(settings, resume=resume, progress=progress_for_terminal())
+    outcome = run_sweep(settings, resume=resume, progress=progress_for_terminal())
     info(
         f"kvcal: {outcome.total} probes in {outcome.run_dir} "
         f"({outcome.measured} measured now, {outcome.done_before} kept from before, "

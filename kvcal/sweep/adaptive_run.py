@@ -1,7 +1,7 @@
-"""Drive an engine pair through an adaptive campaign, recording it like any sweep.
+"""The adaptive campaign: where an adaptive sweep's probes come from.
 
-Same protocol as :mod:`kvcal.sweep.runner` (fresh prompts, gates, retries, one
-fsynced line per attempt); what differs is where the plan comes from: each round
+The probe loop is the session's (:mod:`kvcal.sweep.session`: fresh prompts, gates,
+retries, one fsynced line per attempt); what differs is where the plan comes from: each round
 is appended to run.json's plan as it is chosen (each probe carrying its round and
 reason), and ``adaptive.json`` keeps the rules, the rounds and, at the end, the stop
 reason and the final interval. ``--resume`` finishes the round that was under way,
@@ -18,19 +18,15 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
+from kvcal.engines.base import EnginePair
 from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
-from kvcal.records import ProbeRecord
-from kvcal.sweep import design, disturbance, reach, warmup
+from kvcal.sweep import design, reach
 from kvcal.sweep.adaptive import DEFAULT_MAX_PROBES, AdaptiveState, Controller, RoundSummary, Step, StopRules, relative_width
 from kvcal.sweep.config import SweepConfig
 from kvcal.sweep.plan import PlannedProbe, validate_prefix_lengths
-from kvcal.sweep.progress import SweepProgress
-from kvcal.sweep.recorder import RunFolder, _atomic_write, attempts_so_far, completed_probe_ids
-from kvcal.sweep.progress import NullProgress
-from kvcal.sweep.lock import claim_run_folder
-from kvcal.sweep.runner import PairFactory, PromptSource, SweepOutcome, _manifest, _prepare, _probe_until_valid, make_pair, run_sweep
-from kvcal.engines.process import sigterm_raises
+from kvcal.sweep.recorder import RunFolder, atomic_write
+from kvcal.sweep.session import ProbeSession, SweepOutcome
 
 log = logging.getLogger(__name__)
 
@@ -83,126 +79,79 @@ def read_state(run: RunFolder) -> AdaptiveState:
 
 
 def write_state(run: RunFolder, state: AdaptiveState) -> None:
-    _atomic_write(state_path(run), state.model_dump_json(by_alias=True, indent=1) + "\n")
+    atomic_write(state_path(run), state.model_dump_json(by_alias=True, indent=1) + "\n")
 
 
-class _Meter:
-    """Forwards progress events and sums the engine time (TTFT) of every attempt."""
+class AdaptiveCampaign:
+    """Rounds chosen from the fit so far: the seed round, then each refit's design, until a stop rule holds."""
 
-    def __init__(self, inner: SweepProgress, spent_ms: float) -> None:
-        self.inner, self.spent_ms = inner, spent_ms
+    def __init__(self, config: SweepConfig, run: RunFolder, *, requested: SweepConfig, resume: bool) -> None:
+        self.config, self.run, self.requested = config, run, requested
+        self.state: AdaptiveState | None = read_state(run) if resume else None
+        self.controller: Controller | None = None
+        self._summary: RoundSummary | None = None
 
-    def on_phase(self, message: str) -> None:
-        self.inner.on_phase(message)
+    def check_lengths(self, pair: EnginePair) -> tuple[int, int]:
+        low, high = design.allowed_range(self.config.prefix_lengths, self.config.block_size, pair.max_model_len)
+        validate_prefix_lengths([low, high], self.config.block_size, pair.max_model_len)
+        return low, high
 
-    def on_start(self, total: int, already_done: int) -> None:
-        self.inner.on_start(total, already_done)
+    def first_plan(self, session: ProbeSession, stored_plan: list[PlannedProbe] | None) -> list[PlannedProbe]:
+        if self.state is None:
+            low, high = self.check_lengths(session.pair)
+            self.state = AdaptiveState(allowed_range=[low, high], rules=_rules(self.config, None))
+        else:
+            self.state = self.state.model_copy(update={"rules": _rules(self.requested, self.state.rules), "stop_reason": None})
+        low, high = self.state.allowed_range
+        self.controller = Controller(low, high, self.config.block_size, self.state.rules)
+        return list(stored_plan or [])
 
-    def on_probe(self, record: ProbeRecord, done: int, total: int) -> None:
-        self.spent_ms += record.ttft_ms or 0.0
-        self.inner.on_probe(record, done, total)
+    def warmup_tokens(self, plan: list[PlannedProbe]) -> int:
+        assert self.state is not None
+        return self.state.allowed_range[0]
 
-    def on_complete(self, done: int, total: int) -> None:
-        self.inner.on_complete(done, total)
+    def round_ends_after(self, session: ProbeSession) -> bool:
+        assert self.state is not None
+        limit = self.state.rules.max_engine_seconds
+        return limit is not None and session.engine_seconds >= limit
 
-    def on_round(self, view: RoundView) -> None:
-        hook = getattr(self.inner, "on_round", None)
-        if hook is not None:
-            hook(view)
+    def next_probes(self, session: ProbeSession, plan: list[PlannedProbe]) -> list[PlannedProbe]:
+        assert self.state is not None and self.controller is not None
+        rounds, n_probes, spent = len(self.state.rounds), len(session.done_ids), session.engine_seconds
+        step = self.controller.step(_table(self.run), engine_seconds=spent, round_index=rounds)
+        stop = step.stop or ("max-engine-seconds" if self.round_ends_after(session) else None)
+        self._summary = _summary(step, rounds, n_probes, spent)
+        new = [] if stop else _expand(step, plan, rounds, self.config.seed)
+        on_round = getattr(session.progress, "on_round", None)
+        if on_round is not None:
+            on_round(_view(self._summary, self.state.rules, len(new), step.kind, stop))
+        if stop:
+            self.state = _finish(self.state, step, stop, n_probes, spent)
+            write_state(self.run, self.state)
+        return new
 
+    def appended(self, session: ProbeSession, probes: list[PlannedProbe]) -> None:
+        assert self.state is not None and self._summary is not None
+        summary = self._summary.model_copy(update={"probes": [p.probe_id for p in probes]})
+        self.state = self.state.model_copy(update={"rounds": [*self.state.rounds, summary]})
+        write_state(self.run, self.state)
 
-def run_campaign(config: SweepConfig, *, resume: bool = False, pair_factory: PairFactory = make_pair,
-                 progress: SweepProgress | None = None) -> SweepOutcome:
-    """What ``kvcal sweep`` runs: an adaptive campaign when the settings (stored ones on resume) say so, else the plan."""
-    prepared, run, stored_plan = _prepare(config, resume)
-    if not prepared.adaptive:
-        return run_sweep(config, resume=resume, pair_factory=pair_factory, progress=progress)
-    if prepared.load_states != ["idle"]:
-        raise InputError("--adaptive chooses lengths for the idle break-even; run --load-states as a planned sweep")
-    with claim_run_folder(run.path, new=stored_plan is None):  # one sweep per run folder (kvcal/sweep/lock.py)
-        return run_adaptive(prepared, run, stored_plan, requested=config, pair_factory=pair_factory,
-                            progress=progress or NullProgress())
+    def finished(self, session: ProbeSession) -> None:
+        return None
 
-
-def run_adaptive(config: SweepConfig, run: RunFolder, stored_plan: list[PlannedProbe] | None, *,
-                 requested: SweepConfig, pair_factory: PairFactory, progress: SweepProgress) -> AdaptiveOutcome:
-    """Run or resume an adaptive campaign in ``run`` (see the module docstring)."""
-    resume = stored_plan is not None
-    state = read_state(run) if resume else None
-    pair = pair_factory(config, run)
-    run.create()
-    records = run.read_probes(repair_torn_tail=True) if resume else []
-    attempts = attempts_so_far(records)
-    done_ids = completed_probe_ids(records)
-    done_before = len(done_ids)
-    meter = _Meter(progress, sum(r.ttft_ms or 0.0 for r in records))
-    plan = list(stored_plan or [])
-    measured = invalid = 0
-    with sigterm_raises():
-        meter.on_phase("starting engines" if config.engine != "sim" else "starting simulated pair")
-        with pair:
-            if state is None:
-                low, high = design.allowed_range(config.prefix_lengths, config.block_size, pair.max_model_len)
-                validate_prefix_lengths([low, high], config.block_size, pair.max_model_len)
-                state = AdaptiveState(allowed_range=[low, high], rules=_rules(config, None))
-                manifest = _manifest(config, run, pair, plan)
-                run.write_manifest(manifest)
-            else:
-                manifest = run.manifest()
-                state = state.model_copy(update={"rules": _rules(requested, state.rules), "stop_reason": None})
-            low, high = state.allowed_range
-            controller = Controller(low, high, config.block_size, state.rules)
-            prompts = PromptSource(config.seed, pair.vocab_size)
-            meter.on_phase("warming the pair (discarded)")
-            pair.warm_up(prompts.tokens(low))
-            description = pair.describe()
-            monitor = disturbance.monitor_for(description)  # as the planned sweep: host load per probe
-            warmups = warmup.WarmupProbes(warmup.enabled(config.warmup_probes, description))
-            meter.on_start(len(plan), len(done_ids))
-            try:
-                while True:
-                    budget_hit = False
-                    for planned in [p for p in plan if p.probe_id not in done_ids]:
-                        warm = warmups.before(pair, planned, prompts.tokens(planned.prefix_tokens))
-                        if warm is not None:
-                            run.append_probe(warm)
-                        record = _probe_until_valid(pair, planned, prompts, run, config, attempts, meter,
-                                                    len(done_ids), len(plan), monitor=monitor)
-                        done_ids.add(record.probe_id)
-                        invalid += record.attempt
-                        measured += 1
-                        limit = state.rules.max_engine_seconds
-                        if limit is not None and meter.spent_ms / 1e3 >= limit:
-                            budget_hit = True
-                            break
-                    step = controller.step(_table(run), engine_seconds=meter.spent_ms / 1e3,
-                                           round_index=len(state.rounds))
-                    stop = step.stop or ("max-engine-seconds" if budget_hit else None)
-                    summary = _summary(step, len(state.rounds), len(done_ids), meter.spent_ms / 1e3)
-                    new = [] if stop else _expand(step, plan, len(state.rounds), config.seed)
-                    meter.on_round(_view(summary, state.rules, len(new), step.kind, stop))
-                    if stop:
-                        state = _finish(state, step, stop, len(done_ids), meter.spent_ms / 1e3)
-                        write_state(run, state)
-                        break
-                    plan += new
-                    manifest = manifest.model_copy(update={"plan": list(plan)})
-                    run.write_manifest(manifest)
-                    summary = summary.model_copy(update={"probes": [p.probe_id for p in new]})
-                    state = state.model_copy(update={"rounds": [*state.rounds, summary]})
-                    write_state(run, state)
-            finally:
-                run.write_summary()
-                meter.on_complete(len(done_ids), len(plan))
-    return AdaptiveOutcome(
-        run.path, len(plan), done_before, measured, invalid, resume,
-        stop_reason=state.stop_reason or "", final_width=state.final_width,
-        break_even_tokens=state.final_break_even_tokens, break_even_ci=state.final_break_even_ci,
-        status=state.final_status, rounds=len(state.rounds), engine_seconds=state.engine_seconds,
-        target_width=state.rules.target_width,
-        reach_note=reach.adaptive_stop_note(state.stop_reason or "", state.allowed_range,
-                                            explicit=config.prefix_lengths is not None, block_size=config.block_size),
-    )
+    def outcome(self, base: SweepOutcome) -> "AdaptiveOutcome":
+        state = self.state
+        assert state is not None
+        return AdaptiveOutcome(
+            base.run_dir, base.total, base.done_before, base.measured, base.invalid_attempts, base.resumed,
+            stop_reason=state.stop_reason or "", final_width=state.final_width,
+            break_even_tokens=state.final_break_even_tokens, break_even_ci=state.final_break_even_ci,
+            status=state.final_status, rounds=len(state.rounds), engine_seconds=state.engine_seconds,
+            target_width=state.rules.target_width,
+            reach_note=reach.adaptive_stop_note(state.stop_reason or "", state.allowed_range,
+                                                explicit=self.config.prefix_lengths is not None,
+                                                block_size=self.config.block_size),
+        )
 
 
 def adaptive_preview(config: SweepConfig, ladder: list[int]) -> tuple[int, int, list[design.Choice], StopRules]:

@@ -1,4 +1,4 @@
-"""Progress hooks the sweep runner calls; the library never prints.
+"""Progress hooks the probe session calls; the library never prints.
 
 The CLI hands in an implementation (a rich live display on a terminal, plain lines
 otherwise); tests and library callers may pass none.

@@ -78,7 +78,7 @@ class RunFolder:
         self.logs_dir.mkdir(exist_ok=True)
 
     def write_manifest(self, manifest: RunManifest) -> None:
-        _atomic_write(self.manifest_path, manifest.model_dump_json(by_alias=True, indent=2) + "\n")
+        atomic_write(self.manifest_path, manifest.model_dump_json(by_alias=True, indent=2) + "\n")
 
     def manifest(self) -> RunManifest:
         if not self.manifest_path.is_file():
@@ -142,7 +142,7 @@ class RunFolder:
 
     def write_summary(self, records: Iterable[ProbeRecord] | None = None) -> None:
         records = list(self.read_probes() if records is None else records)
-        _atomic_write(self.summary_path, summarize(records).to_csv(index=False))
+        atomic_write(self.summary_path, summarize(records).to_csv(index=False))
 
 
 def valid_probes(records: Iterable[ProbeRecord]) -> list[ProbeRecord]:
@@ -224,7 +224,7 @@ def legs_present(records: Iterable[ProbeRecord]) -> set[Leg]:
     return {r.leg for r in records if r.valid}
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     write_file(path, text, str(path))
 
 

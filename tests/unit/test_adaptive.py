@@ -16,7 +16,6 @@ from kvcal.sweep import design
 from kvcal.sweep.adaptive_run import read_state
 from kvcal.sweep.config import SweepConfig
 from kvcal.sweep.recorder import RunFolder
-from kvcal.sweep.adaptive_run import run_campaign
 from kvcal.sweep.runner import run_sweep
 
 from tests.unit.test_sweep import Crash, crashing_factory
@@ -52,7 +51,7 @@ def test_cli_adaptive_reaches_the_target_and_kvcal_fit_agrees(tmp_path, kvcal, w
 
 
 def test_every_probe_says_which_round_chose_it_and_why(tmp_path):
-    outcome = run_campaign(adaptive_config(tmp_path, target_width=0.15))
+    outcome = run_sweep(adaptive_config(tmp_path, target_width=0.15))
     run = RunFolder(outcome.run_dir)
     records = run.read_probes()
     assert all(r.adaptive_round is not None and r.adaptive_reason for r in records)
@@ -67,14 +66,14 @@ def test_every_probe_says_which_round_chose_it_and_why(tmp_path):
 
 
 def test_max_probes_stops_the_campaign_within_the_budget(tmp_path):
-    outcome = run_campaign(adaptive_config(tmp_path, target_width=0.01, max_probes=20))
+    outcome = run_sweep(adaptive_config(tmp_path, target_width=0.01, max_probes=20))
     state = read_state(RunFolder(outcome.run_dir))
     assert outcome.stop_reason == state.stop_reason == "max-probes"
     assert state.n_probes == 20 and state.final_width > 0.01
 
 
 def test_engine_seconds_stop_the_campaign_after_the_probe_that_spent_them(tmp_path):
-    outcome = run_campaign(adaptive_config(tmp_path, target_width=0.01, max_engine_seconds=0.5))
+    outcome = run_sweep(adaptive_config(tmp_path, target_width=0.01, max_engine_seconds=0.5))
     run = RunFolder(outcome.run_dir)
     spent = sum(r.ttft_ms for r in run.read_probes()) / 1e3
     assert outcome.stop_reason == "max-engine-seconds"
@@ -84,14 +83,14 @@ def test_engine_seconds_stop_the_campaign_after_the_probe_that_spent_them(tmp_pa
 
 def test_a_pull_that_wins_at_the_shortest_length_settles_the_campaign(tmp_path):
     config = adaptive_config(tmp_path, sim={"pull_intercept_ms": 2.0, "pull_per_token_us": 1.0})
-    outcome = run_campaign(config)
+    outcome = run_sweep(config)
     assert outcome.stop_reason == "pull-wins-at-shortest" and outcome.status == "pull-always-wins"
     assert read_state(RunFolder(outcome.run_dir)).n_probes < 60
 
 
 def test_a_pull_that_never_wins_settles_the_campaign_at_the_longest_length(tmp_path):
     config = adaptive_config(tmp_path, prefix_lengths=[256, 8192], sim={"pull_per_token_us": 30.0})
-    outcome = run_campaign(config)
+    outcome = run_sweep(config)
     run = RunFolder(outcome.run_dir)
     assert outcome.stop_reason == "recompute-wins-to-longest" and outcome.status == "recompute-always-wins"
     assert max(r.prefix_tokens for r in run.read_probes()) == 8192
@@ -100,11 +99,11 @@ def test_a_pull_that_never_wins_settles_the_campaign_at_the_longest_length(tmp_p
 def test_resume_finishes_the_round_then_carries_on_without_repeating_a_probe(tmp_path):
     config = adaptive_config(tmp_path)
     with pytest.raises(Crash):
-        run_campaign(config, pair_factory=crashing_factory(13))
+        run_sweep(config, pair_factory=crashing_factory(13))
     run = RunFolder(tmp_path / "run")
     before = run.read_probes()
     assert len(before) == 13 and read_state(run).stop_reason is None
-    outcome = run_campaign(config, resume=True)
+    outcome = run_sweep(config, resume=True)
     after = run.read_probes()
     assert after[:13] == before and outcome.done_before == 13 and outcome.resumed
     assert len({r.probe_id for r in after}) == len(after)
@@ -112,11 +111,11 @@ def test_resume_finishes_the_round_then_carries_on_without_repeating_a_probe(tmp
 
 
 def test_resume_with_a_larger_budget_continues_a_stopped_run(tmp_path):
-    first = run_campaign(adaptive_config(tmp_path, target_width=0.05, max_probes=16))
+    first = run_sweep(adaptive_config(tmp_path, target_width=0.05, max_probes=16))
     assert first.stop_reason == "max-probes"
     # Resume uses the stored settings; only the stop rules given now override the stored ones.
     flags = SweepConfig.model_validate(dict(engine="sim", output_dir=tmp_path, name="run", max_probes=400))
-    again = run_campaign(flags, resume=True)
+    again = run_sweep(flags, resume=True)
     assert again.stop_reason == "target-width"
     state = read_state(RunFolder(first.run_dir))
     assert state.rules.target_width == 0.05 and state.n_probes > 16 and state.final_width <= 0.05
@@ -392,7 +391,7 @@ def test_stopping_on_the_width_keeps_most_intervals_on_the_truth():
 def test_no_interval_from_the_seeds_two_reps_may_stop_a_campaign(tmp_path):
     # A pull far ahead: the seed's fit already puts the interval below 256, but with 2 reps a length.
     config = adaptive_config(tmp_path, sim={"pull_intercept_ms": 1.0, "pull_per_token_us": 0.5, "noise_cv": 0.02})
-    outcome = run_campaign(config)
+    outcome = run_sweep(config)
     state = read_state(RunFolder(outcome.run_dir))
     assert outcome.stop_reason == "pull-wins-at-shortest" and state.n_probes > 8 and len(state.rounds) >= 2
 

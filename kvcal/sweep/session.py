@@ -1,0 +1,251 @@
+"""The one probe loop: a session owns a sweep's life in its run folder.
+
+A :class:`ProbeSession` claims the folder (one sweep per folder), starts and stops the
+pair, warms it up, picks the disturbance monitor, switches load states, appends every
+attempt to probes.jsonl and writes the summary, whatever ends the loop. What it probes
+next comes from a :class:`Campaign`: a planned campaign (:class:`PlannedCampaign`, the
+shuffled ladder or the loaded block design) hands over its plan at the start; an
+adaptive one (:mod:`kvcal.sweep.adaptive_run`) hands over rounds as its refits choose
+them. Probes a campaign adds later are appended to run.json's plan before they run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from kvcal.engines.base import EnginePair
+from kvcal.engines.process import sigterm_raises
+from kvcal.errors import EngineError
+from kvcal.records import ProbeRecord, RunManifest
+from kvcal.sweep import disturbance, reach, warmup
+from kvcal.sweep.config import SweepConfig
+from kvcal.sweep.load import LoadController, is_loaded, plan_for
+from kvcal.sweep.lock import claim_run_folder
+from kvcal.sweep.plan import PlannedProbe, default_prefix_lengths, validate_prefix_lengths
+from kvcal.sweep.probe import ProbeContext, PromptSource, probe_until_valid
+from kvcal.sweep.progress import SweepProgress
+from kvcal.sweep.provenance import host_provenance, utc_now
+from kvcal.sweep.recorder import RunFolder, attempts_so_far, completed_probe_ids
+
+log = logging.getLogger(__name__)
+
+PairFactory = Callable[[SweepConfig, RunFolder], EnginePair]
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    run_dir: Path
+    total: int
+    done_before: int
+    measured: int
+    invalid_attempts: int
+    resumed: bool
+
+
+class Campaign(Protocol):
+    """Where a session's probes come from; the session does everything else."""
+
+    def check_lengths(self, pair: EnginePair) -> None:
+        """Refuse lengths the pair cannot serve (called before start-up too, when the limit is already known)."""
+
+    def first_plan(self, session: "ProbeSession", stored_plan: list[PlannedProbe] | None) -> list[PlannedProbe]:
+        """The plan to start from, once the pair runs: the stored one on resume."""
+
+    def warmup_tokens(self, plan: list[PlannedProbe]) -> int:
+        """The length of the discarded prompt that warms the pair."""
+
+    def round_ends_after(self, session: "ProbeSession") -> bool:
+        """Whether to stop the probes under way after this one (and ask :meth:`next_probes`)."""
+
+    def next_probes(self, session: "ProbeSession", plan: list[PlannedProbe]) -> list[PlannedProbe]:
+        """Probes to append once the plan so far is measured; none ends the campaign."""
+
+    def appended(self, session: "ProbeSession", probes: list[PlannedProbe]) -> None:
+        """``probes`` are now in run.json's plan (a campaign may record why it chose them)."""
+
+    def finished(self, session: "ProbeSession") -> None:
+        """Every probe is measured and none is to be added (not called when the loop fails)."""
+
+
+def explicit_lengths(config: SweepConfig) -> bool:
+    """Lengths the user chose (or a loaded design): measured as given, never grown (kvcal.sweep.reach)."""
+    return config.prefix_lengths is not None or is_loaded(config)
+
+
+def lengths_for(config: SweepConfig, pair: EnginePair) -> list[int]:
+    """The lengths of a planned sweep: the given ones or the default ladder, checked against the pair."""
+    lengths = config.prefix_lengths or default_prefix_lengths(config.block_size, pair.max_model_len)
+    return validate_prefix_lengths(lengths, config.block_size, pair.max_model_len)
+
+
+class PlannedCampaign:
+    """The whole plan up front: the shuffled ladder, or the loaded block design."""
+
+    def __init__(self, config: SweepConfig) -> None:
+        self.config = config
+
+    def check_lengths(self, pair: EnginePair) -> None:
+        lengths_for(self.config, pair)
+
+    def first_plan(self, session: "ProbeSession", stored_plan: list[PlannedProbe] | None) -> list[PlannedProbe]:
+        return stored_plan if stored_plan is not None else plan_for(self.config, lengths_for(self.config, session.pair))
+
+    def warmup_tokens(self, plan: list[PlannedProbe]) -> int:
+        return min(p.prefix_tokens for p in plan)
+
+    def round_ends_after(self, session: "ProbeSession") -> bool:
+        return False
+
+    def next_probes(self, session: "ProbeSession", plan: list[PlannedProbe]) -> list[PlannedProbe]:
+        """The default design's probes below its shortest length while the pull wins there (kvcal.sweep.reach)."""
+        config = self.config
+        if explicit_lengths(config):
+            return []  # measured as given; the fit's advice names what to add
+        grown = reach.grown_probes(plan, session.run.read_probes(), block_size=config.block_size, reps=config.reps,
+                                   seed=config.seed)
+        if grown is None:
+            return []
+        probes, why = grown
+        session.progress.on_phase(why)
+        session.progress.on_start(len(plan) + len(probes), len(plan))
+        return probes
+
+    def appended(self, session: "ProbeSession", probes: list[PlannedProbe]) -> None:
+        return None
+
+    def finished(self, session: "ProbeSession") -> None:
+        """A default design that met the floor or the model's limit without a crossover says so."""
+        config = self.config
+        if explicit_lengths(config):
+            return
+        records = session.run.read_probes()
+        longest = default_prefix_lengths(config.block_size, session.pair.max_model_len)[-1]
+        for note in (reach.floor_note(records, config.block_size), reach.top_note(records, longest)):
+            if note:
+                log.warning(note)
+
+
+class _Meter:
+    """Forwards progress events and sums the engine time (TTFT) of every attempt."""
+
+    def __init__(self, inner: SweepProgress, spent_ms: float) -> None:
+        self.inner, self.spent_ms = inner, spent_ms
+
+    def on_phase(self, message: str) -> None:
+        self.inner.on_phase(message)
+
+    def on_start(self, total: int, already_done: int) -> None:
+        self.inner.on_start(total, already_done)
+
+    def on_probe(self, record: ProbeRecord, done: int, total: int) -> None:
+        self.spent_ms += record.ttft_ms or 0.0
+        self.inner.on_probe(record, done, total)
+
+    def on_complete(self, done: int, total: int) -> None:
+        self.inner.on_complete(done, total)
+
+
+class ProbeSession:
+    """One sweep (or its resumption) in ``run``: see the module docstring."""
+
+    def __init__(self, config: SweepConfig, run: RunFolder, *, resume: bool, pair_factory: PairFactory,
+                 progress: SweepProgress) -> None:
+        self.config, self.run, self.resume = config, run, resume
+        self.pair_factory = pair_factory
+        self.progress = progress
+        self.meter = _Meter(progress, 0.0)
+        self.manifest: RunManifest | None = None
+        self.done_ids: set[str] = set()
+
+    @property
+    def pair(self) -> EnginePair:
+        return self._pair
+
+    @property
+    def engine_seconds(self) -> float:
+        """The summed TTFT of every attempt of the run so far, earlier sessions included."""
+        return self.meter.spent_ms / 1e3
+
+    def run_campaign(self, campaign: Campaign, stored_plan: list[PlannedProbe] | None) -> SweepOutcome:
+        with claim_run_folder(self.run.path, new=stored_plan is None):  # one sweep per run folder (kvcal/sweep/lock.py)
+            return self._claimed(campaign, stored_plan)
+
+    def _claimed(self, campaign: Campaign, stored_plan: list[PlannedProbe] | None) -> SweepOutcome:
+        config, run = self.config, self.run
+        self._pair = pair = self.pair_factory(config, run)
+        if stored_plan is None:
+            # Fail on bad lengths before minutes of engine start-up when the limit is known
+            # (attached engines report theirs only once reached).
+            try:
+                campaign.check_lengths(pair)
+            except EngineError:
+                pass
+        run.create()
+        records = run.read_probes(repair_torn_tail=True) if self.resume else []
+        self.done_ids = completed_probe_ids(records)
+        attempts = attempts_so_far(records)
+        self.meter.spent_ms = sum(r.ttft_ms or 0.0 for r in records)
+        with sigterm_raises():
+            self.progress.on_phase("starting engines" if config.engine != "sim" else "starting simulated pair")
+            # Background streams (load states) are owned like the engines, and stop before them.
+            load = LoadController(pair, config, lambda i: PromptSource(config.seed + 1 + i, pair.vocab_size).tokens,
+                                  self.progress.on_phase)
+            with pair, load:
+                plan = list(campaign.first_plan(self, stored_plan))
+                if stored_plan is None:
+                    self.manifest = _manifest(config, run, pair, plan)
+                    run.write_manifest(self.manifest)
+                done_before = sum(1 for p in plan if p.probe_id in self.done_ids)
+                prompts = PromptSource(config.seed, pair.vocab_size)
+                self.progress.on_phase("warming the pair (discarded)")
+                pair.warm_up(prompts.tokens(campaign.warmup_tokens(plan)))
+                description = pair.describe()
+                ctx = ProbeContext(pair, prompts, run, config, attempts, self.meter,
+                                   disturbance.monitor_for(description),  # primed here: the first probe's window starts now
+                                   load.reading)
+                warmups = warmup.WarmupProbes(warmup.enabled(config.warmup_probes, description))
+                self.progress.on_start(len(plan), done_before)
+                done, measured, invalid = done_before, 0, 0
+                try:
+                    while True:
+                        for planned in [p for p in plan if p.probe_id not in self.done_ids]:
+                            load.enter(planned.load_state)
+                            warm = warmups.before(pair, planned, prompts.tokens(planned.prefix_tokens))
+                            if warm is not None:
+                                run.append_probe(warm)
+                            record = probe_until_valid(ctx, planned, done, len(plan))
+                            self.done_ids.add(record.probe_id)
+                            invalid += record.attempt
+                            measured += 1
+                            done += 1
+                            if campaign.round_ends_after(self):
+                                break
+                        new = campaign.next_probes(self, plan)
+                        if not new:
+                            campaign.finished(self)
+                            break
+                        plan += new
+                        self._append_to_plan(plan)
+                        campaign.appended(self, new)
+                finally:
+                    run.write_summary()
+                    self.progress.on_complete(done, len(plan))
+        return SweepOutcome(run.path, len(plan), done_before, measured, invalid, self.resume)
+
+    def _append_to_plan(self, plan: list[PlannedProbe]) -> None:
+        manifest = self.manifest or self.run.manifest()
+        self.manifest = manifest.model_copy(update={"plan": list(plan)})
+        self.run.write_manifest(self.manifest)
+
+
+def _manifest(config: SweepConfig, run: RunFolder, pair: EnginePair, plan: list[PlannedProbe]) -> RunManifest:
+    provenance = host_provenance()
+    provenance["engine"] = pair.describe()
+    created_at = utc_now()
+    setup = pair.setup().model_copy(update={"model": config.model_label, "created_at": created_at})
+    return RunManifest(name=run.path.name, created_at=created_at, settings=config, setup=setup,
+                       provenance=provenance, plan=plan)
