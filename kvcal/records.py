@@ -208,6 +208,18 @@ class CostModelFit(Record):
     warnings: list[str] = Field(default_factory=list)
 
 
+class FitSettings(Record):
+    """The fit's statistical settings, declared once: ``kvcal fit``'s defaults, the adaptive campaign's stop fits,
+    plot and compare all read them from here (:data:`FIT_DEFAULTS`)."""
+
+    confidence: float = Field(0.9, gt=0, lt=1, description="Level of the bootstrap intervals.")
+    seed: int = Field(0, ge=0, description="Seeds the bootstrap.")
+    n_resamples: int = Field(2000, ge=0, description="Bootstrap resamples (0: no intervals).")
+
+
+FIT_DEFAULTS = FitSettings()
+
+
 class FitSource(Record):
     """Where a fit's probes came from (the setup they measured is :class:`RunSetup`)."""
 

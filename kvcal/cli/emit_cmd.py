@@ -9,7 +9,7 @@ import typer
 
 from kvcal.cli.options import byte_size
 from kvcal.cli.output import info, warn
-from kvcal.emit.options import DEFAULT_MARGIN, FORMATS, EmitOptions
+from kvcal.emit.options import DEFAULT_MARGIN, FORMATS, P2P_PORT, EmitOptions
 
 EPILOG = """Examples:
 
@@ -56,7 +56,7 @@ def emit_config(
                                              "the plugin's default 'prefill') or p2p (the P2P guide's single 'default' profile). "
                                              "Default: p2p when the run measured p2p-tier, else pd."),
     transport: Optional[str] = typer.Option(None, "--transport", help="Transport for --format vllm when the fit records none: p2p-tier or nixl-pd."),
-    p2p_port: int = typer.Option(7777, "--p2p-port", help="--format vllm: the P2P tier's listener port (the router's sidecar names 7777)."),
+    p2p_port: int = typer.Option(P2P_PORT, "--p2p-port", help=f"--format vllm: the P2P tier's listener port (the router's sidecar names {P2P_PORT})."),
     cpu_bytes_to_use: Optional[str] = typer.Option(None, "--cpu-bytes-to-use", help="--format vllm: CPU tier per engine, e.g. 88GiB "
                                                    "(default 8GiB, with a warning); /dev/shm is sized from it."),
     model: Optional[str] = typer.Option(None, "--model", help="--format vllm: served model name for the KV-events topic (default: the run's)."),

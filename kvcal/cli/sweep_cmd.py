@@ -11,9 +11,8 @@ from kvcal.cli.options import byte_size, float_list, int_list
 from kvcal.cli.output import info
 from kvcal.cli.progress_view import progress_for_terminal
 from kvcal.errors import InputError
-from kvcal.sweep.config import SweepConfig, flag_help, flag_of, load_campaign_file, resolve_config
+from kvcal.sweep.config import SweepConfig, adaptive_rule_fields, flag_help, flag_of, load_campaign_file, resolve_config
 
-ADAPTIVE_ONLY = ("target_width", "max_probes", "max_engine_seconds")  # settings only an adaptive campaign reads
 
 EPILOG = """Examples:
 
@@ -94,7 +93,7 @@ def sweep(
     flags["load_states"] = parse_load_states(load_states)
     flags["adaptive"] = adaptive or None  # a bare False must not override a campaign file's "adaptive: true"
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
-    steering = [flag_of(name) for name in ADAPTIVE_ONLY if flags.get(name) is not None]
+    steering = [flag_of(name) for name in adaptive_rule_fields() if flags.get(name) is not None]
     if steering and not settings.adaptive:
         raise InputError(f"{', '.join(steering)} steer an adaptive sweep, and this one is a fixed ladder; add --adaptive")
     if dry_run:

@@ -75,7 +75,7 @@ def engine_spec(ctx: RunContext, *, block_size: int, transport: str | None = Non
     notes: list[str] = []
     warnings: list[str] = []
     options: dict[str, Any] = {}
-    if kind == "p2p-tier":
+    if get_transport(kind).cpu_tier:
         if cpu_bytes_to_use is None:
             ran = _recorded_tier_bytes(ctx)
             was = f"; the run used {ran / _GIB:g} GiB per engine on its own host" if ran else ""
@@ -84,7 +84,7 @@ def engine_spec(ctx: RunContext, *, block_size: int, transport: str | None = Non
         else:
             options["cpu_bytes_to_use"] = cpu_bytes_to_use
     wire = get_transport(kind, options)
-    port = p2p_port if (kind == "p2p-tier" and p2p_port) else wire.deployed_side_port
+    port = p2p_port if (wire.pull_names_producer and p2p_port) else wire.deployed_side_port
     side = SideChannel(POD_IP, port)
     config = wire.kv_transfer_config(Role.BOTH, "cuda", side)
     args = ["--block-size", str(block_size), "--kv-transfer-config", _compact(config)]
@@ -111,7 +111,7 @@ def engine_spec(ctx: RunContext, *, block_size: int, transport: str | None = Non
     if tier:
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
         volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(tier)}})
-    if kind == "p2p-tier":
+    if wire.pull_names_producer:
         notes.append(f"P2P listener on port {port} (rank r of a --data-parallel-size engine listens on {port} + r)")
         if port != wire.deployed_side_port:
             warnings.append(f"--p2p-port {port}: the router's sidecar always names {wire.deployed_side_port}; "

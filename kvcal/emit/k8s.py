@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
-from kvcal.engines.transports import transport_names
+from kvcal.engines.transports import available, transport_names
 from kvcal.errors import InputError
 from kvcal.sweep.config import flag_of, launch_only_flags, sweep_argv
 from kvcal.sweep.plan import validate_prefix_lengths
@@ -164,7 +164,7 @@ def validate_url(url: str, flag: str) -> tuple[str, str, int]:
 def sweep_command(spec: JobSpec) -> list[str]:
     """The ``kvcal sweep`` argv the Job runs (attach mode: the engines already run)."""
     host = spec.producer_p2p_host
-    if host is None and spec.transport == "p2p-tier":
+    if host is None and available()[spec.transport].pull_names_producer:
         host = urlsplit(spec.producer_url).hostname  # the producer pod's own address carries its P2P listener
     values = dict(engine="vllm", transport=spec.transport, producer_url=spec.producer_url, consumer_url=spec.consumer_url,
                   model=spec.model, producer_p2p_host=host, producer_p2p_port=spec.producer_p2p_port,

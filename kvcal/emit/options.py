@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvcal.engines.transports import available, transport_names
+from kvcal.engines.transports.p2p_tier import P2pTier
 from kvcal.errors import InputError
 from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 
@@ -13,13 +15,10 @@ if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not
     from kvcal.emit.threshold import Threshold
 
 FORMATS = ("plugin", "helm", "affinity", "costmodel", "vllm", "env", "json")
-TRANSPORTS = ("p2p-tier", "nixl-pd")
+TRANSPORTS = tuple(sorted(transport_names(), key=lambda name: available()[name].deployment != "p2p"))
 DEPLOYMENTS = ("p2p", "pd")
-P2P_PORT = 7777
-_TRANSPORT_ALIASES = {
-    "p2p-tier": "p2p-tier", "p2p": "p2p-tier", "offloading": "p2p-tier", "offloadingconnector": "p2p-tier",
-    "nixl-pd": "nixl-pd", "nixl": "nixl-pd", "pd": "nixl-pd", "nixlconnector": "nixl-pd",
-}
+P2P_PORT = P2pTier.deployed_side_port
+_TRANSPORT_ALIASES = {alias: name for name, cls in available().items() for alias in (name, *cls.aliases)}
 _HELM_ONLY = ("--in-place", "--diff", "--add-plugin", "--with-costmodel")
 
 

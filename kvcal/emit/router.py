@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcal.emit.threshold import Threshold, fmt
+from kvcal.engines.transports import available
 
 PLUGIN_TYPE = "p2p-source-producer"
 PLUGIN_PARAMETERS = ("prefixMatchInfoProducerName", "minCachedTokenDelta", "prefillProfileName")
@@ -50,7 +51,7 @@ def shape_of(deployment: str | None, transport: str | None) -> tuple[str, str]:
     """(shape, why): ``p2p`` or ``pd``, from the flag or the measured transport."""
     if deployment:
         return deployment, f"--deployment {deployment}"
-    if transport == "p2p-tier":
+    if transport in available() and available()[transport].deployment == "p2p":
         return "p2p", "the run measured the P2P tier (the llm-d P2P guide's single profile)"
     return "pd", "no --deployment and the run did not measure the P2P tier"
 

@@ -38,6 +38,7 @@ from kvcal.fit import fit_table, load_or_fit
 from kvcal.fit.bootstrap import t_quantile
 from kvcal.fit.tables import from_rows
 from kvcal.records import FitResult, Leg, Record, RunSetup
+from kvcal.records import FIT_DEFAULTS
 from kvcal.sweep.adaptive import FIT_SETTINGS, Controller, StopRules, relative_width
 from kvcal.sweep.design import allowed_range
 from kvcal.sweep.plan import default_prefix_lengths
@@ -176,7 +177,7 @@ def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: l
 
     def fit(k: int, resamples: int | None) -> tuple[FitResult, int, float]:
         rows, engine_ms = upto(k)
-        settings = {**FIT_SETTINGS, "n_resamples": resamples or FIT_SETTINGS["n_resamples"]}
+        settings = {**FIT_SETTINGS, "n_resamples": resamples or FIT_DEFAULTS.n_resamples}
         return fit_table(from_rows(rows, setup=_setup(prior)), **settings), len(rows), engine_ms
 
     def reached(k: int, resamples: int | None) -> bool:
@@ -206,7 +207,7 @@ def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: l
         k += 1
 
 
-def oracle(prior: Prior, target: float, confidence: float = FIT_SETTINGS["confidence"], *,
+def oracle(prior: Prior, target: float, confidence: float = FIT_DEFAULTS.confidence, *,
            noise_known: bool = True) -> Campaign:
     """The floor: m probes per leg at the true break-even n*, slopes known, noise cv on both legs.
 
@@ -265,7 +266,7 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
     if not 0 < target < 10:
         raise InputError(f"--target-width must lie between 0 and 10, got {target}")
     seeds = [seed + i for i in range(campaigns)]
-    notes = list(prior.notes) + [note for note in [coverage_note(campaigns, FIT_SETTINGS["confidence"])] if note]
+    notes = list(prior.notes) + [note for note in [coverage_note(campaigns, FIT_DEFAULTS.confidence)] if note]
     designs = [summarize("adaptive", [simulate_adaptive(prior, target, s) for s in seeds], target)]
     inside = prior.truth is not None and prior.low < prior.truth < prior.high
     if inside:
@@ -282,7 +283,7 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
         prior=prior.label,
         curves={k: float(v) for k, v in c.model_dump().items() if isinstance(v, (int, float))},
         true_break_even_tokens=None if prior.truth is None else round(prior.truth, 1),
-        allowed_range=[prior.low, prior.high], target_width=target, confidence=FIT_SETTINGS["confidence"],
+        allowed_range=[prior.low, prior.high], target_width=target, confidence=FIT_DEFAULTS.confidence,
         designs=designs, notes=notes,
     )
 

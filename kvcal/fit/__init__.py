@@ -25,7 +25,7 @@ from kvcal.cost_curve import cost_ms
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.inputs import FitInput, load_fit_input
 from kvcal.fit.io import default_output, dumps, load_fit, looks_like_json, write_fit
-from kvcal.records import CurveFit, FitResult, RunSetup
+from kvcal.records import FIT_DEFAULTS, CurveFit, FitResult, RunSetup
 
 __all__ = ["fit_table", "fit_input", "fit_and_write", "load_fit", "load_or_fit", "load_fit_input", "FitInput", "write_fit",
            "dumps", "default_output", "curve_ms", "looks_like_json", "break_even_tokens", "classify", "FitResult", "CurveFit"]
@@ -36,7 +36,7 @@ def curve_ms(curve: CurveFit, n: Any) -> np.ndarray:
     return cost_ms(curve.coefficients, n)
 
 
-def fit_input(path: str | Path, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000,
+def fit_input(path: str | Path, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples,
               supplied: RunSetup | None = None, busy_queue_threshold: int | None = None) -> FitResult:
     """Fit the probes of any input now (a fit.json's own probes, when they can be found).
 
@@ -53,8 +53,8 @@ def load_or_fit(path: str | Path, **kw: Any) -> FitResult:
     return load_fit_input(path, probes=False).fitted(**kw)
 
 
-def fit_and_write(path: str | Path, output: str | Path | None = None, *, confidence: float = 0.9, seed: int = 0,
-                  n_resamples: int = 2000, supplied: RunSetup | None = None,
+def fit_and_write(path: str | Path, output: str | Path | None = None, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed,
+                  n_resamples: int = FIT_DEFAULTS.n_resamples, supplied: RunSetup | None = None,
                   busy_queue_threshold: int | None = None) -> tuple[FitResult, Path]:
     """What ``kvcal fit`` does: fit the input and write fit.json (``output`` or :func:`default_output`)."""
     result = fit_input(path, confidence=confidence, seed=seed, n_resamples=n_resamples, supplied=supplied,

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from kvcal.records import FIT_DEFAULTS
 from kvcal.fit.breakeven import break_even_tokens
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.curves import MODEL_PARAMS, LegFit, f_statistic, solve_nnls, to_physical
@@ -102,7 +103,7 @@ def t_expansion(df: int, confidence: float) -> float:
 
 
 def run_bootstrap(recompute: LegFit, pull: LegFit, *, n_resamples: int, seed: int,
-                  confidence: float = 0.9) -> BootstrapResult:
+                  confidence: float = FIT_DEFAULTS.confidence) -> BootstrapResult:
     """Resample both legs independently (separate seeded streams) and refit everything."""
     streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2)]
     refits: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}

@@ -48,7 +48,7 @@ from kvcal.errors import InputError
 from kvcal.fit.bootstrap import t_expansion
 from kvcal.fit.breakeven import interval
 from kvcal.sweep.load import probe_counts_as_idle
-from kvcal.records import CostModelDiagnostics, CostModelFit, Estimate, FitResult, ProbeRecord, RunManifest
+from kvcal.records import FIT_DEFAULTS, CostModelDiagnostics, CostModelFit, Estimate, FitResult, ProbeRecord, RunManifest
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +214,8 @@ def diagnostics(data: LoadedProbes, bs: np.ndarray, bc: np.ndarray) -> tuple[Cos
     return diag, notes
 
 
-def fit_cost_model(data: LoadedProbes, idle: IdleCurves, *, threshold: int = 1, confidence: float = 0.9,
-                   seed: int = 0, n_resamples: int = 2000) -> CostModelFit:
+def fit_cost_model(data: LoadedProbes, idle: IdleCurves, *, threshold: int = 1, confidence: float = FIT_DEFAULTS.confidence,
+                   seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples) -> CostModelFit:
     """Fit base, q, F, S, Q with P and T from ``idle``; bootstrap every constant."""
     if threshold < 1:
         raise InputError(f"--busy-queue-threshold must be at least 1, got {threshold}")

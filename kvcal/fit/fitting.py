@@ -15,7 +15,7 @@ from kvcal.fit.curves import LegData, LegFit, fit_leg
 from kvcal.fit.guards import annotate, exclude_warmup
 from kvcal.fit.result import build_result
 from kvcal.fit.tables import ProbeTable
-from kvcal.records import FitResult
+from kvcal.records import FIT_DEFAULTS, FitResult
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ RECOMPUTE_MODELS = ("affine", "quadratic")
 PULL_MODELS = ("affine",)
 
 
-def fit_table(table: ProbeTable, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000,
+def fit_table(table: ProbeTable, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples,
               busy_queue_threshold: int | None = None) -> FitResult:
     """Fit both legs, find the break-even and bootstrap its interval at ``confidence``.
 

@@ -25,7 +25,7 @@ from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import load_fit, looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.userfiles import check_input
-from kvcal.records import FitResult, RunManifest, RunSetup
+from kvcal.records import FIT_DEFAULTS, FitResult, RunManifest, RunSetup
 from kvcal.sweep.recorder import RunFolder
 
 log = logging.getLogger(__name__)
@@ -41,11 +41,11 @@ class FitInput:
     fit: FitResult | None = None
     manifest: RunManifest | None = None
 
-    def fitted(self, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000) -> FitResult:
+    def fitted(self, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples) -> FitResult:
         """The existing fit, else a fit of the probes made now."""
         return self.fit if self.fit is not None else self.fresh_fit(confidence=confidence, seed=seed, n_resamples=n_resamples)
 
-    def fresh_fit(self, *, confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000,
+    def fresh_fit(self, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples,
                   busy_queue_threshold: int | None = None) -> FitResult:
         """A fit of the probes made now (``kvcal fit``); InputError when no probes were found."""
         if self.table is None:

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvcal.errors import InputError
 from kvcal.fit import load_or_fit
 from kvcal.fit.costmodel import LoadedProbes, fit_cost_model, idle_curves
-from kvcal.records import FitResult, FitSource
+from kvcal.records import FIT_DEFAULTS, FitResult, FitSource
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ def join(requests: list[RequestTiming], decisions: dict[str, Decision], n_skippe
 
 
 def fit_observational(per_request: list[Path], epp_log: Path, idle: Path, *, threshold: int = 1,
-                      confidence: float = 0.9, seed: int = 0, n_resamples: int = 2000) -> FitResult:
+                      confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples) -> FitResult:
     """The idle fit of ``idle`` with ``cost_model`` fitted to the joined production requests."""
     if not per_request:
         raise InputError("--epp-log needs at least one --per-request FILE")

@@ -28,7 +28,7 @@ from kvcal.fit import curve_ms, load_fit_input
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.costmodel import coef_samples
 from kvcal.report.plot_load import cost_model_line, draw_by_state
-from kvcal.records import FitResult
+from kvcal.records import FIT_DEFAULTS, FitResult
 from kvcal.fit.tables import ProbeTable
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,8 @@ LEG_COLORS = {"recompute": "tab:red", "pull": "tab:blue"}
 LEG_STYLE = {"recompute": ("-", "o"), "pull": ("--", "^")}
 
 
-def plot_input(path: str | Path, output: str | Path, *, log_x: bool | None = None, confidence: float = 0.9,
-               seed: int = 0) -> Path:
+def plot_input(path: str | Path, output: str | Path, *, log_x: bool | None = None, confidence: float = FIT_DEFAULTS.confidence,
+               seed: int = FIT_DEFAULTS.seed) -> Path:
     """Plot a run folder, probe CSV, llm-d table or fit.json into ``output`` (.png or .svg).
 
     ``log_x`` None: a log length axis when :func:`crossover_near_short_end`, else linear.
@@ -65,7 +65,7 @@ def crossover_near_short_end(fit: FitResult) -> bool:
     return top < SHORT_END * float(grid(fit)[-1])
 
 
-def load_for_plot(path: str | Path, *, confidence: float = 0.9, seed: int = 0) -> tuple[FitResult, ProbeTable | None]:
+def load_for_plot(path: str | Path, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed) -> tuple[FitResult, ProbeTable | None]:
     """The input's fit (made now if it has none) and its probes when they can be found."""
     found = load_fit_input(path)
     return found.fitted(confidence=confidence, seed=seed), found.table

@@ -6,7 +6,7 @@ through it; :mod:`kvcal.estimate.campaign_plan` and the benchmark drive an in-me
 simulated pair through the same :class:`Controller`.
 
 Every stop decision rests on the very fit ``kvcal fit RUN`` computes by default
-(:data:`FIT_SETTINGS`: confidence 0.9, bootstrap seed 0, 2000 resamples), so a run
+(:data:`kvcal.records.FIT_DEFAULTS`: confidence 0.9, bootstrap seed 0, 2000 resamples), so a run
 that stopped on ``target-width`` gives the same interval when the user refits it.
 
 Stop rules, checked after each round's refit, in this order (the first three only once
@@ -37,11 +37,11 @@ from pydantic import Field
 
 from kvcal.fit import fit_table
 from kvcal.fit.tables import ProbeTable
-from kvcal.records import FitResult, Leg, Record
+from kvcal.records import FIT_DEFAULTS, FitResult, FitSettings, Leg, Record
 from kvcal.sweep import design
 
 ADAPTIVE_SCHEMA = "kvcal.adaptive/1"
-FIT_SETTINGS = {"confidence": 0.9, "seed": 0, "n_resamples": 2000}  # kvcal fit's defaults: the contract
+FIT_SETTINGS = FIT_DEFAULTS.model_dump()  # kvcal fit's defaults, as keyword arguments: the contract
 DEFAULT_MAX_PROBES = 400
 # Residual df of the weaker leg before an interval may stop a campaign (the seed has 2). A
 # stop on the width favours a noise estimate that happens to be low, and with few df that
@@ -60,14 +60,6 @@ STOP_TEXT = {
     "max-engine-seconds": "the engine-time budget is spent",
     "max-probes": "the probe budget is spent",
 }
-
-
-class FitSettings(Record):
-    """The fit behind every stop decision: ``kvcal fit``'s defaults, so a refit of the run agrees."""
-
-    confidence: float = 0.9
-    seed: int = 0
-    n_resamples: int = 2000
 
 
 class StopRules(Record):
@@ -102,7 +94,7 @@ class AdaptiveState(Record):
     schema_: Literal["kvcal.adaptive/1"] = Field(ADAPTIVE_SCHEMA, alias="schema")
     allowed_range: list[int]
     rules: StopRules
-    fit_settings: FitSettings = Field(default_factory=lambda: FitSettings(**FIT_SETTINGS))
+    fit_settings: FitSettings = Field(default_factory=lambda: FIT_DEFAULTS)
     rounds: list[RoundSummary] = Field(default_factory=list)
     stop_reason: StopReason | None = None
     final_width: float | None = None

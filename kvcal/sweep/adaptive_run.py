@@ -23,7 +23,7 @@ from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.sweep import design, reach
 from kvcal.sweep.adaptive import DEFAULT_MAX_PROBES, AdaptiveState, Controller, RoundSummary, Step, StopRules, relative_width
-from kvcal.sweep.config import SweepConfig
+from kvcal.sweep.config import SweepConfig, adaptive_rule_fields
 from kvcal.sweep.plan import PlannedProbe, validate_prefix_lengths
 from kvcal.sweep.recorder import RunFolder, atomic_write
 from kvcal.sweep.session import ProbeSession, SweepOutcome
@@ -31,7 +31,6 @@ from kvcal.sweep.session import ProbeSession, SweepOutcome
 log = logging.getLogger(__name__)
 
 STATE_FILE = "adaptive.json"
-RULE_FIELDS = ("target_width", "max_probes", "max_engine_seconds")
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,7 @@ def _rules(config: SweepConfig, stored: StopRules | None) -> StopRules:
     if stored is None:
         return StopRules(target_width=config.target_width, max_probes=config.max_probes or DEFAULT_MAX_PROBES,
                          max_engine_seconds=config.max_engine_seconds)
-    given = {k: getattr(config, k) for k in RULE_FIELDS if k in config.model_fields_set and getattr(config, k) is not None}
+    given = {k: getattr(config, k) for k in adaptive_rule_fields() if k in config.model_fields_set and getattr(config, k) is not None}
     return stored.model_copy(update=given)
 
 

@@ -5,8 +5,12 @@ schema, the ``kvcal sweep`` flag's name and help (:func:`flag_of`, :func:`flag_h
 the vLLM pair's launch settings (:func:`kvcal.engines.vllm_launch.settings_from_config`)
 and the sweep command line a Kubernetes Job runs (:func:`sweep_argv`). A field's
 ``json_schema_extra`` may name its flag when it is not ``--`` plus the field name with
-dashes, and marks settings that only matter when kvcal launches the engines
-(``launch_only``). A campaign file (``--config FILE``, YAML) may set any field; flags
+dashes, and carries the marks validation (:mod:`kvcal.sweep.validate`) and the CLI read:
+``launch_only`` (only when kvcal launches the engines: attach mode and the k8s Job refuse
+them), ``engine_only`` (not for ``--engine sim``), ``producer_side_channel`` (only for a
+transport whose pull names the producer's side channel), ``adaptive_rule`` (only an
+adaptive campaign reads it; ``--resume`` may change it) and ``campaign_file_only`` (no
+flag). ``tests/unit/test_settings_once.py`` holds the CLI's options to these fields. A campaign file (``--config FILE``, YAML) may set any field; flags
 given on the command line override it; unknown keys are an error so that a renamed key
 cannot vanish silently.
 """
@@ -22,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kvcal.engines.sim_costs import SimCosts
 from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError
-from kvcal.sweep.validate import check_settings, repeated_lengths_problem
+from kvcal.engines.transports.p2p_tier import P2P_PORT
+from kvcal.sweep.validate import check_settings, flag_for, marked, repeated_lengths_problem
 from kvcal.userfiles import read_text
 from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml, refuse_bool_numbers
 
@@ -49,11 +54,16 @@ class SweepConfig(BaseModel):
 
     model: str | None = Field(None, description="Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'.")
     engine: Literal["vllm", "sim"] = Field("vllm", description="vllm: real engines; sim: simulated curves, never a measurement.")
-    transport: str = Field("nixl-pd", description=f"How the consumer pulls KV from the producer: {' or '.join(transport_names())}.")
-    producer_url: str | None = Field(None, description="Attach to a running producer at this URL instead of launching one.")
-    consumer_url: str | None = Field(None, description="Attach to a running consumer at this URL instead of launching one.")
-    producer_p2p_host: str | None = Field(None, description="p2p-tier attach: the producer's P2P side-channel host.")
-    producer_p2p_port: int | None = Field(7777, gt=0, lt=65536, description="p2p-tier attach: the producer's P2P listener port (the llm-d guide's 7777; rank r of a data-parallel engine listens on 7777 + r).")
+    transport: str = Field("nixl-pd", description=f"How the consumer pulls KV from the producer: {' or '.join(transport_names())}.",
+                                      json_schema_extra={"engine_only": True})
+    producer_url: str | None = Field(None, description="Attach to a running producer at this URL instead of launching one.",
+                                      json_schema_extra={"engine_only": True})
+    consumer_url: str | None = Field(None, description="Attach to a running consumer at this URL instead of launching one.",
+                                        json_schema_extra={"engine_only": True})
+    producer_p2p_host: str | None = Field(None, description="p2p-tier attach: the producer's P2P side-channel host.",
+                                          json_schema_extra={"engine_only": True, "producer_side_channel": True})
+    producer_p2p_port: int | None = Field(P2P_PORT, gt=0, lt=65536, description=f"p2p-tier attach: the producer's P2P listener port (the llm-d guide's {P2P_PORT}; rank r of a data-parallel engine listens on {P2P_PORT} + r).",
+                                          json_schema_extra={"engine_only": True, "producer_side_channel": True})
     dp_ranks: int = Field(1, ge=1, le=256, description="Attach mode: the producer's --data-parallel-size; every rank is seeded before a pull, which asks rank 0.")
     share_gpu: list[float] | None = Field(None, min_length=2, max_length=2, description="Launch mode: run both engines on the same GPU(s) with these --gpu-memory-utilization fractions, producer,consumer (e.g. 0.45,0.45).",
                                         json_schema_extra={"launch_only": True})
@@ -65,34 +75,44 @@ class SweepConfig(BaseModel):
     seed: int = Field(0, ge=0, description="Seeds the probe order and the prompts.")
     output_dir: Path = Field(Path("results"), description="Folder that holds run folders.")
     name: str | None = Field(None, description="Run folder name; default: time stamp plus model.")
-    max_model_len: int | None = Field(None, gt=0, description="Engine max model length; default: the model's own.")
-    producer_gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for the producer (GPU hosts).", json_schema_extra={"launch_only": True})
-    consumer_gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for the consumer (GPU hosts).", json_schema_extra={"launch_only": True})
-    producer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the producer (CPU hosts); default: core 0.", json_schema_extra={"launch_only": True})
-    consumer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the consumer (CPU hosts); default: core 1.", json_schema_extra={"launch_only": True})
+    max_model_len: int | None = Field(None, gt=0, description="Engine max model length; default: the model's own.",
+                                      json_schema_extra={"engine_only": True})
+    producer_gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for the producer (GPU hosts).", json_schema_extra={"engine_only": True, "launch_only": True})
+    consumer_gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for the consumer (GPU hosts).", json_schema_extra={"engine_only": True, "launch_only": True})
+    producer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the producer (CPU hosts); default: core 0.", json_schema_extra={"engine_only": True, "launch_only": True})
+    consumer_cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND for the consumer (CPU hosts); default: core 1.", json_schema_extra={"engine_only": True, "launch_only": True})
     engine_args: list[str] = Field(default_factory=list, description="Extra argument passed to both `vllm serve` processes (repeatable).",
-                                   json_schema_extra={"flag": "--engine-arg", "launch_only": True})
+                                   json_schema_extra={"flag": "--engine-arg", "engine_only": True, "launch_only": True})
     python_hash_seed: int = Field(0, ge=0, le=4294967295, description="PYTHONHASHSEED kvcal sets for both launched engines (prefix-cache block hashes match only when it is equal); recorded in run.json.",
                                   json_schema_extra={"launch_only": True})
     startup_timeout_s: float = Field(900.0, gt=0, description="How long to wait for the engines to become ready, in seconds.",
-                                     json_schema_extra={"flag": "--startup-timeout"})
-    probe_timeout_s: float = Field(300.0, gt=0, description="How long one request may take.")
+                                     json_schema_extra={"flag": "--startup-timeout", "engine_only": True})
+    probe_timeout_s: float = Field(300.0, gt=0, description="How long one request may take.",
+                                      json_schema_extra={"campaign_file_only": True})
     max_attempts: int = Field(3, ge=1, le=20, description="Tries per probe before a failed gate fails the run.")
-    min_pull_fraction: float = Field(0.5, gt=0, le=1, description="A pull must move at least this share of the expected KV bytes.")
+    min_pull_fraction: float = Field(0.5, gt=0, le=1, description="A pull must move at least this share of the expected KV bytes.",
+                                      json_schema_extra={"campaign_file_only": True})
     warmup_probes: bool | None = Field(None, description="Send one discarded warm-up probe before the first of each "
                                        "(length, leg); default: on for GPU engines, off on CPU and sim.")
-    sim: SimSettings = Field(default_factory=SimSettings, description="Simulated pair curves (engine sim).")
+    sim: SimSettings = Field(default_factory=SimSettings, description="Simulated pair curves (engine sim).",
+                                      json_schema_extra={"campaign_file_only": True})
     load_states: list[LoadState] = Field(
         default_factory=lambda: ["idle"], description="Load states to probe under; idle alone is the plain idle sweep.")
     background_concurrency: int | None = Field(None, ge=1, le=256, description="Background request streams per busy engine; default: busy_queue_threshold + 2.")
     busy_queue_threshold: int = Field(1, ge=1, description="Waiting requests at or above which an engine counts as busy.")
-    background_prompt_tokens: int | None = Field(None, gt=0, description="Prompt length of background requests; default: min(4096, the model's limit).")
-    background_max_tokens: int = Field(1, ge=1, description="Tokens each background request generates (1: pure prefill keeps the queue longest).")
-    load_settle_timeout_s: float = Field(60.0, gt=0, description="How long to wait for the queues to reach a load state.")
+    background_prompt_tokens: int | None = Field(None, gt=0, description="Prompt length of background requests; default: min(4096, the model's limit).",
+                                      json_schema_extra={"campaign_file_only": True})
+    background_max_tokens: int = Field(1, ge=1, description="Tokens each background request generates (1: pure prefill keeps the queue longest).",
+                                      json_schema_extra={"campaign_file_only": True})
+    load_settle_timeout_s: float = Field(60.0, gt=0, description="How long to wait for the queues to reach a load state.",
+                                      json_schema_extra={"campaign_file_only": True})
     adaptive: bool = Field(False, description="Choose each round of probes from the fit so far (docs/method.md, adaptive campaigns).")
-    target_width: float = Field(0.10, gt=0, lt=10, description="Adaptive: stop once the break-even interval's (upper - lower) / break-even is at most this.")
-    max_probes: int | None = Field(None, ge=8, description="Adaptive: stop after this many valid probes (default 400).")
-    max_engine_seconds: float | None = Field(None, gt=0, description="Adaptive: stop once the probes' summed TTFT reaches this many seconds.")
+    target_width: float = Field(0.10, gt=0, lt=10, description="Adaptive: stop once the break-even interval's (upper - lower) / break-even is at most this.",
+                                      json_schema_extra={"adaptive_rule": True})
+    max_probes: int | None = Field(None, ge=8, description="Adaptive: stop after this many valid probes (default 400).",
+                                      json_schema_extra={"adaptive_rule": True})
+    max_engine_seconds: float | None = Field(None, gt=0, description="Adaptive: stop once the probes' summed TTFT reaches this many seconds.",
+                                              json_schema_extra={"adaptive_rule": True})
 
     _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
 
@@ -152,14 +172,20 @@ def field_help(name: str) -> str:
     return SweepConfig.model_fields[name].description or ""
 
 
-def _extra(name: str) -> dict[str, Any]:
-    extra = SweepConfig.model_fields[name].json_schema_extra
-    return extra if isinstance(extra, dict) else {}
-
-
 def flag_of(name: str) -> str:
-    """The ``kvcal sweep`` flag of a field: its declared flag, else ``--`` plus the name with dashes."""
-    return str(_extra(name).get("flag") or "--" + name.replace("_", "-"))
+    """The ``kvcal sweep`` flag of a field: its declared flag, else ``--`` plus the name with dashes
+    (a campaign-file-only setting: its key, marked so)."""
+    return flag_for(SweepConfig, name)
+
+
+def flag_fields() -> tuple[str, ...]:
+    """The fields that ``kvcal sweep`` takes as flags (every field but the campaign-file-only ones)."""
+    return tuple(name for name in SweepConfig.model_fields if name not in marked(SweepConfig, "campaign_file_only"))
+
+
+def adaptive_rule_fields() -> tuple[str, ...]:
+    """The adaptive stop rules: only an adaptive campaign reads them, and ``--resume`` may change them."""
+    return marked(SweepConfig, "adaptive_rule")
 
 
 def flag_help(name: str) -> str:
@@ -172,7 +198,7 @@ def flag_help(name: str) -> str:
 
 def launch_only_flags() -> tuple[str, ...]:
     """Flags of settings that only matter when kvcal launches the engines (an attached sweep ignores them)."""
-    return tuple(flag_of(name) for name in SweepConfig.model_fields if _extra(name).get("launch_only"))
+    return tuple(flag_of(name) for name in marked(SweepConfig, "launch_only"))
 
 
 def sweep_argv(values: dict[str, Any]) -> list[str]:

@@ -14,26 +14,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from kvcal.engines.transports import available
 from kvcal.errors import InputError
 from kvcal.urls import check_pair_urls
 
 
-# Field -> flag where the flag is not simply --field-with-dashes.
-FLAG_NAMES = {"startup_timeout_s": "--startup-timeout", "engine_args": "--engine-arg", "sim": "sim (campaign file)",
-              "probe_timeout_s": "probe_timeout_s (campaign file)", "min_pull_fraction": "min_pull_fraction (campaign file)"}
-
-ENGINE_ONLY = ("producer_url", "consumer_url", "producer_p2p_host", "producer_p2p_port", "max_model_len", "producer_gpus",
-               "consumer_gpus", "producer_cpus", "consumer_cpus", "engine_args", "startup_timeout_s", "transport")
-LAUNCH_ONLY = ("producer_gpus", "consumer_gpus", "producer_cpus", "consumer_cpus", "engine_args")
-P2P_TIER_ONLY = ("producer_p2p_host", "producer_p2p_port")
 # What --resume may be given beside the stored settings: where the run is, and nothing that changes it.
 RESUME_LOCATORS = ("output_dir", "name")
-# An adaptive campaign's stop rules may be given again on --resume to run it further (kvcal/sweep/adaptive_run.py).
-RESUME_ADJUSTABLE = ("target_width", "max_probes", "max_engine_seconds")
 
 
-def flag(field: str) -> str:
-    return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
+def declared(model: type[BaseModel], name: str) -> dict[str, Any]:
+    """The marks a settings field declares in its ``json_schema_extra`` (flag, launch_only, ...)."""
+    extra = model.model_fields[name].json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+def flag_for(model: type[BaseModel], name: str) -> str:
+    """How a setting is given: its declared flag, ``--`` plus the name with dashes, or its campaign-file key."""
+    marks = declared(model, name)
+    if marks.get("campaign_file_only"):
+        return f"{name} (campaign file)"
+    return str(marks.get("flag") or "--" + name.replace("_", "-"))
+
+
+def marked(model: type[BaseModel], mark: str) -> tuple[str, ...]:
+    """The fields of ``model`` that carry ``mark`` (e.g. ``launch_only``), in declaration order."""
+    return tuple(name for name in model.model_fields if declared(model, name).get(mark))
 
 
 def check_run_name(name: str | None) -> None:
@@ -48,8 +56,13 @@ def check_run_name(name: str | None) -> None:
 
 
 def check_settings(config: Any) -> None:
-    """Everything about the settings that pydantic's per-field checks cannot see."""
+    """Everything about the settings that pydantic's per-field checks cannot see (marks: :mod:`kvcal.sweep.config`)."""
     given = config.model_fields_set
+    model = type(config)
+
+    def flag(field: str) -> str:
+        return flag_for(model, field)
+
     check_run_name(config.name)
     where = Path(config.output_dir)
     while not where.exists() and where != where.parent:
@@ -57,7 +70,7 @@ def check_settings(config: Any) -> None:
     if where.exists() and not where.is_dir():
         raise InputError(f"--output-dir {config.output_dir}: {where} is a file, not a folder")
     if config.engine == "sim":
-        stray = [f for f in ENGINE_ONLY if f in given]
+        stray = [f for f in marked(model, "engine_only") if f in given]
         if stray:
             raise InputError(f"{', '.join(flag(f) for f in stray)} do(es) not apply to --engine sim (the simulated "
                              "pair starts no engine and attaches to none); drop it or use --engine vllm")
@@ -66,23 +79,27 @@ def check_settings(config: Any) -> None:
         raise InputError("the campaign file's sim settings apply to --engine sim only")
     check_pair_urls(config.producer_url, config.consumer_url)
     if config.attach:
-        stray = [f for f in LAUNCH_ONLY if f in given]
+        stray = [f for f in marked(model, "launch_only") if f in given]
         if stray:
             raise InputError(f"{', '.join(flag(f) for f in stray)} configure(s) engines kvcal launches; "
                              "with --producer-url/--consumer-url the engines already run")
-    if config.transport != "p2p-tier":
-        stray = [f for f in P2P_TIER_ONLY if f in given]
+    transports = available()
+    if not transports[config.transport].pull_names_producer:
+        stray = [f for f in marked(model, "producer_side_channel") if f in given]
         if stray:
-            raise InputError(f"{', '.join(flag(f) for f in stray)} apply to --transport p2p-tier only")
+            naming = " or ".join(sorted(name for name, t in transports.items() if t.pull_names_producer))
+            raise InputError(f"{', '.join(flag(f) for f in stray)} apply to --transport {naming} only")
 
 
 def check_resume(stored: Any, requested: Any) -> None:
     """--resume continues the stored run as it was planned: refuse given flags that differ from it."""
     changed = []
-    for field in sorted(requested.model_fields_set - set(RESUME_LOCATORS) - set(RESUME_ADJUSTABLE)):
+    model = type(requested)
+    adjustable = set(marked(model, "adaptive_rule"))  # may be given again to run an adaptive campaign further
+    for field in sorted(requested.model_fields_set - set(RESUME_LOCATORS) - adjustable):
         mine, theirs = getattr(requested, field), getattr(stored, field)
         if _comparable(mine) != _comparable(theirs):
-            changed.append(f"{flag(field)} {_show(mine)} (the run has {_show(theirs)})")
+            changed.append(f"{flag_for(model, field)} {_show(mine)} (the run has {_show(theirs)})")
     if changed:
         raise InputError("--resume continues the run with its stored settings; these differ: " + "; ".join(changed)
                          + ". Drop them, or start a new run with another --name")

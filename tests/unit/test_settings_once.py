@@ -72,3 +72,66 @@ def test_the_k8s_job_sets_its_settings_through_the_config_flags():
 def test_sweep_argv_repeats_engine_args_and_joins_lists():
     assert sweep_argv({"prefix_lengths": [256, 512], "engine_args": ["--a", "--b=1"], "reps": None}) == [
         "--prefix-lengths", "256,512", "--engine-arg=--a", "--engine-arg=--b=1"]
+
+
+def _sweep_options() -> dict[str, str]:
+    """Parameter name -> first flag of every option of ``kvcal sweep`` (typer's own view of the command)."""
+    import inspect
+
+    from kvcal.cli.sweep_cmd import sweep
+
+    return {name: param.default.param_decls[0].split("/")[0]
+            for name, param in inspect.signature(sweep).parameters.items()}
+
+
+def test_every_sweep_flag_is_a_config_field_with_its_declared_flag():
+    """A renamed SweepConfig field (or a renamed parameter) fails here instead of silently dropping its flag."""
+    from kvcal.sweep.config import flag_fields
+
+    options = {name: flag for name, flag in _sweep_options().items() if name not in ("resume", "config", "dry_run")}
+    assert set(options) == set(flag_fields())
+    for name, flag in options.items():
+        assert flag == flag_of(name), name
+
+
+def test_attach_refuses_exactly_the_settings_the_job_refuses():
+    from kvcal.sweep.validate import marked
+
+    launch_only = marked(SweepConfig, "launch_only")
+    assert {"share_gpu", "cpu_bytes_to_use", "python_hash_seed"} <= set(launch_only)
+    attach = {"producer_url": "http://10.0.0.1:8000", "consumer_url": "http://10.0.0.2:8000"}
+    for name in launch_only:
+        with pytest.raises(InputError, match=flag_of(name)):
+            resolve_config({}, {**attach, name: ODD.get(name, 1 if name != "engine_args" else ["--x"])})
+    assert tuple(flag_of(name) for name in launch_only) == launch_only_flags()
+
+
+def test_fit_defaults_are_declared_once():
+    import inspect
+
+    from kvcal.cli import fit_cmd
+    from kvcal.fit import fit_input
+    from kvcal.records import FIT_DEFAULTS
+    from kvcal.sweep.adaptive import FIT_SETTINGS
+
+    assert FIT_SETTINGS == FIT_DEFAULTS.model_dump()
+    params = inspect.signature(fit_input).parameters
+    assert (params["confidence"].default, params["seed"].default, params["n_resamples"].default) == (
+        FIT_DEFAULTS.confidence, FIT_DEFAULTS.seed, FIT_DEFAULTS.n_resamples)
+    import typer
+
+    app = typer.Typer()
+    fit_cmd.register(app)
+    cli = inspect.signature(app.registered_commands[0].callback).parameters
+    assert (cli["confidence"].default.default, cli["seed"].default.default, cli["resamples"].default.default) == (
+        FIT_DEFAULTS.confidence, FIT_DEFAULTS.seed, FIT_DEFAULTS.n_resamples)
+
+
+def test_emit_asks_the_transports_for_their_names_and_port():
+    from kvcal.emit.options import P2P_PORT, canonical_transport
+    from kvcal.engines.transports.p2p_tier import P2pTier
+
+    assert P2P_PORT == P2pTier.deployed_side_port == SweepConfig().producer_p2p_port
+    for name, cls in available().items():
+        for alias in (name, *cls.aliases):
+            assert canonical_transport(alias) == name

@@ -24,7 +24,10 @@ engine is producer and consumer).
   first is the transport's own counter: where an engine has it, only it proves a pull;
   the others stand in on engines without it, and each probe records which one proved it;
 - ``needs_gpu``: checked before anything is launched;
-- ``pull_names_producer``: whether the pull request names the producer's side channel.
+- ``pull_names_producer``: whether the pull request names the producer's side channel;
+- ``aliases``, ``deployment``, ``cpu_tier``: the other names it goes by, the llm-d
+  deployment shape that carries it, and whether it keeps a CPU tier per engine (emit
+  and validation ask these instead of comparing names).
 
 Adding a transport is one new module in this package that defines ``TRANSPORT``.
 """
@@ -98,6 +101,12 @@ class Transport(ABC):
     # mode then needs it from the user); False when the producer's answer carries it.
     pull_names_producer: ClassVar[bool] = False
     deployed_side_port: ClassVar[int]
+    # Other names a recorded run, a Helm chart or a user may give it (the router's connector name, ...).
+    aliases: ClassVar[tuple[str, ...]] = ()
+    # The llm-d deployment shape that carries it: "p2p" (one pool, the P2P tier) or "pd" (prefill/decode).
+    deployment: ClassVar[str] = "pd"
+    # True when each engine keeps a CPU tier sized by the ``cpu_bytes_to_use`` option.
+    cpu_tier: ClassVar[bool] = False
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options = dict(options or {})

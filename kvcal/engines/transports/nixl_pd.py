@@ -29,6 +29,7 @@ class NixlPd(Transport):
     name = "nixl-pd"
     needs_gpu = False
     deployed_side_port = NIXL_SIDE_PORT
+    aliases = ("nixl", "pd", "nixlconnector")
     bytes_metrics = (BytesMetric(Role.CONSUMER, (MetricRef("vllm:nixl_bytes_transferred_sum"),)),)
 
     def kv_transfer_config(self, role: Role, device: str, side: SideChannel) -> dict[str, Any]:

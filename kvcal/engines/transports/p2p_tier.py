@@ -60,6 +60,9 @@ class P2pTier(Transport):
     needs_gpu = True
     pull_names_producer = True
     deployed_side_port = P2P_PORT
+    aliases = ("p2p", "offloading", "offloadingconnector")
+    deployment = "p2p"
+    cpu_tier = True
     bytes_metrics = (
         BytesMetric(
             Role.CONSUMER,
