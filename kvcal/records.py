@@ -25,7 +25,7 @@ MAX_BYTES_MOVED = 10**15  # a petabyte for one prefix
 MAX_QUEUE = 10**9
 
 PROBE_SCHEMA = "kvcal.probe/1"
-RUN_SCHEMA = "kvcal.run/2"
+RUN_SCHEMA = "kvcal.run/3"
 FIT_SCHEMA = "kvcal.fit/2"
 
 
@@ -102,6 +102,35 @@ class RunSetup(Record):
     created_at: str | None = Field(None, description="ISO-8601 UTC time the run was made.")
 
 
+class RoleFacts(Record):
+    """How one role's engine was placed: what kvcal set for it, never what it inherited (unknown ``None``)."""
+
+    env: dict[str, str] = Field(default_factory=dict, description="Variables kvcal set for this role's server.")
+    cpus: str | None = Field(None, description="VLLM_CPU_OMP_THREADS_BIND kvcal set (CPU engines it launched).")
+    gpus: str | None = Field(None, description="CUDA_VISIBLE_DEVICES kvcal set (GPU engines it launched).")
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    pipeline_parallel_size: int | None = Field(None, ge=1)
+    data_parallel_size: int | None = Field(None, ge=1)
+
+
+class PairFacts(Record):
+    """What the pair is: the facts the disturbance monitor, the warm-up default and the fit decide by."""
+
+    engine: str | None = Field(None, description="'vllm' or 'sim'.")
+    mode: Literal["launch", "attach"] | None = Field(None, description="Whether kvcal launched the engines or attached to them.")
+    device: str | None = Field(None, description="'cpu' or 'cuda' for engines kvcal launched; None when attached.")
+    producer: RoleFacts = Field(default_factory=RoleFacts)
+    consumer: RoleFacts = Field(default_factory=RoleFacts)
+
+    @property
+    def roles(self) -> tuple[RoleFacts, RoleFacts]:
+        return self.producer, self.consumer
+
+    @property
+    def launched_vllm(self) -> bool:
+        return self.engine == "vllm" and self.mode == "launch"
+
+
 class PlannedProbe(Record):
     """One probe of the plan; ``probe_id`` is stable across resumes."""
 
@@ -118,15 +147,17 @@ class PlannedProbe(Record):
 class RunManifest(Record):
     """``run.json``: resolved settings, setup and provenance of one sweep run.
 
-    A ``kvcal.run/1`` file (setup facts at the top level and in the provenance) is
-    upgraded on read by :func:`kvcal.records_v1.upgrade_run`.
+    ``kvcal.run/1`` (setup facts at the top level and in the provenance) and
+    ``kvcal.run/2`` (no pair facts) files are upgraded on read by :func:`kvcal.records_v1.upgrade_run`.
     """
 
-    schema_: Literal["kvcal.run/2"] = Field(RUN_SCHEMA, alias="schema")
+    schema_: Literal["kvcal.run/3"] = Field(RUN_SCHEMA, alias="schema")
     name: str
     created_at: str
     settings: SweepConfig = Field(description="The resolved sweep settings (flags merged over the campaign file).")
     setup: RunSetup = Field(description="What the run measured on; fit.json copies it.")
+    pair: PairFacts = Field(default_factory=PairFacts, description="What the pair was (mode, device, per-role placement); "
+                            "a version 2 run's is read from its provenance.")
     provenance: dict[str, Any] = Field(description="Free-form: kvcal/vLLM/NIXL/torch versions, host, UCX env, command line, the pair's own account.")
     plan: list[PlannedProbe] = Field(description="The shuffled probe plan; resume replays it.")
 

@@ -15,6 +15,7 @@ from typing import Any
 from kvcal.sweep.config import SweepConfig
 
 RUN_V1 = "kvcal.run/1"
+RUN_V2 = "kvcal.run/2"  # no pair facts: they are read from provenance.engine
 FIT_V1 = "kvcal.fit/1"
 _SOURCE_KINDS = ("run-folder", "probe-csv", "llmd-table", "sim", "test")
 _BOOTSTRAP_KEYS = ("n_resamples", "seed", "method", "methods", "no_crossover_share", "status_shares", "quadratic_share",
@@ -23,14 +24,29 @@ _BOOTSTRAP_KEYS = ("n_resamples", "seed", "method", "methods", "no_crossover_sha
 
 
 def upgrade_run(data: Any) -> Any:
-    """A run.json dict in the version 2 shape (other values pass through for validation to judge)."""
-    if not isinstance(data, dict) or data.get("schema") != RUN_V1:
+    """A run.json dict in the version 3 shape (other values pass through for validation to judge)."""
+    if not isinstance(data, dict) or data.get("schema") not in (RUN_V1, RUN_V2):
         return data
     old = dict(data)
     provenance = _dict(old.get("provenance"))
-    setup = setup_v1(old, _dict(old.get("settings")), provenance, created_at=old.get("created_at"))
-    return {"schema": "kvcal.run/2", "name": old.get("name"), "created_at": old.get("created_at"),
-            "settings": old.get("settings"), "setup": setup, "provenance": provenance, "plan": old.get("plan")}
+    if old.get("schema") == RUN_V1:
+        old["setup"] = setup_v1(old, _dict(old.get("settings")), provenance, created_at=old.get("created_at"))
+    return {"schema": "kvcal.run/3", "name": old.get("name"), "created_at": old.get("created_at"),
+            "settings": old.get("settings"), "setup": old.get("setup"), "pair": pair_facts(_dict(provenance.get("engine"))),
+            "provenance": provenance, "plan": old.get("plan")}
+
+
+def pair_facts(description: dict[str, Any]) -> dict[str, Any]:
+    """The PairFacts fields an engine pair's own account (``provenance.engine`` before version 3) holds."""
+    env = _dict(description.get("env"))
+    roles = {}
+    for role in ("producer", "consumer"):
+        role_env = {str(k): str(v) for k, v in _dict(env.get(role)).items()}
+        roles[role] = {"env": role_env, "cpus": role_env.get("VLLM_CPU_OMP_THREADS_BIND"),
+                       "gpus": role_env.get("CUDA_VISIBLE_DEVICES")}
+    mode = description.get("mode")
+    return {"engine": description.get("engine"), "mode": mode if mode in ("launch", "attach") else None,
+            "device": description.get("device"), **roles}
 
 
 def upgrade_fit(data: Any) -> Any:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvcal.errors import InputError
-from kvcal.records import MAX_BYTES_MOVED, Leg, RunSetup
+from kvcal.records import MAX_BYTES_MOVED, Leg, PairFacts, RunSetup
 
 
 MAX_KV_BYTES_PER_TOKEN = 16 * 2**20
@@ -127,6 +127,10 @@ class EnginePair(ABC):
     def setup(self) -> RunSetup:
         """What the pair knows of the setup it runs on (unknown None); the sweep adds model and time."""
         return RunSetup(engine=self.name, block_size=self.block_size, kv_bytes_per_token=self.kv_bytes_per_token)
+
+    def facts(self) -> PairFacts:
+        """What the pair is (mode, device, each role's placement); what the sweep decides by and run.json keeps."""
+        return PairFacts(engine=self.name)
 
     def load_target(self, role: Role) -> LoadTarget:
         """The producer or consumer as a target of background load (load states other than idle)."""

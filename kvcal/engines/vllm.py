@@ -34,7 +34,7 @@ from kvcal.engines.vllm_setup import vllm_setup
 from kvcal.errors import EngineError, InputError
 from kvcal.estimate.hfconfig import model_profile_from_config
 from kvcal.estimate.profiles import ModelProfile, kv_bytes_per_token
-from kvcal.records import RunSetup
+from kvcal.records import PairFacts, RoleFacts, RunSetup
 from kvcal.engines.tinymodel import ensure_tiny_model
 from kvcal.engines.transports import get_transport
 from kvcal.engines.transports.base import Role
@@ -240,6 +240,21 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
         """Launch: everything kvcal chose (seed, kv-transfer-config per role, versions); attach: what the engines report."""
         return vllm_setup(self.settings, self.transport, self.plan, block_size=self.block_size,
                           kv_bytes_per_token=self.kv_bytes_per_token)
+
+    def facts(self) -> PairFacts:
+        """Launch: the env, cores or GPUs kvcal set per role and the device; attach: the mode and the producer's DP size."""
+        if self.settings.attach:
+            return PairFacts(engine="vllm", mode="attach", producer=RoleFacts(data_parallel_size=self.settings.dp_ranks))
+        roles = {}
+        sizes = self.plan.parallel_sizes() or {}
+        for role in ROLES:
+            env, size = self.plan.env(role), sizes.get(role)
+            roles[role.value] = RoleFacts(env=env, cpus=env.get("VLLM_CPU_OMP_THREADS_BIND"),
+                                          gpus=env.get("CUDA_VISIBLE_DEVICES"),
+                                          tensor_parallel_size=size.tensor if size else None,
+                                          pipeline_parallel_size=size.pipeline if size else None,
+                                          data_parallel_size=size.data if size else None)
+        return PairFacts(engine="vllm", mode="launch", device=self.plan.device, **roles)
 
     def describe(self) -> dict[str, Any]:
         """The pair's own provenance; versions, CPU, GPUs and UCX_* env are in :func:`kvcal.sweep.provenance.host_provenance`."""

@@ -203,7 +203,7 @@ def _load_run_folder(folder: Path) -> ProbeTable:
         notes.append(f"{n_invalid} invalid probe record(s) excluded (see invalid_reason in probes.jsonl)")
     if n_warmup:
         notes.append(f"{n_warmup} warm-up probe(s) of the sweep protocol discarded (one per new length and leg)")
-    host = summarise(records, resource_of(manifest.provenance.get("engine") or {}))
+    host = summarise(records, resource_of(manifest.pair))
     table = from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
                       n_invalid_excluded=n_invalid, warnings=notes, host=host)
     return replace(table, loaded=loaded, pulls_by_proof=pulls_by_proof(chosen.values()), order_source="started_at")

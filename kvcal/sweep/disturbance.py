@@ -34,12 +34,13 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import psutil
 
-from kvcal.records import HostDisturbance, ProbeRecord
+from kvcal.records import HostDisturbance, PairFacts, ProbeRecord
+from kvcal.records_v1 import pair_facts
 
 log = logging.getLogger(__name__)
 
@@ -186,32 +187,39 @@ class GpuMonitor:
         return self._value
 
 
-def monitor_for(description: dict[str, Any]) -> HostMonitor | None:
-    """The monitor for a pair's ``describe()``: CPU cores when kvcal launched CPU engines, GPUs when CUDA; else None."""
-    if description.get("engine") != "vllm" or description.get("mode") != "launch":
+def _watched(pair: PairFacts | Mapping[str, Any]) -> tuple[str, list[int] | None] | None:
+    """What the monitor watches for this pair: ("cpu", cores) or ("cuda", GPUs or None for all visible); None: nothing."""
+    if not isinstance(pair, PairFacts):  # a pair's own account, as version 2 runs stored it
+        pair = PairFacts.model_validate(pair_facts(dict(pair)))
+    if not pair.launched_vllm or pair.device not in ("cpu", "cuda"):
         return None
-    env = description.get("env") or {}
-    if description.get("device") == "cpu":
-        cores = sorted({c for role_env in env.values() for c in parse_cpus((role_env or {}).get("VLLM_CPU_OMP_THREADS_BIND"))})
+    if pair.device == "cpu":
+        return "cpu", sorted({c for role in pair.roles for c in parse_cpus(role.cpus)})
+    specs = [role.gpus for role in pair.roles]
+    return "cuda", None if any(s is None for s in specs) else sorted({g for s in specs for g in parse_cpus(s)})
+
+
+def monitor_for(pair: PairFacts | Mapping[str, Any]) -> HostMonitor | None:
+    """The monitor for a pair: CPU cores when kvcal launched CPU engines, GPUs when CUDA; else None."""
+    watched = _watched(pair)
+    if watched is None:
+        return None
+    device, units = watched
+    if device == "cpu":
         available = set(range(psutil.cpu_count() or 0))
-        return CpuMonitor(cores) if cores and set(cores) <= available else None
-    if description.get("device") == "cuda":
-        specs = [(role_env or {}).get("CUDA_VISIBLE_DEVICES") for role_env in env.values()]
-        gpus = None if any(s is None for s in specs) else sorted({g for s in specs for g in parse_cpus(s)})
-        if gpus is None and os.environ.get("CUDA_VISIBLE_DEVICES"):
-            gpus = parse_cpus(os.environ["CUDA_VISIBLE_DEVICES"]) or None
-        return GpuMonitor(gpus)
-    return None
+        return CpuMonitor(units) if units and set(units) <= available else None
+    if units is None and os.environ.get("CUDA_VISIBLE_DEVICES"):
+        units = parse_cpus(os.environ["CUDA_VISIBLE_DEVICES"]) or None
+    return GpuMonitor(units)
 
 
-def resource_of(description: dict[str, Any]) -> str | None:
+def resource_of(pair: PairFacts | Mapping[str, Any]) -> str | None:
     """What :func:`monitor_for` watches for this pair, in words (for fit.json), without starting a monitor."""
-    if description.get("engine") != "vllm" or description.get("mode") != "launch":
+    watched = _watched(pair)
+    if watched is None:
         return None
-    env = description.get("env") or {}
-    key = "VLLM_CPU_OMP_THREADS_BIND" if description.get("device") == "cpu" else "CUDA_VISIBLE_DEVICES"
-    units = sorted({c for role_env in env.values() for c in parse_cpus((role_env or {}).get(key))})
-    if description.get("device") == "cpu":
+    device, units = watched
+    if device == "cpu":
         return "cpu cores " + ",".join(map(str, units)) if units else None
     return "gpu " + (",".join(map(str, units)) if units else "all visible")
 

@@ -25,6 +25,8 @@ from kvcal.sweep.probe import gate  # noqa: F401  (the gate is part of the sweep
 from kvcal.sweep.progress import NullProgress, SweepProgress
 from kvcal.sweep import reach
 from kvcal.sweep.lock import no_run_to_resume
+from kvcal.records import RunManifest
+from kvcal.sweep.provenance import host_provenance, utc_now
 from kvcal.sweep.recorder import RunFolder, completed_probe_ids
 from kvcal.sweep.session import (Campaign, PairFactory, PlannedCampaign, ProbeSession, SweepOutcome, explicit_lengths,
                                  lengths_for)
@@ -51,6 +53,16 @@ def make_pair(config: SweepConfig, run: RunFolder) -> EnginePair:
         return SimPair(sim.costs, block_size=config.block_size, max_model_len=sim.max_model_len, seed=config.seed,
                        fail_pull_rate=sim.fail_pull_rate, python_hash_seed=config.python_hash_seed)
     return pair_from_config(config, run)
+
+def build_manifest(config: SweepConfig, run: RunFolder, pair: EnginePair, plan: list[PlannedProbe]) -> RunManifest:
+    """run.json of a new run: the settings, the pair's setup and facts, the host's provenance and the plan."""
+    provenance = host_provenance()
+    provenance["engine"] = pair.describe()
+    created_at = utc_now()
+    setup = pair.setup().model_copy(update={"model": config.model_label, "created_at": created_at})
+    return RunManifest(name=run.path.name, created_at=created_at, settings=config, setup=setup, pair=pair.facts(),
+                       provenance=provenance, plan=plan)
+
 
 def prepare_run(config: SweepConfig, resume: bool) -> tuple[SweepConfig, RunFolder, list[PlannedProbe] | None]:
     """Pick the run folder; on resume, return the stored settings and plan."""
@@ -114,6 +126,7 @@ def run_sweep(
         campaign = AdaptiveCampaign(prepared, run, requested=config, resume=stored_plan is not None)
     else:
         campaign = PlannedCampaign(prepared)
-    session = ProbeSession(prepared, run, resume=resume, pair_factory=pair_factory, progress=progress or NullProgress())
+    session = ProbeSession(prepared, run, resume=resume, pair_factory=pair_factory, manifest_factory=build_manifest,
+                           progress=progress or NullProgress())
     outcome = session.run_campaign(campaign, stored_plan)
     return campaign.outcome(outcome) if isinstance(campaign, AdaptiveCampaign) else outcome

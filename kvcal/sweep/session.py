@@ -28,12 +28,12 @@ from kvcal.sweep.lock import claim_run_folder
 from kvcal.sweep.plan import PlannedProbe, default_prefix_lengths, validate_prefix_lengths
 from kvcal.sweep.probe import ProbeContext, PromptSource, probe_until_valid
 from kvcal.sweep.progress import SweepProgress
-from kvcal.sweep.provenance import host_provenance, utc_now
 from kvcal.sweep.recorder import RunFolder, attempts_so_far, completed_probe_ids
 
 log = logging.getLogger(__name__)
 
 PairFactory = Callable[[SweepConfig, RunFolder], EnginePair]
+ManifestFactory = Callable[[SweepConfig, RunFolder, EnginePair, list[PlannedProbe]], RunManifest]
 
 
 @dataclass(frozen=True)
@@ -153,9 +153,9 @@ class ProbeSession:
     """One sweep (or its resumption) in ``run``: see the module docstring."""
 
     def __init__(self, config: SweepConfig, run: RunFolder, *, resume: bool, pair_factory: PairFactory,
-                 progress: SweepProgress) -> None:
+                 manifest_factory: ManifestFactory, progress: SweepProgress) -> None:
         self.config, self.run, self.resume = config, run, resume
-        self.pair_factory = pair_factory
+        self.pair_factory, self.manifest_factory = pair_factory, manifest_factory
         self.progress = progress
         self.meter = _Meter(progress, 0.0)
         self.manifest: RunManifest | None = None
@@ -197,17 +197,17 @@ class ProbeSession:
             with pair, load:
                 plan = list(campaign.first_plan(self, stored_plan))
                 if stored_plan is None:
-                    self.manifest = _manifest(config, run, pair, plan)
+                    self.manifest = self.manifest_factory(config, run, pair, plan)
                     run.write_manifest(self.manifest)
                 done_before = sum(1 for p in plan if p.probe_id in self.done_ids)
                 prompts = PromptSource(config.seed, pair.vocab_size)
                 self.progress.on_phase("warming the pair (discarded)")
                 pair.warm_up(prompts.tokens(campaign.warmup_tokens(plan)))
-                description = pair.describe()
+                facts = pair.facts()
                 ctx = ProbeContext(pair, prompts, run, config, attempts, self.meter,
-                                   disturbance.monitor_for(description),  # primed here: the first probe's window starts now
+                                   disturbance.monitor_for(facts),  # primed here: the first probe's window starts now
                                    load.reading)
-                warmups = warmup.WarmupProbes(warmup.enabled(config.warmup_probes, description))
+                warmups = warmup.WarmupProbes(warmup.enabled(config.warmup_probes, facts))
                 self.progress.on_start(len(plan), done_before)
                 done, measured, invalid = done_before, 0, 0
                 try:
@@ -240,12 +240,3 @@ class ProbeSession:
         manifest = self.manifest or self.run.manifest()
         self.manifest = manifest.model_copy(update={"plan": list(plan)})
         self.run.write_manifest(self.manifest)
-
-
-def _manifest(config: SweepConfig, run: RunFolder, pair: EnginePair, plan: list[PlannedProbe]) -> RunManifest:
-    provenance = host_provenance()
-    provenance["engine"] = pair.describe()
-    created_at = utc_now()
-    setup = pair.setup().model_copy(update={"model": config.model_label, "created_at": created_at})
-    return RunManifest(name=run.path.name, created_at=created_at, settings=config, setup=setup,
-                       provenance=provenance, plan=plan)

@@ -14,11 +14,9 @@ GPUs in practice); off by default on CPU and the simulated pair; ``--warmup-prob
 
 from __future__ import annotations
 
-from typing import Any
-
 from kvcal.engines.base import EnginePair
 from kvcal.errors import EngineError
-from kvcal.records import Leg, ProbeRecord
+from kvcal.records import Leg, PairFacts, ProbeRecord
 from kvcal.sweep.plan import PlannedProbe
 from kvcal.sweep.probe_checks import checked_record
 from kvcal.sweep.provenance import utc_now
@@ -26,13 +24,13 @@ from kvcal.sweep.provenance import utc_now
 REASON = "warm-up probe: the first of its (length, leg), discarded by the sweep protocol"
 
 
-def enabled(setting: bool | None, description: dict[str, Any]) -> bool:
+def enabled(setting: bool | None, pair: PairFacts) -> bool:
     """The flag when given, else on for GPU engines (launched on CUDA, or attached)."""
     if setting is not None:
         return setting
-    if description.get("engine") != "vllm":
+    if pair.engine != "vllm":
         return False
-    return description.get("mode") == "attach" or description.get("device") == "cuda"
+    return pair.mode == "attach" or pair.device == "cuda"
 
 
 class WarmupProbes:

@@ -64,7 +64,7 @@ def test_a_version_2_run_folder_round_trips_and_its_fit_copies_the_setup(tmp_pat
     folder = factories.write_run_folder(tmp_path / "run", sim_table(SimCosts(), [256, 1024, 4096], 2, seed=1, block_size=16),
                                         manifest=manifest)
     raw = json.loads((folder / "run.json").read_text())
-    assert raw["schema"] == "kvcal.run/2" and set(raw["setup"]) >= CONTRACT_KEYS
+    assert raw["schema"] == RUN_SCHEMA and set(raw["setup"]) >= CONTRACT_KEYS
     assert RunFolder(folder).manifest() == manifest
     found = load_fit_input(folder)
     assert found.fit is None and found.setup == setup and found.manifest == manifest
