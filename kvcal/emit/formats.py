@@ -16,6 +16,8 @@ Names used elsewhere are re-exported here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from kvcal.emit.affinity import peak_prefill, render_affinity
@@ -55,36 +57,83 @@ def _affinity_json(fit: FitResult, ctx: RunContext, chunk: int | None, warnings:
     return p.as_json()
 
 
+@dataclass(frozen=True)
+class _Render:
+    """What every format's renderer gets: the fit, its run facts, the threshold (None for affinity), the options."""
+
+    fit: FitResult
+    ctx: RunContext
+    t: Threshold | None
+    options: EmitOptions
+    origin: str
+    notes: list[str]
+    warnings: list[str]
+
+    @property
+    def threshold(self) -> Threshold:
+        assert self.t is not None
+        return self.t
+
+    def result(self, text: str, notes: list[str] | tuple[str, ...] = (), warnings: list[str] | tuple[str, ...] = ()) -> EmitResult:
+        return EmitResult(text, self.t, tuple(self.notes + list(notes)), tuple(self.warnings + list(warnings)))
+
+
+def _render_affinity(r: _Render) -> EmitResult:
+    p = peak_prefill(r.fit, r.ctx, r.options.chunk_size)
+    return EmitResult(render_affinity(p, origin=r.origin), None, p.notes, p.warnings)
+
+
+def _render_env(r: _Render) -> EmitResult:
+    return r.result(render_env(r.threshold))
+
+
+def _render_json(r: _Render) -> EmitResult:
+    return r.result(render_json(r.threshold, _affinity_json(r.fit, r.ctx, r.options.chunk_size, r.warnings)))
+
+
+def _render_plugin(r: _Render) -> EmitResult:
+    o = r.options
+    found = read_names(o.values) if o.values is not None else None
+    names = plugin_names(prefix_match_producer=o.prefix_match_producer, prefill_profile=o.prefill_profile,
+                         deployment=o.deployment, transport=_transport_of(r.ctx, o), found=found)
+    return r.result(render_plugin(r.threshold, names, origin=r.origin), names.notes)
+
+
+def _render_costmodel(r: _Render) -> EmitResult:
+    text, more_notes, more_warn = render_costmodel(r.fit, r.origin)
+    return r.result(text, more_notes, more_warn)
+
+
+def _render_vllm(r: _Render) -> EmitResult:
+    o = r.options
+    spec = engine_spec(r.ctx, block_size=r.threshold.block_size, transport=o.transport, p2p_port=o.p2p_port,
+                       cpu_bytes_to_use=o.cpu_bytes_to_use, model=o.model)
+    return r.result(render_vllm(spec, origin=r.origin), spec.notes, spec.warnings)
+
+
+def _render_helm(r: _Render) -> EmitResult:
+    return _emit_helm(r.fit, r.ctx, r.threshold, r.options, r.notes, r.warnings)
+
+
+# One entry per --format: (needs the threshold, renderer). A new format is one entry and its renderer.
+RENDERERS: dict[str, tuple[bool, Callable[[_Render], EmitResult]]] = {
+    "plugin": (True, _render_plugin), "helm": (True, _render_helm), "affinity": (False, _render_affinity),
+    "costmodel": (True, _render_costmodel), "vllm": (True, _render_vllm), "env": (True, _render_env),
+    "json": (True, _render_json),
+}
+
+
 def emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
     """Render ``options.format`` from a fit (or a fit.json / run folder); for helm, patch (and maybe write) the values file."""
     fit = source if isinstance(source, FitResult) else load_input(Path(source))
     origin = "" if isinstance(source, FitResult) else str(source)
     ctx = run_context(fit)
-    if options.format == "affinity":  # independent of the threshold: it needs only the recompute curve
-        p = peak_prefill(fit, ctx, options.chunk_size)
-        return EmitResult(render_affinity(p, origin=origin), None, p.notes, p.warnings)
-    t = compute_threshold(fit, margin=options.margin, block_size=options.block_size,
-                          allow_extrapolation=options.allow_extrapolation, allow_disturbed=options.allow_disturbed)
-    notes: list[str] = list(t.steps)
-    warnings: list[str] = list(t.warnings)
-    if options.format == "env":
-        return EmitResult(render_env(t), t, tuple(notes), tuple(warnings))
-    if options.format == "json":
-        text = render_json(t, _affinity_json(fit, ctx, options.chunk_size, warnings))
-        return EmitResult(text, t, tuple(notes), tuple(warnings))
-    if options.format == "plugin":
-        found = read_names(options.values) if options.values is not None else None
-        names = plugin_names(prefix_match_producer=options.prefix_match_producer, prefill_profile=options.prefill_profile,
-                             deployment=options.deployment, transport=_transport_of(ctx, options), found=found)
-        return EmitResult(render_plugin(t, names, origin=origin), t, tuple(notes + list(names.notes)), tuple(warnings))
-    if options.format == "costmodel":
-        text, more_notes, more_warn = render_costmodel(fit, origin)
-        return EmitResult(text, t, tuple(notes + more_notes), tuple(warnings + more_warn))
-    if options.format == "vllm":
-        spec = engine_spec(ctx, block_size=t.block_size, transport=options.transport, p2p_port=options.p2p_port,
-                           cpu_bytes_to_use=options.cpu_bytes_to_use, model=options.model)
-        return EmitResult(render_vllm(spec, origin=origin), t, tuple(notes + list(spec.notes)), tuple(warnings + list(spec.warnings)))
-    return _emit_helm(fit, ctx, t, options, notes, warnings)
+    needs_threshold, render = RENDERERS[options.format]
+    t = None
+    if needs_threshold:  # affinity needs only the recompute curve
+        t = compute_threshold(fit, margin=options.margin, block_size=options.block_size,
+                              allow_extrapolation=options.allow_extrapolation, allow_disturbed=options.allow_disturbed)
+    return render(_Render(fit, ctx, t, options, origin, list(t.steps) if t else [], list(t.warnings) if t else []))
 
 
 def _transport_of(ctx: RunContext, options: EmitOptions) -> str | None:

@@ -33,13 +33,13 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from kvcal.emit.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
 from kvcal.fit.wins import pooled_win_z
-from kvcal.records import FitResult
+from kvcal.records import FIT_DEFAULTS, FitResult
 from kvcal.sweep.reach import pull_floor
 
 log = logging.getLogger(__name__)
@@ -195,38 +195,77 @@ def names_slow_mode(rule: Callable[..., Threshold]) -> Callable[..., Threshold]:
 # ---------------------------------------------------------------- the rule
 
 
+@dataclass
+class _Working:
+    """What the rule's steps share: the fit, the block, the measured span, and the steps and warnings so far."""
+
+    fit: FitResult
+    block: int
+    n_min: int
+    n_max: int
+    lo_hi: str
+    steps: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
 @names_slow_mode
 def compute_threshold(fit: FitResult, *, margin: float = DEFAULT_MARGIN, block_size: int | None = None,
                       allow_extrapolation: bool = False, allow_disturbed: bool = False) -> Threshold:
-    """Apply the rule (module docstring) to ``fit``; NotRecommended or NoThreshold (exit 3) when there is none."""
+    """Apply the rule (module docstring) to ``fit``; NotRecommended or NoThreshold (exit 3) when there is none.
+
+    The steps, in order: the disturbance gate, the refusals, the bound (the interval's upper end), the margin
+    (rounded up to a block), the floor (the shortest length from which the pull was measured to win), the advice.
+    """
     margin = validate_margin(margin)
     block, block_note = resolve_block_size(fit, block_size)
-    steps: list[str] = [block_note]
-    warnings: list[str] = []
     n_min, n_max = (int(fit.measured_range[0]), int(fit.measured_range[-1])) if fit.measured_range else (block, block)
-    lo_hi = f"{n_min}-{n_max} tokens" if fit.measured_range else "the measured range"
+    w = _Working(fit, block, n_min, n_max, f"{n_min}-{n_max} tokens" if fit.measured_range else "the measured range",
+                 [block_note])
+    _disturbance_gate(w, allow_disturbed)
+    _refusals(w)
+    ci = tuple(fit.break_even_ci) if fit.break_even_ci and len(fit.break_even_ci) == 2 else None
+    upper = _bound(w, ci)
+    threshold = _with_margin(w, upper, margin)
+    threshold = _floor(w, threshold, allow_extrapolation)
+    _advice(w, upper)
+    assert threshold is not None
+    check_threshold(threshold, block)
+    log.info("threshold %s: %s (block %s, margin %s)", fit.status, threshold, block, margin)
+    w.steps.append(f"minCachedTokenDelta = {threshold}")
+    return Threshold(
+        min_cached_token_delta=threshold, status=fit.status, break_even_tokens=fit.break_even_tokens, break_even_ci=ci,
+        margin=margin, block_size=block, steps=tuple(w.steps), warnings=tuple(w.warnings),
+    )
 
-    host = fit.host_disturbance
-    if host is not None and host.disturbed:
-        figure = (f"other processes took up to {host.max:.0%} (median {host.median:.0%}) of {host.resource} "
-                  f"in {len(host.disturbed_probes)} of {host.n_measured} probes")
-        if not allow_disturbed:
-            raise NoThreshold(f"no threshold: the sweep measured a disturbed host ({figure}); rerun `kvcal sweep` "
-                              "when the machine is quiet (check with `top`), or pass --allow-disturbed to emit anyway")
-        warnings.append(f"the sweep measured a disturbed host ({figure}); emitted because of --allow-disturbed: "
-                        "rerun `kvcal sweep` on a quiet machine before trusting it")
 
+def _disturbance_gate(w: _Working, allow_disturbed: bool) -> None:
+    """A disturbed host refuses, unless --allow-disturbed (then it warns)."""
+    host = w.fit.host_disturbance
+    if host is None or not host.disturbed:
+        return
+    figure = (f"other processes took up to {host.max:.0%} (median {host.median:.0%}) of {host.resource} "
+              f"in {len(host.disturbed_probes)} of {host.n_measured} probes")
+    if not allow_disturbed:
+        raise NoThreshold(f"no threshold: the sweep measured a disturbed host ({figure}); rerun `kvcal sweep` "
+                          "when the machine is quiet (check with `top`), or pass --allow-disturbed to emit anyway")
+    w.warnings.append(f"the sweep measured a disturbed host ({figure}); emitted because of --allow-disturbed: "
+                      "rerun `kvcal sweep` on a quiet machine before trusting it")
+
+
+def _refusals(w: _Working) -> None:
+    """No threshold when recompute always won, the legs tie, or the interval is open above."""
+    fit, up = w.fit, _ladder_up(w.n_max, w.block)
     if fit.status == "recompute-always-wins":
         raise NotRecommended(
-            f"P2P is not recommended on this setup: recomputing beat the pull at every measured length ({lo_hi}); "
+            f"P2P is not recommended on this setup: recomputing beat the pull at every measured length ({w.lo_hi}); "
             f"no threshold emitted (leave p2p-source-producer off; if a longer prefix may win, run "
-            f"`kvcal sweep --prefix-lengths {_ladder_up(n_max, block)}`, or re-measure on a faster transport)"
+            f"`kvcal sweep --prefix-lengths {up}`, or re-measure on a faster transport)"
         )
     tie, best = legs_tie(fit)
     if tie:
         raise NoThreshold(
-            f"no threshold: the legs tie (the pull never beat recompute by a measurable amount over {lo_hi}; "
-            f"best advantage {best}); measure next: `kvcal sweep --reps 5 --prefix-lengths {_ladder_up(n_max, block)}` "
+            f"no threshold: the legs tie (the pull never beat recompute by a measurable amount over {w.lo_hi}; "
+            f"best advantage {best}); measure next: `kvcal sweep --reps 5 --prefix-lengths {up}` "
             "to see whether the pull pulls ahead at longer prefixes"
         )
     if interval_open_above(fit):
@@ -234,73 +273,87 @@ def compute_threshold(fit: FitResult, *, margin: float = DEFAULT_MARGIN, block_s
             f"no threshold: the {fit.confidence:.0%} interval of the break-even is open above (point "
             f"{fmt(fit.break_even_tokens) if fit.break_even_tokens is not None else 'n/a'} tokens, but "
             f"{fit.bootstrap.no_crossover_share or 0:.0%} of resamples never cross: the curves are nearly parallel); "
-            f"measure next: `kvcal sweep --reps 5 --prefix-lengths {_ladder_up(n_max, block)}` to bound it"
+            f"measure next: `kvcal sweep --reps 5 --prefix-lengths {up}` to bound it"
         )
 
-    ci = tuple(fit.break_even_ci) if fit.break_even_ci and len(fit.break_even_ci) == 2 else None
+
+def _bound(w: _Working, ci: tuple[float, ...] | None) -> float | None:
+    """The interval's upper end; the point estimate (with a warning) when the fit has no interval."""
+    fit = w.fit
     level = f"{fit.confidence:.0%}" if fit.confidence else "the"
-    upper: float | None = None
     if ci is not None:
         upper = float(ci[1])
         point = fmt(fit.break_even_tokens) if fit.break_even_tokens is not None else "n/a"
-        steps.append(f"break-even {point} tokens, {level} interval [{fmt(ci[0])}, {fmt(ci[1])}]: upper bound {fmt(upper)}")
-    elif fit.break_even_tokens is not None and math.isfinite(fit.break_even_tokens):
+        w.steps.append(f"break-even {point} tokens, {level} interval [{fmt(ci[0])}, {fmt(ci[1])}]: upper bound {fmt(upper)}")
+        return max(upper, 0.0)
+    if fit.break_even_tokens is not None and math.isfinite(fit.break_even_tokens):
         upper = float(fit.break_even_tokens)
-        steps.append(f"break-even {fmt(upper)} tokens, no interval recorded: using the point estimate as the bound")
-        warnings.append("the fit has no break-even interval; the margin is the only safety: run `kvcal fit` with "
-                        "its bootstrap (--resamples 2000) and emit from that fit.json")
-    elif fit.status == "crossover":
+        w.steps.append(f"break-even {fmt(upper)} tokens, no interval recorded: using the point estimate as the bound")
+        w.warnings.append("the fit has no break-even interval; the margin is the only safety: run `kvcal fit` with "
+                          f"its bootstrap (--resamples {FIT_DEFAULTS.n_resamples}) and emit from that fit.json")
+        return max(upper, 0.0)
+    if fit.status == "crossover":
         raise InputError("the fit says 'crossover' but records no finite break-even or interval; "
                          "run `kvcal fit` again (sweeping more --reps narrows it)")
+    return None
 
-    threshold: int | None = None
-    if upper is not None:
-        upper = max(upper, 0.0)
-        raised = upper * (1.0 + margin)
-        threshold = round_up(raised, block)
-        steps.append(f"{fmt(upper)} x (1 + margin {margin:g}) = {fmt(raised)} tokens, "
-                     f"rounded up to a multiple of block size {block}: {threshold}")
 
-    floor = pull_won_from(fit)
-    lost_at_longest = floor is None and bool(fit.per_length)
+def _with_margin(w: _Working, upper: float | None, margin: float) -> int | None:
+    """The bound times (1 + margin), rounded up to a whole block."""
+    if upper is None:
+        return None
+    raised = upper * (1.0 + margin)
+    threshold = round_up(raised, w.block)
+    w.steps.append(f"{fmt(upper)} x (1 + margin {margin:g}) = {fmt(raised)} tokens, "
+                   f"rounded up to a multiple of block size {w.block}: {threshold}")
+    return threshold
+
+
+def _floor(w: _Working, threshold: int | None, allow_extrapolation: bool) -> int | None:
+    """Never below the shortest length from which the pull was measured to win (unless --allow-extrapolation)."""
+    floor = pull_won_from(w.fit)
+    lost_at_longest = floor is None and bool(w.fit.per_length)
+    threshold = _raise_to_floor(w, floor, threshold, allow_extrapolation)
+    if lost_at_longest:
+        w.warnings.append(f"the pull's median lost at the longest measured length ({w.n_max} tokens), so the data show "
+                          f"no length from which pulling keeps winning: run `kvcal sweep --reps 5 --prefix-lengths "
+                          f"{_ladder_up(w.n_max, w.block)}` to confirm the crossover")
+    return threshold
+
+
+def _raise_to_floor(w: _Working, floor: int | None, threshold: int | None, allow_extrapolation: bool) -> int | None:
+    fit = w.fit
     if fit.status == "pull-always-wins" and floor is None:
         if not fit.measured_range:
             raise InputError("the fit says 'pull-always-wins' but records neither the lengths where the pull won nor a measured range")
-        floor = max(n_min, int(fit.smallest_pull_win_tokens or 0))  # the fitted pull won from n_min; a median lost
-    if floor is not None:
-        floor_b = round_up(floor, block)
-        if threshold is None or threshold < floor_b:
-            if allow_extrapolation and threshold is not None:
-                warnings.append(
-                    f"--allow-extrapolation: {threshold} lies below {floor} tokens, the shortest length from which the "
-                    f"pull was measured to win; confirm it with `kvcal sweep --prefix-lengths {_ladder_down(floor, block)}`")
-            else:
-                why = "no break-even estimate" if threshold is None else f"{threshold} would rest on the fitted curves alone"
-                steps.append(f"{why}: raised to {floor_b}, the shortest measured length from which the pull won at "
-                             f"every longer length ({floor} tokens, rounded up to a block); --allow-extrapolation "
-                             "drops this floor")
-                threshold = floor_b
-    if lost_at_longest:
-        warnings.append(f"the pull's median lost at the longest measured length ({n_max} tokens), so the data show no "
-                        f"length from which pulling keeps winning: run `kvcal sweep --reps 5 --prefix-lengths "
-                        f"{_ladder_up(n_max, block)}` to confirm the crossover")
+        floor = max(w.n_min, int(fit.smallest_pull_win_tokens or 0))  # the fitted pull won from n_min; a median lost
+    if floor is None:
+        return threshold
+    floor_b = round_up(floor, w.block)
+    if threshold is not None and threshold >= floor_b:
+        return threshold
+    if allow_extrapolation and threshold is not None:
+        w.warnings.append(
+            f"--allow-extrapolation: {threshold} lies below {floor} tokens, the shortest length from which the "
+            f"pull was measured to win; confirm it with `kvcal sweep --prefix-lengths {_ladder_down(floor, w.block)}`")
+        return threshold
+    why = "no break-even estimate" if threshold is None else f"{threshold} would rest on the fitted curves alone"
+    w.steps.append(f"{why}: raised to {floor_b}, the shortest measured length from which the pull won at "
+                   f"every longer length ({floor} tokens, rounded up to a block); --allow-extrapolation "
+                   "drops this floor")
+    return floor_b
 
+
+def _advice(w: _Working, upper: float | None) -> None:
+    """What to sweep next when the threshold rests on lengths the sweep did not cover."""
+    fit = w.fit
     if fit.status == "pull-always-wins":
-        warnings.append(
-            f"the pull won at every measured length down to {n_min} tokens, so the true break-even is at or below the "
-            f"sweep: run `kvcal sweep --prefix-lengths {_ladder_down(n_min, block)}` to locate it and lower this threshold")
-    elif upper is not None and upper > n_max:
-        warnings.append(f"the break-even's upper bound ({fmt(upper)}) lies beyond the longest measured prefix ({n_max}): "
-                        f"run `kvcal sweep --prefix-lengths {_ladder_up(n_max, block)}` to confirm it")
+        w.warnings.append(
+            f"the pull won at every measured length down to {w.n_min} tokens, so the true break-even is at or below the "
+            f"sweep: run `kvcal sweep --prefix-lengths {_ladder_down(w.n_min, w.block)}` to locate it and lower this threshold")
+    elif upper is not None and upper > w.n_max:
+        w.warnings.append(f"the break-even's upper bound ({fmt(upper)}) lies beyond the longest measured prefix ({w.n_max}): "
+                          f"run `kvcal sweep --prefix-lengths {_ladder_up(w.n_max, w.block)}` to confirm it")
     elif fit.extrapolated:
-        warnings.append("the break-even is extrapolated outside the measured range: run `kvcal sweep` with "
-                        "--prefix-lengths around it to cover it")
-
-    assert threshold is not None
-    check_threshold(threshold, block)
-    log.info("threshold %s: %s (block %s, margin %s)", fit.status, threshold, block, margin)
-    steps.append(f"minCachedTokenDelta = {threshold}")
-    return Threshold(
-        min_cached_token_delta=threshold, status=fit.status, break_even_tokens=fit.break_even_tokens, break_even_ci=ci,
-        margin=margin, block_size=block, steps=tuple(steps), warnings=tuple(warnings),
-    )
+        w.warnings.append("the break-even is extrapolated outside the measured range: run `kvcal sweep` with "
+                          "--prefix-lengths around it to cover it")
