@@ -25,11 +25,13 @@ import argparse
 import math
 import statistics
 import sys
+from pathlib import Path
 import time
 
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
-from kvcal.fit.tables import sim_table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the simulator helper lives with the tests
+from factories import sim_table  # noqa: E402
 
 TRUTHS = {
     # Defaults resemble the tiny CPU model: a 20 ms pull floor, a break-even near 680 tokens.

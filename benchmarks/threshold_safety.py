@@ -37,6 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 import statistics
 import sys
+from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -47,7 +48,9 @@ from kvcal.engines.sim import SimCosts
 from kvcal.errors import KvcalError
 from kvcal.fit import fit_table
 from kvcal.cost_curve import break_even_tokens
-from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table, sim_table
+from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the simulator helper lives with the tests
+from factories import sim_table  # noqa: E402
 from kvcal.records import HostDisturbance
 
 LADDER = [256, 512, 1024, 2048, 4096, 8192]

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from kvcal.fit.io import write_fit as write_fit_file
-from kvcal.fit.tables import ProbeTable
+from kvcal.engines.sim import SimCosts, SimPair
+from kvcal.fit.tables import ProbeTable, from_rows
 from kvcal.records import (
     BootstrapSummary,
     CurveFit,
@@ -94,3 +95,22 @@ def write_run_folder(folder: Path, probes: list[ProbeRecord] | ProbeTable, *, ma
     if fit is not None:
         write_fit_file(fit, folder / "fit.json")
     return folder
+
+
+def sim_table(costs: SimCosts, lengths: list[int], reps: int, *, seed: int = 0, block_size: int = 64,
+              kv_bytes_per_token: int = 2048) -> ProbeTable:
+    """A synthetic campaign from :class:`kvcal.engines.sim.SimPair` (a test and benchmark helper: the stages never read the simulator).
+
+    Legs alternate within each (length, rep) as a sweep's shuffled plan would; the
+    truth is ``costs.true_break_even()``.
+    """
+    pair = SimPair(costs, seed=seed, block_size=block_size, kv_bytes_per_token=kv_bytes_per_token)
+    rows = []
+    for rep in range(reps):
+        for n in lengths:
+            ids = [0] * int(n)
+            for leg in (Leg.RECOMPUTE, Leg.PULL):
+                m = pair.measure(leg, ids)
+                rows.append({"prefix_tokens": int(n), "leg": leg.value, "ttft_ms": m.ttft_ms, "rep": rep,
+                             "bytes_moved": m.bytes_moved})
+    return from_rows(rows, setup=pair.setup().model_copy(update={"model": "sim"}), origin=FitSource(kind="sim"))

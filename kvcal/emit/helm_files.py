@@ -60,12 +60,7 @@ def read_threshold(path: Path) -> int:
     if not path.exists() and not path.is_symlink():
         raise InputError(f"{path}: no such values file")
     text = read_text(path, f"{path} (values file)")  # no FIFO, binary or unreadable file (kvcal/userfiles.py)
-    yaml = YAML(typ="safe", pure=True)
-    try:
-        check_ruamel_text(text, str(path))
-        data = yaml.load(text)
-    except (YAMLError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: not valid YAML ({describe(err)})") from None
+    yaml, data = _parse_values(text, path, str(path))
     if folded := _folded_configs(yaml.compose(text)):
         raise InputError(folded_config_problem(str(path), folded[0]))
     found: list[int] = []
@@ -152,12 +147,7 @@ def found_names(config: Any, where: str = "") -> FoundNames:
 def read_names(path: Path) -> FoundNames:
     """:func:`found_names` of the EPP config a values file deploys (the one ``pluginsConfigFile`` names, else the first)."""
     text = read_text(Path(path), f"--values {path}")
-    yaml = YAML(typ="safe", pure=True)
-    try:
-        check_ruamel_text(text, str(path))
-        data = yaml.load(text)
-    except (YAMLError, UnicodeDecodeError) as err:
-        raise InputError(f"--values {path}: not valid YAML ({describe(err)})") from None
+    yaml, data = _parse_values(text, path, f"--values {path}")
     configs: list[tuple[bool, str, Any]] = []
     broken: list[str] = []
     _collect_configs(data, yaml, configs, broken, f"--values {path}")
@@ -190,3 +180,13 @@ def _collect_configs(node: Any, yaml: Any, out: list[tuple[bool, str, Any]], bro
     elif isinstance(node, list):
         for child in node:
             _collect_configs(child, yaml, out, broken, what)
+
+
+def _parse_values(text: str, path: Path, label: str) -> tuple[YAML, Any]:
+    """A values file's text read safely (user YAML checks first); InputError naming ``label`` if it is not YAML."""
+    yaml = YAML(typ="safe", pure=True)
+    try:
+        check_ruamel_text(text, str(path))
+        return yaml, yaml.load(text)
+    except (YAMLError, UnicodeDecodeError) as err:
+        raise InputError(f"{label}: not valid YAML ({describe(err)})") from None

@@ -34,7 +34,6 @@ import numpy as np
 import pandas as pd
 
 from kvcal.errors import InputError
-from kvcal.engines.sim import SimCosts, SimPair
 from kvcal.records import FitSource, HostDisturbance, Leg, ProbeRecord, RunSetup
 from kvcal.fit.costmodel import LoadedProbes, split_loaded
 from kvcal.sweep.recorder import RunFolder, pulls_by_proof
@@ -145,25 +144,6 @@ def from_rows(rows: list[dict[str, Any]], *, setup: RunSetup | None = None, orig
     notes += _length_warnings(frame, setup.block_size)
     return ProbeTable(frame, n_invalid_excluded, setup, origin or FitSource(), tuple(notes),
                       n_duplicates=n_duplicates, verdict=verdict, host=host)
-
-
-def sim_table(costs: SimCosts, lengths: list[int], reps: int, *, seed: int = 0, block_size: int = 64,
-              kv_bytes_per_token: int = 2048) -> ProbeTable:
-    """A synthetic campaign from :class:`kvcal.engines.sim.SimPair` (tests and benchmarks only).
-
-    Legs alternate within each (length, rep) as a sweep's shuffled plan would; the
-    truth is ``costs.true_break_even()``.
-    """
-    pair = SimPair(costs, seed=seed, block_size=block_size, kv_bytes_per_token=kv_bytes_per_token)
-    rows = []
-    for rep in range(reps):
-        for n in lengths:
-            ids = [0] * int(n)
-            for leg in (Leg.RECOMPUTE, Leg.PULL):
-                m = pair.measure(leg, ids)
-                rows.append({"prefix_tokens": int(n), "leg": leg.value, "ttft_ms": m.ttft_ms, "rep": rep,
-                             "bytes_moved": m.bytes_moved})
-    return from_rows(rows, setup=pair.setup().model_copy(update={"model": "sim"}), origin=FitSource(kind="sim"))
 
 
 # --- run folder -------------------------------------------------------------------------------

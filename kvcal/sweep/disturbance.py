@@ -201,10 +201,9 @@ def _watched(pair: PairFacts | Mapping[str, Any]) -> tuple[str, list[int] | None
 
 def monitor_for(pair: PairFacts | Mapping[str, Any]) -> HostMonitor | None:
     """The monitor for a pair: CPU cores when kvcal launched CPU engines, GPUs when CUDA; else None."""
-    watched = _watched(pair)
-    if watched is None:
+    device, units = _watched(pair) or (None, None)
+    if device is None:
         return None
-    device, units = watched
     if device == "cpu":
         available = set(range(psutil.cpu_count() or 0))
         return CpuMonitor(units) if units and set(units) <= available else None
@@ -215,13 +214,10 @@ def monitor_for(pair: PairFacts | Mapping[str, Any]) -> HostMonitor | None:
 
 def resource_of(pair: PairFacts | Mapping[str, Any]) -> str | None:
     """What :func:`monitor_for` watches for this pair, in words (for fit.json), without starting a monitor."""
-    watched = _watched(pair)
-    if watched is None:
-        return None
-    device, units = watched
+    device, units = _watched(pair) or (None, None)
     if device == "cpu":
         return "cpu cores " + ",".join(map(str, units)) if units else None
-    return "gpu " + (",".join(map(str, units)) if units else "all visible")
+    return None if device is None else "gpu " + (",".join(map(str, units)) if units else "all visible")
 
 
 def summarise(records: Iterable[ProbeRecord], resource: str | None = None) -> HostDisturbance | None:

@@ -9,7 +9,7 @@ import pytest
 
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
-from kvcal.fit.tables import sim_table
+from factories import sim_table
 from kvcal.fit import fit_table
 from kvcal.records import Leg
 from kvcal.sweep import design

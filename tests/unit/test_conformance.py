@@ -23,7 +23,7 @@ from kvcal.engines import vllm_launch
 from kvcal.engines.transports.base import Role
 from kvcal.engines.vllm import VllmPair, VllmSettings
 from kvcal.fit import fit_table
-from kvcal.fit.tables import sim_table
+from factories import sim_table
 from kvcal.records import FitResult, RunSetup
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"

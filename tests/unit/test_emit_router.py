@@ -16,7 +16,7 @@ from kvcal.emit import formats as em
 from kvcal.emit.affinity import DEFAULT_CHUNK
 from kvcal.errors import InputError
 from kvcal.fit import curve_ms, fit_table
-from kvcal.fit.tables import sim_table
+from factories import sim_table
 from kvcal.records import BootstrapSummary, FitResult, RunSetup
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"

@@ -19,7 +19,8 @@ from kvcal.fit.bootstrap import t_expansion
 from kvcal.fit.breakeven import break_even_tokens, classify, interval
 from kvcal.fit.curves import LegData, fit_leg, solve_nnls
 from kvcal.records import FitResult
-from kvcal.fit.tables import from_rows, load_probe_table, sim_table
+from kvcal.fit.tables import from_rows, load_probe_table
+from factories import sim_table
 from kvcal.records import FitSource, RunManifest, RunSetup
 
 import factories

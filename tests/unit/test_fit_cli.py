@@ -10,7 +10,7 @@ import pytest
 from kvcal.cli.app import main
 from kvcal.engines.sim import SimCosts
 from kvcal.records import FitResult
-from kvcal.fit.tables import sim_table
+from factories import sim_table
 
 import factories
 

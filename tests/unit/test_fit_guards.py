@@ -11,7 +11,8 @@ import pytest
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
 from kvcal.fit.hygiene import warmup_test
-from kvcal.fit.tables import from_rows, load_probe_table, sim_table
+from kvcal.fit.tables import from_rows, load_probe_table
+from factories import sim_table
 from kvcal.records import FitResult, Leg, ProbeRecord, RunSetup
 from kvcal.sweep import disturbance
 from kvcal.sweep.config import SweepConfig

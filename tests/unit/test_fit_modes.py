@@ -13,7 +13,8 @@ from kvcal.emit.threshold import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import NoThreshold
 from kvcal.fit import fit_table
-from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table, sim_table
+from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
+from factories import sim_table
 from kvcal.records import FitResult
 from kvcal.report.plot import figure_for
 

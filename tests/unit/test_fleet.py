@@ -12,7 +12,7 @@ from factories import make_fit
 from kvcal.cost_curve import cost_ms
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
-from kvcal.fit.tables import sim_table
+from factories import sim_table
 from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import InputError
 from kvcal.fleet.costs import cost_rule, point_costs

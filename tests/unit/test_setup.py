@@ -12,7 +12,7 @@ from kvcal.emit import formats as em
 from kvcal.engines.vllm import VllmPair, VllmSettings, pair_from_config
 from kvcal.engines.vllm_launch import ROLES
 from kvcal.fit import fit_table, load_fit, load_fit_input, write_fit
-from kvcal.fit.tables import sim_table
+from factories import sim_table
 from kvcal.records import FIT_SCHEMA, RUN_SCHEMA, FitResult, RunManifest, RunSetup
 from kvcal.sweep.config import SweepConfig
 from kvcal.sweep.recorder import RunFolder

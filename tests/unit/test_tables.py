@@ -13,7 +13,8 @@ from kvcal.errors import InputError
 from kvcal.records import FitSource, ProbeRecord, RunManifest, RunSetup
 
 import factories
-from kvcal.fit.tables import load_probe_table, sim_table
+from kvcal.fit.tables import load_probe_table
+from factories import sim_table
 
 SETUP = {"model": "tiny-llama", "engine": "sim", "transport": "ucx", "block_size": 64, "kv_bytes_per_token": 2048,
          "accelerator": "x86"}

@@ -12,7 +12,7 @@ from kvcal.emit.threshold import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import NoThreshold
 from kvcal.fit import fit_table
-from kvcal.fit.tables import sim_table
+from factories import sim_table
 from kvcal.records import CurveFit, FitResult, HostDisturbance, LengthSummary
 
 # gpt-oss-like: the pull wins at every measured length; the truth (~680) lies far below the ladder.
