@@ -15,7 +15,7 @@ KNOWN_UPWARD = {
     ("estimate/campaign_plan", "engines"), ("estimate/campaign_plan", "fit"), ("estimate/campaign_plan", "sweep"),
     ("engines/vllm", "sweep"), ("engines/vllm_launch", "sweep"), ("engines/vllm_setup", "sweep"),
     ("fit/tables", "sweep"), ("fit/inputs", "sweep"), ("fit/costmodel", "sweep"),
-    ("fit/breakeven", "sweep"),  # the fit's advice names the lengths sweep/reach.py would add
+    ("fit/breakeven", "sweep"), ("fit/breakeven", "emit"),  # the fit's advice: lengths sweep/reach.py would add, in emit's words
 }
 
 
