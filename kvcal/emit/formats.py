@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvcal.emit.affinity import peak_prefill, render_affinity
@@ -26,7 +26,7 @@ from kvcal.emit import helm
 from kvcal.emit.engine import engine_spec, render_vllm
 from kvcal.emit.helm_files import read_names
 from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
-from kvcal.emit.router import (DEFAULT_PREFIX_MATCH_PRODUCER, PLUGIN_PARAMETERS, PLUGIN_TYPE, plugin_names,
+from kvcal.emit.router import (ALPHA_FLAG, ALPHA_NOTE, DEFAULT_PREFIX_MATCH_PRODUCER, PLUGIN_PARAMETERS, PLUGIN_TYPE, plugin_names,
                                render_env, render_json, render_plugin)
 from kvcal.emit.run_context import RunContext, run_context
 from kvcal.emit.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MARGIN, validate_block_size, validate_margin
@@ -124,7 +124,18 @@ RENDERERS: dict[str, tuple[bool, Callable[[_Render], EmitResult]]] = {
 
 
 def emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
-    """Render ``options.format`` from a fit (or a fit.json / run folder); for helm, patch (and maybe write) the values file."""
+    """Render ``options.format`` from a fit (or a fit.json / run folder); for helm, patch (and maybe write) the values file.
+
+    Every router-side format (all but ``vllm``) says on one stderr line that the EPP needs
+    ``--allow-experimental-plugins``; ``helm`` says what it set in the values file instead.
+    """
+    result = _emit(source, options)
+    if options.format == "vllm" or any(ALPHA_FLAG in line for line in result.notes + result.warnings):
+        return result
+    return replace(result, notes=result.notes + (ALPHA_NOTE,))
+
+
+def _emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
     fit = source if isinstance(source, FitResult) else load_input(Path(source))
     origin = "" if isinstance(source, FitResult) else str(source)
     ctx = run_context(fit)

@@ -32,6 +32,7 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from kvcal.emit.affinity import AFFINITY_KEY, AFFINITY_TYPE
+from kvcal.emit.helm_flags import expect_flag, set_alpha_flag
 from kvcal.emit.helm_files import (check_writable, folded_config_problem, found_names, read_threshold,  # noqa: F401 (read_threshold: re-exported)
                                     write_in_place)
 from kvcal.emit.helm_text import (Embedded, compose, find_embedded, get_key, lookup_path, node_at, plugins_node, problem,
@@ -271,7 +272,12 @@ def patch_values_text(text: str, spec: PluginSpec, *, add_plugin: bool = False, 
             notes.append(f"{emb.where}: inserted a {PLUGIN_TYPE} entry (no scheduling profile references it; producers need none)")
         plans.append((emb, inner, new_inner))
     new_text = write_back(work, plans, notes)
-    _verify(work, new_text, plans, spec, add_plugin, name)
+    # The EPP that reads a patched config must allow the alpha plugin (kvcal/emit/helm_flags.py).
+    flagged = set_alpha_flag(new_text, [emb.path[:-2] for emb, _, _ in plans if emb.active is not False], name)
+    new_text = flagged.text
+    notes.extend(flagged.notes)
+    warnings.extend(flagged.warnings)
+    _verify(work, new_text, plans, spec, add_plugin, name, flagged.carrying)
     if bom:
         new_text = "\ufeff" + new_text
     if crlf:
@@ -286,7 +292,7 @@ def _add_targets(configs: list[tuple[Embedded, Any, tuple[Any, ...]]]) -> list[E
 
 
 def _verify(old_text: str, new_text: str, plans: list[tuple[Embedded, str, str]], spec: PluginSpec,
-            add_plugin: bool, name: str) -> None:
+            add_plugin: bool, name: str, flagged: tuple[tuple[Any, ...], ...] = ()) -> None:
     """The patched file parses and equals the input with exactly the intended edits; else refuse."""
     refuse = f"internal: refusing to write {name}: the patched file would differ from the input beyond {KEY}"
     try:
@@ -312,6 +318,8 @@ def _verify(old_text: str, new_text: str, plans: list[tuple[Embedded, str, str]]
         node = node_at(new_root, emb.path)
         if old != new and (node is None or node.style != "|"):
             raise KvcalError(f"internal: {emb.where} is no longer a block literal after patching; nothing written")
+    for epp_path in flagged:
+        expect_flag(expected, epp_path)
     if expected != got:
         raise KvcalError(refuse)
 

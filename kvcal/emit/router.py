@@ -21,6 +21,11 @@ from kvcal.emit.threshold import Threshold, fmt
 from kvcal.engines.transports import available
 
 PLUGIN_TYPE = "p2p-source-producer"
+ALPHA_FLAG = "allow-experimental-plugins"
+"""The EPP flag without which it refuses a config that uses an alpha plugin, as p2p-source-producer is."""
+ALPHA_NOTE = (f"{PLUGIN_TYPE} is an alpha plugin: the EPP must run with --{ALPHA_FLAG}=true "
+              "or it refuses the whole config (Helm: router.epp.flags, see --format helm)")
+"""The one stderr line every router-side format prints."""
 PLUGIN_PARAMETERS = ("prefixMatchInfoProducerName", "minCachedTokenDelta", "prefillProfileName")
 """Every parameter the router's p2p-source-producer accepts (llm-d-router main); nothing else may be emitted."""
 DEFAULT_PREFIX_MATCH_PRODUCER = "precise-prefix-cache-producer"

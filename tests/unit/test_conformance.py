@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError, create_model
 
 from kvcal.emit import formats as em
 from kvcal.engines import vllm_launch
@@ -28,7 +28,8 @@ from kvcal.records import FitResult, RunSetup
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
 VALUES = Path(__file__).resolve().parents[1] / "fixtures" / "values"
-_TYPES = {"string": StrictStr, "integer": StrictInt}
+# A Go float64 field decodes an integer value as well as a decimal one; a bool or a string fails.
+_TYPES = {"string": StrictStr, "integer": StrictInt, "number": StrictInt | StrictFloat}
 
 
 @lru_cache
@@ -39,8 +40,9 @@ def plugin_validators() -> dict[str, type[BaseModel]]:
     for plugin, desc in spec.items():
         fields: dict[str, Any] = {}
         for name, p in desc["parameters"].items():
-            bounds = {"ge": p["minimum"]} if "minimum" in p else {}
-            fields[name] = (_TYPES[p["type"]] | None, Field(None, **bounds))
+            bounds = {bound: p[key] for key, bound in (("minimum", "ge"), ("maximum", "le")) if key in p}
+            kind = Literal[tuple(p["enum"])] if "enum" in p else _TYPES[p["type"]]
+            fields[name] = (kind | None, Field(None, **bounds))
         extra = "forbid" if desc["reject_unknown"] else "allow"
         models[plugin] = create_model(f"P_{plugin.replace('-', '_')}", __config__=ConfigDict(extra=extra), **fields)
     return models
@@ -104,6 +106,16 @@ def test_the_guides_values_conform_and_unknown_keys_are_rejected() -> None:
                 {"prefillProfileName": 3}):
         with pytest.raises(ValidationError):
             validate_entry({"type": "p2p-source-producer", "parameters": {**entry["parameters"], **bad}})
+
+
+def test_affinity_filter_is_decoded_strictly_and_takes_a_float() -> None:
+    """The router decodes prefix-cache-affinity-filter strictly; peakPrefillThroughput is a float64."""
+    for good in (15928, 15928.5, 0.0):
+        validate_entry({"type": "prefix-cache-affinity-filter", "parameters": {"peakPrefillThroughput": good}})
+    for bad in ({"peakPrefillThroughput": "15928"}, {"peakPrefillThroughput": True}, {"peakPrefillThroughput": -1},
+                {"peakPrefillThrougput": 15928}, {"ttftSource": "queue"}, {"affinityThreshold": 1.5}):
+        with pytest.raises(ValidationError):
+            validate_entry({"type": "prefix-cache-affinity-filter", "parameters": bad})
 
 
 # ------------------------------------------------------------------ router side

@@ -140,7 +140,8 @@ def test_json_carries_peak_prefill_and_affinity_needs_no_threshold() -> None:
 def test_helm_sets_peak_prefill_with_a_minimal_diff() -> None:
     res = em.emit(base_fit(), em.EmitOptions(format="helm", values=GUIDE, diff=True, chunk_size=8192))
     changed = [ln for ln in res.stdout.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
-    assert len(changed) == 4
+    assert len(changed) == 6  # the threshold, the filter's value, and the EPP's alpha flag (added: the guide file has none)
+    assert "+    flags:" in changed and "+      allow-experimental-plugins: true" in changed
     assert any(re.fullmatch(r"\+\s+peakPrefillThroughput: \d+   # the recipe's Qwen3-32B H100 TP2 figure", ln) for ln in changed)
     assert any("prefix-cache-affinity-filter peakPrefillThroughput ->" in n for n in res.notes)
 
@@ -202,3 +203,14 @@ def test_cli_affinity_vllm_and_help(tmp_path, kvcal) -> None:
     assert bad.code == 2 and bad.err.count("\n") == 1
     helptext = kvcal("emit-config", "--help").out
     assert "accepts costModel" in " ".join(helptext.split()) and "--chunk-size" in helptext
+
+
+@pytest.mark.parametrize("fmt", ["plugin", "helm", "affinity", "costmodel", "env", "json"])
+def test_every_router_side_format_says_the_epp_needs_the_alpha_flag(fmt: str) -> None:
+    """p2p-source-producer is alpha: one stderr line names --allow-experimental-plugins; the engine fragment does not."""
+    opts = {"values": GUIDE} if fmt == "helm" else {}
+    res = em.emit(base_fit(), em.EmitOptions(format=fmt, **opts))
+    lines = [line for line in res.notes + res.warnings if "allow-experimental-plugins" in line]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    vllm = em.emit(base_fit(), em.EmitOptions(format="vllm", transport="p2p-tier"))
+    assert not any("allow-experimental-plugins" in line for line in vllm.notes + vllm.warnings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -129,10 +130,10 @@ def test_add_plugin_inserts_after_the_prefix_producer() -> None:
     assert config["plugins"][1]["parameters"] == {"prefixMatchInfoProducerName": "precise-prefix-cache-producer",
                                                   "prefillProfileName": "prefill", "minCachedTokenDelta": 1024}
     assert comments(res.text) == comments(old)
-    # only inserted lines: removing them gives back the input
-    new_lines = res.text.split("\n")
-    inserted = [i for i, ln in enumerate(new_lines) if i >= 13 and i < 18]
-    assert "\n".join(ln for i, ln in enumerate(new_lines) if i not in inserted) == old
+    # only inserted lines (the plugin entry, and the EPP's alpha flag): removing them gives back the input
+    ops = difflib.SequenceMatcher(None, old.split("\n"), res.text.split("\n"), autojunk=False).get_opcodes()
+    assert {op for op, *_ in ops} == {"equal", "insert"}
+    assert yaml.safe_load(res.text)["router"]["epp"]["flags"] == {"allow-experimental-plugins": True}
     assert [c.action for c in res.changes] == ["added-plugin"]
 
 
@@ -331,6 +332,7 @@ global:
     tags: [ a,   b ]
 router:
   epp:
+    flags: { allow-experimental-plugins:  true }
     pluginsCustomConfig:
       p.yaml: |
         plugins:
@@ -345,3 +347,48 @@ def test_irregular_formatting_outside_the_value_is_untouched() -> None:
     res = patch(IRREGULAR, 640)
     assert changed_lines(IRREGULAR, res.text) == [
         ("          parameters: { minCachedTokenDelta:   2048 }", "          parameters: { minCachedTokenDelta:   640 }")]
+
+
+# ------------------------------------------------------------------ the EPP's alpha flag
+
+ALPHA_EPP = """router:
+  epp:
+    # the EPP's own flags
+{flags}    pluginsCustomConfig:  # the config
+      p.yaml: |
+        plugins:
+        - type: p2p-source-producer
+          parameters:
+            minCachedTokenDelta: 2048
+"""
+
+
+@pytest.mark.parametrize("flags, want", [
+    ("", {"allow-experimental-plugins": True}),
+    ("    flags:\n      v: 2   # verbosity\n", {"v": 2, "allow-experimental-plugins": True}),
+    ("    flags:\n      allow-experimental-plugins: false  # off\n", {"allow-experimental-plugins": True}),
+    ("    flags: {}\n", {"allow-experimental-plugins": True}),
+    ("    flags: {v: 2}\n", {"allow-experimental-plugins": True, "v": 2}),
+    ("    flags:\n", {"allow-experimental-plugins": True}),
+    ("    flags: null\n", {"allow-experimental-plugins": True}),
+])
+def test_the_epp_is_given_the_alpha_flag_in_the_charts_form(flags: str, want: dict) -> None:
+    """p2p-source-producer is alpha: the chart's flags map must carry allow-experimental-plugins: true."""
+    old = ALPHA_EPP.format(flags=flags)
+    res = patch(old, 640)
+    assert yaml.safe_load(res.text)["router"]["epp"]["flags"] == want
+    assert comments(res.text) == comments(old)
+    assert any("allow-experimental-plugins" in n for n in res.notes)
+    again = patch(res.text, 640)  # already set: nothing more changes
+    assert again.text == res.text
+
+
+def test_the_alpha_flag_is_not_set_for_an_epp_that_does_not_read_the_plugin_nor_over_a_list() -> None:
+    inactive = ("router:\n  epp:\n    pluginsConfigFile: other.yaml\n    pluginsCustomConfig:\n      other.yaml: |\n"
+                "        plugins:\n        - type: max-score-picker\n      p.yaml: |\n        plugins:\n"
+                "        - type: p2p-source-producer\n          parameters:\n            minCachedTokenDelta: 2048\n")
+    assert "flags" not in yaml.safe_load(patch(inactive, 640).text)["router"]["epp"]
+    listed = ALPHA_EPP.format(flags="    flags:\n      - --v=2\n")
+    res = patch(listed, 640)
+    assert yaml.safe_load(res.text)["router"]["epp"]["flags"] == ["--v=2"]
+    assert any("allow-experimental-plugins: true there by hand" in w for w in res.warnings)
