@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# inference-perf's own venv (cached in .cache/) for the test that runs it; without it that test skips
+# inference-perf's own venv (cached in ~/.cache/kvcal) for the test that runs it; without it that test skips
 bash scripts/inference_perf_env.sh >/dev/null || true
 .venv/bin/python -m pytest "$@"
 if [ "${KVCAL_NEWEST_DEPS:-1}" != 0 ]; then
