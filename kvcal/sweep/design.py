@@ -125,9 +125,10 @@ def allowed_range(lengths: list[int] | None, block_size: int, max_model_len: int
         low, high = min(lengths), max(lengths)
     else:
         low, high = pull_floor(block_size), longest
-    if (high <= low or high - low < block_size) and not lengths:
-        raise InputError(f"a max model length of {max_model_len} tokens leaves no lengths above {low} to search "
-                         f"(block size {block_size}); an adaptive campaign needs a longer one (--max-model-len) or a smaller block")
+    if high < low * SEED_SECOND and not lengths:
+        raise InputError(f"a max model length of {max_model_len} tokens leaves too short a range to search "
+                         f"({low}-{high} tokens at block size {block_size}; the seed design needs {low} and "
+                         f"{low * SEED_SECOND}): an adaptive campaign needs a longer one (--max-model-len) or a smaller block")
     if high <= low or high - low < block_size:
         raise InputError(f"an adaptive sweep needs a range of lengths to search, got {low}-{high} tokens; "
                          "give --prefix-lengths with a shortest and a longest length (e.g. 256,65472)")

@@ -73,7 +73,7 @@ def test_k8s_job_refuses_a_length_listed_twice(tmp_path):
     assert not (tmp_path / "job.yaml").exists()
 
 
-@pytest.mark.parametrize("flag, value, phrase", [("--max-model-len", "200", "no lengths above 256 to search"),
+@pytest.mark.parametrize("flag, value, phrase", [("--max-model-len", "200", "leaves too short a range to search"),
                                                  ("--max-model-len", "0", "must be a positive number of tokens"),
                                                  ("--block-size", "-64", "must be a positive number of tokens")])
 def test_plan_names_a_limit_that_leaves_nothing_to_search(flag, value, phrase, fitted_run, tmp_path):

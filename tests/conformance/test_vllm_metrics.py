@@ -66,9 +66,17 @@ def attached(server, transport: str, page: str) -> Iterator[VllmPair]:
         pair.stop()
 
 
-def pulled(pair: VllmPair, before: str, after: str) -> Any:
+PREFIX_TOKENS = 4096  # any prefix whose KV bound is far above the bytes these pages move
+
+
+def proof(pair: VllmPair, before: str, after: str) -> tuple[int | None, str | None]:
+    """kvcal's reading of a probe between two pages: the bytes moved and the counter that proved them."""
     return pair._bytes_moved({Role.CONSUMER: parse_metrics(before), Role.PRODUCER: {}},
-                             {Role.CONSUMER: parse_metrics(after), Role.PRODUCER: {}})
+                             {Role.CONSUMER: parse_metrics(after), Role.PRODUCER: {}}, PREFIX_TOKENS)
+
+
+def pulled(pair: VllmPair, before: str, after: str) -> Any:
+    return proof(pair, before, after)[0]
 
 
 def test_vllm_labels_the_p2p_tier_by_position_and_type(pages: dict[str, list[str]]) -> None:
@@ -81,7 +89,9 @@ def test_vllm_labels_the_p2p_tier_by_position_and_type(pages: dict[str, list[str
 def test_p2p_pull_proof_reads_the_p2p_tiers_bytes(pages: dict[str, list[str]], page_server) -> None:
     before, after = pages["p2p-pull"]
     with attached(page_server, "p2p-tier", before) as pair:
-        assert pulled(pair, before, after) == 10 * CHUNK_BYTES
+        moved, counter = proof(pair, before, after)
+    assert moved == 10 * CHUNK_BYTES
+    assert counter is not None and 'vllm:kv_offload_tiering_read_bytes_total{tier="1:p2p"}' in counter
 
 
 def test_a_local_cpu_tier_hit_is_not_taken_for_a_pull(pages: dict[str, list[str]], page_server) -> None:
