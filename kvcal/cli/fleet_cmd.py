@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from kvcal.cli.options import float_list, int_list
-from kvcal.cli.output import info, stdout, warn
+from kvcal.cli.output import info, stdout, warn, warn_each
 from kvcal.errors import InputError
 from kvcal.fleet.workload import KEYS_HELP
 
@@ -65,6 +65,7 @@ def fleet(
         info(f"kvcal: wrote {write_plot(result, plot)}")
     if as_json:
         typer.echo(result.model_dump_json(indent=2, by_alias=True))
+        warn_each(result.warnings)  # stderr too: a step that keeps stdout for the JSON still shows them
         return
     _print(result)
 

@@ -111,13 +111,19 @@ def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress) -> FleetR
                      "kvcal fit --per-request/--epp-log)")
     if workload.engine.decode_step_ms is None:
         notes.append(f"decode_step_ms not set: a step costs the recompute intercept, {fit.recompute.intercept_ms:.3g} ms")
+    warnings = [f"the fit: {w}" for w in fit.warnings]
+    unsampled = config.resamples > 0 and not (fit.bootstrap.recompute_samples and fit.bootstrap.pull_samples)
+    if unsampled:
+        warnings.append(f"--resamples {config.resamples}: the fit kept no usable bootstrap samples, so every run used the "
+                        "point fit and the intervals cover the simulation seeds only (refit with --resamples)")
     arrival = workload.arrival
     return FleetResult(
         kvcal_version=__version__, fit=str(config.fit_path), workload=str(config.workload_path), pods=config.pods,
         rate=arrival.rate if arrival is not None and workload.trace is None else None,
         concurrency=arrival.concurrency if arrival is not None and workload.trace is None else None,
-        duration_s=workload.duration_s, seeds=config.seeds, resamples=len(sets) if config.resamples else 0,
+        duration_s=workload.duration_s, seeds=config.seeds, resamples=len(sets) if config.resamples and not unsampled else 0,
         block_size=block, best_threshold=_rounded(best, block), best_threshold_ci=ci, best_rule=BEST_RULE,
         recommended_threshold=recommended, recommended_steps=steps, recommended_reason=reason,
         idle_threshold=idle, idle_threshold_reason=idle_reason, rows=rows, loads=loads, notes=notes,
+        warnings=warnings,
     )

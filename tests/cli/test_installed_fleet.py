@@ -61,3 +61,16 @@ def test_the_help_lists_the_workload_keys(tmp_path):
     assert done.returncode == 0
     for key in ("system_prompt_tokens", "think_time_s", "kv_capacity_tokens", "cpu_tier_tokens", "ttft_ms", "per_request"):
         assert key in done.stdout
+
+
+def test_json_keeps_stdout_for_the_data_and_prints_its_warnings_on_stderr(fit, tmp_path):
+    """Issue 29, item 3: a fit without bootstrap samples is warned about on stderr, and the JSON keeps the warning."""
+    bare = tmp_path / "bare.json"
+    assert _kvcal("fit", str(fit.parent), "--resamples", "0", "-o", str(bare), cwd=tmp_path).returncode == 0
+    done = _kvcal("fleet", str(bare), "--workload", str(EXAMPLE), "--pods", "2", "--thresholds", "auto", "--rate", "0.05",
+                  "--duration", "60", "--seeds", "1", "--resamples", "4", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["resamples"] == 0
+    assert any("no usable bootstrap samples" in w for w in out["warnings"])
+    assert "kvcal: warning: --resamples 4: the fit kept no usable bootstrap samples" in done.stderr
