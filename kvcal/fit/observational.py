@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvcal.errors import InputError
 from kvcal.fit import load_or_fit
 from kvcal.fit.costmodel import LoadedProbes, fit_cost_model, idle_curves
-from kvcal.records import FIT_DEFAULTS, FitResult, FitSource
+from kvcal.records import FIT_DEFAULTS, MAX_TOKENS, FitResult, FitSource
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +66,11 @@ NO_INPUT = "no input token count"
 class _Read(BaseModel):
     # inference-perf's records grow fields between releases (and carry raw payloads we do
     # not need): read the fields kvcal uses and ignore the rest, unlike kvcal's own records.
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
 
 class TextRequestMetrics(_Read):
-    input_tokens: int | None = Field(None, ge=0, strict=True)
+    input_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS, strict=True)
 
 
 class RequestMetrics(_Read):
@@ -87,7 +87,7 @@ class ResponseMetrics(_Read):
 
 class RequestInfo(_Read):
     request_metrics: RequestMetrics | None = None
-    input_tokens: int | None = Field(None, ge=0, strict=True)  # deprecated mirror of request_metrics.text.input_tokens
+    input_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS, strict=True)  # deprecated mirror of request_metrics.text.input_tokens
     response_metrics: ResponseMetrics | None = None
 
     def prompt_tokens(self) -> int | None:
@@ -175,7 +175,7 @@ def _request_id(chunk: str) -> str | None:
         text = text[5:].strip()
     try:
         chunk_id = json.loads(text).get("id")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     if not isinstance(chunk_id, str) or not chunk_id:
         return None
@@ -189,6 +189,8 @@ def _read_records(path: Path) -> list[LifecycleRecord]:
         raise InputError(f"{path}: no such per-request file") from None
     except (ValueError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: not JSON ({err})") from None
+    except RecursionError:
+        raise InputError(f"{path}: JSON nested too deep to read") from None
     if not isinstance(data, list):
         raise InputError(f"{path}: expected inference-perf's list of requests, got {type(data).__name__}")
     records = []
@@ -227,10 +229,10 @@ def parse_per_request(path: Path) -> PerRequestFile:
 def _int(value: object, name: str, where: str) -> int:
     try:
         number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InputError(f"{where}: {name} {value!r} is not a number") from None
-    if not math.isfinite(number) or number < 0:
-        raise InputError(f"{where}: {name} must be a non-negative number, got {value!r}")
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"{where}: {name} {str(value)[:40]!r} is not a number kvcal can read") from None
+    if not math.isfinite(number) or not 0 <= number <= MAX_TOKENS:
+        raise InputError(f"{where}: {name} must be a number of 0 to {MAX_TOKENS:.0e}, got {str(value)[:40]!r}")
     return int(number)
 
 
@@ -247,7 +249,7 @@ def parse_epp_log(path: Path) -> dict[str, Decision]:
             continue
         try:
             entry = json.loads(line[start:])
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(entry, dict) or DECISION not in (entry.get("msg"), entry.get("body"), entry.get("message")):
             continue

@@ -139,6 +139,8 @@ def test_cli_fit_counts_every_request_inference_perf_times(folder, idle_run, kvc
     (lambda e: e["info"]["request_metrics"]["text"].update(input_tokens=-3), "greater than or equal to 0"),
     (lambda e: e["info"]["request_metrics"]["text"].update(input_tokens=True), "valid integer"),
     (lambda e: e.pop("start_time"), "start_time: Field required"),
+    (lambda e: e["info"]["request_metrics"]["text"].update(input_tokens=10**400), "less than or equal to"),
+    (lambda e: e.update(start_time=float("inf")), "finite number"),
 ])
 def test_a_malformed_record_is_a_one_line_error_naming_its_field(change, says, tmp_path, idle_run, kvcal):
     entries = records("completion")
@@ -175,3 +177,18 @@ def test_real_inference_perf_output_joins_every_timed_request(idle_run, kvcal, t
                     "-o", out)
         assert res.code == 0, (api, res.err)
         assert load_fit(out).cost_model.n_requests == len(timed) > 0, api
+
+
+def test_numbers_and_nesting_no_reader_could_hold_are_input_errors(tmp_path, idle_run, kvcal):
+    """Issue 33: a 400-digit queue in the router log and JSON nested 100,000 deep are exit 2, never 70."""
+    lines = (LOADED / "completion" / "epp.log").read_text().splitlines()
+    decision = next(i for i, line in enumerate(lines) if "p2p decision" in line)
+    lines[decision] = re.sub(r'"sourceWaiting": \d+', '"sourceWaiting": ' + "9" * 400, lines[decision])
+    epp = tmp_path / "epp.log"
+    epp.write_text("\n".join(lines) + "\n")
+    res = kvcal("fit", "--per-request", LOADED / "completion" / PER_REQUEST, "--epp-log", epp, "--idle", idle_run)
+    assert res.code == 2 and "sourceWaiting" in res.err and len(res.err.strip().splitlines()) == 1
+    deep = tmp_path / PER_REQUEST
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    res = kvcal("fit", "--per-request", deep, "--epp-log", LOADED / "completion" / "epp.log", "--idle", idle_run)
+    assert res.code == 2 and "nested too deep" in res.err
