@@ -14,9 +14,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from kvcal.errors import InputError
+from kvcal.fit.observational import LifecycleRecord
 from kvcal.fleet.workload import Workload
 from kvcal.userfiles import read_text
 
@@ -41,40 +42,31 @@ class TurnRequest:
         self.hand_to: tuple[int, int] | None = None  # a P/D hold: (computing pod, tokens it pulls) once the source is done
 
 
-class _InferencePerfInfo(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    input_tokens: int
-    response_metrics: dict = {}
-
-
-class InferencePerfRequest(BaseModel):
-    """The fields of one inference-perf per-request record that a replay reads."""
-
-    model_config = ConfigDict(extra="ignore")
-    start_time: float
-    error: object = None
-    info: _InferencePerfInfo
-
-
 def read_trace(path: Path) -> list[tuple[float, int, int]]:
     """(start s, input tokens, output tokens) per successful request, sorted by start."""
     try:
         items = json.loads(read_text(path, f"per-request file {path}"))
     except ValueError as err:
         raise InputError(f"{path}: not JSON ({err})") from None
+    except RecursionError:
+        raise InputError(f"{path}: JSON nested too deep to read") from None
     if not isinstance(items, list) or not items:
         raise InputError(f"{path}: expected inference-perf's non-empty list of requests")
     out = []
     for index, item in enumerate(items):
         try:
-            record = InferencePerfRequest.model_validate(item)
+            record = LifecycleRecord.model_validate(item)
         except ValidationError as err:
             raise InputError(f"{path} request {index}: {err.errors()[0]['msg']} at "
                              f"{'.'.join(map(str, err.errors()[0]['loc']))}") from None
         if record.error:
             continue
-        times = record.info.response_metrics.get("output_token_times") or []
-        out.append((record.start_time, max(1, record.info.input_tokens), max(1, len(times))))
+        tokens = record.info.prompt_tokens() if record.info else None
+        if tokens is None:
+            raise InputError(f"{path} request {index}: no input token count (info.request_metrics.text.input_tokens)")
+        metrics = record.info.response_metrics if record.info else None
+        times = (metrics.output_token_times if metrics else None) or []
+        out.append((record.start_time, max(1, tokens), max(1, len(times))))
     if not out:
         raise InputError(f"{path}: every request failed; nothing to replay")
     return sorted(out)

@@ -20,7 +20,7 @@ from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml, refuse_bool_num
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
 
@@ -29,10 +29,10 @@ class Dist(Strict):
     """A distribution of a count or a duration: ``{dist: lognormal, mean: 512, cv: 0.6}`` or a plain number."""
 
     dist: Literal["constant", "uniform", "exponential", "lognormal"] = Field(description="The family.")
-    value: float | None = Field(None, ge=0, description="constant: the value.")
-    min: float | None = Field(None, ge=0, description="uniform: the lower end (inclusive).")
-    max: float | None = Field(None, ge=0, description="uniform: the upper end (inclusive).")
-    mean: float | None = Field(None, ge=0, description="exponential, lognormal: the mean.")
+    value: float | None = Field(None, ge=0, le=1e9, description="constant: the value.")
+    min: float | None = Field(None, ge=0, le=1e9, description="uniform: the lower end (inclusive).")
+    max: float | None = Field(None, ge=0, le=1e9, description="uniform: the upper end (inclusive).")
+    mean: float | None = Field(None, ge=0, le=1e9, description="exponential, lognormal: the mean.")
     cv: float | None = Field(None, gt=0, le=10, description="lognormal: standard deviation over mean.")
 
     @model_validator(mode="before")

@@ -74,3 +74,24 @@ def test_json_keeps_stdout_for_the_data_and_prints_its_warnings_on_stderr(fit, t
     assert out["resamples"] == 0
     assert any("no usable bootstrap samples" in w for w in out["warnings"])
     assert "kvcal: warning: --resamples 4: the fit kept no usable bootstrap samples" in done.stderr
+
+
+@pytest.mark.parametrize("edit, says", [
+    (("mean: 400, cv: 0.8", "mean: 1e300, cv: 0.8"), "less than or equal to"),
+    (("mean: 8}", "mean: 1e400}"), "input_tokens"),  # YAML reads 1e400 as inf: refused by the reader or the model
+])
+def test_a_workload_number_no_simulation_could_hold_is_exit_2(edit, says, fit, tmp_path):
+    bad = tmp_path / "w.yaml"
+    bad.write_text(EXAMPLE.read_text().replace(*edit))
+    done = _kvcal("fleet", str(fit), "--workload", str(bad), "--pods", "2", "--duration", "30", "--seeds", "1", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_trace_nested_too_deep_is_exit_2(fit, tmp_path):
+    trace = tmp_path / "trace.json"
+    trace.write_text("[" * 100_000 + "]" * 100_000)
+    work = tmp_path / "w.yaml"
+    work.write_text(f"duration_s: 30\nwarmup_s: 0\ntrace:\n  per_request: {trace}\n")
+    done = _kvcal("fleet", str(fit), "--workload", str(work), "--pods", "2", "--seeds", "1", cwd=tmp_path)
+    assert done.returncode == 2 and "nested too deep" in done.stderr, done.stderr
