@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[2] / "kvcal"
 # Bottom to top. "base" is every top-level module (errors, records, userfiles, ...).
 ORDER = ("base", "estimate", "engines", "fit", "sweep", "emit", "report", "fleet", "cli")
@@ -19,21 +21,60 @@ KNOWN_UPWARD = {
 }
 
 
-def _package(parts: tuple[str, ...]) -> str:
-    return parts[0] if len(parts) > 1 and parts[0] in ORDER else "base"
+def _own_package(relative: tuple[str, ...]) -> str:
+    """The package of a module at ``relative`` (path parts below kvcal/, no suffix): a top-level module is base."""
+    return relative[0] if len(relative) > 1 and relative[0] in ORDER else "base"
+
+
+def _target_package(module: str) -> str:
+    """The package an imported kvcal name belongs to: ``kvcal.fit`` and ``kvcal.fit.tables`` are fit."""
+    parts = module.split(".")[1:]
+    return parts[0] if parts and parts[0] in ORDER else "base"
+
+
+def _imported(tree: ast.AST, relative: tuple[str, ...]) -> set[str]:
+    """Every kvcal module or name a module's source imports, anywhere in it, as a dotted name."""
+    here = ["kvcal", *relative[:-1]]  # the module's own package, for relative imports
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            origin = ".".join([*here[:len(here) - node.level + 1], *([node.module] if node.module else [])]) \
+                if node.level else node.module or ""
+            found |= {origin} | {f"{origin}.{alias.name}" for alias in node.names}
+    return {name for name in found if name == "kvcal" or name.startswith("kvcal.")}
+
+
+def upward_in(source: str, relative: tuple[str, ...]) -> set[str]:
+    """The packages above its own that a module (``relative``: its path parts below kvcal/) imports."""
+    mine = ORDER.index(_own_package(relative))
+    return {target for name in _imported(ast.parse(source), relative)
+            if ORDER.index(target := _target_package(name)) > mine}
 
 
 def _upward_imports() -> set[tuple[str, str]]:
     found = set()
     for path in PACKAGE.rglob("*.py"):
-        relative = path.relative_to(PACKAGE).with_suffix("")
-        mine = _package(relative.parts)
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kvcal."):
-                target = _package(tuple(node.module.split(".")[1:]))
-                if ORDER.index(target) > ORDER.index(mine):
-                    found.add(("/".join(relative.parts), target))
+        relative = path.relative_to(PACKAGE).with_suffix("").parts
+        found |= {("/".join(relative), target) for target in upward_in(path.read_text(), relative)}
     return found
+
+
+@pytest.mark.parametrize("source, module, upward", [
+    ("from kvcal.fit import fit_table", ("estimate", "plan"), {"fit"}),  # the package itself, not only its modules
+    ("from kvcal import sweep", ("fit", "tables"), {"sweep"}),
+    ("import kvcal.sweep.config", ("records",), {"sweep"}),
+    ("import kvcal.emit.limits as limits", ("fit", "breakeven"), {"emit"}),
+    ("from ..sweep import reach", ("fit", "breakeven"), {"sweep"}),
+    ("from .recorder import RunFolder", ("sweep", "runner"), set()),
+    ("def late():\n    from kvcal.cli import app", ("report", "plot"), {"cli"}),
+    ("from kvcal import errors, cost_curve\nimport kvcal\nfrom kvcal.records import Leg", ("records_v1",), set()),
+    ("from kvcal.records import Leg\nfrom kvcal.engines.sim import SimPair", ("fit", "tables"), set()),
+    ("import numpy\nfrom typing import Any", ("estimate", "predict"), set()),
+])
+def test_the_classifier_sees_every_way_of_importing(source, module, upward):
+    assert upward_in(source, module) == upward
 
 
 def test_packages_import_only_the_stages_below_them():
