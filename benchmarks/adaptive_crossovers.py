@@ -31,7 +31,7 @@ from functools import partial
 from adaptive_efficiency import TRUTHS  # the benchmark's curve shapes (run from the repository root or benchmarks/)
 
 from kvcal.engines.sim import SimCosts
-from kvcal.estimate.campaign_plan import Prior, oracle, simulate_adaptive
+from kvcal.sweep.campaign_plan import Prior, oracle, simulate_adaptive
 from kvcal.sweep.design import allowed_range
 
 SHAPES = ("sim default", "steep attention", "glm-like flat pull")

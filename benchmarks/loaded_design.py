@@ -32,7 +32,7 @@ from kvcal.engines.sim import SimCosts
 from kvcal.engines.sim_fleet import FleetShape, write_production
 from kvcal.fit import fit_input
 from kvcal.fit.observational import fit_observational
-from kvcal.sweep.config import resolve_config
+from kvcal.sweep.validate import resolve_config
 from kvcal.sweep.load import LOAD_STATES
 from kvcal.sweep.runner import run_sweep
 

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvcal.sweep.config import SweepConfig
+from kvcal.settings import SweepConfig
 from kvcal.sweep.progress import NullProgress
-from kvcal.sweep.recorder import RunFolder
+from kvcal.runfolder import RunFolder
 from kvcal.records import Leg
 from kvcal.sweep.runner import run_sweep
 

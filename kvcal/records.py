@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvcal.records_v1 import upgrade_fit, upgrade_run
-from kvcal.sweep.config import SweepConfig
+from kvcal.settings import SweepConfig
 
 MAX_TOKENS = 10**9  # far above any real context, far below overflow (kvcal.fit.tables reads tables with it)
 # Bounds of what a probe may say, the same wherever it is read (run folder, CSV, export):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcal.sweep.config import SweepConfig
+from kvcal.settings import SweepConfig
 
 RUN_V1 = "kvcal.run/1"
 RUN_V2 = "kvcal.run/2"  # no pair facts: they are read from provenance.engine

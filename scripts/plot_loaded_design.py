@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from kvcal.report.plot import plot_input
-from kvcal.sweep.config import resolve_config
+from kvcal.sweep.validate import resolve_config
 from kvcal.sweep.load import LOAD_STATES
 from kvcal.sweep.runner import run_sweep
 

@@ -22,7 +22,7 @@ from kvcal.records import (
     RunManifest,
     RunSetup,
 )
-from kvcal.sweep.config import SweepConfig
+from kvcal.settings import SweepConfig
 
 CREATED_AT = "2026-01-01T00:00:00+00:00"
 RECOMPUTE = CurveFit(model="quadratic", intercept_ms=5.0, per_token_us=25.0, per_token2_ns=0.012)

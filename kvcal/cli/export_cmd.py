@@ -19,7 +19,8 @@ def export(
     """
     from kvcal.errors import InputError
     from kvcal.outputs import check_output
-    from kvcal.sweep.recorder import RunFolder, export_interchange
+    from kvcal.runfolder import RunFolder
+    from kvcal.sweep.summary import export_interchange
 
     to_stdout = str(output) == "-"
     if not to_stdout:

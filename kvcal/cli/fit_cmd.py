@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
 def _warn_if_sweep_alive(path: Path) -> None:
     """A run whose sweep still holds its lock is fitted as far as it got; say so, with how far."""
     from kvcal.sweep.lock import live_sweep
-    from kvcal.sweep.recorder import RunFolder, completed_probe_ids
+    from kvcal.runfolder import RunFolder, completed_probe_ids
 
     if not RunFolder.is_run_folder(path):
         return

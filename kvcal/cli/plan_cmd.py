@@ -42,7 +42,7 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (schema kvcal.plan/1)."),
 ) -> None:
     """Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width."""
-    from kvcal.estimate.campaign_plan import plan_campaigns, prior_from_fit, prior_from_profiles
+    from kvcal.sweep.campaign_plan import plan_campaigns, prior_from_fit, prior_from_profiles
 
     if noise_cv is not None and not 0 < noise_cv < 2:
         raise InputError(f"--noise-cv must lie between 0 and 2, got {noise_cv}")
@@ -66,7 +66,7 @@ def plan(
     _print(result)
 
 
-def _print(r) -> None:  # r: kvcal.estimate.campaign_plan.CampaignPlan
+def _print(r) -> None:  # r: kvcal.sweep.campaign_plan.CampaignPlan
     c = r.curves
     truth = f"{r.true_break_even_tokens:,.0f} tokens" if r.true_break_even_tokens is not None else "none in range"
     say(f"prior: {r.prior}")

@@ -11,7 +11,8 @@ from kvcal.cli.options import byte_size, float_list, int_list
 from kvcal.cli.output import info
 from kvcal.cli.progress_view import progress_for_terminal
 from kvcal.errors import InputError
-from kvcal.sweep.config import SweepConfig, adaptive_rule_fields, flag_help, flag_of, load_campaign_file, resolve_config
+from kvcal.settings import SweepConfig, adaptive_rule_fields, flag_help, flag_of
+from kvcal.sweep.validate import load_campaign_file, resolve_config
 
 
 EPILOG = """Examples:

@@ -29,11 +29,12 @@ from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, can
 from kvcal.emit.router import (ALPHA_FLAG, ALPHA_NOTE, DEFAULT_PREFIX_MATCH_PRODUCER, PLUGIN_PARAMETERS, PLUGIN_TYPE, plugin_names,
                                render_env, render_json, render_plugin)
 from kvcal.emit.run_context import RunContext, run_context
-from kvcal.emit.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MARGIN, validate_block_size, validate_margin
+from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.emit.threshold import Threshold, check_threshold, compute_threshold, resolve_block_size, round_up
 from kvcal.errors import InputError
 from kvcal.fit.inputs import load_fit_input
 from kvcal.records import FitResult
+from kvcal.settings import DEFAULT_BLOCK_SIZE
 
 __all__ = ["FORMATS", "TRANSPORTS", "DEFAULT_MARGIN", "DEFAULT_BLOCK_SIZE", "PLUGIN_TYPE", "PLUGIN_PARAMETERS",
            "LOAD_DEPENDENT_COST_KEYS", "EmitOptions", "EmitResult", "Threshold", "compute_threshold", "check_threshold",

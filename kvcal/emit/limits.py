@@ -15,8 +15,6 @@ MAX_MARGIN = 100.0  # +10,000%: past any safety factor; beyond it the threshold 
 
 DEFAULT_MARGIN = 0.25
 """Default safety margin: +25 % over the interval's upper end (see docs/emit.md for why)."""
-DEFAULT_BLOCK_SIZE = 64
-"""Block size when neither the flag nor the run records one (the llm-d guides use 64)."""
 
 
 def validate_margin(margin: float) -> float:

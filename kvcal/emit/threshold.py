@@ -36,11 +36,12 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from kvcal.emit.limits import DEFAULT_BLOCK_SIZE, DEFAULT_MARGIN, validate_block_size, validate_margin
+from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
 from kvcal.fit.wins import pooled_win_z
 from kvcal.records import FIT_DEFAULTS, FitResult
-from kvcal.sweep.reach import pull_floor
+from kvcal.fit.ladder import pull_floor
+from kvcal.settings import DEFAULT_BLOCK_SIZE
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from kvcal.lazy import public_api
 
 _API = {
     "EnginePair": "kvcal.engines.base", "LegMeasurement": "kvcal.engines.base", "VllmPair": "kvcal.engines.vllm",
-    "pair_from_config": "kvcal.engines.vllm", "SimPair": "kvcal.engines.sim", "SimCosts": "kvcal.engines.sim_costs",
+    "pair_from_config": "kvcal.engines.vllm", "SimPair": "kvcal.engines.sim", "SimCosts": "kvcal.sim_costs",
     "get_transport": "kvcal.engines.transports", "transport_names": "kvcal.engines.transports",
 }
 __all__ = list(_API)

@@ -2,7 +2,7 @@
 
 It is never the default engine and its output is never a measurement: every probe it
 yields comes from the curves below, so a fit of its output can be checked against
-the truth. Costs are :class:`~kvcal.engines.sim_costs.SimCosts` curves (recompute
+the truth. Costs are :class:`~kvcal.sim_costs.SimCosts` curves (recompute
 quadratic, pull affine, in :mod:`kvcal.cost_curve`'s form), each multiplied by
 lognormal noise with coefficient of variation ``noise_cv``; a share ``outlier_rate``
 of probes is slowed by ``outlier_factor`` (a scheduler hiccup).
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from kvcal.engines.base import EnginePair, LegMeasurement, LoadTarget, Role
-from kvcal.engines.sim_costs import SimCosts
+from kvcal.sim_costs import SimCosts
 from kvcal.records import Leg, RunSetup
 
 __all__ = ["SimCosts", "SimPair"]

@@ -39,8 +39,8 @@ from kvcal.engines.tinymodel import ensure_tiny_model
 from kvcal.engines.transports import get_transport
 from kvcal.engines.transports.base import Role
 
-from kvcal.sweep.config import SweepConfig
-from kvcal.sweep.recorder import RunFolder
+from kvcal.settings import SweepConfig
+from kvcal.runfolder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +257,7 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
         return PairFacts(engine="vllm", mode="launch", device=self.plan.device, **roles)
 
     def describe(self) -> dict[str, Any]:
-        """The pair's own provenance; versions, CPU, GPUs and UCX_* env are in :func:`kvcal.sweep.provenance.host_provenance`."""
+        """The pair's own provenance; versions, CPU, GPUs and UCX_* env are in :func:`kvcal.provenance.host_provenance`."""
         launch = not self.settings.attach
         roles = ROLES
         return {

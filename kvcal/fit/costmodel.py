@@ -47,8 +47,8 @@ import numpy as np
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import t_expansion
 from kvcal.fit.breakeven import interval
-from kvcal.sweep.load import probe_counts_as_idle
 from kvcal.records import FIT_DEFAULTS, CostModelDiagnostics, CostModelFit, Estimate, FitResult, ProbeRecord, RunManifest
+from kvcal.runfolder import probe_counts_as_idle
 
 log = logging.getLogger(__name__)
 

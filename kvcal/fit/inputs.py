@@ -26,7 +26,7 @@ from kvcal.fit.io import load_fit, looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.userfiles import check_input
 from kvcal.records import FIT_DEFAULTS, FitResult, RunManifest, RunSetup
-from kvcal.sweep.recorder import RunFolder
+from kvcal.runfolder import RunFolder
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Three inputs are accepted and detected by shape, not by file name:
 
 * a **run folder** (a directory holding ``run.json`` and ``probes.jsonl``, as
-  ``kvcal sweep`` writes it), read through :class:`kvcal.sweep.recorder.RunFolder`; probes
+  ``kvcal sweep`` writes it), read through :class:`kvcal.runfolder.RunFolder`; probes
   marked invalid are excluded and counted; when one probe id has several attempts,
   its valid attempt counts; a torn last line is skipped with a warning;
 * a **probe CSV** in the interchange format: a header row with ``prefix_tokens``
@@ -36,11 +36,11 @@ import pandas as pd
 from kvcal.errors import InputError
 from kvcal.records import FitSource, HostDisturbance, Leg, ProbeRecord, RunSetup
 from kvcal.fit.costmodel import LoadedProbes, split_loaded
-from kvcal.sweep.recorder import RunFolder, pulls_by_proof
+from kvcal.runfolder import RunFolder, pulls_by_proof
 from kvcal.fit.fields import MAX_INT, int_field, leg_field, parse_number, time_field, time_order
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
 from kvcal.fit.recipe import check_verdict, unstamped
-from kvcal.sweep.disturbance import resource_of, summarise
+from kvcal.host_busy import resource_of, summarise
 from kvcal.userfiles import read_text
 
 log = logging.getLogger(__name__)

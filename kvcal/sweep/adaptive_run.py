@@ -23,9 +23,9 @@ from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.sweep import design, reach
 from kvcal.sweep.adaptive import DEFAULT_MAX_PROBES, AdaptiveState, Controller, RoundSummary, Step, StopRules, relative_width
-from kvcal.sweep.config import SweepConfig, adaptive_rule_fields
+from kvcal.settings import SweepConfig, adaptive_rule_fields
 from kvcal.sweep.plan import PlannedProbe, validate_prefix_lengths
-from kvcal.sweep.recorder import RunFolder, atomic_write
+from kvcal.runfolder import RunFolder, atomic_write
 from kvcal.sweep.session import ProbeSession, SweepOutcome
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,7 @@ import numpy as np
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import t_quantile
 from kvcal.records import FitResult, Leg
-from kvcal.sweep.reach import pull_floor
+from kvcal.fit.ladder import pull_floor
 
 GRID_RATIO = 2 ** 0.25
 # The seed's second length is 2x the shortest; the climb then looks 4x longer while the
@@ -118,7 +118,7 @@ class Choice:
 def allowed_range(lengths: list[int] | None, block_size: int, max_model_len: int) -> tuple[int, int]:
     """[shortest, longest] block multiples the campaign may probe: the given lengths' span, else the floor to the limit.
 
-    The floor is the shortest length a pull can prove (:func:`kvcal.sweep.reach.pull_floor`, two blocks).
+    The floor is the shortest length a pull can prove (:func:`kvcal.fit.ladder.pull_floor`, two blocks).
     """
     longest = ((max_model_len - 1) // block_size) * block_size
     if lengths:

@@ -20,9 +20,10 @@ kvcal and its engines took.
   else ``nvidia-smi`` (sampled at most every 2 s). Not yet checked on GPU hardware.
 * **Attached engines** run elsewhere: not measured (``None``).
 
-A probe is disturbed when ``host_busy`` exceeds :data:`PROBE_BOUND`; the run is disturbed
-when more than :data:`RUN_BOUND` of its measured probes are (one blip is named in the fit
-but does not condemn a run). ``fit.json`` records the summary (:func:`summarise`), the fit
+A probe is disturbed when ``host_busy`` exceeds :data:`~kvcal.host_busy.PROBE_BOUND`; the run is disturbed
+when more than :data:`~kvcal.host_busy.RUN_BOUND` of its measured probes are (one blip is named in the fit
+but does not condemn a run). ``fit.json`` records the summary (:func:`kvcal.host_busy.summarise`;
+the bounds, what a pair's monitor watches and the summary are a base module, which the fit reads), the fit
 warns with the figure and ``emit-config`` refuses a disturbed run unless ``--allow-disturbed``.
 """
 
@@ -34,20 +35,16 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import psutil
 
-from kvcal.records import HostDisturbance, PairFacts, ProbeRecord
-from kvcal.records_v1 import pair_facts
+from kvcal.host_busy import parse_cpus, watched
+from kvcal.records import PairFacts
 
 log = logging.getLogger(__name__)
 
-PROBE_BOUND = 0.15
-"""Others' share of the engines' compute above which a probe counts as disturbed."""
-RUN_BOUND = 0.10
-"""Share of disturbed probes above which the run is disturbed (and emit-config refuses it)."""
 NVIDIA_SMI_EVERY_S = 2.0
 
 
@@ -57,20 +54,6 @@ class HostMonitor(Protocol):
     def before_probe(self) -> None: ...
 
     def after_probe(self) -> float | None: ...
-
-
-def parse_cpus(spec: str | None) -> list[int]:
-    """'0-2,5' -> [0, 1, 2, 5]; [] for anything else (e.g. 'auto')."""
-    out: list[int] = []
-    for part in (spec or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            return []
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return sorted(set(out))
 
 
 def _tree_cpu_s(cores: set[int]) -> float:
@@ -187,21 +170,9 @@ class GpuMonitor:
         return self._value
 
 
-def _watched(pair: PairFacts | Mapping[str, Any]) -> tuple[str, list[int] | None] | None:
-    """What the monitor watches for this pair: ("cpu", cores) or ("cuda", GPUs or None for all visible); None: nothing."""
-    if not isinstance(pair, PairFacts):  # a pair's own account, as version 2 runs stored it
-        pair = PairFacts.model_validate(pair_facts(dict(pair)))
-    if not pair.launched_vllm or pair.device not in ("cpu", "cuda"):
-        return None
-    if pair.device == "cpu":
-        return "cpu", sorted({c for role in pair.roles for c in parse_cpus(role.cpus)})
-    specs = [role.gpus for role in pair.roles]
-    return "cuda", None if any(s is None for s in specs) else sorted({g for s in specs for g in parse_cpus(s)})
-
-
 def monitor_for(pair: PairFacts | Mapping[str, Any]) -> HostMonitor | None:
     """The monitor for a pair: CPU cores when kvcal launched CPU engines, GPUs when CUDA; else None."""
-    device, units = _watched(pair) or (None, None)
+    device, units = watched(pair) or (None, None)
     if device is None:
         return None
     if device == "cpu":
@@ -210,29 +181,3 @@ def monitor_for(pair: PairFacts | Mapping[str, Any]) -> HostMonitor | None:
     if units is None and os.environ.get("CUDA_VISIBLE_DEVICES"):
         units = parse_cpus(os.environ["CUDA_VISIBLE_DEVICES"]) or None
     return GpuMonitor(units)
-
-
-def resource_of(pair: PairFacts | Mapping[str, Any]) -> str | None:
-    """What :func:`monitor_for` watches for this pair, in words (for fit.json), without starting a monitor."""
-    device, units = _watched(pair) or (None, None)
-    if device == "cpu":
-        return "cpu cores " + ",".join(map(str, units)) if units else None
-    return None if device is None else "gpu " + (",".join(map(str, units)) if units else "all visible")
-
-
-def summarise(records: Iterable[ProbeRecord], resource: str | None = None) -> HostDisturbance | None:
-    """The run's disturbance from its valid probes' ``host_busy`` (None when nothing was measured)."""
-    measured = [r for r in records if r.valid and r.host_busy is not None]
-    if not measured:
-        return None
-    values = sorted(r.host_busy for r in measured)  # type: ignore[misc]
-    over = [r for r in measured if r.host_busy > PROBE_BOUND]  # type: ignore[operator]
-    mid = len(values) // 2
-    median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-    return HostDisturbance(
-        resource=resource or "the engines' compute",
-        bound=PROBE_BOUND, run_bound=RUN_BOUND, n_measured=len(measured),
-        median=round(median, 4), max=round(values[-1], 4),
-        disturbed_probes=[f"{r.probe_id} ({r.host_busy:.0%})" for r in over],
-        disturbed=len(over) > RUN_BOUND * len(measured),
-    )

@@ -52,8 +52,8 @@ import numpy as np
 
 from kvcal.engines.base import EnginePair, LoadTarget, Role
 from kvcal.errors import EngineError, InputError
-from kvcal.records import Leg, ProbeRecord
-from kvcal.sweep.config import LoadState, SweepConfig
+from kvcal.records import Leg
+from kvcal.settings import LoadState, SweepConfig
 from kvcal.sweep.plan import PlannedProbe, build_plan
 
 log = logging.getLogger(__name__)
@@ -113,13 +113,6 @@ def plan_for(config: SweepConfig, lengths: list[int]) -> list[PlannedProbe]:
     if not is_loaded(config):
         return build_plan(lengths, config.reps, config.seed)
     return build_loaded_plan(lengths, config.reps, config.seed, list(config.load_states))
-
-
-def probe_counts_as_idle(record: ProbeRecord, threshold: int) -> bool:
-    """Whether a probe may feed the idle curves: asked for idle and measured idle (unknown queues count as idle)."""
-    if record.load_state not in (None, "idle"):
-        return False
-    return all(q is None or q < threshold for q in (record.source_waiting, record.computing_waiting))
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,14 @@ import numpy as np
 from kvcal.engines.base import EnginePair, LegMeasurement
 from kvcal.errors import EngineError, GateError
 from kvcal.records import Leg, ProbeRecord
-from kvcal.sweep.config import SweepConfig
+from kvcal.settings import SweepConfig
 from kvcal.sweep.disturbance import HostMonitor
 from kvcal.sweep.load import LoadReading
 from kvcal.sweep.plan import PlannedProbe
-from kvcal.sweep.probe_checks import checked_record
+from kvcal.probe_checks import checked_record
 from kvcal.sweep.progress import SweepProgress
-from kvcal.sweep.provenance import utc_now
-from kvcal.sweep.recorder import RunFolder
+from kvcal.provenance import utc_now
+from kvcal.runfolder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def _attempt(ctx: ProbeContext, planned: PlannedProbe, attempt: int, expected: i
     if measured is None:
         return checked_record(ttft_ms=None, bytes_moved=None, valid=False, **shared)
     engine_ms = measured.ttft_ms + (measured.producer_ttft_ms or 0.0)
-    return checked_record(  # numbers out of bounds make the attempt invalid (kvcal.sweep.probe_checks)
+    return checked_record(  # numbers out of bounds make the attempt invalid (kvcal.probe_checks)
         ttft_ms=measured.ttft_ms, bytes_moved=measured.bytes_moved, bytes_metric=measured.bytes_metric,
         producer_ttft_ms=measured.producer_ttft_ms,
         overhead_ms=measured.overhead_ms if measured.overhead_ms is not None else max(wall_ms - engine_ms, 0.0),

@@ -22,13 +22,14 @@ from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError
 from kvcal.records import ProbeRecord, RunManifest
 from kvcal.sweep import disturbance, reach, warmup
-from kvcal.sweep.config import SweepConfig
+from kvcal.settings import SweepConfig
 from kvcal.sweep.load import LoadController, is_loaded, plan_for
 from kvcal.sweep.lock import claim_run_folder
 from kvcal.sweep.plan import PlannedProbe, default_prefix_lengths, validate_prefix_lengths
 from kvcal.sweep.probe import ProbeContext, PromptSource, probe_until_valid
 from kvcal.sweep.progress import SweepProgress
-from kvcal.sweep.recorder import RunFolder, attempts_so_far, completed_probe_ids
+from kvcal.runfolder import RunFolder, attempts_so_far, completed_probe_ids
+from kvcal.sweep.summary import write_summary
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +233,7 @@ class ProbeSession:
                         self._append_to_plan(plan)
                         campaign.appended(self, new)
                 finally:
-                    run.write_summary()
+                    write_summary(run)
                     self.progress.on_complete(done, len(plan))
         return SweepOutcome(run.path, len(plan), done_before, measured, invalid, self.resume)
 

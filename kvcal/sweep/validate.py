@@ -1,9 +1,12 @@
-"""Checks of a sweep's settings as inputs, before any folder is made or engine touched.
+"""A sweep's settings as inputs: the campaign file read, the flags merged over it, and the checks pydantic cannot do,
+before any folder is made or engine touched (the settings themselves: :mod:`kvcal.settings`).
 
-Pydantic checks each field alone; these check what a field means for this run and how
-fields combine: the run name is one folder inside --output-dir, attach URLs are URLs of
-two different engines, a flag of another engine or mode is refused rather than
-silently ignored, and ``--resume`` refuses flags that differ from the stored run.
+A campaign file (``--config FILE``, YAML) may set any field, with dashes or underscores;
+flags given on the command line override it (:func:`resolve_config`). Pydantic checks
+each field alone; these check what a field means for this run and how fields combine:
+the run name is one folder inside --output-dir, attach URLs are URLs of two different
+engines, a flag of another engine or mode is refused rather than silently ignored, and
+``--resume`` refuses flags that differ from the stored run.
 
 Only fields the user set (``model_fields_set``: a flag or the campaign file) are
 judged "given"; defaults never conflict.
@@ -14,34 +17,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+import yaml
+from pydantic import BaseModel, ValidationError
 
 from kvcal.engines.transports import available
 from kvcal.errors import InputError
+from kvcal.settings import SweepConfig, flag_for, marked
 from kvcal.urls import check_pair_urls
+from kvcal.userfiles import read_text
+from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml
 
 
 # What --resume may be given beside the stored settings: where the run is, and nothing that changes it.
 RESUME_LOCATORS = ("output_dir", "name")
-
-
-def declared(model: type[BaseModel], name: str) -> dict[str, Any]:
-    """The marks a settings field declares in its ``json_schema_extra`` (flag, launch_only, ...)."""
-    extra = model.model_fields[name].json_schema_extra
-    return extra if isinstance(extra, dict) else {}
-
-
-def flag_for(model: type[BaseModel], name: str) -> str:
-    """How a setting is given: its declared flag, ``--`` plus the name with dashes, or its campaign-file key."""
-    marks = declared(model, name)
-    if marks.get("campaign_file_only"):
-        return f"{name} (campaign file)"
-    return str(marks.get("flag") or "--" + name.replace("_", "-"))
-
-
-def marked(model: type[BaseModel], mark: str) -> tuple[str, ...]:
-    """The fields of ``model`` that carry ``mark`` (e.g. ``launch_only``), in declaration order."""
-    return tuple(name for name in model.model_fields if declared(model, name).get(mark))
 
 
 def check_run_name(name: str | None) -> None:
@@ -56,7 +44,7 @@ def check_run_name(name: str | None) -> None:
 
 
 def check_settings(config: Any) -> None:
-    """Everything about the settings that pydantic's per-field checks cannot see (marks: :mod:`kvcal.sweep.config`)."""
+    """Everything about the settings that pydantic's per-field checks cannot see (marks: :mod:`kvcal.settings`)."""
     given = config.model_fields_set
     model = type(config)
 
@@ -115,10 +103,44 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def repeated_lengths_problem(lengths: list[int]) -> str | None:
-    """Why a list that names a length twice is refused, or None: a ladder lists each length once, reps are --reps."""
-    repeated = sorted({n for n in lengths if lengths.count(n) > 1})
-    if not repeated:
-        return None
-    return (f"{', '.join(map(str, repeated))} listed more than once; list each length once and "
-            "set --reps for more probes a length")
+def load_campaign_file(path: Path) -> dict[str, Any]:
+    """Read a campaign YAML into a dict of settings (keys may use dashes or underscores)."""
+    if not path.exists() and not path.is_symlink():
+        raise InputError(f"campaign file {path} does not exist")
+    text = read_text(path, f"campaign file {path}")
+    try:
+        data = load_pyyaml(text, f"campaign file {path}")
+    except yaml.YAMLError as err:
+        raise InputError(f"campaign file {path} is not valid YAML: {describe(err)}") from None
+    if data is None:
+        raise InputError(f"campaign file {path} holds no settings (it is empty)")
+    if not isinstance(data, dict):
+        raise InputError(f"campaign file {path} must be a mapping of settings, got {type(data).__name__}")
+    settings = _underscored(data)
+    for name, value in settings.items():  # a nested block (sim:) takes dashes too, as the top level does
+        field = SweepConfig.model_fields.get(name)
+        annotation = getattr(field, "annotation", None)
+        if isinstance(value, dict) and isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            settings[name] = _underscored(value)
+    return settings
+
+
+def _underscored(data: dict[Any, Any]) -> dict[str, Any]:
+    return {str(key).replace("-", "_"): value for key, value in data.items()}
+
+
+def resolve_config(file_settings: dict[str, Any], flag_settings: dict[str, Any]) -> SweepConfig:
+    """Flags given on the command line (not None) override the campaign file."""
+    merged = dict(file_settings)
+    merged.update({key: value for key, value in flag_settings.items() if value is not None})
+    try:
+        config = SweepConfig.model_validate(merged)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = list(first.get("loc", ())) + ([first["ctx"]["field"]] if first.get("type") == BOOL_NUMBER else [])
+        where = ".".join(str(p) for p in loc)
+        hint = " (unknown setting)" if first.get("type") == "extra_forbidden" else ""
+        message = str(first.get("msg", "")).removeprefix("Value error, ")  # pydantic's prefix for a validator's own words
+        raise InputError(f"setting '{where}': {message}{hint}") from None
+    check_settings(config)
+    return config

@@ -18,8 +18,8 @@ from kvcal.engines.base import EnginePair
 from kvcal.errors import EngineError
 from kvcal.records import Leg, PairFacts, ProbeRecord
 from kvcal.sweep.plan import PlannedProbe
-from kvcal.sweep.probe_checks import checked_record
-from kvcal.sweep.provenance import utc_now
+from kvcal.probe_checks import checked_record
+from kvcal.provenance import utc_now
 
 REASON = "warm-up probe: the first of its (length, leg), discarded by the sweep protocol"
 

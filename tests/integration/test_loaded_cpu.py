@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from kvcal.sweep.recorder import RunFolder  # noqa: E402
+from kvcal.runfolder import RunFolder  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

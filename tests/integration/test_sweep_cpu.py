@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from kvcal.sweep.recorder import RunFolder  # noqa: E402
+from kvcal.runfolder import RunFolder  # noqa: E402
 from kvcal.records import Leg  # noqa: E402
 
 pytestmark = pytest.mark.integration

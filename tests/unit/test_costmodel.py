@@ -18,7 +18,7 @@ from kvcal.fit import fit_input, load_fit
 from kvcal.fit.costmodel import IdleCurves, LoadedProbes, fit_cost_model
 from kvcal.fit.observational import join, parse_epp_log, parse_per_request
 from kvcal.records import ProbeRecord
-from kvcal.sweep.config import SweepConfig
+from kvcal.settings import SweepConfig
 from kvcal.sweep.load import LOAD_STATES
 from kvcal.sweep.runner import run_sweep
 

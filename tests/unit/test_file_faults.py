@@ -20,7 +20,7 @@ from kvcal.errors import InputError
 from kvcal.outputs import replacing, write_file, writer_lock
 from kvcal.records import Leg, PlannedProbe
 from kvcal.sweep.lock import claim_run_folder
-from kvcal.sweep.recorder import RunFolder
+from kvcal.runfolder import RunFolder
 from kvcal.sweep.runner import run_sweep
 from tests.factories import make_manifest, make_probe, write_run_folder
 from tests.unit.test_sweep import Crash, crashing_factory, sim_config

@@ -14,9 +14,10 @@ from kvcal.fit.hygiene import warmup_test
 from kvcal.fit.tables import from_rows, load_probe_table
 from factories import sim_table
 from kvcal.records import FitResult, Leg, ProbeRecord, RunSetup
+from kvcal import host_busy
 from kvcal.sweep import disturbance
-from kvcal.sweep.config import SweepConfig
-from kvcal.sweep.recorder import RunFolder
+from kvcal.settings import SweepConfig
+from kvcal.runfolder import RunFolder
 from kvcal.sweep.runner import run_sweep
 
 JOB = (Path(__file__).parents[1] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text()
@@ -158,11 +159,11 @@ def _record(i: int, busy: float | None) -> ProbeRecord:
 
 
 def test_summary_names_the_probes_and_marks_the_run_beyond_the_bound():
-    quiet = disturbance.summarise([_record(i, 0.02) for i in range(20)] + [_record(99, 0.4)], "cpu cores 0,1")
+    quiet = host_busy.summarise([_record(i, 0.02) for i in range(20)] + [_record(99, 0.4)], "cpu cores 0,1")
     assert not quiet.disturbed and quiet.disturbed_probes == ["p0099-L256-pull-r0 (40%)"]
-    busy = disturbance.summarise([_record(i, 0.3 if i % 2 else 0.01) for i in range(20)], "cpu cores 0,1")
+    busy = host_busy.summarise([_record(i, 0.3 if i % 2 else 0.01) for i in range(20)], "cpu cores 0,1")
     assert busy.disturbed and len(busy.disturbed_probes) == 10 and busy.max == 0.3
-    assert disturbance.summarise([_record(i, None) for i in range(3)]) is None
+    assert host_busy.summarise([_record(i, None) for i in range(3)]) is None
 
 
 def test_a_disturbed_sweep_is_marked_in_fit_json_and_refused(kvcal, tmp_path, monkeypatch):
@@ -193,7 +194,7 @@ def test_monitor_choice_follows_the_pair():
                                    "env": {"producer": {"VLLM_CPU_OMP_THREADS_BIND": "0"},
                                            "consumer": {"VLLM_CPU_OMP_THREADS_BIND": "0"}}})
     assert isinstance(cpu, disturbance.CpuMonitor) and cpu.cores == [0]
-    assert disturbance.parse_cpus("0-2,5") == [0, 1, 2, 5] and disturbance.parse_cpus("auto") == []
+    assert host_busy.parse_cpus("0-2,5") == [0, 1, 2, 5] and host_busy.parse_cpus("auto") == []
 
 
 def test_gpu_monitor_reads_foreign_processes_from_nvidia_smi(monkeypatch):

@@ -12,7 +12,7 @@ MAX_LINES = 400
 # Imports inside functions that are deliberate: the CLI loads a command's stage only when it runs;
 # serve.py imports vLLM after patching it.
 LAZY_ALLOWED = ("cli/", "engines/serve.py",
-                "engines/sim_costs.py")  # the last: kvcal --help loads it through the flags; see its docstring
+                "sim_costs.py")  # the last: kvcal --help loads it through the flags; see its docstring
 
 
 def _modules() -> dict[str, Path]:

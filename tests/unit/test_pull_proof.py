@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from factories import make_probe, write_run_folder
-from kvcal.sweep.recorder import summarize
+from kvcal.sweep.summary import summarize
 
 TIER = 'consumer/vllm:kv_offload_tiering_read_bytes_total{tier="1:p2p"}'
 LOAD = "consumer/vllm:kv_offload_load_bytes_total"

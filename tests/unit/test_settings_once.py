@@ -8,8 +8,10 @@ from kvcal.emit import k8s
 from kvcal.engines.transports import available, transport_names
 from kvcal.engines.vllm_launch import SWEEP_NAMES, VllmSettings, settings_from_config
 from kvcal.errors import InputError
-from kvcal.sweep.config import SimSettings, SweepConfig, flag_help, flag_of, launch_only_flags, resolve_config, sweep_argv
-from kvcal.engines.sim_costs import SimCosts
+from kvcal.settings import (P2P_PORT as SETTINGS_P2P_PORT, TRANSPORT_NAMES, SimSettings, SweepConfig, flag_help, flag_of,
+                            launch_only_flags, marked, sweep_argv)
+from kvcal.sweep.validate import resolve_config
+from kvcal.sim_costs import SimCosts
 
 SHARED = {name: SWEEP_NAMES.get(name, name) for name in VllmSettings.__dataclass_fields__
           if SWEEP_NAMES.get(name, name) in SweepConfig.model_fields}
@@ -52,7 +54,7 @@ def test_sim_settings_extend_the_sim_costs():
 
 
 def test_transport_names_live_with_the_transports():
-    assert transport_names() == tuple(sorted(available())) == ("nixl-pd", "p2p-tier")
+    assert transport_names() == tuple(sorted(available())) == TRANSPORT_NAMES == ("nixl-pd", "p2p-tier")
     assert k8s.TRANSPORTS == transport_names()
     with pytest.raises(InputError, match="unknown transport 'tcp'"):
         resolve_config({}, {"transport": "tcp"})
@@ -86,7 +88,7 @@ def _sweep_options() -> dict[str, str]:
 
 def test_every_sweep_flag_is_a_config_field_with_its_declared_flag():
     """A renamed SweepConfig field (or a renamed parameter) fails here instead of silently dropping its flag."""
-    from kvcal.sweep.config import flag_fields
+    from kvcal.settings import flag_fields
 
     options = {name: flag for name, flag in _sweep_options().items() if name not in ("resume", "config", "dry_run")}
     assert set(options) == set(flag_fields())
@@ -94,16 +96,39 @@ def test_every_sweep_flag_is_a_config_field_with_its_declared_flag():
         assert flag == flag_of(name), name
 
 
-def test_attach_refuses_exactly_the_settings_the_job_refuses():
-    from kvcal.sweep.validate import marked
+ATTACH = {"producer_url": "http://10.0.0.1:8000", "consumer_url": "http://10.0.0.2:8000"}
+# What the engines kvcal launches are given, which an attached sweep and the k8s Job refuse.
+LAUNCH_ONLY_FLAGS = ("--share-gpu", "--cpu-bytes-to-use", "--producer-gpus", "--consumer-gpus", "--producer-cpus",
+                     "--consumer-cpus", "--engine-arg", "--python-hash-seed")
 
+
+def test_attach_refuses_exactly_the_settings_the_job_refuses():
     launch_only = marked(SweepConfig, "launch_only")
-    assert {"share_gpu", "cpu_bytes_to_use", "python_hash_seed"} <= set(launch_only)
-    attach = {"producer_url": "http://10.0.0.1:8000", "consumer_url": "http://10.0.0.2:8000"}
+    assert launch_only_flags() == LAUNCH_ONLY_FLAGS  # a mark dropped or added shows here
     for name in launch_only:
         with pytest.raises(InputError, match=flag_of(name)):
-            resolve_config({}, {**attach, name: ODD.get(name, 1 if name != "engine_args" else ["--x"])})
-    assert tuple(flag_of(name) for name in launch_only) == launch_only_flags()
+            resolve_config({}, {**ATTACH, name: ODD.get(name, 1 if name != "engine_args" else ["--x"])})
+
+
+# A value unlike the default for every setting an attached sweep may be given (ODD has the rest).
+ATTACH_ODD = {"engine": "vllm", "reps": 2, "seed": 5, "name": "r", "max_attempts": 4, "min_pull_fraction": 0.6,
+              "warmup_probes": True, "load_states": ["idle", "source-busy"], "background_concurrency": 4,
+              "busy_queue_threshold": 2, "background_prompt_tokens": 512, "background_max_tokens": 2,
+              "load_settle_timeout_s": 9.0, "adaptive": True, "target_width": 0.2, "max_probes": 40,
+              "max_engine_seconds": 60.0, "prefix_lengths": [256, 512]}
+NOT_FOR_VLLM = {"sim"}  # the simulated pair's curves: refused with --engine vllm, attached or launched
+
+
+def test_attach_accepts_every_setting_that_is_not_launch_only(tmp_path):
+    allowed = [name for name in SweepConfig.model_fields
+               if name not in marked(SweepConfig, "launch_only") and name not in NOT_FOR_VLLM]
+    odd = {**ODD, **ATTACH_ODD, "output_dir": tmp_path}
+    assert set(allowed) <= set(odd), "a new setting needs an odd value here"
+    for name in allowed:
+        config = resolve_config({}, {**ATTACH, "transport": "p2p-tier", name: odd[name]})  # p2p-tier: the side channel's too
+        assert config.attach and getattr(config, name) == odd[name], name
+    with pytest.raises(InputError, match="--engine sim only"):
+        resolve_config({"sim": {"noise_cv": 0.1}}, ATTACH)
 
 
 def test_fit_defaults_are_declared_once():
@@ -131,7 +156,7 @@ def test_emit_asks_the_transports_for_their_names_and_port():
     from kvcal.emit.options import P2P_PORT, canonical_transport
     from kvcal.engines.transports.p2p_tier import P2pTier
 
-    assert P2P_PORT == P2pTier.deployed_side_port == SweepConfig().producer_p2p_port
+    assert P2P_PORT == P2pTier.deployed_side_port == SweepConfig().producer_p2p_port == SETTINGS_P2P_PORT == 7777
     for name, cls in available().items():
         for alias in (name, *cls.aliases):
             assert canonical_transport(alias) == name

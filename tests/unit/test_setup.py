@@ -14,8 +14,8 @@ from kvcal.engines.vllm_launch import ROLES
 from kvcal.fit import fit_table, load_fit, load_fit_input, write_fit
 from factories import sim_table
 from kvcal.records import FIT_SCHEMA, RUN_SCHEMA, FitResult, RunManifest, RunSetup
-from kvcal.sweep.config import SweepConfig
-from kvcal.sweep.recorder import RunFolder
+from kvcal.settings import SweepConfig
+from kvcal.runfolder import RunFolder
 from kvcal.engines.sim import SimCosts
 
 import factories

@@ -7,12 +7,14 @@ from collections import Counter
 
 import pytest
 
-from kvcal.sweep.config import SweepConfig, resolve_config
+from kvcal.settings import SweepConfig
+from kvcal.sweep.validate import resolve_config
 from kvcal.engines.base import LegMeasurement
 from kvcal.engines.sim import SimPair
 from kvcal.errors import GateError, InputError
 from kvcal.sweep.plan import build_plan, default_prefix_lengths, validate_prefix_lengths
-from kvcal.sweep.recorder import RunFolder, summarize
+from kvcal.runfolder import RunFolder
+from kvcal.sweep.summary import summarize
 from kvcal.records import Leg
 from kvcal.sweep.runner import gate, run_sweep
 

@@ -1,42 +1,37 @@
-"""Record a sweep: the run folder, its append-only probe log and derived summaries.
+"""A run folder on disk: its files, run.json, and the append-only probe log, read and appended.
 
 Layout of ``results/<name>/``::
 
     run.json        RunManifest: resolved settings, provenance, the shuffled plan
     probes.jsonl    one ProbeRecord per line, appended and fsynced as each probe ends
-    summary.csv     per (length, leg) statistics, derived from probes.jsonl
+    summary.csv     per (length, leg) statistics, derived from probes.jsonl (:mod:`kvcal.sweep.summary`)
     logs/           engine logs (launch mode)
     fit.json        written by ``kvcal fit``
 
-Probe lines are never rewritten. A line torn by a crash mid-write (no trailing
-newline) is the only damage repaired on resume; anything else is reported as corrupt.
+A base module: the sweep writes a run folder, the engines put their logs in it, the fit
+and the reports read it. Probe lines are never rewritten. A line torn by a crash
+mid-write (no trailing newline) is the only damage repaired on resume; anything else is
+reported as corrupt.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import os
-import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-import pandas as pd
 from pydantic import ValidationError
 
 from kvcal.errors import InputError
 from kvcal.outputs import write_file
+from kvcal.probe_checks import contradiction
 from kvcal.records import Leg, ProbeRecord, RunManifest
-from kvcal.sweep.load import probe_counts_as_idle
-from kvcal.sweep.probe_checks import contradiction
 from kvcal.userfiles import read_bytes, read_text
 
 log = logging.getLogger(__name__)
-
-INTERCHANGE_COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "started_at"]  # started_at: time order
 
 
 class RunFolder:
@@ -140,73 +135,11 @@ class RunFolder:
         raw = read_bytes(self.probes_path) if self.probes_path.is_file() else b""
         return bool(raw) and not raw.endswith(b"\n") and _is_torn(raw[raw.rfind(b"\n") + 1:])
 
-    def write_summary(self, records: Iterable[ProbeRecord] | None = None) -> None:
-        records = list(self.read_probes() if records is None else records)
-        atomic_write(self.summary_path, summarize(records).to_csv(index=False))
-
-
-def valid_probes(records: Iterable[ProbeRecord]) -> list[ProbeRecord]:
-    return [r for r in records if r.valid and r.ttft_ms is not None]
-
-
-def summarize(records: Iterable[ProbeRecord]) -> pd.DataFrame:
-    """Per (prefix_tokens, leg): counts, TTFT statistics, median bytes moved, and the valid probes
-    counted by the counter that proved their bytes (``pull_proofs``: ``counter=n; ...``)."""
-    records = list(records)
-    columns = ["prefix_tokens", "leg", "n_valid", "n_invalid", "median_ttft_ms", "mean_ttft_ms",
-               "std_ttft_ms", "min_ttft_ms", "max_ttft_ms", "median_bytes_moved", "pull_proofs"]
-    if not records:
-        return pd.DataFrame(columns=columns)
-    frame = pd.DataFrame(
-        [{"prefix_tokens": r.prefix_tokens, "leg": r.leg.value, "valid": r.valid,
-          "ttft_ms": r.ttft_ms, "bytes_moved": r.bytes_moved, "bytes_metric": r.bytes_metric} for r in records]
-    )
-    rows = []
-    for (n, leg), group in frame.groupby(["prefix_tokens", "leg"], sort=True):
-        good = group[group["valid"]]
-        ttft = good["ttft_ms"].astype(float)
-        moved = good["bytes_moved"].dropna()
-        rows.append({
-            "prefix_tokens": int(n), "leg": leg, "n_valid": len(good), "n_invalid": int((~group["valid"]).sum()),
-            "median_ttft_ms": ttft.median() if len(ttft) else None, "mean_ttft_ms": ttft.mean() if len(ttft) else None,
-            "std_ttft_ms": ttft.std() if len(ttft) > 1 else None, "min_ttft_ms": ttft.min() if len(ttft) else None,
-            "max_ttft_ms": ttft.max() if len(ttft) else None,
-            "median_bytes_moved": int(moved.median()) if len(moved) else None,
-            "pull_proofs": "; ".join(f"{k}={v}" for k, v in sorted(good["bytes_metric"].dropna().value_counts().items())),
-        })
-    return pd.DataFrame(rows, columns=columns)
-
 
 def pulls_by_proof(records: Iterable[ProbeRecord]) -> tuple[tuple[str, int], ...]:
     """Valid pulls counted by the counter that proved their bytes (``bytes_metric``), sorted by counter."""
     counts = Counter(r.bytes_metric for r in records if r.valid and r.leg is Leg.PULL and r.bytes_metric)
     return tuple(sorted(counts.items()))
-
-
-def export_interchange(run: RunFolder, output: Path | None) -> int:
-    """Write the valid probes as the interchange CSV (``output`` None: stdout); return the row count."""
-    # One row per probe, its last valid attempt, warm-ups left out: the rows fit would use.
-    valid = [r for r in valid_probes(run.read_probes()) if not r.warmup]
-    rows = list({r.probe_id: r for r in valid}.values())
-    if len(rows) < len(valid):
-        log.info("%d repeated records of one probe collapsed to the last, as fit does", len(valid) - len(rows))
-    if any(r.load_state not in (None, "idle") for r in rows):
-        # The interchange format has no load columns: a loaded run exports its idle probes only.
-        threshold = run.manifest().settings.busy_queue_threshold
-        rows = [r for r in rows if probe_counts_as_idle(r, threshold)]
-    if not rows:
-        raise InputError(f"{run.path} has no valid probes to export")
-    buffer = [INTERCHANGE_COLUMNS]
-    for r in sorted(rows, key=lambda r: (r.prefix_tokens, r.leg.value, r.rep)):
-        buffer.append([r.prefix_tokens, r.leg.value, f"{r.ttft_ms:.4f}", r.rep, "" if r.bytes_moved is None else r.bytes_moved,
-                       r.started_at])
-    if output is None:
-        csv.writer(sys.stdout, lineterminator="\n").writerows(buffer)
-        return len(rows)
-    text = io.StringIO()
-    csv.writer(text).writerows(buffer)
-    write_file(output, text.getvalue(), f"-o {output}")
-    return len(rows)
 
 
 def completed_probe_ids(records: Iterable[ProbeRecord]) -> set[str]:
@@ -222,6 +155,13 @@ def attempts_so_far(records: Iterable[ProbeRecord]) -> dict[str, int]:
 
 def legs_present(records: Iterable[ProbeRecord]) -> set[Leg]:
     return {r.leg for r in records if r.valid}
+
+
+def probe_counts_as_idle(record: ProbeRecord, threshold: int) -> bool:
+    """Whether a probe may feed the idle curves: asked for idle and measured idle (unknown queues count as idle)."""
+    if record.load_state not in (None, "idle"):
+        return False
+    return all(q is None or q < threshold for q in (record.source_waiting, record.computing_waiting))
 
 
 def atomic_write(path: Path, text: str) -> None:

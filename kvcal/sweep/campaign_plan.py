@@ -42,7 +42,7 @@ from kvcal.records import FIT_DEFAULTS
 from kvcal.sweep.adaptive import FIT_SETTINGS, Controller, StopRules, relative_width
 from kvcal.sweep.design import allowed_range
 from kvcal.sweep.plan import default_prefix_lengths
-from kvcal.sweep.recorder import RunFolder
+from kvcal.runfolder import RunFolder
 
 PLAN_SCHEMA = "kvcal.plan/1"
 DEFAULT_LIMIT = 65536  # a prior fit whose run does not say its model limit: kvcal sweep's sim default

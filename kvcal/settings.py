@@ -1,9 +1,10 @@
-"""The sweep's settings, declared once.
+"""The sweep's settings, declared once (a base module: run.json stores them, the engines launch from them).
 
 Each field's type, bounds, default and description drive validation, the campaign-file
-schema, the ``kvcal sweep`` flag's name and help (:func:`flag_of`, :func:`flag_help`),
-the vLLM pair's launch settings (:func:`kvcal.engines.vllm_launch.settings_from_config`)
-and the sweep command line a Kubernetes Job runs (:func:`sweep_argv`). A field's
+schema (:mod:`kvcal.sweep.validate` reads the file), the ``kvcal sweep`` flag's name and
+help (:func:`flag_of`, :func:`flag_help`), the vLLM pair's launch settings
+(:func:`kvcal.engines.vllm_launch.settings_from_config`) and the sweep command line a
+Kubernetes Job runs (:func:`sweep_argv`). A field's
 ``json_schema_extra`` may name its flag when it is not ``--`` plus the field name with
 dashes, and carries the marks validation (:mod:`kvcal.sweep.validate`) and the CLI read:
 ``launch_only`` (only when kvcal launches the engines: attach mode and the k8s Job refuse
@@ -13,6 +14,9 @@ adaptive campaign reads it; ``--resume`` may change it) and ``campaign_file_only
 flag). ``tests/unit/test_settings_once.py`` holds the CLI's options to these fields. A campaign file (``--config FILE``, YAML) may set any field; flags
 given on the command line override it; unknown keys are an error so that a renamed key
 cannot vanish silently.
+
+The transports' names and the P2P tier's deployed port are constants here, below the
+engines that define the transports; a test holds them to ``kvcal.engines.transports``.
 """
 
 from __future__ import annotations
@@ -20,17 +24,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kvcal.engines.sim_costs import SimCosts
-from kvcal.engines.transports import transport_names
-from kvcal.errors import InputError
-from kvcal.engines.transports.p2p_tier import P2P_PORT
-from kvcal.sweep.validate import check_settings, flag_for, marked, repeated_lengths_problem
-from kvcal.userfiles import read_text
-from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml, refuse_bool_numbers
+from kvcal.sim_costs import SimCosts
+from kvcal.yaml_guard import refuse_bool_numbers
 
+TRANSPORT_NAMES = ("nixl-pd", "p2p-tier")
+"""Every KV transport's name, sorted (``kvcal.engines.transports.transport_names()``, held equal by a test)."""
+P2P_PORT = 7777
+"""The P2P listener port of a deployed engine: the router's sidecar always tells the consumer to pull from it."""
+DEFAULT_BLOCK_SIZE = 64
+"""KV block size in tokens when nothing sets one (kvcal sweep's default; the llm-d guides use 64)."""
 
 LoadState = Literal["idle", "source-busy", "computing-busy", "both-busy"]  # what each means: kvcal.sweep.load
 
@@ -54,7 +58,7 @@ class SweepConfig(BaseModel):
 
     model: str | None = Field(None, description="Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'.")
     engine: Literal["vllm", "sim"] = Field("vllm", description="vllm: real engines; sim: simulated curves, never a measurement.")
-    transport: str = Field("nixl-pd", description=f"How the consumer pulls KV from the producer: {' or '.join(transport_names())}.",
+    transport: str = Field("nixl-pd", description=f"How the consumer pulls KV from the producer: {' or '.join(TRANSPORT_NAMES)}.",
                                       json_schema_extra={"engine_only": True})
     producer_url: str | None = Field(None, description="Attach to a running producer at this URL instead of launching one.",
                                       json_schema_extra={"engine_only": True})
@@ -71,7 +75,7 @@ class SweepConfig(BaseModel):
                                          json_schema_extra={"launch_only": True})
     prefix_lengths: list[int] | None = Field(None, description="Prefix lengths in tokens (block multiples); default: a ladder up to the model's limit.")
     reps: int = Field(3, ge=1, le=1000, description="Probes per length and leg.")
-    block_size: int = Field(64, gt=0, description="KV block size in tokens (engines are started with it).")
+    block_size: int = Field(DEFAULT_BLOCK_SIZE, gt=0, description="KV block size in tokens (engines are started with it).")
     seed: int = Field(0, ge=0, description="Seeds the probe order and the prompts.")
     output_dir: Path = Field(Path("results"), description="Folder that holds run folders.")
     name: str | None = Field(None, description="Run folder name; default: time stamp plus model.")
@@ -119,8 +123,8 @@ class SweepConfig(BaseModel):
     @field_validator("transport")
     @classmethod
     def _known_transport(cls, value: str) -> str:
-        if value not in transport_names():
-            raise ValueError(f"unknown transport {value!r}; choose one of {', '.join(transport_names())}")
+        if value not in TRANSPORT_NAMES:
+            raise ValueError(f"unknown transport {value!r}; choose one of {', '.join(TRANSPORT_NAMES)}")
         return value
 
     @field_validator("prefix_lengths")
@@ -165,6 +169,34 @@ def arg_value(args: tuple[str, ...] | list[str], *names: str) -> str | None:
             if arg.startswith(name + "="):
                 return arg.split("=", 1)[1]
     return None
+
+
+def declared(model: type[BaseModel], name: str) -> dict[str, Any]:
+    """The marks a settings field declares in its ``json_schema_extra`` (flag, launch_only, ...)."""
+    extra = model.model_fields[name].json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+def flag_for(model: type[BaseModel], name: str) -> str:
+    """How a setting is given: its declared flag, ``--`` plus the name with dashes, or its campaign-file key."""
+    marks = declared(model, name)
+    if marks.get("campaign_file_only"):
+        return f"{name} (campaign file)"
+    return str(marks.get("flag") or "--" + name.replace("_", "-"))
+
+
+def marked(model: type[BaseModel], mark: str) -> tuple[str, ...]:
+    """The fields of ``model`` that carry ``mark`` (e.g. ``launch_only``), in declaration order."""
+    return tuple(name for name in model.model_fields if declared(model, name).get(mark))
+
+
+def repeated_lengths_problem(lengths: list[int]) -> str | None:
+    """Why a list that names a length twice is refused, or None: a ladder lists each length once, reps are --reps."""
+    repeated = sorted({n for n in lengths if lengths.count(n) > 1})
+    if not repeated:
+        return None
+    return (f"{', '.join(map(str, repeated))} listed more than once; list each length once and "
+            "set --reps for more probes a length")
 
 
 def field_help(name: str) -> str:
@@ -217,46 +249,3 @@ def sweep_argv(values: dict[str, Any]) -> list[str]:
         else:
             argv += [flag, str(value)]
     return argv
-
-
-def load_campaign_file(path: Path) -> dict[str, Any]:
-    """Read a campaign YAML into a dict of settings (keys may use dashes or underscores)."""
-    if not path.exists() and not path.is_symlink():
-        raise InputError(f"campaign file {path} does not exist")
-    text = read_text(path, f"campaign file {path}")
-    try:
-        data = load_pyyaml(text, f"campaign file {path}")
-    except yaml.YAMLError as err:
-        raise InputError(f"campaign file {path} is not valid YAML: {describe(err)}") from None
-    if data is None:
-        raise InputError(f"campaign file {path} holds no settings (it is empty)")
-    if not isinstance(data, dict):
-        raise InputError(f"campaign file {path} must be a mapping of settings, got {type(data).__name__}")
-    settings = _underscored(data)
-    for name, value in settings.items():  # a nested block (sim:) takes dashes too, as the top level does
-        field = SweepConfig.model_fields.get(name)
-        annotation = getattr(field, "annotation", None)
-        if isinstance(value, dict) and isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            settings[name] = _underscored(value)
-    return settings
-
-
-def _underscored(data: dict[Any, Any]) -> dict[str, Any]:
-    return {str(key).replace("-", "_"): value for key, value in data.items()}
-
-
-def resolve_config(file_settings: dict[str, Any], flag_settings: dict[str, Any]) -> SweepConfig:
-    """Flags given on the command line (not None) override the campaign file."""
-    merged = dict(file_settings)
-    merged.update({key: value for key, value in flag_settings.items() if value is not None})
-    try:
-        config = SweepConfig.model_validate(merged)
-    except ValidationError as err:
-        first = err.errors()[0]
-        loc = list(first.get("loc", ())) + ([first["ctx"]["field"]] if first.get("type") == BOOL_NUMBER else [])
-        where = ".".join(str(p) for p in loc)
-        hint = " (unknown setting)" if first.get("type") == "extra_forbidden" else ""
-        message = str(first.get("msg", "")).removeprefix("Value error, ")  # pydantic's prefix for a validator's own words
-        raise InputError(f"setting '{where}': {message}{hint}") from None
-    check_settings(config)
-    return config
