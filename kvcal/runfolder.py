@@ -39,26 +39,11 @@ class RunFolder:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.path / "run.json"
-
-    @property
-    def probes_path(self) -> Path:
-        return self.path / "probes.jsonl"
-
-    @property
-    def summary_path(self) -> Path:
-        return self.path / "summary.csv"
-
-    @property
-    def fit_path(self) -> Path:
-        return self.path / "fit.json"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.path / "logs"
+        self.manifest_path = self.path / "run.json"
+        self.probes_path = self.path / "probes.jsonl"
+        self.summary_path = self.path / "summary.csv"
+        self.fit_path = self.path / "fit.json"
+        self.logs_dir = self.path / "logs"
 
     @staticmethod
     def is_run_folder(path: Path | str) -> bool:
