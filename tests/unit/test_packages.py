@@ -24,7 +24,7 @@ def _target_package(module: str) -> str:
 
 
 def _imported(tree: ast.AST, relative: tuple[str, ...]) -> set[str]:
-    """Every kvcal module or name a module's source imports, anywhere in it, as a dotted name."""
+    """Every kvcal module or name a module's source imports, anywhere in it, as a dotted name (a lazy ``_API`` entry too)."""
     here = ["kvcal", *relative[:-1]]  # the module's own package, for relative imports
     found = set()
     for node in ast.walk(tree):
@@ -34,7 +34,10 @@ def _imported(tree: ast.AST, relative: tuple[str, ...]) -> set[str]:
             origin = ".".join([*here[:len(here) - node.level + 1], *([node.module] if node.module else [])]) \
                 if node.level else node.module or ""
             found |= {origin} | {f"{origin}.{alias.name}" for alias in node.names}
-    return {name for name in found if name == "kvcal" or name.startswith("kvcal.")}
+        elif (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["_API"]
+              and isinstance(node.value, ast.Dict)):  # a package's public API, imported on first use (kvcal/lazy.py)
+            found |= {value.value for value in node.value.values if isinstance(value, ast.Constant)}
+    return {name for name in found if isinstance(name, str) and (name == "kvcal" or name.startswith("kvcal."))}
 
 
 def upward_in(source: str, relative: tuple[str, ...]) -> set[str]:
@@ -63,6 +66,8 @@ def _upward_imports() -> set[tuple[str, str]]:
     ("from kvcal import errors, cost_curve\nimport kvcal\nfrom kvcal.records import Leg", ("records_v1",), set()),
     ("from kvcal.records import Leg\nfrom kvcal.engines.sim import SimPair", ("fit", "tables"), set()),
     ("import numpy\nfrom typing import Any", ("estimate", "predict"), set()),
+    ('_API = {"plan_campaigns": "kvcal.sweep.campaign_plan"}', ("estimate", "__init__"), {"sweep"}),
+    ('_API = {"SweepConfig": "kvcal.settings"}', ("sweep", "__init__"), set()),
 ])
 def test_the_classifier_sees_every_way_of_importing(source, module, upward):
     assert upward_in(source, module) == upward
