@@ -8,17 +8,20 @@ Layout of ``results/<name>/``::
     logs/           engine logs (launch mode)
     fit.json        written by ``kvcal fit``
 
-A base module: the sweep writes a run folder, the engines put their logs in it, the fit
-and the reports read it. Probe lines are never rewritten. A line torn by a crash
+A base module: the sweep writes a run folder, the engines put their logs in it, the fit,
+the reports and ``kvcal export`` (the interchange CSV) read it. Probe lines are never rewritten. A line torn by a crash
 mid-write (no trailing newline) is the only damage repaired on resume; anything else is
 reported as corrupt.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 import os
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,6 +35,8 @@ from kvcal.records import Leg, ProbeRecord, RunManifest
 from kvcal.userfiles import read_bytes, read_text
 
 log = logging.getLogger(__name__)
+
+INTERCHANGE_COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "started_at"]  # started_at: time order
 
 
 class RunFolder:
@@ -121,10 +126,40 @@ class RunFolder:
         return bool(raw) and not raw.endswith(b"\n") and _is_torn(raw[raw.rfind(b"\n") + 1:])
 
 
+def valid_probes(records: Iterable[ProbeRecord]) -> list[ProbeRecord]:
+    return [r for r in records if r.valid and r.ttft_ms is not None]
+
+
 def pulls_by_proof(records: Iterable[ProbeRecord]) -> tuple[tuple[str, int], ...]:
     """Valid pulls counted by the counter that proved their bytes (``bytes_metric``), sorted by counter."""
     counts = Counter(r.bytes_metric for r in records if r.valid and r.leg is Leg.PULL and r.bytes_metric)
     return tuple(sorted(counts.items()))
+
+
+def export_interchange(run: RunFolder, output: Path | None) -> int:
+    """Write the valid probes as the interchange CSV (``output`` None: stdout); return the row count."""
+    # One row per probe, its last valid attempt, warm-ups left out: the rows fit would use.
+    valid = [r for r in valid_probes(run.read_probes()) if not r.warmup]
+    rows = list({r.probe_id: r for r in valid}.values())
+    if len(rows) < len(valid):
+        log.info("%d repeated records of one probe collapsed to the last, as fit does", len(valid) - len(rows))
+    if any(r.load_state not in (None, "idle") for r in rows):
+        # The interchange format has no load columns: a loaded run exports its idle probes only.
+        threshold = run.manifest().settings.busy_queue_threshold
+        rows = [r for r in rows if probe_counts_as_idle(r, threshold)]
+    if not rows:
+        raise InputError(f"{run.path} has no valid probes to export")
+    buffer = [INTERCHANGE_COLUMNS]
+    for r in sorted(rows, key=lambda r: (r.prefix_tokens, r.leg.value, r.rep)):
+        buffer.append([r.prefix_tokens, r.leg.value, f"{r.ttft_ms:.4f}", r.rep, "" if r.bytes_moved is None else r.bytes_moved,
+                       r.started_at])
+    if output is None:
+        csv.writer(sys.stdout, lineterminator="\n").writerows(buffer)
+        return len(rows)
+    text = io.StringIO()
+    csv.writer(text).writerows(buffer)
+    write_file(output, text.getvalue(), f"-o {output}")
+    return len(rows)
 
 
 def completed_probe_ids(records: Iterable[ProbeRecord]) -> set[str]:

@@ -19,8 +19,7 @@ def export(
     """
     from kvcal.errors import InputError
     from kvcal.outputs import check_output
-    from kvcal.runfolder import RunFolder
-    from kvcal.sweep.summary import export_interchange
+    from kvcal.runfolder import RunFolder, export_interchange
 
     to_stdout = str(output) == "-"
     if not to_stdout:
