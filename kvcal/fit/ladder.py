@@ -8,7 +8,7 @@ blocks: :mod:`kvcal.sweep.reach`.
 
 from __future__ import annotations
 
-FLOOR_BLOCKS = 2  # a one-block pull moves nothing (module docstring)
+FLOOR_BLOCKS = 2  # a one-block pull moves nothing (kvcal.sweep.reach's docstring says why)
 
 
 def pull_floor(block_size: int) -> int:
