@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from kvcal.cost_curve import break_even_tokens
 from kvcal.emit.threshold import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import NoThreshold
 from kvcal.fit import fit_table
+from kvcal.fit.modes import MeanCost
 from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
 from factories import sim_table
 from kvcal.records import FitResult
@@ -63,6 +66,27 @@ def test_a_stall_of_one_probe_keeps_the_robust_fit():
     assert abs(stalled.break_even_tokens - clean.break_even_tokens) / clean.break_even_tokens < 0.05
     assert any("down-weighted" in w for w in stalled.warnings)
 
+
+
+def test_slow_pulls_too_few_to_tell_from_a_stall_keep_the_robust_point_and_reach_up_to_the_mean_cost():
+    clean = fit_table(sim_table(COSTS, LADDER, 3, seed=1), seed=1, n_resamples=500)
+    fit = fit_table(_slowed("pull", 0.06, 2.5, seed=1), seed=1, n_resamples=500)  # 1 slow pull of 18
+    assert fit.slow_modes == [] and fit.unresolved_slow is not None
+    assert fit.unresolved_slow.n_slow == 1 and 2.2 < fit.unresolved_slow.ratio < 2.8
+    assert fit.break_even_tokens == pytest.approx(clean.break_even_tokens, rel=0.05)  # the point: the robust one
+    assert fit.break_even_ci[0] == pytest.approx(clean.break_even_ci[0], rel=0.05)  # the lower end: the fast curves'
+    assert fit.break_even_ci[1] >= _mean_truth(1 / 18, 2.5)  # the upper end: the mean costs' with the slow pull
+    assert any("too few to tell a stall from a slow mode" in w for w in fit.warnings)
+    threshold = compute_threshold(fit)
+    assert "too few to tell a stall" in threshold.steps[0]
+    assert threshold.min_cached_token_delta >= _mean_truth(0.1, 2.5)  # safe for a 10 % mode the sample hid
+
+
+def test_the_mean_cost_scale_draws_the_share_from_the_jeffreys_posterior():
+    mean = MeanCost(n_slow=2, n_probes=18, log_ratio=math.log(2.0), log_ratio_se=1e-9, decided=True)
+    share = mean.scale_samples(200_000, np.random.default_rng(0)) - 1.0  # ratio 2: m - 1 is the share
+    assert np.quantile(share, [0.05, 0.95]) == pytest.approx(stats.beta.ppf([0.05, 0.95], 2.5, 16.5), rel=0.02)
+    assert mean.scale == pytest.approx(1 + 2 / 18)
 
 @pytest.mark.parametrize("reps", [2, 3, 5])
 def test_clean_data_report_no_slow_mode(reps):
