@@ -17,7 +17,7 @@ from kvcal.errors import NoThreshold
 from kvcal.fit import fit_table
 from kvcal.fit.modes import MeanCost
 from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
-from factories import sim_table
+from factories import make_probe, sim_table, write_run_folder
 from kvcal.records import FitResult
 from kvcal.report.plot import figure_for
 
@@ -178,3 +178,33 @@ def test_plot_draws_the_slow_mode_apart_from_the_fast_probes():
     lines = {line.get_label(): line for ax in figure_for(fit, table).axes for line in ax.get_lines()}
     slow = next(line for label, line in lines.items() if label.startswith("pull slow mode (22% of probes, 2."))
     assert len(slow.get_xdata()) == 4 and len(lines["pull probes"].get_xdata()) == 14
+
+
+def _tied_run(folder: Path, *, warm: bool, drift: float) -> Path:
+    """A run folder whose probes all carry one started_at second (a fast pair), in time order in probes.jsonl,
+    rep labels rotated against time; the first probe in time of each (length, leg) 1.5x slow when ``warm``,
+    the host slowing by ``drift`` over the run."""
+    rows = _rows(sim_table(COSTS, LADDER, 3, seed=11))  # drawn rep by rep: rep 0 of every group first
+    groups = sorted({(r["prefix_tokens"], r["leg"]) for r in rows})
+    records = []
+    for i, row in enumerate(rows):
+        ttft = row["ttft_ms"] * (1.5 if warm and row["rep"] == 0 else 1.0) * (1.0 + drift * i / len(rows))
+        label = (row["rep"] + groups.index((row["prefix_tokens"], row["leg"]))) % 3
+        records.append(make_probe(i, row["prefix_tokens"], row["leg"], ttft, rep=label, probe_id=f"p{i}"))
+    assert len({r.started_at for r in records}) == 1
+    return write_run_folder(folder, records)
+
+
+def test_probes_stamped_in_one_second_keep_their_file_order_through_fit_and_export(kvcal, tmp_path):
+    run = _tied_run(tmp_path / "warm", warm=True, drift=0.0)
+    assert kvcal("fit", run, "--resamples", "0").code == 0
+    assert FitResult.model_validate_json((run / "fit.json").read_text()).n_warmup_excluded == 12
+    assert kvcal("export", run, "-o", tmp_path / "warm.csv").code == 0
+    res = kvcal("fit", tmp_path / "warm.csv", "-o", tmp_path / "fit.json", "--resamples", "0")
+    assert res.code == 0 and "warm-up effect" in res.err
+    assert FitResult.model_validate_json((tmp_path / "fit.json").read_text()).n_warmup_excluded == 12
+
+
+def test_a_drift_among_probes_stamped_in_one_second_is_found_in_file_order(tmp_path):
+    fit = fit_table(load_probe_table(_tied_run(tmp_path / "drift", warm=False, drift=0.3)), n_resamples=0)
+    assert {t.leg for t in fit.time_trends} == {"recompute", "pull"}
