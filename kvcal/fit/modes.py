@@ -150,14 +150,30 @@ def pull_cost(recompute: LegFit, pull: LegFit, pull_data: LegData, models: tuple
             fast = fit_leg(_unslowed(pull_data, slow_idx, mode.ratio), models)
             return PullCost(fast, modes, MeanCost(mode.n_slow, mode.n_probes, math.log(mode.ratio),
                                                   sd / math.sqrt(mode.n_slow), decided=True), None)
-    fitted = cost_ms(pull.chosen_fit.coef, pull.data.n_tokens)
-    aside = np.flatnonzero((pull.weights < DOWNWEIGHT_REPORT_BELOW) & (pull.data.ttft_ms > fitted))
+    aside, e, sd = _set_aside(pull)
     if not aside.size:
         return PullCost(pull, modes, None, None)
-    e = np.log(pull.data.ttft_ms[aside] / fitted[aside])
-    sd = max(pull.sigma_rel, SD_FLOOR)
     mean = MeanCost(len(aside), pull.data.n_probes, float(e.mean()), sd / math.sqrt(len(aside)), decided=False)
     return PullCost(pull, modes, mean, _record(pull.data, aside, float(e.mean()), float(e.mean()) / sd, False))
+
+
+def _set_aside(fit: LegFit) -> tuple[np.ndarray, np.ndarray, float]:
+    """The slow probes the robust fit set aside (weight < 1/4, above the curve) when they lie beyond the fast
+    noise: k of n that far out has p < ``TAIL_ALPHA`` under the other probes' noise (sd from them, Student t),
+    as in the mode test's (b). Without it a MAD that came out small by chance set aside a 3.4 sd probe of clean
+    data (1 of 40 clean 6 x 3 campaigns). Returns (indices, their log ratios to the fast curve, the noise sd)."""
+    data = fit.data
+    e = np.log(data.ttft_ms / cost_ms(fit.chosen_fit.coef, data.n_tokens))
+    aside = np.flatnonzero((fit.weights < DOWNWEIGHT_REPORT_BELOW) & (e > 0))
+    df = data.n_probes - len(aside) - fit.chosen_fit.n_params
+    if not aside.size or df < 1:
+        return np.array([], dtype=int), e[:0], 0.0
+    rest = np.delete(e, aside)
+    sd = max(math.sqrt(float(np.sum((rest - rest.mean()) ** 2)) / df), SD_FLOOR)
+    tail = float(stats.t.sf((float(e[aside].min()) - float(rest.mean())) / sd, df))
+    if float(stats.binom.sf(len(aside) - 1, data.n_probes, tail)) >= TAIL_ALPHA:
+        return np.array([], dtype=int), e[:0], 0.0
+    return aside, e[aside], sd
 
 
 def _unslowed(data: LegData, slow_idx: np.ndarray, ratio: float) -> LegData:
