@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the kvcal tree to measure (default: this one)")
     args = parser.parse_args(argv)
     env = {**os.environ, "PYTHONPATH": args.pythonpath}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(args.requests), str(args.resamples)], env=env,
+    done = subprocess.run([sys.executable, "-c", CHILD, str(args.requests), str(args.resamples)], env=env, cwd=args.pythonpath,
                           capture_output=True, text=True)
     if done.returncode != 0:
         print(done.stderr, file=sys.stderr)
