@@ -12,7 +12,9 @@ margin), and prints:
   bound is below the truth); ``n/a`` where the truth is undefined (ties);
 * ``flag``: share in which the cell's defect was detected (warm-up excluded, duplicates
   collapsed, disturbed host marked, slow mode found), where the cell has one;
-* ``modes``: share in which a slow mode was reported (a false alarm outside the slow-mode cells).
+* ``modes``: share in which a slow mode was reported (a false alarm outside the slow-mode cells);
+* ``aside``: share in which slow pulls were set aside by the robust fit but too few to call a
+  mode (the interval then reaches up to the mean cost with them, :mod:`kvcal.fit.modes`).
 
 Cells: the defaults (6x3), one rep per length, the gpt-oss-like ladder measured above the
 break-even (extrapolated), a truth just above the shortest length (near-shortest),
@@ -181,7 +183,7 @@ CELLS = [
 
 def run_cell(cell: Cell, seeds: int, confidence: float) -> dict[str, float | str]:
     tie = cell.costs.recompute_ms(1000.0) == cell.costs.pull_ms(1000.0) and cell.costs.recompute_per_token2_ns == 0
-    emitted, below, ratios, covered, flagged, truths, moded = 0, 0, [], 0, 0, [], 0
+    emitted, below, ratios, covered, flagged, truths, moded, aside = 0, 0, [], 0, 0, [], 0, 0
     for seed in range(seeds):
         truth = cell.truth(cell.costs, seed) if cell.truth else cell.costs.true_break_even()
         truths.append(truth if truth is not None else math.inf)
@@ -191,6 +193,7 @@ def run_cell(cell: Cell, seeds: int, confidence: float) -> dict[str, float | str
         fit = fit_table(table, confidence=confidence, seed=seed)
         flagged += bool(cell.flag and cell.flag(fit))
         moded += bool(fit.slow_modes)
+        aside += fit.unresolved_slow is not None
         low, high = (fit.bootstrap.break_even_ci_bounds or [None, None])
         if truth is not None and low is not None and low <= truth and (high is None or truth <= high):
             covered += 1
@@ -211,6 +214,7 @@ def run_cell(cell: Cell, seeds: int, confidence: float) -> dict[str, float | str
         "coverage": "n/a" if tie else f"{covered / seeds:.2f}",
         "flag": f"{flagged / seeds:.2f}" if cell.flag else "-",
         "modes": f"{moded / seeds:.2f}",
+        "aside": f"{aside / seeds:.2f}",
     }
 
 
@@ -228,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"threshold safety on edge-case campaigns, {args.seeds} seeds per cell, {args.confidence:.0%} intervals, margin 0.25")
     print(f"{'cell':<26} {'truth':>6} {'emitted':>7} {'below_truth':>11} {'min_thr/truth':>13} {'med_thr/truth':>13} "
-          f"{'coverage':>8} {'flag':>5} {'modes':>5}")
+          f"{'coverage':>8} {'flag':>5} {'modes':>5} {'aside':>5}")
     total_below = 0
     cells = [cell for cell in CELLS if not args.only or args.only in cell.name]
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
@@ -236,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     for cell, row in zip(cells, rows):
         total_below += int(row["below"])
         print(f"{cell.name:<26} {row['truth']:>6} {row['emitted']:>7.2f} {row['below']:>11} {row['min_ratio']:>13} "
-              f"{row['med_ratio']:>13} {row['coverage']:>8} {row['flag']:>5} {row['modes']:>5}", flush=True)
+              f"{row['med_ratio']:>13} {row['coverage']:>8} {row['flag']:>5} {row['modes']:>5} {row['aside']:>5}", flush=True)
     print(f"thresholds below the true break-even, all cells: {total_below}")
     return 0
 

@@ -317,7 +317,7 @@ class SlowMode(Record):
     lengths: list[int] = Field(description="Prefix lengths at which slow probes were measured.")
     separation_sd: float = Field(description="The slow mode's excess in units of the fast mode's noise sd.")
     slow_probes: list[list[int]] = Field(default_factory=list, description="[prefix_tokens, rep] of each slow probe.")
-    mean_fitted: bool = Field(description="True when the leg's curve is its mean cost (least squares) instead of the robust fast curve.")
+    mean_fitted: bool = Field(description="True when the leg's curve is its mean cost (the fast curve x (1 + share x (ratio - 1))) instead of the robust fast curve.")
 
 
 class TimeTrend(Record):
@@ -363,6 +363,7 @@ class FitResult(Record):
     cost_model: CostModelFit | None = Field(None, description="The router's costModel constants fitted under load (loaded runs, or --per-request/--epp-log).")
     slow_modes: list[SlowMode] = Field(default_factory=list, description="Legs whose slow probes form a common mode (kvcal.fit.modes).")
     fast_break_even_tokens: float | None = Field(None, description="Break-even of the fast modes (robust fits) when a slow mode made the curves mean costs.")
+    unresolved_slow: SlowMode | None = Field(None, description="Slow pulls the robust fit set aside, too few to tell a stall from a mode: the break-even is the robust one and its interval reaches up to the mean cost with them (kvcal.fit.modes).")
     time_trends: list[TimeTrend] = Field(default_factory=list, description="Significant drifts of the residuals in time order.")
     kvcal_version: str
     created_at: str

@@ -140,7 +140,9 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
     """Write the valid probes as the interchange CSV (``output`` None: stdout); return the row count."""
     # One row per probe, its last valid attempt, warm-ups left out: the rows fit would use.
     valid = [r for r in valid_probes(run.read_probes()) if not r.warmup]
-    rows = list({r.probe_id: r for r in valid}.values())
+    last = {r.probe_id: (line, r) for line, r in enumerate(valid)}
+    # In time order, (started_at, line in probes.jsonl): a reader ranks the 1 s stamps by row, so ties keep their order.
+    rows = [r for _, r in sorted(last.values(), key=lambda lr: (lr[1].started_at, lr[0]))]
     if len(rows) < len(valid):
         log.info("%d repeated records of one probe collapsed to the last, as fit does", len(valid) - len(rows))
     if any(r.load_state not in (None, "idle") for r in rows):
@@ -150,7 +152,7 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
     if not rows:
         raise InputError(f"{run.path} has no valid probes to export")
     buffer = [INTERCHANGE_COLUMNS]
-    for r in sorted(rows, key=lambda r: (r.prefix_tokens, r.leg.value, r.rep)):
+    for r in rows:
         buffer.append([r.prefix_tokens, r.leg.value, f"{r.ttft_ms:.4f}", r.rep, "" if r.bytes_moved is None else r.bytes_moved,
                        r.started_at])
     if output is None:

@@ -21,9 +21,10 @@ and at least ``B``. Why each part:
   beat recompute by a measurable amount (ties), or when the run measured a disturbed host
   (unless ``--allow-disturbed``).
 
-A pull with a slow mode (:mod:`kvcal.fit.modes`) arrives fitted to its mean cost, so the
-same rule is safe for the mean the router pays; the steps say so and a refusal names the
-slow mode and what to measure.
+A pull with a slow mode (:mod:`kvcal.fit.modes`) arrives fitted to its mean cost, and one
+with slow pulls too few to tell from a stall arrives with an interval whose upper end is
+the mean cost's, so the same rule is safe for the mean the router pays; the steps say so
+and a refusal names the slow pulls and what to measure.
 
 Every warning names the command that would resolve it.
 """
@@ -168,8 +169,13 @@ def _ladder_up(n_max: int, block: int) -> str:
 
 
 def slow_mode_line(fit: FitResult) -> str | None:
-    """The pull's slow mode, when the fit made the pull's curve its mean cost (kvcal.fit.modes); else None."""
+    """The pull's slow mode, when the fit made the pull's curve its mean cost (kvcal.fit.modes), or its slow pulls
+    too few to tell from a stall; else None."""
     mode = next((m for m in fit.slow_modes if m.mean_fitted), None)
+    aside = fit.unresolved_slow
+    if mode is None and aside is not None:
+        return (f"{aside.n_slow} of {aside.n_probes} pulls took {aside.ratio:.2g}x the fitted time, too few to tell a "
+                "stall from a slow mode, so the interval's upper end is that of the mean costs with them")
     if mode is None:
         return None
     return (f"the pull has a slow mode ({mode.n_slow} of {mode.n_probes} pulls, {mode.share:.0%}, took {mode.ratio:.2g}x "

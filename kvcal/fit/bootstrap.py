@@ -8,10 +8,15 @@ Two schemes, chosen per leg:
   length's mean, m_k its reps): without that factor a plain resample of m values
   understates the variance of their mean by (m - 1) / m, which at 3 reps narrows
   every interval by a fifth.
-* ``residual`` (some length has a single probe, e.g. the llm-d table of medians, or
-  the leg is the mean of a slow and a fast mode, :mod:`kvcal.fit.modes`):
+* ``residual`` (some length has a single probe, e.g. the llm-d table of medians):
   y* = fitted + s_k * e*, where e* is drawn from the leg's relative residuals,
   leverage-corrected (e / sqrt(1 - h_ii)) and centred.
+
+A pull with slow probes (:mod:`kvcal.fit.modes`) is resampled on its fast curve and each
+resample's pull is multiplied by a draw of its mean-cost scale ``m*``
+(:class:`kvcal.fit.modes.MeanCost`, a third seeded stream): for a mode those are the
+break-even samples; for slow pulls too few to tell from a stall the fast samples are kept
+and the mean-cost ones bound the interval from above (``break_even_upper``).
 
 Each resample is then fitted the way the data were: Huber weights by IRLS on the
 leg's largest model (when the point fit was robust), every candidate model by
@@ -53,6 +58,7 @@ from kvcal.records import FIT_DEFAULTS
 from kvcal.fit.breakeven import break_even_tokens
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.curves import MODEL_PARAMS, LegFit, f_statistic, solve_nnls, to_physical
+from kvcal.fit.modes import MeanCost
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +78,12 @@ class BootstrapResult:
     quadratic_share: float  # share of resamples whose recompute selection chose quadratic
     df: int  # residual degrees of freedom behind the small-sample expansion
     expansion: float  # t/z factor applied to every sample's deviation from the point estimate
+    break_even_upper: np.ndarray | None = None  # (B,) the mean costs' samples, whose upper end bounds the interval
 
 
 def scheme(fit: LegFit) -> str:
-    """Reps within length, unless a length has one probe or the leg is the mean of two modes.
-
-    A mode's share is one number for the whole leg: redrawn within lengths of 3 reps, a
-    length that met no slow probe never meets one, and the share's spread is understated
-    (coverage of the mean-cost truth 0.77 at a 20 % mode, 6 x 3); pooled residuals redraw it
-    over the leg.
-    """
-    return REPS if int(fit.data.counts.min()) >= 2 and not fit.mean_of_modes else RESIDUAL
+    """Reps within length, unless a length has one probe."""
+    return REPS if int(fit.data.counts.min()) >= 2 else RESIDUAL
 
 
 def residual_df(fit: LegFit) -> int:
@@ -103,12 +104,13 @@ def t_expansion(df: int, confidence: float) -> float:
 
 
 def run_bootstrap(recompute: LegFit, pull: LegFit, *, n_resamples: int, seed: int,
-                  confidence: float = FIT_DEFAULTS.confidence) -> BootstrapResult:
-    """Resample both legs independently (separate seeded streams) and refit everything."""
-    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2)]
+                  confidence: float = FIT_DEFAULTS.confidence, mean_cost: MeanCost | None = None) -> BootstrapResult:
+    """Resample both legs independently (separate seeded streams) and refit everything; ``pull`` is the fast curve
+    and ``mean_cost`` its mean-cost scale when slow pulls were seen (module docstring)."""
+    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]  # the first two as spawn(2)
     refits: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     methods: dict[str, str] = {}
-    for leg_fit, rng in zip((recompute, pull), streams):
+    for leg_fit, rng in zip((recompute, pull), streams[:2]):
         method = scheme(leg_fit)
         methods[leg_fit.data.name] = method
         sums = _resampled_sums(leg_fit, _draw_reps if method == REPS else _draw_residuals, rng, n_resamples)
@@ -127,6 +129,13 @@ def run_bootstrap(recompute: LegFit, pull: LegFit, *, n_resamples: int, seed: in
     pull_coef = to_physical(refits[pull.data.name][pull.chosen][0], pull.data.n_ref)
 
     rec_point, pull_point = recompute.chosen_fit.coef, pull.chosen_fit.coef
+    upper = None
+    if mean_cost is not None:
+        mean_coef = pull_coef * mean_cost.scale_samples(n_resamples, streams[2])[:, None]
+        if mean_cost.decided:
+            pull_coef, pull_point = mean_coef, pull_point * mean_cost.scale
+        else:
+            upper = break_even_tokens(selected, mean_coef)
     be_point = float(break_even_tokens(rec_point, pull_point))
     be = break_even_tokens(selected, pull_coef)
     if all(method == REPS for method in methods.values()):
@@ -135,9 +144,7 @@ def run_bootstrap(recompute: LegFit, pull: LegFit, *, n_resamples: int, seed: in
         df = effective_df(residual_df(recompute), residual_df(pull),
                           break_even_tokens(selected, pull_point[None, :]), break_even_tokens(rec_point[None, :], pull_coef))
     factor = t_expansion(df, confidence)
-    if np.isfinite(be_point):
-        finite = np.isfinite(be)
-        be = np.where(finite, np.maximum(be_point + factor * (np.where(finite, be, 0.0) - be_point), 0.0), be)
+    be = _expand_break_even(be, be_point, factor)
     return BootstrapResult(
         methods=methods,
         break_even=be,
@@ -146,7 +153,16 @@ def run_bootstrap(recompute: LegFit, pull: LegFit, *, n_resamples: int, seed: in
         quadratic_share=float(np.mean(pick_quad)),
         df=df,
         expansion=factor,
+        break_even_upper=None if upper is None else _expand_break_even(upper, be_point, factor),
     )
+
+
+def _expand_break_even(be: np.ndarray, be_point: float, factor: float) -> np.ndarray:
+    """Widen break-even samples about the point estimate (inf, no break-even, stays inf)."""
+    if not np.isfinite(be_point):
+        return be
+    finite = np.isfinite(be)
+    return np.where(finite, np.maximum(be_point + factor * (np.where(finite, be, 0.0) - be_point), 0.0), be)
 
 
 def effective_df(df_recompute: int, df_pull: int, be_recompute_only: np.ndarray, be_pull_only: np.ndarray) -> int:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcal.errors import InputError
-from kvcal.fit.bootstrap import t_expansion
+from kvcal.fit.bootstrap import CHUNK_ELEMENTS, t_expansion
 from kvcal.fit.breakeven import interval
 from kvcal.records import FIT_DEFAULTS, CostModelDiagnostics, CostModelFit, Estimate, FitResult, ProbeRecord, RunManifest
 from kvcal.runfolder import probe_counts_as_idle
@@ -349,10 +349,20 @@ def _estimate(point: float, samples: np.ndarray, confidence: float) -> Estimate:
 
 def _bootstrap(data: LoadedProbes, idle: IdleCurves, xs: np.ndarray, w: np.ndarray, strata: list[np.ndarray],
                n_resamples: int, seed: int) -> np.ndarray:
-    """(B, p) coefficient samples: stratified redraws of the requests, each with one idle-curve resample."""
+    """(B, p) coefficient samples: stratified redraws of the requests, each with one idle-curve resample.
+
+    Drawn and solved a slice of resamples at a time, at most ``CHUNK_ELEMENTS`` resamples x requests held at
+    once as in :mod:`kvcal.fit.bootstrap` (a run of 100,000 requests held four 1.6 GB arrays at 2,000
+    resamples); up to CHUNK_ELEMENTS / B requests there is one slice, and the samples are those drawn whole."""
     rng = np.random.default_rng([seed, 1414])
-    n = len(data)
-    counts = np.zeros((n_resamples, n))
+    step = max(1, CHUNK_ELEMENTS // len(data))
+    return np.concatenate([_bootstrap_slice(data, idle, xs, w, strata, min(step, n_resamples - start), rng)
+                           for start in range(0, n_resamples, step)])
+
+
+def _bootstrap_slice(data: LoadedProbes, idle: IdleCurves, xs: np.ndarray, w: np.ndarray, strata: list[np.ndarray],
+                     n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    counts = np.zeros((n_resamples, len(data)))
     rows = np.arange(n_resamples)[:, None]
     for members in strata:
         drawn = members[rng.integers(0, len(members), size=(n_resamples, len(members)))]
@@ -360,9 +370,9 @@ def _bootstrap(data: LoadedProbes, idle: IdleCurves, xs: np.ndarray, w: np.ndarr
     pick_r = rng.integers(0, len(idle.recompute_samples), n_resamples)
     pick_p = rng.integers(0, len(idle.pull_samples), n_resamples)
     y = data.ttft_ms[None, :] - _offsets(data, idle.recompute_samples[pick_r], idle.pull_samples[pick_p])
-    cw = counts * w[None, :]
-    gram = np.einsum("bn,nj,nk->bjk", cw, xs, xs)
-    rhs = np.einsum("bn,nj,bn->bj", cw, xs, y)
+    counts *= w[None, :]
+    gram = np.einsum("bn,nj,nk->bjk", counts, xs, xs)
+    rhs = np.einsum("bn,nj,bn->bj", counts, xs, y)
     return _solve(gram, rhs)
 
 

@@ -124,7 +124,6 @@ class LegFit:
     selection: str
     f_crit: float | None  # the selection threshold, reused for every resample
     downweighted: list[dict[str, Any]] = field(default_factory=list)
-    mean_of_modes: bool = False  # fitted to the mean of a slow and a fast mode (robust=False for kvcal.fit.modes)
 
     @property
     def chosen_fit(self) -> ModelFit:
@@ -233,12 +232,8 @@ def _smooth_scales(data: LegData, p: int) -> tuple[LegData, np.ndarray]:
     return data, beta
 
 
-def fit_leg(data: LegData, models: tuple[str, ...], *, robust: bool = True) -> LegFit:
-    """Robust point fit of every candidate model that the lengths support, then selection.
-
-    ``robust=False`` fits the mean (plain weighted least squares): a leg with a slow mode
-    (:mod:`kvcal.fit.modes`), whose slow probes are part of what the router pays.
-    """
+def fit_leg(data: LegData, models: tuple[str, ...]) -> LegFit:
+    """Robust point fit of every candidate model that the lengths support, then selection."""
     k = len(data.lengths)
     candidates = [m for m in models if MODEL_PARAMS[m] <= k]
     notes: list[str] = []
@@ -248,14 +243,13 @@ def fit_leg(data: LegData, models: tuple[str, ...], *, robust: bool = True) -> L
     data, beta0 = _smooth_scales(data, p_big)
     v = data.rel_weight
     n = data.n_probes
-    if robust and n >= p_big + ROBUST_MIN_DF:
+    if n >= p_big + ROBUST_MIN_DF:
         huber, f_scale, sigma = _huber_weights(data, p_big, beta0)
     else:
         huber, f_scale = np.ones(n), None
         resid = (data.ttft_ms - data.basis(p_big)[data.group] @ beta0) / data.scale_ms[data.group]
         sigma = float(np.sqrt(np.sum(resid**2) / max(n - p_big, 1)))
-        notes.append("a slow mode: the mean cost by plain weighted least squares" if not robust else
-                     f"{n} probes: too few for a robust loss (needs {p_big + ROBUST_MIN_DF}); plain weighted least squares")
+        notes.append(f"{n} probes: too few for a robust loss (needs {p_big + ROBUST_MIN_DF}); plain weighted least squares")
     w = huber * v
     fits = {}
     for m in candidates:
@@ -269,7 +263,7 @@ def fit_leg(data: LegData, models: tuple[str, ...], *, robust: bool = True) -> L
          "fitted_ms": round(float(fitted[i]), 4), "weight": round(float(huber[i]), 4)}
         for i in np.flatnonzero(huber < DOWNWEIGHT_REPORT_BELOW)
     ]
-    return LegFit(data, huber, f_scale, sigma, fits, chosen, selection, f_crit, down, mean_of_modes=not robust)
+    return LegFit(data, huber, f_scale, sigma, fits, chosen, selection, f_crit, down)
 
 
 def f_threshold(n_probes: int) -> float | None:

@@ -37,9 +37,10 @@ def time_order(path: Path, frame: pd.DataFrame, rows: list[dict[str, Any]]) -> s
         if not text:
             raise InputError(f"{where}: {name} is empty; give the time order in every row or drop the column")
         stamps.append(int_field(text, name, where) if name == "order" else start_time(text, where))
-    ranks = {stamp: i for i, stamp in enumerate(sorted(set(stamps)))}
-    for row, stamp in zip(rows, stamps):
-        row["order"] = ranks[stamp]
+    # Rank by (stamp, row): started_at has 1 s resolution in a run's export, and probes stamped in one second
+    # keep the file's order (the order they were written in).
+    for rank, i in enumerate(sorted(range(len(stamps)), key=lambda i: (stamps[i], i))):
+        rows[i]["order"] = rank
     return name
 
 

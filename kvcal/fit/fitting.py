@@ -9,7 +9,7 @@ from kvcal.errors import InputError
 from kvcal.fit.bootstrap import residual_df, run_bootstrap
 from kvcal.fit.costmodel import fit_cost_model, idle_curves
 from kvcal.fit.drift import describe as describe_trend, time_trends
-from kvcal.fit.modes import describe as describe_mode, detect
+from kvcal.fit.modes import describe as describe_mode, describe_unresolved, PullCost, pull_cost, too_few_probes
 from kvcal.fit.breakeven import break_even_tokens
 from kvcal.fit.curves import LegData, LegFit, fit_leg
 from kvcal.fit.guards import annotate, exclude_warmup
@@ -34,10 +34,11 @@ def fit_table(table: ProbeTable, *, confidence: float = FIT_DEFAULTS.confidence,
     table, n_warmup, warmup_note = exclude_warmup(table)
     legs = _leg_data(table)
     recompute = fit_leg(legs["recompute"], RECOMPUTE_MODELS)
-    pull = fit_leg(legs["pull"], PULL_MODELS)
-    notes: list[str] = [warmup_note] if warmup_note else []
-    slow, fast_be, pull = _slow_modes(recompute, pull, legs["pull"])
-    notes += [describe_mode(m) for m in slow]
+    paid = pull_cost(recompute, fit_leg(legs["pull"], PULL_MODELS), legs["pull"], PULL_MODELS)
+    pull = paid.curve
+    notes: list[str] = [note for note in (warmup_note, too_few_probes(legs)) if note]
+    notes += [describe_mode(m) for m in paid.modes]
+    notes += [describe_unresolved(paid.unresolved)] if paid.unresolved else []
     trends = time_trends(table, (recompute, pull))
     notes += [describe_trend(t) for t in trends]
     boot = None
@@ -49,11 +50,13 @@ def fit_table(table: ProbeTable, *, confidence: float = FIT_DEFAULTS.confidence,
             notes.append(f"{', '.join(starved)}: as many coefficients as probes, so no interval can be estimated; "
                          "add reps or lengths")
         else:
-            boot = run_bootstrap(recompute, pull, n_resamples=n_resamples, seed=seed, confidence=confidence)
+            boot = run_bootstrap(recompute, paid.fast, n_resamples=n_resamples, seed=seed, confidence=confidence,
+                                 mean_cost=paid.mean)
     result = build_result(table, recompute, pull, boot, confidence=confidence, seed=seed, n_resamples=n_resamples,
                           notes=notes)
     result = annotate(result, table, recompute, pull, n_warmup)
-    result = result.model_copy(update={"slow_modes": slow, "fast_break_even_tokens": fast_be, "time_trends": trends})
+    result = result.model_copy(update={"slow_modes": paid.modes, "fast_break_even_tokens": _fast_break_even(recompute, paid),
+                                       "unresolved_slow": paid.unresolved, "time_trends": trends})
     if table.loaded is not None:
         cost = fit_cost_model(table.loaded, idle_curves(result), threshold=busy_queue_threshold or table.loaded.threshold,
                               confidence=confidence, seed=seed, n_resamples=n_resamples)
@@ -62,13 +65,12 @@ def fit_table(table: ProbeTable, *, confidence: float = FIT_DEFAULTS.confidence,
     return result
 
 
-def _slow_modes(recompute: LegFit, pull: LegFit, pull_data: LegData) -> tuple[list, float | None, LegFit]:
-    """Each leg's slow mode; a pull with one refitted to its mean cost, and the fast curves' break-even kept beside it."""
-    found = [m for m in (detect(recompute), detect(pull)) if m is not None]
-    if not any(m.mean_fitted for m in found):
-        return found, None, pull
-    fast = float(break_even_tokens(recompute.chosen_fit.coef, pull.chosen_fit.coef))
-    return found, round(fast, 1) if math.isfinite(fast) else None, fit_leg(pull_data, PULL_MODELS, robust=False)
+def _fast_break_even(recompute: LegFit, paid: PullCost) -> float | None:
+    """The fast curves' break-even, kept beside the mean costs' when the pull's curve is its mean cost."""
+    if paid.mean is None or not paid.mean.decided:
+        return None
+    fast = float(break_even_tokens(recompute.chosen_fit.coef, paid.fast.chosen_fit.coef))
+    return round(fast, 1) if math.isfinite(fast) else None
 
 
 MAX_RESAMPLES = 1_000_000  # a percentile interval settles long before; past it the bootstrap's memory is tens of GB

@@ -14,7 +14,7 @@ from kvcal.fit.breakeven import RECOMPUTE_ALWAYS
 from kvcal.fit.curves import LegFit
 from kvcal.fit.drift import describe as describe_trend
 from kvcal.fit.hygiene import WARMUP_NOTE, warmup_test
-from kvcal.fit.modes import describe as describe_mode
+from kvcal.fit.modes import TOO_FEW_NOTE, describe as describe_mode, describe_unresolved
 from kvcal.fit.tables import ProbeTable
 from kvcal.records import FitResult
 
@@ -58,6 +58,9 @@ def annotate(result: FitResult, table: ProbeTable, recompute: LegFit, pull: LegF
 
 def findings_for_stderr(result: FitResult) -> list[str]:
     """What changed the data or the cost the fit stands for, said on stderr as well as in the report:
-    warm-up probes excluded, slow modes, drift over time."""
-    lines = [w for w in result.warnings if w.startswith(WARMUP_NOTE)]
-    return lines + [describe_mode(m) for m in result.slow_modes] + [describe_trend(t) for t in result.time_trends]
+    warm-up probes excluded, slow modes, slow pulls that cannot be told from a stall, a leg too small for the
+    slow-mode test, drift over time."""
+    lines = [w for w in result.warnings if w.startswith((WARMUP_NOTE, TOO_FEW_NOTE))]
+    lines += [describe_mode(m) for m in result.slow_modes]
+    lines += [describe_unresolved(result.unresolved_slow)] if result.unresolved_slow else []
+    return lines + [describe_trend(t) for t in result.time_trends]

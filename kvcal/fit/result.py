@@ -49,6 +49,8 @@ def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: Boots
     coef_ci: dict[str, dict[str, list[float]]] = {"recompute": {}, "pull": {}}
     if boot is not None:
         low, high = interval(boot.break_even, confidence)
+        if boot.break_even_upper is not None:  # a stall or a mode: the union of the fast and the mean-cost intervals
+            high = max(high, interval(boot.break_even_upper, confidence)[1])
         no_cross = float(np.mean(~np.isfinite(boot.break_even)))
         if math.isfinite(point) and math.isfinite(high):
             ci = [round(low, 1), round(high, 1)]

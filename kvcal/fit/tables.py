@@ -163,7 +163,8 @@ def _load_run_folder(folder: Path) -> ProbeTable:
     n_invalid = n_warmup = 0
     records = run.read_probes()
     idle, loaded = split_loaded(records, manifest)  # probes under load feed the cost model, not the idle curves
-    for record in idle:
+    line_of: dict[str, int] = {}  # a probe's place in probes.jsonl: breaks ties of started_at's 1 s stamps
+    for line, record in enumerate(idle):
         if record.warmup:
             n_warmup += 1  # the sweep protocol's discarded warm-up: neither data nor a failure
             continue
@@ -172,11 +173,11 @@ def _load_run_folder(folder: Path) -> ProbeTable:
             n_invalid += 1
             continue
         chosen[record.probe_id] = record  # a later valid attempt of one probe id replaces an earlier one
+        line_of[record.probe_id] = line
+    # Rank in time by (started_at, line): ISO-8601 UTC sorts in time, and probes stamped in one second keep file order.
+    timed = sorted(chosen.values(), key=lambda r: (r.started_at, line_of[r.probe_id]))
     rows = [{"prefix_tokens": r.prefix_tokens, "leg": r.leg.value, "ttft_ms": r.ttft_ms, "rep": r.rep,
-             "bytes_moved": r.bytes_moved, "order": r.started_at} for r in chosen.values()]
-    ranks = {stamp: i for i, stamp in enumerate(sorted({row["order"] for row in rows}))}  # ISO-8601 UTC sorts in time
-    for row in rows:
-        row["order"] = ranks[row["order"]]
+             "bytes_moved": r.bytes_moved, "order": rank} for rank, r in enumerate(timed)]
     if not rows:
         raise InputError(f"{run.probes_path}: no valid probes ({n_invalid} invalid excluded)")
     if n_invalid:

@@ -125,3 +125,26 @@ def test_a_values_file_that_does_not_say_one_thing_is_refused_and_left_as_it_was
         done = _kvcal("compare", str(fitted_run), str(fitted_run), "--values", str(values), cwd=tmp_path)
     _refused(done, str(values.name), *phrases)
     assert values.read_bytes() == before
+
+
+
+def _ladder_csv(path: Path, reps: int) -> Path:
+    """4 lengths x ``reps`` reps a leg, smooth curves with a little rep-to-rep spread."""
+    lines = ["prefix_tokens,leg,ttft_ms,rep"]
+    for rep in range(reps):
+        for n in (256, 1024, 4096, 8192):
+            lines += [f"{n},recompute,{2 + 0.05 * n + 1e-6 * n * n + (rep % 2) * 0.3},{rep}",
+                      f"{n},pull,{20 + 0.02 * n + (rep % 2) * 0.2},{rep}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("reps, warned", [(2, 1), (3, 0)])
+def test_a_leg_too_small_for_the_slow_mode_test_is_warned_about_once(reps, warned, tmp_path):
+    """8 probes a leg are below the 10 the slow-mode test needs (kvcal.fit.modes.MIN_PROBES); 12 are not."""
+    _ladder_csv(tmp_path / "ladder.csv", reps)
+    done = _kvcal("fit", "ladder.csv", "-o", "fit.json", "--resamples", "200", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("the slow-mode test needs at least 10 probes on a leg") == warned, done.stderr
+    if warned:
+        assert "(recompute 8, pull 8 probes)" in done.stderr

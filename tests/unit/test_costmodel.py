@@ -232,3 +232,22 @@ def test_a_loaded_run_without_idle_probes_says_what_is_missing(tmp_path, kvcal):
     run_sweep(config)
     res = kvcal("fit", tmp_path / "busy")
     assert res.code != 0 and "including idle" in res.err and "Traceback" not in res.err
+
+
+def test_the_cost_model_bootstrap_in_slices_keeps_its_intervals(monkeypatch):
+    """Sliced like the main bootstrap (memory bounded by resamples x requests per slice); one slice is the draw whole."""
+    import kvcal.fit.costmodel as costmodel
+
+    data = synthetic(threshold_truth=2, n=400)
+    whole = fit_cost_model(data, idle_truth(), threshold=2, n_resamples=2000, seed=3)
+    calls = []
+    original = costmodel._bootstrap_slice
+    monkeypatch.setattr(costmodel, "_bootstrap_slice", lambda *a: calls.append(a[-2]) or original(*a))
+    monkeypatch.setattr(costmodel, "CHUNK_ELEMENTS", 400 * 300)
+    sliced = fit_cost_model(data, idle_truth(), threshold=2, n_resamples=2000, seed=3)
+    assert calls == [300] * 6 + [200]
+    for name in ("transferFixedMs", "sourceWaitMs", "requeueMs"):
+        a, b = getattr(whole, name), getattr(sliced, name)
+        assert a.value == b.value
+        width = a.ci[1] - a.ci[0]
+        assert abs(a.ci[0] - b.ci[0]) < 0.1 * width and abs(a.ci[1] - b.ci[1]) < 0.1 * width

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from kvcal.cost_curve import break_even_tokens
 from kvcal.emit.threshold import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import NoThreshold
 from kvcal.fit import fit_table
+from kvcal.fit.modes import MeanCost
 from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
-from factories import sim_table
+from factories import make_probe, sim_table, write_run_folder
 from kvcal.records import FitResult
 from kvcal.report.plot import figure_for
 
@@ -63,6 +66,27 @@ def test_a_stall_of_one_probe_keeps_the_robust_fit():
     assert abs(stalled.break_even_tokens - clean.break_even_tokens) / clean.break_even_tokens < 0.05
     assert any("down-weighted" in w for w in stalled.warnings)
 
+
+
+def test_slow_pulls_too_few_to_tell_from_a_stall_keep_the_robust_point_and_reach_up_to_the_mean_cost():
+    clean = fit_table(sim_table(COSTS, LADDER, 3, seed=1), seed=1, n_resamples=500)
+    fit = fit_table(_slowed("pull", 0.06, 2.5, seed=1), seed=1, n_resamples=500)  # 1 slow pull of 18
+    assert fit.slow_modes == [] and fit.unresolved_slow is not None
+    assert fit.unresolved_slow.n_slow == 1 and 2.2 < fit.unresolved_slow.ratio < 2.8
+    assert fit.break_even_tokens == pytest.approx(clean.break_even_tokens, rel=0.05)  # the point: the robust one
+    assert fit.break_even_ci[0] == pytest.approx(clean.break_even_ci[0], rel=0.05)  # the lower end: the fast curves'
+    assert fit.break_even_ci[1] >= _mean_truth(1 / 18, 2.5)  # the upper end: the mean costs' with the slow pull
+    assert any("too few to tell a stall from a slow mode" in w for w in fit.warnings)
+    threshold = compute_threshold(fit)
+    assert "too few to tell a stall" in threshold.steps[0]
+    assert threshold.min_cached_token_delta >= _mean_truth(0.1, 2.5)  # safe for a 10 % mode the sample hid
+
+
+def test_the_mean_cost_scale_draws_the_share_from_the_jeffreys_posterior():
+    mean = MeanCost(n_slow=2, n_probes=18, log_ratio=math.log(2.0), log_ratio_se=1e-9, decided=True)
+    share = mean.scale_samples(200_000, np.random.default_rng(0)) - 1.0  # ratio 2: m - 1 is the share
+    assert np.quantile(share, [0.05, 0.95]) == pytest.approx(stats.beta.ppf([0.05, 0.95], 2.5, 16.5), rel=0.02)
+    assert mean.scale == pytest.approx(1 + 2 / 18)
 
 @pytest.mark.parametrize("reps", [2, 3, 5])
 def test_clean_data_report_no_slow_mode(reps):
@@ -154,3 +178,33 @@ def test_plot_draws_the_slow_mode_apart_from_the_fast_probes():
     lines = {line.get_label(): line for ax in figure_for(fit, table).axes for line in ax.get_lines()}
     slow = next(line for label, line in lines.items() if label.startswith("pull slow mode (22% of probes, 2."))
     assert len(slow.get_xdata()) == 4 and len(lines["pull probes"].get_xdata()) == 14
+
+
+def _tied_run(folder: Path, *, warm: bool, drift: float) -> Path:
+    """A run folder whose probes all carry one started_at second (a fast pair), in time order in probes.jsonl,
+    rep labels rotated against time; the first probe in time of each (length, leg) 1.5x slow when ``warm``,
+    the host slowing by ``drift`` over the run."""
+    rows = _rows(sim_table(COSTS, LADDER, 3, seed=11))  # drawn rep by rep: rep 0 of every group first
+    groups = sorted({(r["prefix_tokens"], r["leg"]) for r in rows})
+    records = []
+    for i, row in enumerate(rows):
+        ttft = row["ttft_ms"] * (1.5 if warm and row["rep"] == 0 else 1.0) * (1.0 + drift * i / len(rows))
+        label = (row["rep"] + groups.index((row["prefix_tokens"], row["leg"]))) % 3
+        records.append(make_probe(i, row["prefix_tokens"], row["leg"], ttft, rep=label, probe_id=f"p{i}"))
+    assert len({r.started_at for r in records}) == 1
+    return write_run_folder(folder, records)
+
+
+def test_probes_stamped_in_one_second_keep_their_file_order_through_fit_and_export(kvcal, tmp_path):
+    run = _tied_run(tmp_path / "warm", warm=True, drift=0.0)
+    assert kvcal("fit", run, "--resamples", "0").code == 0
+    assert FitResult.model_validate_json((run / "fit.json").read_text()).n_warmup_excluded == 12
+    assert kvcal("export", run, "-o", tmp_path / "warm.csv").code == 0
+    res = kvcal("fit", tmp_path / "warm.csv", "-o", tmp_path / "fit.json", "--resamples", "0")
+    assert res.code == 0 and "warm-up effect" in res.err
+    assert FitResult.model_validate_json((tmp_path / "fit.json").read_text()).n_warmup_excluded == 12
+
+
+def test_a_drift_among_probes_stamped_in_one_second_is_found_in_file_order(tmp_path):
+    fit = fit_table(load_probe_table(_tied_run(tmp_path / "drift", warm=False, drift=0.3)), n_resamples=0)
+    assert {t.leg for t in fit.time_trends} == {"recompute", "pull"}
