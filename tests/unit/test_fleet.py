@@ -25,7 +25,8 @@ from kvcal.records import CostModelFit, Estimate
 from kvcal.fleet.router import Policy
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fleet.sim import FleetSim
-from kvcal.fleet.workload import Dist, Workload, load_workload
+from kvcal.fleet.traffic import Session, TurnRequest
+from kvcal.fleet.workload import Arrival, Dist, Workload, load_workload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet-workload.yaml"
 
@@ -215,3 +216,46 @@ def test_when_only_the_runs_spread_moved_the_recommendation_the_reason_says_so()
     assert "differs" not in reason and "is the idle break-even 1500" in reason and "1300-2600" in reason
     _, _, moved = recommend(fit, 900.0, [700.0, 1200.0], idle, 64, busy=0.05)
     assert "the fleet optimum 900 (interval 700-1200) differs from the idle break-even 1500" in moved
+
+
+def _pd_pair(**sessions) -> Workload:
+    spec = {"system_prompts": 1, "system_prompt_tokens": 1024, "turns": 2, "input_tokens": 1024, "output_tokens": 1,
+            "think_time_s": 0.1}
+    spec.update(sessions)
+    return _workload(duration_s=2000, warmup_s=0, arrival={"rate": 0.01}, sessions=spec, router={"pick": "rotate"},
+                     engine={"max_num_batched_tokens": 65536, "pull_computes_on_source": True})
+
+
+def test_a_hand_off_reads_only_the_blocks_the_consumer_lacks():
+    # vLLM's NixlConnector pulls prompt - local prefix hit: once the consumer holds the system prompt, only the rest moves.
+    stats = FleetSim(_pd_pair(), 2, point_costs(make_fit()), Policy("always-pull"), 64, seed=2).run()
+    first, later = 1024 + 1024 + 1 + 1024, 1024 + 1 + 1024
+    assert stats.pulled > 3 and stats.tokens_moved == first + (stats.pulled - 1) * later
+
+
+def test_a_hand_off_to_a_busy_consumer_is_read_from_its_next_step_and_scheduled_after_the_read():
+    fit = make_fit()
+    costs = point_costs(fit)
+    sim = FleetSim(_pd_pair(), 2, costs, Policy("always-pull"), 64, seed=0)
+    session = Session(1, 0, 0, 1, np.random.default_rng(0))
+    busy = TurnRequest(1, session, 0.0, 8192, 1)
+    busy.pod = 1
+    sim._join(sim.pods[1], busy, 0.0)  # the consumer computes 8,192 tokens from t = 0
+    handed = TurnRequest(2, Session(2, 0, 0, 1, np.random.default_rng(1)), 0.0, 4096, 1)
+    handed.pod, handed.hand_to, handed.admitted = 0, (1, 4096), True
+    sim.pods[0].kv_held, sim.pods[1].pending, sim.open[2] = 4097, 1, 0.0
+    sim._held(sim.pods[0], handed, 5.0)  # the producer is done at 5 ms, mid-step on the consumer
+    stats = sim.run()
+    a = fit.recompute.intercept_ms
+    step = a + costs.prefill_ms(0, 8192)
+    # Posted when the consumer's step ends, read for transfer_ms, then its last token in a step of its own.
+    assert stats.ttft_ms[0] == pytest.approx(step + costs.transfer_ms(4096) + a + costs.prefill_ms(4095, 1))
+
+
+def test_draining_serves_every_turn_of_the_sessions_started_in_the_run():
+    w = _pd_pair(think_time_s=5.0).model_copy(update={"duration_s": 400.0, "arrival": Arrival(rate=0.05)})
+    cut = FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=4).run()
+    sim = FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=4, drain=True)
+    drained = sim.run()
+    assert drained.routed == 2 * sim.traffic.next_session == len(drained.ttft_ms) and not sim.open
+    assert drained.routed >= cut.routed and sorted(drained.ttft_ms)[:5] == sorted(cut.ttft_ms)[:5]
