@@ -46,7 +46,7 @@ def fleet(
 ) -> None:
     """Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to use."""
     from kvcal.emit.formats import load_input
-    from kvcal.fleet.run import FleetConfig, run_fleet
+    from kvcal.fleet.run import FleetConfig, check_arguments, run_fleet
     from kvcal.outputs import check_output
     from kvcal.userfiles import check_input
 
@@ -58,7 +58,8 @@ def fleet(
     chosen = None if thresholds.strip().lower() == "auto" else int_list(thresholds, "--thresholds")
     config = FleetConfig(fit_path=fit_path, workload_path=workload, pods=pods, thresholds=chosen, rate=rate,
                          loads=float_list(loads, "--loads"), duration_s=duration, seeds=seeds, resamples=resamples)
-    result = run_fleet(config, load_input(fit_path), _progress())
+    checked = check_arguments(config)  # before the fit: a run folder without one is fitted now, which takes a while
+    result = run_fleet(config, load_input(fit_path), _progress(), checked)
     if plot is not None:
         from kvcal.fleet.plot import write_plot
 

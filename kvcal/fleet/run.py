@@ -34,7 +34,8 @@ class FleetConfig:
     resamples: int = 0
 
 
-def _check(config: FleetConfig, block: int) -> None:
+def check_arguments(config: FleetConfig) -> Workload:
+    """The flags and the workload file, checked before the fit is read (a run folder is fitted on the fly: slow)."""
     if not 1 <= config.pods <= MAX_PODS:
         raise InputError(f"--pods must lie within 1-{MAX_PODS}, got {config.pods}")
     if not 1 <= config.seeds <= 1000:
@@ -46,7 +47,14 @@ def _check(config: FleetConfig, block: int) -> None:
             if not (math.isfinite(v) and 0 < v <= 1e5):
                 raise InputError(f"{flag} must be sessions per second within (0, 1e5], got {v:g}")
     for t in config.thresholds or []:
-        if t < 1 or t % block:
+        if t < 1:
+            raise InputError(f"--thresholds must be positive multiples of the block size, got {t}")
+    return load_workload(config.workload_path).with_overrides(rate=config.rate, duration_s=config.duration_s)
+
+
+def _check_blocks(config: FleetConfig, block: int) -> None:
+    for t in config.thresholds or []:
+        if t % block:
             raise InputError(f"--thresholds must be positive multiples of the block size {block}, got {t}")
 
 
@@ -72,10 +80,12 @@ def _rounded(tokens: float | None, block: int) -> int | None:
     return to_block(tokens, block) if tokens is not None else None
 
 
-def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress) -> FleetResult:
+def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress, workload: Workload | None = None) -> FleetResult:
+    """``workload``: what :func:`check_arguments` returned for ``config`` (read and checked here when None)."""
+    if workload is None:
+        workload = check_arguments(config)
     block = block_of(fit)
-    _check(config, block)
-    workload = load_workload(config.workload_path).with_overrides(rate=config.rate, duration_s=config.duration_s)
+    _check_blocks(config, block)
     idle, idle_reason = idle_threshold(fit)
     thresholds = config.thresholds or auto_thresholds(fit, block, idle)
     sets = cost_sets(fit, config.resamples)

@@ -23,13 +23,13 @@ from kvcal.fleet.router import Policy, Route, route
 from kvcal.fleet.traffic import Session, Traffic, TurnRequest
 from kvcal.fleet.workload import Workload
 
-ARRIVE, READY, STEP_END, SAMPLE, NEW_SESSION = range(5)
+ARRIVE, READY, STEP_END, SAMPLE, NEW_SESSION, LANDED = range(6)
 SAMPLE_EVERY_S = 1.0
 
 
 class Pod:
     __slots__ = ("id", "cache", "waiting", "pending", "decoding", "step_no", "busy", "finishing", "link_free_ms",
-                 "busy_ms", "prefilling", "kv_held")
+                 "busy_ms", "prefilling", "kv_held", "to_post", "landed")
 
     def __init__(self, pod: int, cache: PodCache) -> None:
         self.id, self.cache = pod, cache
@@ -43,6 +43,8 @@ class Pod:
         self.busy_ms = 0.0
         self.prefilling = 0
         self.kv_held = 0  # tokens reserved by admitted requests (prompt and output): not evictable
+        self.to_post: list[tuple[TurnRequest, int, int]] = []  # hand-offs to read: (request, source, tokens)
+        self.landed: list[TurnRequest] = []  # reads that finished during the step in progress
 
     def queue(self) -> int:
         return len(self.waiting) - self.prefilling + self.pending
@@ -68,8 +70,12 @@ class RunStats:
 
 
 class FleetSim:
-    def __init__(self, workload: Workload, pods: int, costs: FleetCosts, policy: Policy, block: int, seed: int) -> None:
-        self.w, self.costs, self.policy, self.block = workload, costs, policy, block
+    """``drain``: sessions start only before ``duration_s``, but every turn of them is served to its first token
+    (no TTFT is cut off at the end); the CPU pair's harness measures so (benchmarks/fleet_cpu_pair.py)."""
+
+    def __init__(self, workload: Workload, pods: int, costs: FleetCosts, policy: Policy, block: int, seed: int,
+                 drain: bool = False) -> None:
+        self.w, self.costs, self.policy, self.block, self.drain = workload, costs, policy, block, drain
         engine = workload.engine
         self.budget, self.max_seqs = engine.max_num_batched_tokens, engine.max_num_seqs
         self.kv_capacity = engine.kv_capacity_tokens
@@ -100,12 +106,15 @@ class FleetSim:
             self.push(at_ms, kind, item)
         self.push(self.start_ms, SAMPLE)
         handlers = {ARRIVE: self._arrive, READY: self._ready, STEP_END: self._step_end, SAMPLE: self._sample,
-                    NEW_SESSION: self._new_session}
+                    NEW_SESSION: self._new_session, LANDED: self._landed}
         events, end = self.events, self.end_ms
         while events:
             at_ms, _, kind, item = heapq.heappop(events)
             if at_ms >= end:
-                break
+                if not self.drain:
+                    break
+                if kind in (NEW_SESSION, SAMPLE):  # draining: no new session, no sample past the window
+                    continue
             handlers[kind](at_ms, item)
         return self._close()
 
@@ -155,9 +164,10 @@ class FleetSim:
         """nixl-pd: the source prefills the prompt from its cache (a hold), then the computing pod pulls all of it."""
         if in_window:
             self.stats.pulled += 1
-            self.stats.tokens_moved += req.prompt
+            self.stats.tokens_moved += req.prompt - r.cached
         req.done = r.cached + r.delta
-        req.hand_to = (r.pod, req.prompt)
+        # vLLM's NixlConnector reads only the blocks the consumer lacks (a local prefix hit, e.g. the system prompt, stays).
+        req.hand_to = (r.pod, req.prompt - r.cached)
         self.pods[r.pod].pending += 1
         self._queue_changed(self.pods[r.pod])
         req.pod = r.source  # type: ignore[assignment]
@@ -173,9 +183,25 @@ class FleetSim:
         self._inflight(consumer, req.prompt)
         req.pod, req.admitted = consumer, False
         req.done = req.prompt - 1  # the consumer computes the last token, as vLLM does after a P/D pull
-        begin = max(now, pod.link_free_ms)
-        pod.link_free_ms = begin + self.costs.link_ms(tokens)
-        self.push(begin + self.costs.transfer_ms(tokens), READY, req)
+        target = self.pods[consumer]
+        if target.busy:  # vLLM's worker posts the read when the consumer's next step starts (start_load_kv)
+            target.to_post.append((req, pod.id, tokens))
+        else:
+            self._post_read(req, pod.id, tokens, now)
+
+    def _post_read(self, req: TurnRequest, source_id: int, tokens: int, now: float) -> None:
+        source = self.pods[source_id]
+        begin = max(now, source.link_free_ms)
+        source.link_free_ms = begin + self.costs.link_ms(tokens)
+        self.push(begin + self.costs.transfer_ms(tokens), LANDED, req)
+
+    def _landed(self, now: float, req: TurnRequest) -> None:
+        """A hand-off's read is done: vLLM learns it at the end of the step in progress and schedules it in the next."""
+        pod = self.pods[req.pod]
+        if pod.busy:
+            pod.landed.append(req)
+        else:
+            self._ready(now, req)
 
     def _ready(self, now: float, req: TurnRequest) -> None:
         pod = self.pods[req.pod]
@@ -205,8 +231,8 @@ class FleetSim:
                 pod.busy = False
                 return
             pod.busy, pod.finishing = True, []
-            if now >= self.start_ms:
-                pod.busy_ms += self.decode_ms
+            if self.start_ms <= now < self.end_ms:
+                pod.busy_ms += min(self.decode_ms, self.end_ms - now)
             self.seq += 1
             heapq.heappush(self.events, (now + self.decode_ms, self.seq, STEP_END, pod))
             return
@@ -239,7 +265,7 @@ class FleetSim:
             return
         step_ms = self.decode_ms + work_ms
         pod.busy, pod.finishing = True, finishing
-        if now >= self.start_ms:
+        if self.start_ms <= now < self.end_ms:
             pod.busy_ms += min(step_ms, self.end_ms - now)
         self.push(now + step_ms, STEP_END, pod)
 
@@ -251,6 +277,16 @@ class FleetSim:
         while pod.decoding and pod.decoding[0][0] <= pod.step_no:
             _, _, req = heapq.heappop(pod.decoding)
             self._complete(pod, req, now)
+        if pod.to_post:
+            posting, pod.to_post = pod.to_post, []
+            for req, source, tokens in posting:
+                self._post_read(req, source, tokens, now)
+        if pod.landed:
+            landed, pod.landed = pod.landed, []
+            for req in landed:
+                pod.pending -= 1
+                pod.waiting.append(req)
+            self._queue_changed(pod)
         self._start_step(pod, now)
 
     def _first_token(self, pod: Pod, req: TurnRequest, now: float) -> None:

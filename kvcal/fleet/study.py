@@ -135,15 +135,27 @@ def recommend(fit: FitResult, best: float, ci: list[float], idle: int | None, bl
         return None, [], f"emit-config's rule gives none: {err}"
     reason = None
     if idle is not None and abs(t.min_cached_token_delta - idle) > block:
-        why = [f"the fleet optimum {best:.0f} (interval {ci[0]:.0f}-{ci[1]:.0f}) differs from the idle break-even "
-               f"{fit.break_even_tokens:.0f} (interval {fit.break_even_ci[0]:.0f}-{fit.break_even_ci[1]:.0f})"
-               if fit.break_even_tokens is not None and fit.break_even_ci else f"the fleet optimum is {best:.0f}"]
+        why = [_why_moved(fit, best, ci, block)]
         if busy >= 0.2:
             why.append(f"the engines are busy {busy:.0%} of the time, so pulls also save (or cost) places in queues")
         reason = "; ".join(why)
     elif idle is None:
         reason = "emit-config gives no idle threshold for this fit (idle_threshold_reason)"
     return t.min_cached_token_delta, list(t.steps), reason
+
+
+def _why_moved(fit: FitResult, best: float, ci: list[float], block: int) -> str:
+    be, be_ci = fit.break_even_tokens, fit.break_even_ci
+    if be is None or not be_ci:
+        return f"the fleet optimum is {best:.0f} (interval {ci[0]:.0f}-{ci[1]:.0f})"
+    if to_block(best, block) != to_block(be, block):
+        return (f"the fleet optimum {best:.0f} (interval {ci[0]:.0f}-{ci[1]:.0f}) differs from the idle break-even "
+                f"{be:.0f} (interval {be_ci[0]:.0f}-{be_ci[1]:.0f})")
+    # The optimum is the break-even: only the interval moved the threshold, widened by runs that disagree.
+    return (f"the fleet optimum {best:.0f} is the idle break-even {be:.0f}, but the runs' own optima (over the seeds, "
+            f"and the resamples when simulated) spread its interval to {ci[0]:.0f}-{ci[1]:.0f}, wider than the fit's "
+            f"{be_ci[0]:.0f}-{be_ci[1]:.0f}, and emit-config's rule builds on the interval's upper end (a longer "
+            "--duration narrows it: each run's optimum is noisier the fewer requests it has)")
 
 
 def idle_threshold(fit: FitResult) -> tuple[int | None, str | None]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -121,7 +121,7 @@ class Slo(Strict):
 class Trace(Strict):
     """Replay inference-perf's per-request records instead of generating sessions."""
 
-    per_request: str = Field(description="inference-perf per_request_lifecycle_metrics.json (start_time, info.input_tokens, output_token_times).")
+    per_request: str = Field(description="inference-perf per_request_lifecycle_metrics.json (start_time, info.input_tokens, output_token_times); a relative path is read from the workload file's folder.")
     shared_prefix_tokens: int = Field(0, ge=0, le=10**7, description="Tokens at the start of every prompt that all requests share.")
 
 
@@ -169,21 +169,53 @@ def load_workload(path: Path) -> Workload:
     if not isinstance(data, dict):
         raise InputError(f"workload file {path} must be a mapping of settings (see kvcal fleet --help)")
     try:
-        return Workload.model_validate(data)
+        workload = Workload.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         loc = list(first.get("loc", ())) + ([first["ctx"]["field"]] if first.get("type") == BOOL_NUMBER else [])
         where = ".".join(str(p) for p in loc) or "(top level)"
         hint = " (unknown key: see kvcal fleet --help)" if first.get("type") == "extra_forbidden" else ""
         raise InputError(f"workload file {path}: {where}: {first['msg']}{hint}") from None
+    trace = workload.trace
+    if trace is not None and not Path(trace.per_request).is_absolute():
+        # Beside the workload file, as a file that names another file means, wherever kvcal is run from.
+        trace = trace.model_copy(update={"per_request": str(path.parent / trace.per_request)})
+        workload = workload.model_copy(update={"trace": trace})
+    return workload
 
 
-KEYS_HELP = """Workload file keys (YAML; unknown keys are refused):
-duration_s, warmup_s; arrival: rate (sessions/s) | concurrency; sessions: system_prompts,
-system_prompt_tokens, turns, input_tokens, output_tokens, think_time_s (each a number or
-{dist: constant|uniform|exponential|lognormal, value | min, max | mean [, cv]}); trace:
-per_request, shared_prefix_tokens (replay inference-perf records instead of sessions);
-engine: max_num_batched_tokens, max_num_seqs, kv_capacity_tokens, cpu_tier_tokens,
-cpu_tier_load_us_per_token, decode_step_ms, pull_computes_on_source; router: pick (score|rotate),
-prefix_weight, queue_weight, kv_weight;
-slo: ttft_ms. docs/examples/fleet-workload.yaml is a complete example."""
+def _model_of(annotation: Any) -> type[Strict] | None:
+    """The record a field holds (``Engine``, or ``Arrival`` behind ``Arrival | None``), else None."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, Strict):
+            return candidate
+    return None
+
+
+def _described(field: Any) -> str:
+    choices = next((get_args(a) for a in (field.annotation, *get_args(field.annotation)) if get_origin(a) is Literal), ())
+    text = field.description or ""
+    return text + (f" One of: {'|'.join(choices)}." if choices and "|".join(choices) not in text else "")
+
+
+def workload_keys(model: type[Strict] | None = None, prefix: str = "") -> list[tuple[str, str, bool]]:
+    """Every key of the workload file, depth first: (dotted key, its description, whether it takes a distribution)."""
+    out: list[tuple[str, str, bool]] = []
+    for name, field in (model or Workload).model_fields.items():
+        key, sub = f"{prefix}{name}", _model_of(field.annotation)
+        out.append((key, _described(field), sub is Dist))
+        if sub is not None and sub is not Dist:
+            out.extend(workload_keys(sub, f"{key}."))
+    return out
+
+
+def keys_help() -> str:
+    """``kvcal fleet --help``'s list of the workload file's keys, made from the records above (none can go unlisted)."""
+    lines = [f"  {key}: {text}" for key, text, _ in workload_keys()]
+    dists = ", ".join(key.rsplit(".", 1)[-1] for key, _, is_dist in workload_keys() if is_dist)
+    parts = "; ".join(f"{name}: {_described(field).rstrip('.')}" for name, field in Dist.model_fields.items())
+    return ("Workload file keys (YAML; an unknown key is refused; docs/examples/fleet-workload.yaml is a complete "
+            "example):\n\n" + "\n".join(lines) + f"\n  a distribution ({dists}): a number, or a mapping of {parts}.")
+
+
+KEYS_HELP = keys_help()

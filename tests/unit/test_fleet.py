@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+import typing
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
+from pydantic import BaseModel
 
 from factories import make_fit
 from kvcal.cost_curve import cost_ms
@@ -16,12 +20,13 @@ from factories import sim_table
 from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import InputError
 from kvcal.fleet.costs import cost_rule, point_costs
-from kvcal.fleet.study import policies
+from kvcal.fleet.study import policies, recommend
 from kvcal.records import CostModelFit, Estimate
 from kvcal.fleet.router import Policy
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fleet.sim import FleetSim
-from kvcal.fleet.workload import Workload, load_workload
+from kvcal.fleet.traffic import Session, TurnRequest
+from kvcal.fleet.workload import Arrival, Dist, Workload, load_workload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet-workload.yaml"
 
@@ -34,10 +39,27 @@ def _workload(**over) -> Workload:
     return Workload.model_validate(data)
 
 
-def test_the_shipped_example_is_complete_and_reads(tmp_path):
+def _keys_of(model) -> dict:
+    """The workload records' keys as nested dicts; a distribution (or any plain value) is a leaf."""
+    out = {}
+    for name, field in model.model_fields.items():
+        sub = next((a for a in (field.annotation, *typing.get_args(field.annotation))
+                    if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        out[name] = _keys_of(sub) if sub is not None and sub is not Dist else None
+    return out
+
+
+def _shape(data) -> dict | None:
+    return {k: _shape(v) for k, v in data.items()} if isinstance(data, dict) and "dist" not in data else None
+
+
+def test_the_shipped_example_documents_every_key_of_the_workload_records():
     w = load_workload(EXAMPLE)
     assert w.arrival.rate and w.sessions.system_prompt_tokens > 0 and w.slo.ttft_ms
     assert w.with_overrides(rate=7.5).arrival.rate == 7.5
+    # The alternatives the example shows commented out (concurrency, trace) count as documented.
+    shown = re.sub(r"^(\s*)# ( *[a-z_]+:(?:\s|$))", r"\1\2", EXAMPLE.read_text(), flags=re.M)
+    assert _shape(yaml.safe_load(shown)) == _keys_of(Workload)
 
 
 @pytest.mark.parametrize("text, where", [
@@ -172,3 +194,68 @@ def test_an_inference_perf_trace_is_replayed_at_its_recorded_times(tmp_path):
         "per_request": str(tmp_path / "per_request.json"), "shared_prefix_tokens": 2048}})
     stats = FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=0).run()
     assert stats.routed == 19 and len(stats.ttft_ms) == 19  # the failed record is skipped; the first lies in the warm-up
+
+
+def test_a_relative_trace_path_is_read_beside_the_workload_file(tmp_path, monkeypatch):
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "w.yaml").write_text("duration_s: 30\nwarmup_s: 0\ntrace: {per_request: runs/trace.json}\n")
+    monkeypatch.chdir(tmp_path)
+    w = load_workload(Path("work/w.yaml"))
+    assert Path(w.trace.per_request) == Path("work/runs/trace.json")
+    absolute = tmp_path / "t.json"
+    (folder / "a.yaml").write_text(f"duration_s: 30\nwarmup_s: 0\ntrace: {{per_request: {absolute}}}\n")
+    assert load_workload(folder / "a.yaml").trace.per_request == str(absolute)
+
+
+def test_when_only_the_runs_spread_moved_the_recommendation_the_reason_says_so():
+    fit = make_fit()  # break-even 1,500 (1,300-1,800); idle threshold 2,048
+    idle = compute_threshold(fit).min_cached_token_delta
+    recommended, _, reason = recommend(fit, 1500.0, [1300.0, 2600.0], idle, 64, busy=0.05)
+    assert recommended > idle + 64
+    assert "differs" not in reason and "is the idle break-even 1500" in reason and "1300-2600" in reason
+    _, _, moved = recommend(fit, 900.0, [700.0, 1200.0], idle, 64, busy=0.05)
+    assert "the fleet optimum 900 (interval 700-1200) differs from the idle break-even 1500" in moved
+
+
+def _pd_pair(**sessions) -> Workload:
+    spec = {"system_prompts": 1, "system_prompt_tokens": 1024, "turns": 2, "input_tokens": 1024, "output_tokens": 1,
+            "think_time_s": 0.1}
+    spec.update(sessions)
+    return _workload(duration_s=2000, warmup_s=0, arrival={"rate": 0.01}, sessions=spec, router={"pick": "rotate"},
+                     engine={"max_num_batched_tokens": 65536, "pull_computes_on_source": True})
+
+
+def test_a_hand_off_reads_only_the_blocks_the_consumer_lacks():
+    # vLLM's NixlConnector pulls prompt - local prefix hit: once the consumer holds the system prompt, only the rest moves.
+    stats = FleetSim(_pd_pair(), 2, point_costs(make_fit()), Policy("always-pull"), 64, seed=2).run()
+    first, later = 1024 + 1024 + 1 + 1024, 1024 + 1 + 1024
+    assert stats.pulled > 3 and stats.tokens_moved == first + (stats.pulled - 1) * later
+
+
+def test_a_hand_off_to_a_busy_consumer_is_read_from_its_next_step_and_scheduled_after_the_read():
+    fit = make_fit()
+    costs = point_costs(fit)
+    sim = FleetSim(_pd_pair(), 2, costs, Policy("always-pull"), 64, seed=0)
+    session = Session(1, 0, 0, 1, np.random.default_rng(0))
+    busy = TurnRequest(1, session, 0.0, 8192, 1)
+    busy.pod = 1
+    sim._join(sim.pods[1], busy, 0.0)  # the consumer computes 8,192 tokens from t = 0
+    handed = TurnRequest(2, Session(2, 0, 0, 1, np.random.default_rng(1)), 0.0, 4096, 1)
+    handed.pod, handed.hand_to, handed.admitted = 0, (1, 4096), True
+    sim.pods[0].kv_held, sim.pods[1].pending, sim.open[2] = 4097, 1, 0.0
+    sim._held(sim.pods[0], handed, 5.0)  # the producer is done at 5 ms, mid-step on the consumer
+    stats = sim.run()
+    a = fit.recompute.intercept_ms
+    step = a + costs.prefill_ms(0, 8192)
+    # Posted when the consumer's step ends, read for transfer_ms, then its last token in a step of its own.
+    assert stats.ttft_ms[0] == pytest.approx(step + costs.transfer_ms(4096) + a + costs.prefill_ms(4095, 1))
+
+
+def test_draining_serves_every_turn_of_the_sessions_started_in_the_run():
+    w = _pd_pair(think_time_s=5.0).model_copy(update={"duration_s": 400.0, "arrival": Arrival(rate=0.05)})
+    cut = FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=4).run()
+    sim = FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=4, drain=True)
+    drained = sim.run()
+    assert drained.routed == 2 * sim.traffic.next_session == len(drained.ttft_ms) and not sim.open
+    assert drained.routed >= cut.routed and sorted(drained.ttft_ms)[:5] == sorted(cut.ttft_ms)[:5]
