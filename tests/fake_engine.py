@@ -30,6 +30,7 @@ FAULTS = (
     "nan-counter",         # the byte counter reads NaN
     "inf-counter",         # the byte counter reads +Inf
     "huge-counter",        # the byte counter jumps by 2.6e295
+    "long-label-counter",  # the byte counter's sample carries a 2,000-character label
 )
 DEEP = b"[" * 100_000 + b"]" * 100_000
 KV_BYTES_PER_TOKEN = 64
@@ -105,7 +106,11 @@ class FakeEngine:
                 'vllm:cache_config_info{block_size="16",engine="0"} 1.0\n'
                 "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
                 "# TYPE vllm:nixl_bytes_transferred histogram\n"
-                f"vllm:nixl_bytes_transferred_sum {read}\nvllm:nixl_bytes_transferred_count {self.done}\n").encode()
+                f"vllm:nixl_bytes_transferred_sum{self._labels()} {read}\n"
+                f"vllm:nixl_bytes_transferred_count {self.done}\n").encode()
+
+    def _labels(self) -> str:
+        return '{shard="' + "x" * 2000 + '"}' if self.fault == "long-label-counter" else ""
 
     def get(self, h: BaseHTTPRequestHandler) -> None:
         if h.path == "/v1/models":

@@ -26,6 +26,7 @@ from kvcal.engines.vllm import VllmPair
 from kvcal.engines.vllm_launch import VllmSettings
 from kvcal.errors import EngineError
 from kvcal.records import Leg, ProbeRecord
+from kvcal.sweep.probe_checks import checked_record
 
 CONFIG = Path(__file__).parents[1] / "fixtures" / "hf_configs" / "llama-3.1-8b.json"
 SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
@@ -133,6 +134,23 @@ def test_a_model_root_no_file_system_can_hold_is_read_as_a_hub_id(tmp_path):
             assert pair.kv_bytes_per_token is None  # no layout known, as for a hub id this host has not cached
         finally:
             pair.stop()
+
+
+def test_a_byte_counter_label_too_long_to_record_makes_the_attempt_invalid(tmp_path):
+    """Before, the record's bytes_metric (the counter's sample, labels and all) broke its 1,000-character bound and
+    the attempt's fallback record kept it, so the second ProbeRecord raised ValidationError out of the sweep (exit 70)."""
+    with FakeEngine("producer") as producer, FakeEngine("consumer", "long-label-counter") as consumer:
+        pair = _attached(producer, consumer, tmp_path)
+        try:
+            measured = pair.measure(Leg.PULL, list(range(64)))
+        finally:
+            pair.stop()
+    assert len(measured.bytes_metric) > 2000
+    record = checked_record(probe_id="L64-pull-r0", plan_index=0, attempt=1, prefix_tokens=64, leg=Leg.PULL, rep=0,
+                            ttft_ms=measured.ttft_ms, bytes_moved=measured.bytes_moved,
+                            bytes_metric=measured.bytes_metric, metrics_delta=measured.metrics_delta, valid=True,
+                            started_at="2026-12-06T05:00:00Z")
+    assert not record.valid and record.bytes_metric is None and "implausible bytes_metric" in record.invalid_reason
 
 
 def test_a_well_behaved_fake_pair_measures_and_names_its_proof(tmp_path):
