@@ -8,9 +8,14 @@ up, which wakes a read or write blocked on it at once; the caller then sees ``ex
 The watchdog must know the socket before the request is sent. A new connection's is
 learnt from httpcore's ``trace`` event as it opens; a kept-alive connection is reused
 without one, so every socket a client has opened is remembered (per ``httpx.Client``,
-closed ones dropped) and each request's watchdog watches them all. Without that, the wait for the response head on a reused connection
-was bounded only by httpx's per-read timeout: each read up to the whole deadline, and a
-head sent a byte at a time never.
+closed ones dropped) and each request's watchdog watches them all (shutting an idle one
+down costs nothing: the pool discards it). Without that, the wait for the response head
+on a reused connection was bounded only by httpx's per-read timeout: each read up to the
+whole deadline, and a head sent a byte at a time not at all.
+
+Each client is used by one thread at a time (kvcal's clients are per engine and purpose,
+per thread for background load), so one request's watchdog never shuts a socket that
+another request of the same client is using.
 """
 
 from __future__ import annotations
