@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """Text from outside (what an engine sent) flattened to one line and cut at ``limit`` characters, for a message."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
 class KvcalError(Exception):
     """Base of every error kvcal reports to a user as one line."""
 

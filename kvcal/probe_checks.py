@@ -18,7 +18,8 @@ from kvcal.records import PlannedProbe, ProbeRecord
 
 WARMUP_SUFFIX = "-warmup"
 # What a probe measured or read from the engines; the rest of a record comes from the plan.
-MEASURED = ("ttft_ms", "bytes_moved", "producer_ttft_ms", "overhead_ms", "host_busy", "source_waiting", "computing_waiting")
+MEASURED = ("ttft_ms", "bytes_moved", "bytes_metric", "producer_ttft_ms", "overhead_ms", "host_busy", "source_waiting",
+            "computing_waiting")
 _ID_SHAPE = re.compile(r"(?:^|-)L(?P<tokens>\d{1,10})-(?P<leg>recompute|pull)-r(?P<rep>\d{1,10})$")
 
 

@@ -3,12 +3,14 @@
 A real engine cannot be made to stream for ever or count NaN bytes, so these stand in:
 one small threaded HTTP server per engine, on a free loopback port, serving
 ``/v1/models``, ``/metrics`` and ``/v1/completions`` the way vLLM does, except for the
-one fault it is told to show. :data:`FAULTS` lists them.
+one fault it is told to show. :data:`FAULTS` lists them. :class:`SlowHead` is a raw
+socket server for what ``http.server`` cannot do: a response head that never ends.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +30,7 @@ FAULTS = (
     "nan-counter",         # the byte counter reads NaN
     "inf-counter",         # the byte counter reads +Inf
     "huge-counter",        # the byte counter jumps by 2.6e295
+    "long-label-counter",  # the byte counter's sample carries a 2,000-character label
 )
 DEEP = b"[" * 100_000 + b"]" * 100_000
 KV_BYTES_PER_TOKEN = 64
@@ -103,7 +106,11 @@ class FakeEngine:
                 'vllm:cache_config_info{block_size="16",engine="0"} 1.0\n'
                 "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
                 "# TYPE vllm:nixl_bytes_transferred histogram\n"
-                f"vllm:nixl_bytes_transferred_sum {read}\nvllm:nixl_bytes_transferred_count {self.done}\n").encode()
+                f"vllm:nixl_bytes_transferred_sum{self._labels()} {read}\n"
+                f"vllm:nixl_bytes_transferred_count {self.done}\n").encode()
+
+    def _labels(self) -> str:
+        return '{shard="' + "x" * 2000 + '"}' if self.fault == "long-label-counter" else ""
 
     def get(self, h: BaseHTTPRequestHandler) -> None:
         if h.path == "/v1/models":
@@ -182,3 +189,90 @@ class FakeEngine:
                 time.sleep(delay_s)
         except OSError:
             return
+
+
+class SlowHead:
+    """A loopback HTTP/1.1 server: the first ``answered`` requests of a connection get a JSON answer at once
+    (the connection kept alive), the next one a response head sent a byte every ``every_s`` (``head_bytes`` of
+    it, a head that never ends, then the connection is closed), or with ``every_s`` None no answer at all.
+
+    ``sent_all`` is set once a whole head went out: a client bounded by one deadline hangs up long before.
+    ``connections`` counts the connections accepted.
+    """
+
+    ANSWER = b'{"choices": [{"text": "x"}]}'
+
+    def __init__(self, answered: int = 0, every_s: float | None = 0.05, head_bytes: int = 400) -> None:
+        self.answered = answered
+        self.every_s = every_s
+        self.head_bytes = head_bytes
+        self.connections = 0
+        self.sent_all = threading.Event()
+        self.stop = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> "SlowHead":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self._thread.join(5)
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _read_request(conn: socket.socket, pending: bytes) -> bytes | None:
+        """The bytes after one whole request (head and Content-Length body), or None when the client left."""
+        while b"\r\n\r\n" not in pending:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            pending += chunk
+        head, _, rest = pending.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(rest) < length:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            rest += chunk
+        return rest[length:]
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                pending: bytes | None = b""
+                for _ in range(self.answered):
+                    pending = self._read_request(conn, pending or b"")
+                    if pending is None:
+                        return
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                 % (len(self.ANSWER), self.ANSWER))
+                if self._read_request(conn, pending or b"") is None:
+                    return
+                if self.every_s is None:
+                    self.stop.wait()
+                    return
+                head = b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * self.head_bytes
+                for i in range(self.head_bytes):
+                    if self.stop.is_set():
+                        return
+                    conn.sendall(head[i:i + 1])
+                    time.sleep(self.every_s)
+                self.sent_all.set()
+            except OSError:
+                return  # the client hung up: what kvcal does at its deadline

@@ -15,8 +15,9 @@ What an engine sends is input (docs/engines.md, "When an engine misbehaves"):
 
 - every request has a **total** deadline, connect to last byte, not a per-read one:
   httpx's timeouts apply to each read, so a stream that never ends, or one byte a
-  second, would hold kvcal for ever. A watchdog shuts the request's socket down when the
-  deadline passes (a blocked read returns at once) and the request fails naming it;
+  second, would hold kvcal for ever. A watchdog (:mod:`kvcal.engines.deadline`) shuts the
+  request's socket down when the deadline passes (a blocked read or write returns at once,
+  on a new connection or a kept-alive one) and the request fails naming it;
 - every body read is capped (:data:`CAPS`); a larger one fails, never lands in memory;
 - JSON is parsed with its depth error caught and checked against typed models, and a
   ``/metrics`` page the Prometheus parser refuses is the engine's error.
@@ -28,8 +29,6 @@ URL and what it sent.
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,12 +38,12 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvcal.engines.deadline import Deadline
 from kvcal.engines.metrics import MetricsPageError, Snapshot, parse_metrics
-from kvcal.errors import EngineError, InputError
+from kvcal.errors import EngineError, InputError, one_line
 from kvcal.records import MAX_TOKENS
 
 _NS_PER_MS = 1e6
-CONNECT_TIMEOUT_S = 5.0
 METRICS_DEADLINE_S = 10.0
 """A /metrics page is a few hundred kB served in milliseconds; ten seconds is a sick engine."""
 MODELS_DEADLINE_S = 10.0
@@ -88,11 +87,6 @@ class ModelList(BaseModel):
     data: list[ServedModel] = Field(max_length=10_000)
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit] + "..."
-
-
 def _json(raw: bytes) -> Any:
     """Parsed JSON; ValueError for text that is not JSON or nests too deep to parse."""
     try:
@@ -110,64 +104,6 @@ def _event(payload: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return event if isinstance(event, dict) else None
-
-
-class Deadline:
-    """A total deadline for one request: at ``seconds`` the request's sockets are shut down.
-
-    httpx bounds each read, not a request. The watchdog (a timer thread) shuts the
-    request's TCP socket down, which wakes a read blocked on it at once; the caller then
-    sees ``expired``. Sockets are learnt from httpcore's ``trace`` events as connections
-    open, and from the response once its headers arrive (a kept-alive connection).
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.expired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(max(seconds, 0.0), self._expire)
-        self._timer.daemon = True
-        self._ends_at = time.monotonic() + seconds
-
-    def remaining(self) -> float:
-        return max(self._ends_at - time.monotonic(), 0.001)
-
-    def timeout(self) -> httpx.Timeout:
-        left = self.remaining()
-        return httpx.Timeout(left, connect=min(CONNECT_TIMEOUT_S, left))
-
-    def trace(self, event: str, info: dict[str, Any]) -> None:
-        if event == "connection.connect_tcp.complete":
-            self.watch(info.get("return_value"))
-
-    def watch(self, stream: Any) -> None:
-        sock = stream.get_extra_info("socket") if stream is not None and hasattr(stream, "get_extra_info") else None
-        if isinstance(sock, socket.socket):
-            with self._lock:
-                self._sockets.append(sock)
-                if self.expired:
-                    _shut(sock)
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for sock in self._sockets:
-                _shut(sock)
-
-    def __enter__(self) -> "Deadline":
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-
-def _shut(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed
 
 
 class EngineClient:
@@ -198,7 +134,7 @@ class EngineClient:
 
     def fail(self, what: str, err: Exception | str) -> EngineError:
         """One-line EngineError naming this engine, its URL, what failed and what it sent."""
-        return EngineError(f"{self.name} at {self.base_url}: {what}: {_one_line(str(err))}")
+        return EngineError(f"{self.name} at {self.base_url}: {what}: {one_line(str(err))}")
 
     @contextmanager
     def _request(self, method: str, path: str, deadline_s: float, *, metrics: bool = False,
@@ -206,11 +142,9 @@ class EngineClient:
         """One request under a total deadline; httpx and deadline failures become one-line EngineErrors."""
         client = self._metrics_client if metrics else self._client
         what = f"{method} {path}"
-        with Deadline(deadline_s) as deadline:
+        with Deadline(deadline_s, client) as deadline:
             try:
-                with client.stream(method, path, timeout=deadline.timeout(),
-                                   extensions={"trace": deadline.trace}, **kwargs) as response:
-                    deadline.watch(response.extensions.get("network_stream"))
+                with deadline.stream(client, method, path, **kwargs) as response:
                     yield response, deadline
             except httpx.HTTPError as err:
                 if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout)):

@@ -31,6 +31,7 @@ from types import FrameType
 import httpx
 import psutil
 
+from kvcal.engines.deadline import Deadline
 from kvcal.engines.reaper import shared_reaper
 from kvcal.errors import EngineError
 
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 _LOG_TAIL_LINES = 6
 _LOG_TAIL_CHARS = 600
 _POLL_INTERVAL_S = 0.5
+HEALTH_PROBE_S = 2.0
+"""One readiness probe at most: a ready server answers /health in milliseconds; the start deadline bounds them all."""
 
 
 @contextlib.contextmanager
@@ -197,11 +200,12 @@ class ServerProcess:
         if code is not None:
             raise EngineError(f"{self.name} exited with status {code}: {log_tail(self.log_path)} (log: {self.log_path})")
 
-    def is_ready(self, client: httpx.Client) -> bool:
-        """One readiness probe: alive (else EngineError) and ``ready_url`` answers 200."""
+    def is_ready(self, client: httpx.Client, timeout_s: float = HEALTH_PROBE_S) -> bool:
+        """One readiness probe: alive (else EngineError) and ``ready_url`` answers 200 within ``timeout_s`` in all."""
         self.check_alive()
         try:
-            return client.get(self.ready_url).status_code == 200
+            with Deadline(timeout_s, client) as deadline, deadline.stream(client, "GET", self.ready_url) as response:
+                return response.status_code == 200 and not deadline.expired
         except httpx.HTTPError:
             return False
 
@@ -235,24 +239,32 @@ class ServerProcess:
 
 
 def wait_all_ready(servers: Sequence[ServerProcess], timeout_s: float) -> None:
-    """Poll every server until all are ready; fail fast on the first that dies or on timeout."""
-    deadline = time.monotonic() + timeout_s
+    """Poll every server until all are ready; fail fast on the first that dies, or when ``timeout_s`` has passed.
+
+    ``timeout_s`` bounds the whole wait: each probe gets at most what is left of it (and
+    :data:`HEALTH_PROBE_S`), connect to last byte, so a server that accepts and never
+    answers, or answers a byte at a time, cannot stretch it.
+    """
+    ends_at = time.monotonic() + timeout_s
     pending = list(servers)
-    with httpx.Client(timeout=2.0) as client:
+    with httpx.Client() as client:
         while pending:
             for server in list(pending):
-                if server.is_ready(client):
+                server.check_alive()  # a dead server fails fast, deadline or not
+                left = ends_at - time.monotonic()
+                if left > 0 and server.is_ready(client, min(HEALTH_PROBE_S, left)):
                     assert server.started_at is not None
                     server.ready_after_s = time.monotonic() - server.started_at
                     log.info("%s ready after %.1f s", server.name, server.ready_after_s)
                     pending.remove(server)
             if not pending:
                 return
-            if time.monotonic() > deadline:
+            left = ends_at - time.monotonic()
+            if left <= 0:
                 names = ", ".join(s.name for s in pending)
                 tail = log_tail(pending[0].log_path)
                 raise EngineError(f"{names} not ready after {timeout_s:.0f} s: {tail} (log: {pending[0].log_path})")
-            time.sleep(_POLL_INTERVAL_S)
+            time.sleep(min(_POLL_INTERVAL_S, left))
 
 
 def wait_until_idle(

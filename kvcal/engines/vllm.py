@@ -95,7 +95,7 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
             if self.settings.model is None and not self.settings.attach:
                 ensure_tiny_model(self.cache_dir / "models")
             config: Path | None = Path(model) / "config.json"
-            if not config.is_file():
+            if not _is_file(config):
                 config = None
                 with contextlib.suppress(Exception):  # hub id: only what is cached here, never a download
                     from huggingface_hub import try_to_load_from_cache
@@ -280,6 +280,14 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
             "urls": {r.value: c.base_url for r, c in self._clients.items()},
             "startup_s": {srv.name: srv.ready_after_s for srv in self._servers},
         }
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file here; False for a path no file system can hold (an attached engine's ``root`` is its text)."""
+    try:
+        return path.is_file()
+    except OSError:  # e.g. a name over 255 bytes: pathlib raises, and the CLI would print it whole as the user's file
+        return False
 
 
 def _left(ready_by: float, client: EngineClient) -> float:

@@ -17,7 +17,8 @@ import threading
 import httpx
 
 from kvcal.engines.base import LoadTarget, Role
-from kvcal.engines.http import CAPS, Deadline, EngineClient
+from kvcal.engines.deadline import Deadline
+from kvcal.engines.http import CAPS, EngineClient
 from kvcal.engines.metrics import gauge_total
 from kvcal.engines.transports.base import Role as TransportRole
 from kvcal.errors import EngineError
@@ -76,10 +77,8 @@ class VllmLoadTarget(LoadTarget):
         client = self._client()
         read = 0
         try:
-            with Deadline(self.request_timeout_s) as deadline, client.stream(
-                    "POST", "/v1/completions", json=body, timeout=deadline.timeout(),
-                    extensions={"trace": deadline.trace}) as response:
-                deadline.watch(response.extensions.get("network_stream"))
+            with Deadline(self.request_timeout_s, client) as deadline, \
+                    deadline.stream(client, "POST", "/v1/completions", json=body) as response:
                 if response.status_code != 200:
                     sent = next(response.iter_bytes(CAPS["error"]), b"")
                     raise self._metrics.fail(f"background request failed with HTTP {response.status_code}",

@@ -9,7 +9,9 @@ in memory on a simulated pair with exactly those curves (:class:`kvcal.engines.s
   --adaptive`` uses, until its stop rule;
 * ``ladder``: the default uniform ladder (``kvcal sweep`` without ``--adaptive``),
   whole passes over every length added one at a time until the standard fit's
-  interval is as narrow as the target (at least 2 passes, so every length has reps);
+  interval is as narrow as the target (at least 2 passes, so every length has reps).
+  Its lengths are those the default design ends with (:func:`default_ladder`): the
+  ladder from 256 tokens up to the limit, grown below 256 while the pull wins there;
 * ``ladder-3``: the default ladder at its default 3 reps, whatever width it reaches;
 * ``oracle``: every probe at the true break-even with the slopes known, the floor no
   design can beat (analytic, see :func:`oracle`).
@@ -42,6 +44,7 @@ from kvcal.records import FIT_DEFAULTS
 from kvcal.sweep.adaptive import FIT_SETTINGS, Controller, StopRules, relative_width
 from kvcal.sweep.design import allowed_range
 from kvcal.sweep.plan import default_prefix_lengths
+from kvcal.fit.ladder import lengths_below
 from kvcal.runfolder import RunFolder
 
 PLAN_SCHEMA = "kvcal.plan/1"
@@ -156,6 +159,24 @@ def simulate_adaptive(prior: Prior, target: float, seed: int, *, max_probes: int
         round_index += 1
 
 
+def default_ladder(prior: Prior) -> list[int]:
+    """The lengths ``kvcal sweep``'s default design ends with on the prior's curves.
+
+    Its ladder up to the limit (:func:`kvcal.sweep.plan.default_prefix_lengths`), grown an
+    octave at a time below its shortest length while the pull wins there, never below the
+    allowed range (:mod:`kvcal.sweep.reach`). A sweep decides each growth on its probes'
+    medians; the plan decides it on the noise-free curves. Without the growth a limit of
+    257-320 tokens left the one length 256, which no fit can use.
+    """
+    ladder = [n for n in default_prefix_lengths(prior.block_size, prior.high + 1) if n >= prior.low]
+    while ladder and prior.costs.pull_ms(ladder[0]) < prior.costs.recompute_ms(ladder[0]):
+        below = [n for n in lengths_below(ladder[0], prior.block_size) if n >= prior.low]
+        if not below:
+            break
+        ladder = below + ladder
+    return ladder
+
+
 def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: list[int] | None = None,
                     reps: int = 3, max_passes: int = 128, screen_resamples: int | None = SCREEN_RESAMPLES) -> Campaign:
     """The uniform ladder: ``reps`` passes (target None), or the fewest passes whose standard fit reaches ``target``.
@@ -165,7 +186,7 @@ def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: l
     pass or two either side of the first crossing), confirmed on the standard fit.
     """
     pair = SimPair(prior.costs, block_size=prior.block_size, seed=seed, max_model_len=prior.high + prior.block_size)
-    ladder = lengths or default_prefix_lengths(prior.block_size, prior.high + 1)
+    ladder = lengths or default_ladder(prior)
     passes: list[list[dict]] = []
 
     def upto(k: int) -> tuple[list[dict], float]:
@@ -269,9 +290,16 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
     notes = list(prior.notes) + [note for note in [coverage_note(campaigns, FIT_DEFAULTS.confidence)] if note]
     designs = [summarize("adaptive", [simulate_adaptive(prior, target, s) for s in seeds], target)]
     inside = prior.truth is not None and prior.low < prior.truth < prior.high
-    if inside:
-        designs.append(summarize("ladder", [simulate_ladder(prior, target, s) for s in seeds], target))
-    designs.append(summarize("ladder-3", [simulate_ladder(prior, None, s) for s in seeds], target))
+    ladder = default_ladder(prior)
+    if len(ladder) < 2:  # recompute wins at the one length the limit leaves the ladder: a sweep could not fit it either
+        only = ladder[0] if ladder else "-"
+        notes.append(f"the default ladder has one length within {prior.low}-{prior.high} tokens ({only}), and no fit "
+                     f"can use one: no ladder is simulated (kvcal sweep --prefix-lengths {prior.low},{prior.high} "
+                     "measures two)")
+    else:
+        if inside:
+            designs.append(summarize("ladder", [simulate_ladder(prior, target, s) for s in seeds], target))
+        designs.append(summarize("ladder-3", [simulate_ladder(prior, None, s) for s in seeds], target))
     if inside:
         designs.append(summarize("oracle", [oracle(prior, target)], target))
     else:

@@ -1,5 +1,6 @@
 """Issue 29's contract through the INSTALLED ``kvcal`` script: a default design that finds a short crossover,
-advice in lengths kvcal accepts, --json warnings on stderr, from-config without MLP sizes."""
+advice in lengths kvcal accepts, --json warnings on stderr, from-config without MLP sizes; plan's ladder grows as
+that design does."""
 
 from __future__ import annotations
 
@@ -124,3 +125,45 @@ def test_a_default_design_that_meets_an_end_says_how_far_a_pull_or_the_model_all
     swept = kvcal("sweep", "--engine", "sim", "--config", "c.yaml", "--name", "r", "--reps", "2", *mode, cwd=tmp_path)
     assert swept.returncode == 0, swept.stderr
     assert said in swept.stderr
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory) -> Path:
+    """A default design under a 300-token limit on curves crossing at 180: it measured 128-256 (grown from 256)."""
+    root = tmp_path_factory.mktemp("short")
+    (root / "c.yaml").write_text(SHORT_CROSSOVER.replace("max_model_len: 4096", "max_model_len: 300"))
+    swept = kvcal("sweep", "--engine", "sim", "--config", "c.yaml", "--reps", "2", "--name", "r", cwd=root)
+    assert swept.returncode == 0, swept.stderr
+    fitted = kvcal("fit", "results/r", "--json", "--resamples", "200", cwd=root)
+    assert fitted.returncode == 0, fitted.stderr
+    assert json.loads(fitted.stdout)["measured_range"] == [128, 256]
+    return root / "results" / "r"
+
+
+def _plan(run: Path, limit: int) -> subprocess.CompletedProcess:
+    return kvcal("plan", "--from", str(run), "--max-model-len", str(limit), "--campaigns", "1", "--json", cwd=run)
+
+
+@pytest.mark.parametrize("limit", [257, 300, 320, 512, 1000])
+def test_plan_simulates_the_ladder_a_sweep_would_grow_at_a_short_limit(short_run, limit):
+    """Before, plan's ladder never grew below 256: a limit of 257-320 left it 256 alone, and plan ended in the
+    fit's "recompute leg has one prefix length only (256)" (exit 2) on a run that had measured 128-256."""
+    done = _plan(short_run, limit)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert {"adaptive", "ladder", "ladder-3"} <= {d["design"] for d in plan["designs"]}
+    assert plan["allowed_range"] == [128, (limit - 1) // 64 * 64]
+
+
+def test_plan_says_why_a_one_length_ladder_is_not_simulated(tmp_path):
+    (tmp_path / "c.yaml").write_text(SHORT_CROSSOVER.replace("pull_intercept_ms: 20.0", "pull_intercept_ms: 100.0"))
+    swept = kvcal("sweep", "--engine", "sim", "--config", "c.yaml", "--reps", "2", "--prefix-lengths",
+                  "128,256,512,1024,2048", "--name", "r", cwd=tmp_path)  # crossing at about 1,000 tokens
+    assert swept.returncode == 0, swept.stderr
+    done = _plan(tmp_path / "results" / "r", 300)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert [d["design"] for d in plan["designs"]] == ["adaptive"]
+    said = [note for note in plan["notes"] if "the default ladder has one length within 128-256 tokens (256)" in note]
+    assert said and "kvcal sweep --prefix-lengths 128,256" in said[0]
+    assert f"kvcal: warning: {said[0]}" in done.stderr

@@ -367,6 +367,18 @@ def test_adaptive_spends_under_forty_percent_of_the_ladder_to_a_five_percent_int
     assert abs(adaptive.break_even - prior.truth) <= 0.05 * prior.truth  # one 90% interval may miss; not by far
 
 
+def test_the_planned_ladder_grows_below_256_as_a_sweeps_default_design_does():
+    """Before, plan's ladder never grew: a limit of 257-320 tokens left it 256 alone, which no fit can use."""
+    from kvcal.sweep.campaign_plan import Prior, default_ladder
+
+    short = SimCosts(recompute_intercept_ms=2.0, recompute_per_token_us=100.0, recompute_per_token2_ns=0.0,
+                     pull_intercept_ms=20.0, pull_per_token_us=0.0)  # crossing at 180 tokens
+    assert default_ladder(Prior(short, "short", 128, 256, 64)) == [128, 192, 256]
+    assert default_ladder(Prior(short, "short", 128, 960, 64)) == [128, 192, 256, 384, 512, 768, 960]
+    assert default_ladder(Prior(short, "short", 256, 960, 64)) == [256, 384, 512, 768, 960]  # never below the range
+    assert default_ladder(Prior(SimCosts(), "sim default", 128, 256, 64)) == [256]  # recompute wins at 256
+
+
 def test_a_simulated_campaign_counts_what_its_search_cost_apart():
     from kvcal.sweep.campaign_plan import Prior, simulate_adaptive
 

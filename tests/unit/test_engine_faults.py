@@ -19,18 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from fake_engine import FakeEngine
+from fake_engine import FakeEngine, SlowHead
 from kvcal.engines.http import CAPS, EngineClient
+from kvcal.engines.process import ServerProcess, wait_all_ready
 from kvcal.engines.vllm import VllmPair
 from kvcal.engines.vllm_launch import VllmSettings
 from kvcal.errors import EngineError
 from kvcal.records import Leg, ProbeRecord
+from kvcal.sweep.probe_checks import checked_record
 
 CONFIG = Path(__file__).parents[1] / "fixtures" / "hf_configs" / "llama-3.1-8b.json"
 SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
 
 
-def _client(engine: FakeEngine, timeout_s: float = 1.0) -> EngineClient:
+def _client(engine: FakeEngine | SlowHead, timeout_s: float = 1.0) -> EngineClient:
     return EngineClient(engine.url, name="consumer", model="fake", request_timeout_s=timeout_s)
 
 
@@ -44,6 +46,35 @@ def test_a_stream_that_does_not_end_meets_the_probe_deadline(fault):
 def test_a_trickling_body_meets_the_probe_deadline():
     with FakeEngine("producer", "trickling-body") as engine, pytest.raises(EngineError, match="ran past its 1 s deadline"):
         _client(engine).complete([1, 2, 3])
+
+
+def test_a_response_head_that_trickles_on_a_kept_alive_connection_meets_the_deadline():
+    """The second request reuses the first one's connection, whose socket no connect event names.
+
+    Before, the watchdog learnt that socket only once the head had arrived: each read of
+    the head was bounded by httpx's per-read timeout alone, so a head sent a byte at a
+    time held the request for as long as it trickled (20 s here, against a 1 s deadline).
+    """
+    with SlowHead(answered=1) as server:
+        client = _client(server)
+        try:
+            client.complete([1, 2, 3])
+            with pytest.raises(EngineError, match="POST /v1/completions ran past its 1 s deadline"):
+                client.complete([1, 2, 3])
+        finally:
+            client.close()
+        assert server.connections == 1 and not server.sent_all.is_set()
+
+
+@pytest.mark.parametrize("every_s", [0.05, None], ids=["head-a-byte-at-a-time", "no-answer"])
+def test_the_start_deadline_bounds_a_health_poll_that_never_completes(tmp_path, every_s):
+    """Before, each poll was bounded per read (2 s): a /health head a byte at a time held start-up while it trickled."""
+    with SlowHead(every_s=every_s) as health:
+        server = ServerProcess("consumer", [sys.executable, "-c", "import time; time.sleep(60)"], env={},
+                               log_path=tmp_path / "c.log", ready_url=f"{health.url}/health")
+        with server, pytest.raises(EngineError, match="consumer not ready after 1 s"):
+            wait_all_ready([server], timeout_s=1)
+        assert health.connections >= 1 and not health.sent_all.is_set()
 
 
 def test_a_huge_metrics_page_is_refused_at_its_cap():
@@ -93,6 +124,35 @@ def test_a_byte_counter_no_engine_can_count_fails_the_leg(tmp_path, fault, why):
     assert "vllm:nixl_bytes_transferred_sum" in str(err.value)
 
 
+def test_a_model_root_no_file_system_can_hold_is_read_as_a_hub_id(tmp_path):
+    """Before, a 300-byte name in /v1/models' ``root`` raised OSError (File name too long) out of the pair, and the
+    CLI printed the engine's text whole as if it were a file the user named (exit 2)."""
+    root = tmp_path / ("a" * 300)
+    with FakeEngine("producer", root=root) as producer, FakeEngine("consumer", root=root) as consumer:
+        pair = _attached(producer, consumer, tmp_path)
+        try:
+            assert pair.kv_bytes_per_token is None  # no layout known, as for a hub id this host has not cached
+        finally:
+            pair.stop()
+
+
+def test_a_byte_counter_label_too_long_to_record_makes_the_attempt_invalid(tmp_path):
+    """Before, the record's bytes_metric (the counter's sample, labels and all) broke its 1,000-character bound and
+    the attempt's fallback record kept it, so the second ProbeRecord raised ValidationError out of the sweep (exit 70)."""
+    with FakeEngine("producer") as producer, FakeEngine("consumer", "long-label-counter") as consumer:
+        pair = _attached(producer, consumer, tmp_path)
+        try:
+            measured = pair.measure(Leg.PULL, list(range(64)))
+        finally:
+            pair.stop()
+    assert len(measured.bytes_metric) > 2000
+    record = checked_record(probe_id="L64-pull-r0", plan_index=0, attempt=1, prefix_tokens=64, leg=Leg.PULL, rep=0,
+                            ttft_ms=measured.ttft_ms, bytes_moved=measured.bytes_moved,
+                            bytes_metric=measured.bytes_metric, metrics_delta=measured.metrics_delta, valid=True,
+                            started_at="2026-12-06T05:00:00Z")
+    assert not record.valid and record.bytes_metric is None and "implausible bytes_metric" in record.invalid_reason
+
+
 def test_a_well_behaved_fake_pair_measures_and_names_its_proof(tmp_path):
     with FakeEngine("producer") as producer, FakeEngine("consumer") as consumer:
         pair = _attached(producer, consumer, tmp_path)
@@ -103,19 +163,40 @@ def test_a_well_behaved_fake_pair_measures_and_names_its_proof(tmp_path):
     assert result.bytes_moved == 64 * 64 and result.bytes_metric == "consumer/vllm:nixl_bytes_transferred_sum"
 
 
-@pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
-@pytest.mark.parametrize("fault", ["endless-stream", "byte-a-second"])
-def test_attach_sweep_against_an_engine_that_never_finishes_ends_cleanly(tmp_path, fault):
-    """The contract's run, with probe_timeout_s 1 (the contract's 5 takes 15 s a case: docs/engines.md)."""
+def _attach_setup(tmp_path: Path, probe_timeout_s: int) -> tuple[Path, Path]:
+    """A model folder holding a config.json (the fakes' ``root``) and a campaign file with ``probe_timeout_s``."""
     model = tmp_path / "model"
     model.mkdir()
     shutil.copy(CONFIG, model / "config.json")
     campaign = tmp_path / "campaign.yaml"
-    campaign.write_text("probe_timeout_s: 1\n")
+    campaign.write_text(f"probe_timeout_s: {probe_timeout_s}\n")
+    return model, campaign
+
+
+def _attach_sweep(tmp_path: Path, campaign: Path, producer: FakeEngine, consumer: FakeEngine, *more: str) -> list[str]:
+    """The installed script's attach-mode sweep against the two fakes, into ``tmp_path/runs/r``."""
+    return [str(SCRIPT), "sweep", "--config", str(campaign), "--producer-url", producer.url, "--consumer-url",
+            consumer.url, *more, "--output-dir", str(tmp_path / "runs"), "--name", "r"]
+
+
+def _wait_for(condition, timeout_s: float) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout_s`` passes (False): a bound on a wait, not a timing check."""
+    ends_at = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= ends_at:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
+@pytest.mark.parametrize("fault", ["endless-stream", "byte-a-second"])
+def test_attach_sweep_against_an_engine_that_never_finishes_ends_cleanly(tmp_path, fault):
+    """The contract's run, with probe_timeout_s 1 (the contract's 5 takes 15 s a case: docs/engines.md)."""
+    model, campaign = _attach_setup(tmp_path, probe_timeout_s=1)
     with FakeEngine("producer", root=model) as producer, FakeEngine("consumer", fault, root=model) as consumer:
-        done = subprocess.run([str(SCRIPT), "sweep", "--config", str(campaign), "--producer-url", producer.url,
-                               "--consumer-url", consumer.url, "--max-attempts", "2", "--prefix-lengths", "64,128",
-                               "--output-dir", str(tmp_path / "runs"), "--name", "r"],
+        done = subprocess.run(_attach_sweep(tmp_path, campaign, producer, consumer, "--max-attempts", "2",
+                                            "--prefix-lengths", "64,128"),
                               capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode not in (0, 70), done.stderr
     last = done.stderr.strip().splitlines()[-1]
@@ -125,28 +206,28 @@ def test_attach_sweep_against_an_engine_that_never_finishes_ends_cleanly(tmp_pat
     assert not [r for r in records if r.valid and (r.bytes_moved or 0) > 1e15]
 
 
+STREAM_WAIT_S = 120  # kvcal's start-up and the pair's warm-up on a loaded machine; a hang fails here instead of never
+
+
 @pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupt_stops_a_sweep_waiting_on_an_endless_stream(tmp_path, signum):
     """The probe deadline is 10 minutes: the run ends because of the signal, long before it."""
-    model = tmp_path / "model"
-    model.mkdir()
-    shutil.copy(CONFIG, model / "config.json")
-    campaign = tmp_path / "campaign.yaml"
-    campaign.write_text("probe_timeout_s: 600\n")
+    model, campaign = _attach_setup(tmp_path, probe_timeout_s=600)
+    stderr = tmp_path / "stderr.txt"
     with FakeEngine("producer", root=model) as producer, FakeEngine("consumer", "endless-stream", root=model) as consumer:
-        proc = subprocess.Popen([str(SCRIPT), "sweep", "--config", str(campaign), "--producer-url", producer.url,
-                                 "--consumer-url", consumer.url, "--prefix-lengths", "64", "--output-dir",
-                                 str(tmp_path / "runs"), "--name", "r"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        with open(stderr, "w") as sink:
+            proc = subprocess.Popen(_attach_sweep(tmp_path, campaign, producer, consumer, "--prefix-lengths", "64"),
+                                    stdout=subprocess.DEVNULL, stderr=sink, stdin=subprocess.DEVNULL)
         try:
-            for line in proc.stderr:
-                if "warming the pair" in line:
-                    break
-            while consumer.streams == 0:  # the consumer's stream has begun: kvcal is blocked reading it
-                time.sleep(0.05)
+            # The consumer's stream has begun: kvcal is blocked reading it (or it ended, which fails below).
+            began = _wait_for(lambda: consumer.streams > 0 or proc.poll() is not None, STREAM_WAIT_S)
+            if not began or proc.poll() is not None:
+                pytest.fail(f"kvcal never began the consumer's stream within {STREAM_WAIT_S} s "
+                            f"(exit {proc.poll()}): {stderr.read_text()[-2000:]}")
             proc.send_signal(signum)
             code = proc.wait(timeout=120)
         finally:
             proc.kill()
+            proc.wait()
     assert code not in (0, 70) and code != -signum  # kvcal's own handler ended it, cleanly

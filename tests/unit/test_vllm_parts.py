@@ -48,6 +48,16 @@ def test_nixl_pd_renders_roles_devices_and_side_channels():
     assert not nixl.needs_gpu
 
 
+def test_a_huge_producer_reply_without_blocks_is_cut_in_the_error():
+    """Before, the whole reply was repr'd into the message: 2 MB of it here."""
+    held = {"remote_block_ids": [], "junk": "x" * 2_000_000, "lines": "a\nb"}
+    with pytest.raises(EngineError) as err:
+        get_transport("nixl-pd").pull_params(held, "id", SIDE)
+    message = str(err.value)
+    assert "no KV blocks to pull" in message and "'junk': 'xxx" in message
+    assert len(message) < 600 and "\n" not in message
+
+
 def test_p2p_tier_renders_the_documented_protocol():
     p2p = get_transport("p2p-tier", {"cpu_bytes_to_use": 1234})
     config = p2p.kv_transfer_config(Role.CONSUMER, "cuda", SIDE)

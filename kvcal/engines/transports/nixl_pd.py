@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcal.errors import EngineError
+from kvcal.errors import EngineError, one_line
 from kvcal.engines.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
 
 _KV_ROLES = {Role.PRODUCER: "kv_producer", Role.CONSUMER: "kv_consumer", Role.BOTH: "kv_both"}
@@ -58,7 +58,8 @@ class NixlPd(Transport):
 
     def pull_params(self, held: dict[str, Any] | None, kv_request_id: str, producer_side: SideChannel) -> dict[str, Any]:
         if not held or not held.get("remote_block_ids"):
-            raise EngineError(f"the producer returned no KV blocks to pull (kv_transfer_params: {held!r}); is it a kv_producer?")
+            raise EngineError(f"the producer returned no KV blocks to pull (kv_transfer_params: {one_line(repr(held))}); "
+                              "is it a kv_producer?")
         return dict(held)
 
 
