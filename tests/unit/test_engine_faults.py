@@ -25,8 +25,8 @@ from kvcal.engines.process import ServerProcess, wait_all_ready
 from kvcal.engines.vllm import VllmPair
 from kvcal.engines.vllm_launch import VllmSettings
 from kvcal.errors import EngineError
+from kvcal.probe_checks import checked_record
 from kvcal.records import Leg, ProbeRecord
-from kvcal.sweep.probe_checks import checked_record
 
 CONFIG = Path(__file__).parents[1] / "fixtures" / "hf_configs" / "llama-3.1-8b.json"
 SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
