@@ -56,6 +56,11 @@ VARIANTS = {
     "output 100, prefix weight 1": ({"sessions": {**BASE["sessions"], "output_tokens": {"dist": "lognormal", "mean": 100, "cv": 0.5}},
                                      "router": {"prefix_weight": 1, "queue_weight": 2, "kv_weight": 2}}, 4),
     "output 100, 16 pods": ({"sessions": {**BASE["sessions"], "output_tokens": {"dist": "lognormal", "mean": 100, "cv": 0.5}}}, 16),
+    # P/D: the pods only prefill (one output token); a turn's decode, elsewhere, is its think time (400 x 40 ms).
+    "P/D, 4 prefill pods": ({"sessions": {**BASE["sessions"], "output_tokens": 1, "think_time_s": 16}}, 4),
+    "P/D, 2 prefill pods": ({"sessions": {**BASE["sessions"], "output_tokens": 1, "think_time_s": 16}}, 2),
+    "P/D, 2 prefill pods, weight 1": ({"sessions": {**BASE["sessions"], "output_tokens": 1, "think_time_s": 16},
+                                        "router": {"prefix_weight": 1, "queue_weight": 2, "kv_weight": 2}}, 2),
 }
 
 

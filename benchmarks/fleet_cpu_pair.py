@@ -8,7 +8,8 @@ NIXL) when the producer holds at least the threshold more cached tokens than the
 consumer, and recomputes otherwise. Policies: no P2P, the idle threshold (what
 emit-config gives for FIT), always pull. Each (rate, policy) runs ``--reps`` times; the
 figures are every request's TTFT p50 and p90 after the warm-up, measured, and the fleet
-model's prediction for the same 2-engine fleet (rotate routing, nixl-pd's hand-off).
+model's prediction for the same 2-engine fleet (rotate routing, nixl-pd's hand-off; with
+``--probe``, engines that slow each other as much as the probes measured: both share the host).
 
     flock /tmp/kvcal-engines.lock env PYTHONPATH=. .venv/bin/python benchmarks/fleet_cpu_pair.py \\
         --fit results/baselines/cpu-tiny --rates 0.5,4 --reps 2 --calibrate --out /tmp/fleet-cpu-pair.json
@@ -158,6 +159,19 @@ def probe_assumptions(pair: VllmPair, fresh: FleetCosts, reps: int = 3) -> list[
     return out
 
 
+def host_slowdown(probes: list[dict]) -> float:
+    """How much longer a prefill takes with the other engine computing one too: the mean over the probed lengths of
+    (mean together) / (mean alone). The fleet model's ``engine.shared_host_slowdown``; 1 when they do not slow each other."""
+    alone = {r["probe"].split()[0]: r["measured_ms"] for r in probes if r["probe"].endswith(" alone")}
+    ratios = [np.mean(r["measured_ms"]) / np.mean(alone[r["probe"].split()[0]])
+              for r in probes if r["probe"].endswith("at once") and r["probe"].split()[0] in alone]
+    return max(1.0, float(np.mean(ratios))) if ratios else 1.0
+
+
+def on_this_host(w: Workload, slowdown: float) -> Workload:
+    return w.model_copy(update={"engine": w.engine.model_copy(update={"shared_host_slowdown": slowdown})})
+
+
 def predict(costs: FleetCosts, w: Workload, rate: float, threshold: int | None, seeds: int) -> dict:
     """The model's figures as the harness measures them: every turn of the sessions started in the run, served out."""
     policy = Policy("no-p2p") if threshold is None else Policy("threshold", threshold)
@@ -165,7 +179,8 @@ def predict(costs: FleetCosts, w: Workload, rate: float, threshold: int | None, 
     runs = [FleetSim(at_rate, 2, costs, policy, BLOCK, seed, drain=True).run() for seed in range(seeds)]
     ttft = np.concatenate([r.ttft_ms for r in runs])
     return {"p50": float(np.percentile(ttft, 50)), "p90": float(np.percentile(ttft, 90)),
-            "pull_share": sum(r.pulled for r in runs) / max(1, sum(r.routed for r in runs))}
+            "pull_share": sum(r.pulled for r in runs) / max(1, sum(r.routed for r in runs)),
+            "engines_busy": float(np.mean([r.busy_share for r in runs]))}
 
 
 def calibrate_here(pair: VllmPair, lengths: list[int], reps: int) -> object:
@@ -222,6 +237,14 @@ def main() -> None:
         fresh = FleetCosts(tuple(result["fresh_fit"]["recompute"]), tuple(result["fresh_fit"]["pull"]))
     if pair is not None and fresh is not None and args.probe:
         result["probes"] = probe_assumptions(pair, fresh)
+    elif earlier and earlier.get("probes"):
+        result["probes"] = earlier["probes"]
+    if result.get("probes"):
+        # Both engines on one host: the model is told how much they slow each other, as the probes measured it.
+        result["shared_host_slowdown"] = host_slowdown(result["probes"])
+        w = on_this_host(w, result["shared_host_slowdown"])
+        print(f"shared host: a prefill takes {result['shared_host_slowdown']:.2f}x as long with both engines computing",
+              flush=True)
     stored = {(r["rate"], r["policy"]): r["measured"] for r in (earlier or {}).get("rows", [])}
     run = 0
     try:

@@ -21,6 +21,12 @@ it) is confined to those cores. vLLM binds only its workers' compute threads
 busy-wait for about a second after each request and all through a P/D hold, so one
 engine's spinning landed on the other engine's core (measured on 2 cores: pulls of
 2,048 tokens swung between 25 and 450 ms; confined, 23-27 ms).
+Every later ``os.sched_setaffinity`` in the server stays inside those cores too: on CPU,
+vLLM's NixlConnector worker moves its calling thread to the last core of each NUMA node
+("reserve different cores for start_load_kv() from model_forward()"), but that thread is
+the worker's OpenMP master, the one that runs the model, so on a 2-core host both
+engines computed on core 1 (seen 2026-12-06: the producer's compute thread allowed only
+core 1 while its role's core was 0; two prefills at once each took 2x their time alone).
 
 Fourth, :mod:`kvcal.engines.shields`: what a plain ``pip install 'kvcal[cpu]'`` gets wrong
 (torchvision & co. built for CUDA torch; NIXL's backend without its selector package).
@@ -91,13 +97,26 @@ def parse_cpu_list(text: str) -> set[int]:
     return cpus
 
 
+def confine_affinity(allowed: set[int]) -> None:
+    """Put this process on ``allowed`` and keep every later ``os.sched_setaffinity`` in it inside them."""
+    set_affinity = getattr(os.sched_setaffinity, "_kvcal_unconfined", os.sched_setaffinity)
+
+    def confined(pid: int, mask) -> None:
+        # Where a request falls wholly outside the role's cores, the role's cores are the nearest thing to it.
+        set_affinity(pid, (set(mask) & allowed) or allowed)
+
+    confined._kvcal_unconfined = set_affinity  # type: ignore[attr-defined]
+    set_affinity(0, allowed)
+    os.sched_setaffinity = confined
+
+
 install_vllm_metadata_alias()
 if __name__ in ("__main__", "__mp_main__"):  # the engine process, not a test importing the shims
     from kvcal.engines import shields
 
     shields.apply()  # a plain pip install: broken torchvision & co. blocked, nixl-cu13 seen as nixl
 if os.environ.get(AFFINITY_ENV):
-    os.sched_setaffinity(0, parse_cpu_list(os.environ[AFFINITY_ENV]))
+    confine_affinity(parse_cpu_list(os.environ[AFFINITY_ENV]))
 if os.environ.get(PROGRESS_DELAY_ENV):
     install_nixl_progress_delay(int(os.environ[PROGRESS_DELAY_ENV]))
 

@@ -6,7 +6,8 @@ request joins its pod's queue; an engine step ends. An engine runs continuous ba
 each step carries every decoding request one token and prefill chunks from the head of
 its queue up to ``max_num_batched_tokens``; a request's first token comes at the end of
 the step that finishes its prefill. Costs: :mod:`kvcal.fleet.costs`; caches:
-:mod:`kvcal.fleet.cache`; the router: :mod:`kvcal.fleet.router`.
+:mod:`kvcal.fleet.cache`; the router: :mod:`kvcal.fleet.router`; engines that share a host:
+:mod:`kvcal.fleet.host`.
 """
 
 from __future__ import annotations
@@ -19,17 +20,19 @@ import numpy as np
 
 from kvcal.fleet.cache import FleetIndex, PodCache
 from kvcal.fleet.costs import FleetCosts
+from kvcal.fleet.host import SharedHost
 from kvcal.fleet.router import Policy, Route, route
 from kvcal.fleet.traffic import Session, Traffic, TurnRequest
 from kvcal.fleet.workload import Workload
 
-ARRIVE, READY, STEP_END, SAMPLE, NEW_SESSION, LANDED = range(6)
+ARRIVE, READY, STEP_END, SAMPLE, NEW_SESSION, LANDED, SHARED_STEP_END = range(7)
 SAMPLE_EVERY_S = 1.0
 
 
 class Pod:
     __slots__ = ("id", "cache", "waiting", "pending", "decoding", "step_no", "busy", "finishing", "link_free_ms",
-                 "busy_ms", "prefilling", "kv_held", "to_post", "landed")
+                 "busy_ms", "prefilling", "kv_held", "to_post", "landed", "step_due", "step_version",
+                 "work_left_ms")
 
     def __init__(self, pod: int, cache: PodCache) -> None:
         self.id, self.cache = pod, cache
@@ -45,6 +48,9 @@ class Pod:
         self.kv_held = 0  # tokens reserved by admitted requests (prompt and output): not evictable
         self.to_post: list[tuple[TurnRequest, int, int]] = []  # hand-offs to read: (request, source, tokens)
         self.landed: list[TurnRequest] = []  # reads that finished during the step in progress
+        self.step_due = -1.0  # on a shared host: when the step in progress ends, as last scheduled
+        self.step_version = 0  # on a shared host: the end events of earlier versions are stale
+        self.work_left_ms = 0.0
 
     def queue(self) -> int:
         return len(self.waiting) - self.prefilling + self.pending
@@ -84,6 +90,8 @@ class FleetSim:
         self.cpu_load_us = load_us if load_us is not None else max(0.0, costs.pull[1])
         self.index = FleetIndex()
         self.pods = [Pod(i, PodCache(i, self.index, engine.kv_capacity_tokens, engine.cpu_tier_tokens)) for i in range(pods)]
+        self.host = (SharedHost(pods, engine.shared_host_slowdown, lambda at, pod, version: self.push(at, SHARED_STEP_END, (pod, version)))
+                     if engine.shared_host_slowdown > 1 and pods > 1 else None)
         self.queues = np.zeros(pods)
         self.queue_list = [0] * pods  # the same, as Python ints: cheaper to compare on every step
         self.kv_use = np.zeros(pods)  # prompt tokens in flight over the KV capacity, at most 1
@@ -106,7 +114,7 @@ class FleetSim:
             self.push(at_ms, kind, item)
         self.push(self.start_ms, SAMPLE)
         handlers = {ARRIVE: self._arrive, READY: self._ready, STEP_END: self._step_end, SAMPLE: self._sample,
-                    NEW_SESSION: self._new_session, LANDED: self._landed}
+                    NEW_SESSION: self._new_session, LANDED: self._landed, SHARED_STEP_END: self._shared_step_end}
         events, end = self.events, self.end_ms
         while events:
             at_ms, _, kind, item = heapq.heappop(events)
@@ -233,6 +241,9 @@ class FleetSim:
             pod.busy, pod.finishing = True, []
             if self.start_ms <= now < self.end_ms:
                 pod.busy_ms += min(self.decode_ms, self.end_ms - now)
+            if self.host is not None:
+                self.host.start(pod, now, self.decode_ms)
+                return
             self.seq += 1
             heapq.heappush(self.events, (now + self.decode_ms, self.seq, STEP_END, pod))
             return
@@ -267,7 +278,16 @@ class FleetSim:
         pod.busy, pod.finishing = True, finishing
         if self.start_ms <= now < self.end_ms:
             pod.busy_ms += min(step_ms, self.end_ms - now)
-        self.push(now + step_ms, STEP_END, pod)
+        if self.host is not None:
+            self.host.start(pod, now, step_ms)
+        else:
+            self.push(now + step_ms, STEP_END, pod)
+
+    def _shared_step_end(self, now: float, item: tuple[Pod, int]) -> None:
+        pod, version = item
+        if version == pod.step_version:  # else rescheduled since, when another engine started or ended a step
+            self.host.finish(pod, now)  # type: ignore[union-attr]
+            self._step_end(now, pod)
 
     def _step_end(self, now: float, pod: Pod) -> None:
         pod.step_no += 1

@@ -103,6 +103,7 @@ class Engine(Strict):
     cpu_tier_load_us_per_token: float | None = Field(None, ge=0, description="Loading a CPU-tier hit; default: the pull's per-token cost.")
     decode_step_ms: float | None = Field(None, ge=0, description="A step with no prefill; default: the recompute curve's intercept.")
     pull_computes_on_source: bool = Field(False, description="nixl-pd's P/D handoff: the source prefills the uncached rest and the computing pod pulls the whole prompt; false: the P2P tier (pull the cached blocks, prefill the rest).")
+    shared_host_slowdown: float = Field(1.0, ge=1, le=100, description="How many times longer a step takes while every other engine is in a step too, for engines that share one host's cores and memory (a CPU pair: benchmarks/fleet_cpu_pair.py --probe measures it); in between it scales with the share of engines busy. 1: each engine has its own accelerator.")
 
 
 class Router(Strict):

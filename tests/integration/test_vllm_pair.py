@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
+from kvcal.engines.serve import parse_cpu_list  # noqa: E402
 from kvcal.engines.vllm import VllmPair, VllmSettings  # noqa: E402
 from kvcal.records import Leg  # noqa: E402
 
@@ -47,6 +48,22 @@ def _env_of(proc: psutil.Process) -> dict[str, str]:
         return proc.environ()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return {}
+
+
+def test_each_engines_threads_stay_on_its_roles_cores(pair):
+    # The compute thread included: vLLM's NixlConnector would move it to the host's last core (kvcal.engines.serve).
+    seen = {}
+    for proc in psutil.process_iter(["pid"]):
+        env = _env_of(proc)
+        if env.get("KVCAL_RUN") != str(pair.run_dir.resolve()) or "KVCAL_CPU_AFFINITY" not in env:
+            continue
+        role_cores = parse_cpu_list(env["KVCAL_CPU_AFFINITY"])
+        for thread in proc.threads():
+            try:
+                seen[(proc.pid, thread.id)] = set(psutil.Process(thread.id).cpu_affinity()) <= role_cores
+            except psutil.NoSuchProcess:
+                pass  # a thread that ended meanwhile
+    assert seen and all(seen.values()), [k for k, ok in seen.items() if not ok]
 
 
 def test_engine_facts(pair):

@@ -24,7 +24,7 @@ from kvcal.fleet.study import policies, recommend
 from kvcal.records import CostModelFit, Estimate
 from kvcal.fleet.router import Policy
 from kvcal.fleet.run import FleetConfig, run_fleet
-from kvcal.fleet.sim import FleetSim
+from kvcal.fleet.sim import READY, FleetSim
 from kvcal.fleet.traffic import Session, TurnRequest
 from kvcal.fleet.workload import Arrival, Dist, Workload, load_workload
 
@@ -259,3 +259,64 @@ def test_draining_serves_every_turn_of_the_sessions_started_in_the_run():
     drained = sim.run()
     assert drained.routed == 2 * sim.traffic.next_session == len(drained.ttft_ms) and not sim.open
     assert drained.routed >= cut.routed and sorted(drained.ttft_ms)[:5] == sorted(cut.ttft_ms)[:5]
+
+
+def _shared_pair(slowdown: float, budget: int = 65536) -> FleetSim:
+    """Two engines and no traffic of their own (the first session would start after the run): requests are joined by hand."""
+    w = _workload(arrival={"rate": 1e-4}, engine={"max_num_batched_tokens": budget, "shared_host_slowdown": slowdown})
+    return FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=0)
+
+
+@pytest.mark.parametrize("slowdown", [1.0, 2.0, 3.0])
+def test_engines_on_one_host_stretch_each_others_steps_by_the_measured_slowdown(slowdown):
+    fit = make_fit()
+    alone = float(cost_ms(fit.recompute.coefficients, 4096))
+    sim = _shared_pair(slowdown)
+    for pod in (0, 1):
+        sim._join(sim.pods[pod], _request(sim, pod, pod + 1, 0.0), 0.0)
+    stats = sim.run()
+    assert stats.ttft_ms == pytest.approx([alone * slowdown] * 2, rel=1e-9)
+
+
+def test_a_step_that_overlaps_another_for_part_of_its_time_is_stretched_for_that_part_only():
+    # Processor sharing: pod 0 runs alone for W/2, both run at half speed, then pod 1 alone: each ends 1.5 W after it began.
+    fit = make_fit()
+    alone = float(cost_ms(fit.recompute.coefficients, 4096))
+    sim = _shared_pair(2.0)
+    sim._join(sim.pods[0], _request(sim, 0, 1, 0.0), 0.0)
+    late = _request(sim, 1, 2, alone / 2)
+    sim.push(alone / 2, READY, late)  # READY: the request joins pod 1 half-way through pod 0's step
+    sim.pods[1].pending = 1
+    stats = sim.run()
+    assert sorted(stats.ttft_ms) == pytest.approx([1.5 * alone, 1.5 * alone], rel=1e-9)
+
+
+def test_a_step_rescheduled_back_to_its_first_end_time_ends_once():
+    # Pod 0 runs two steps back to back (a budget of one request); pod 1's step is stretched, then not, then again,
+    # which schedules its end twice at the same time: it must end once, and every figure follows processor sharing.
+    fit = make_fit()
+    alone = float(cost_ms(fit.recompute.coefficients, 4096))
+    sim = _shared_pair(2.0, budget=4096)
+    for rid in (1, 3):
+        sim._join(sim.pods[0], _request(sim, 0, rid, 0.0), 0.0)
+    sim.push(alone / 2, READY, _request(sim, 1, 2, alone / 2))
+    sim.pods[1].pending = 1
+    stats = sim.run()
+    assert stats.ttft_ms == pytest.approx([1.5 * alone, 2.0 * alone, 3.0 * alone], rel=1e-9)
+
+
+def test_engines_with_their_own_accelerators_do_not_slow_each_other():
+    fit = make_fit()
+    alone = float(cost_ms(fit.recompute.coefficients, 4096))
+    sim = _shared_pair(1.0)
+    assert sim.host is None
+    sim._join(sim.pods[0], _request(sim, 0, 1, 0.0), 0.0)
+    sim._join(sim.pods[1], _request(sim, 1, 2, 0.0), 0.0)
+    assert sim.run().ttft_ms == pytest.approx([alone, alone], rel=1e-12)
+
+
+def _request(sim: FleetSim, pod: int, rid: int, at_ms: float, tokens: int = 4096) -> TurnRequest:
+    session = Session(rid, 0, 0, 0, np.random.default_rng(rid))  # no turn after this one
+    req = TurnRequest(rid, session, at_ms, tokens, 1)
+    req.pod, sim.open[rid] = pod, at_ms
+    return req

@@ -367,6 +367,22 @@ def test_serve_parses_the_cpu_lists_it_confines_servers_to():
     assert parse_cpu_list("0-2,5, 7-8") == {0, 1, 2, 5, 7, 8}
 
 
+
+def test_a_confined_server_keeps_every_later_affinity_request_inside_its_cores(monkeypatch):
+    # vLLM's NixlConnector on CPU moves its calling thread, the worker's compute thread, to the NUMA node's last core.
+    import os
+
+    from kvcal.engines.serve import confine_affinity
+
+    calls = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, mask: calls.append((pid, set(mask))))
+    confine_affinity({0})
+    os.sched_setaffinity(0, [1])  # wholly outside: the role's cores instead
+    os.sched_setaffinity(7, [0, 1])  # partly outside: the part inside
+    confine_affinity({0, 2})  # confining again wraps the original call, not the wrapper
+    os.sched_setaffinity(0, [1, 2, 3])
+    assert calls == [(0, {0}), (0, {0}), (7, {0}), (0, {0, 2}), (0, {2})]
+
 def test_serve_gives_nixls_progress_thread_a_poll_timeout(monkeypatch):
     from kvcal.engines.serve import install_nixl_progress_delay
 
