@@ -1,9 +1,17 @@
-"""`kvcal sweep`: parse flags over an optional campaign file, then run or dry-run the sweep."""
+"""`kvcal sweep`: parse flags over an optional campaign file, then run or dry-run the sweep.
+
+The command's options are generated from :class:`~kvcal.settings.SweepConfig`'s fields, one per field that is
+not campaign-file-only, in the fields' order (name, type and help from the field), then its own ``--resume``,
+``--config`` and ``--dry-run``; a renamed or added field changes its flag here with nothing else to edit.
+"""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from types import UnionType
+from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 import typer
 
@@ -11,7 +19,7 @@ from kvcal.cli.options import byte_size, float_list, int_list
 from kvcal.cli.output import info
 from kvcal.cli.progress_view import progress_for_terminal
 from kvcal.errors import InputError
-from kvcal.settings import SweepConfig, adaptive_rule_fields, flag_help, flag_of
+from kvcal.settings import SweepConfig, adaptive_rule_fields, flag_fields, flag_help, flag_of
 from kvcal.sweep.validate import load_campaign_file, resolve_config
 
 
@@ -40,59 +48,73 @@ EPILOG = """Examples:
 """
 
 
+# What a flag's help adds to its field's description ("{}", with the default): how to write the value on a
+# command line. adaptive's has no "{}": the switch's help says instead when such a sweep stops.
+HELP = {
+    "transport": "{} (p2p-tier needs GPU engines)",
+    "cpu_bytes_to_use": "e.g. 16GiB. {}",
+    "prefix_lengths": "Comma-separated, e.g. 256,512,1024. {}",
+    "engine_args": "{} e.g. --engine-arg=--enforce-eager.",
+    "warmup_probes": "{} e.g. kvcal sweep --warmup-probes --reps 3",
+    "load_states": "Comma-separated, e.g. idle,source-busy,computing-busy,both-busy (fits the router's costModel). {}",
+    "adaptive": "Choose each round of probes from the fit so far and stop at --target-width (docs/method.md).",
+}
+
+
+def _load_states(text: str | None, flag: str) -> list[str] | None:
+    from kvcal.sweep.load import parse_load_states  # the sweep stage loads only when a sweep runs, not for --help
+
+    return parse_load_states(text)
+
+
+# Flags read as text and parsed here, so that an error names the flag; this order decides which of two bad
+# flags is reported (the prefix lengths first).
+PARSERS: dict[str, Callable[[str | None, str], Any]] = {
+    "prefix_lengths": int_list, "share_gpu": float_list, "cpu_bytes_to_use": byte_size, "load_states": _load_states,
+}
+
+
+def _flag_type(name: str) -> Any:
+    """What typer reads a setting's flag as: text where it is parsed here or names a Literal's value, else the
+    field's own type; a field that defaults to False is a plain switch, every other flag may be left out (None)."""
+    annotation = SweepConfig.model_fields[name].annotation
+    if name in PARSERS:
+        return Optional[str]
+    if annotation is bool:
+        return bool
+    if get_origin(annotation) in (Union, UnionType):
+        (annotation,) = [arg for arg in get_args(annotation) if arg is not type(None)]
+    return Optional[str] if get_origin(annotation) is Literal else Optional[annotation]
+
+
+def _flag(name: str) -> inspect.Parameter:
+    """The typer parameter of one SweepConfig field (bool | None gets an --x/--no-x pair)."""
+    kind = _flag_type(name)
+    decls = f"{flag_of(name)}/--no-{flag_of(name)[2:]}" if kind == Optional[bool] else flag_of(name)
+    option = typer.Option(False if kind is bool else None, decls, help=HELP.get(name, "{}").format(flag_help(name)))
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+
+
+def _left_out(name: str, value: Any) -> bool:
+    """Whether a setting's flag was not given, so that the campaign file's value stands: None, a switch left off
+    (a bare False must not override a campaign file's "adaptive: true") or a repeatable flag never given."""
+    return value is None or (value is False and _flag_type(name) is bool) or (isinstance(value, (list, tuple)) and not value)
+
+
 def sweep(
-    model: Optional[str] = typer.Option(None, flag_of("model"), help=flag_help("model")),
-    engine: Optional[str] = typer.Option(None, flag_of("engine"), help=flag_help("engine")),
-    transport: Optional[str] = typer.Option(None, flag_of("transport"), help=flag_help("transport") + " (p2p-tier needs GPU engines)"),
-    producer_url: Optional[str] = typer.Option(None, flag_of("producer_url"), help=flag_help("producer_url")),
-    consumer_url: Optional[str] = typer.Option(None, flag_of("consumer_url"), help=flag_help("consumer_url")),
-    producer_p2p_host: Optional[str] = typer.Option(None, flag_of("producer_p2p_host"), help=flag_help("producer_p2p_host")),
-    producer_p2p_port: Optional[int] = typer.Option(None, flag_of("producer_p2p_port"), help=flag_help("producer_p2p_port")),
-    dp_ranks: Optional[int] = typer.Option(None, flag_of("dp_ranks"), help=flag_help("dp_ranks")),
-    share_gpu: Optional[str] = typer.Option(None, flag_of("share_gpu"), help=flag_help("share_gpu")),
-    cpu_bytes_to_use: Optional[str] = typer.Option(None, flag_of("cpu_bytes_to_use"), help="e.g. 16GiB. " + flag_help("cpu_bytes_to_use")),
-    prefix_lengths: Optional[str] = typer.Option(None, flag_of("prefix_lengths"), help="Comma-separated, e.g. 256,512,1024. " + flag_help("prefix_lengths")),
-    reps: Optional[int] = typer.Option(None, flag_of("reps"), help=flag_help("reps")),
-    block_size: Optional[int] = typer.Option(None, flag_of("block_size"), help=flag_help("block_size")),
-    seed: Optional[int] = typer.Option(None, flag_of("seed"), help=flag_help("seed")),
-    output_dir: Optional[Path] = typer.Option(None, flag_of("output_dir"), help=flag_help("output_dir")),
-    name: Optional[str] = typer.Option(None, flag_of("name"), help=flag_help("name")),
-    max_model_len: Optional[int] = typer.Option(None, flag_of("max_model_len"), help=flag_help("max_model_len")),
-    producer_gpus: Optional[str] = typer.Option(None, flag_of("producer_gpus"), help=flag_help("producer_gpus")),
-    consumer_gpus: Optional[str] = typer.Option(None, flag_of("consumer_gpus"), help=flag_help("consumer_gpus")),
-    producer_cpus: Optional[str] = typer.Option(None, flag_of("producer_cpus"), help=flag_help("producer_cpus")),
-    consumer_cpus: Optional[str] = typer.Option(None, flag_of("consumer_cpus"), help=flag_help("consumer_cpus")),
-    engine_args: Optional[list[str]] = typer.Option(None, flag_of("engine_args"), help=flag_help("engine_args") + " e.g. --engine-arg=--enforce-eager."),
-    python_hash_seed: Optional[int] = typer.Option(None, flag_of("python_hash_seed"), help=flag_help("python_hash_seed")),
-    startup_timeout_s: Optional[float] = typer.Option(None, flag_of("startup_timeout_s"), help=flag_help("startup_timeout_s")),
-    max_attempts: Optional[int] = typer.Option(None, flag_of("max_attempts"), help=flag_help("max_attempts")),
-    warmup_probes: Optional[bool] = typer.Option(None, "--warmup-probes/--no-warmup-probes", help=flag_help("warmup_probes")
-                                                 + " e.g. kvcal sweep --warmup-probes --reps 3"),
-    load_states: Optional[str] = typer.Option(None, flag_of("load_states"), help="Comma-separated, e.g. "
-                                              "idle,source-busy,computing-busy,both-busy (fits the router's costModel). " + flag_help("load_states")),
-    background_concurrency: Optional[int] = typer.Option(None, flag_of("background_concurrency"), help=flag_help("background_concurrency")),
-    busy_queue_threshold: Optional[int] = typer.Option(None, flag_of("busy_queue_threshold"), help=flag_help("busy_queue_threshold")),
-    adaptive: bool = typer.Option(False, "--adaptive", help="Choose each round of probes from the fit so far and stop at --target-width (docs/method.md)."),
-    target_width: Optional[float] = typer.Option(None, flag_of("target_width"), help=flag_help("target_width")),
-    max_probes: Optional[int] = typer.Option(None, flag_of("max_probes"), help=flag_help("max_probes")),
-    max_engine_seconds: Optional[float] = typer.Option(None, flag_of("max_engine_seconds"), help=flag_help("max_engine_seconds")),
+    *,
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (--name, or the newest in --output-dir); repeats no finished probe."),
     config: Optional[Path] = typer.Option(None, "--config", help="Campaign YAML holding any of these settings; flags override it."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the engine commands and the probe plan; run nothing."),
+    **given: Any,
 ) -> None:
     """Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."""
     from kvcal.sweep.adaptive_run import AdaptiveOutcome
-    from kvcal.sweep.load import parse_load_states
     from kvcal.sweep.runner import plan_dry_run, run_sweep
 
-    # Every parameter named after a SweepConfig field is that setting's flag (None: not given).
-    flags = {key: value for key, value in locals().items() if key in SweepConfig.model_fields}
-    flags["prefix_lengths"] = int_list(prefix_lengths, flag_of("prefix_lengths"))
-    flags["engine_args"] = engine_args or None
-    flags["share_gpu"] = float_list(share_gpu, flag_of("share_gpu"))
-    flags["cpu_bytes_to_use"] = byte_size(cpu_bytes_to_use, flag_of("cpu_bytes_to_use"))
-    flags["load_states"] = parse_load_states(load_states)
-    flags["adaptive"] = adaptive or None  # a bare False must not override a campaign file's "adaptive: true"
+    flags = {name: None if _left_out(name, value) else value for name, value in given.items()}
+    for name, parse in PARSERS.items():
+        flags[name] = parse(flags[name], flag_of(name))
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
     steering = [flag_of(name) for name in adaptive_rule_fields() if flags.get(name) is not None]
     if steering and not settings.adaptive:
@@ -139,6 +161,12 @@ def sweep(
         if outcome.reach_note:
             info(f"kvcal: {outcome.reach_note}")
     info(f"next: kvcal fit {outcome.run_dir} && kvcal plot {outcome.run_dir} -o {outcome.run_dir}/fit.png")
+
+
+# typer reads a command's options off its signature: the settings' flags, in SweepConfig's order, then the
+# command's own (--resume, --config, --dry-run).
+_OWN = [p for p in inspect.signature(sweep, eval_str=True).parameters.values() if p.kind is p.KEYWORD_ONLY]
+sweep.__signature__ = inspect.Signature([*map(_flag, flag_fields()), *_OWN])  # type: ignore[attr-defined]
 
 
 def register(app: typer.Typer) -> None:

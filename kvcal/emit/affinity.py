@@ -35,15 +35,24 @@ _COEFS = ("intercept_ms", "per_token_us", "per_token2_ns")
 
 @dataclass(frozen=True)
 class PeakPrefill:
-    tokens_per_s: int
     chunk_size: int
     chunk_source: str
     recompute_ms: float
     interval: tuple[float, float] | None
     confidence: float
     extrapolated: bool
-    notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+
+    # The value and the note that explains it are derived from the fields above, so they cannot disagree.
+    @property
+    def tokens_per_s(self) -> int:
+        return int(round(self.chunk_size * 1e3 / self.recompute_ms))
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        n = self.chunk_size
+        return (f"{AFFINITY_KEY} = {n} tokens / recompute({n}) {self.recompute_ms:,.1f} ms = {self.tokens_per_s:,} tokens/s "
+                f"(chunk size: {self.chunk_source})",)
 
     def as_json(self) -> dict[str, Any]:
         return {AFFINITY_KEY: self.tokens_per_s, "peak_prefill_chunk_size": self.chunk_size,
@@ -70,8 +79,6 @@ def peak_prefill(fit: FitResult, ctx: RunContext, chunk: int | None = None) -> P
     if not math.isfinite(ms) or ms <= 0:
         raise InputError(f"the fitted recompute curve gives {ms:.3g} ms at {n} tokens: no throughput can be derived "
                          "(sweep lengths around the chunk size)")
-    value = int(round(n * 1e3 / ms))
-    notes = [f"{AFFINITY_KEY} = {n} tokens / recompute({n}) {ms:,.1f} ms = {value:,} tokens/s (chunk size: {source})"]
     warnings: list[str] = []
     lo, hi = (fit.measured_range[0], fit.measured_range[-1]) if fit.measured_range else (None, None)
     extrapolated = lo is None or not lo <= n <= hi
@@ -83,7 +90,7 @@ def peak_prefill(fit: FitResult, ctx: RunContext, chunk: int | None = None) -> P
     if interval is None:
         warnings.append(f"the fit kept no bootstrap samples of the recompute curve: {AFFINITY_KEY} has no interval "
                         "(rerun kvcal fit with its default --resamples)")
-    return PeakPrefill(value, n, source, ms, interval, fit.confidence, extrapolated, tuple(notes), tuple(warnings))
+    return PeakPrefill(n, source, ms, interval, fit.confidence, extrapolated, tuple(warnings))
 
 
 def _interval(fit: FitResult, n: int) -> tuple[float, float] | None:

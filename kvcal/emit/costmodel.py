@@ -16,7 +16,7 @@ commented out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kvcal.emit.costmodel_loaded import loaded_values, render_loaded_costmodel
@@ -25,7 +25,6 @@ from kvcal.errors import InputError, NotRecommended
 from kvcal.fit import curve_ms as fit_curve_ms
 from kvcal.records import CurveFit, FitResult
 
-LOAD_DEPENDENT_COST_KEYS = ("sourceWaitMs", "requeueMs", "busyQueueThreshold", "fleetWeight")
 COSTMODEL_FLOOR_TOKENS = 256
 """The fixed threshold the cost-model variant keeps as a floor (the llm-d calibration README's example)."""
 LABEL = (f"# kvcal: costModel NEEDS A ROUTER BUILD WHOSE {PLUGIN_TYPE} ACCEPTS costModel; "
@@ -35,22 +34,30 @@ ROUTER_MAIN_WARNING = ("costModel is not accepted by llm-d-router main (unknown 
                        "use it only with a router build that has it, else deploy --format plugin")
 
 
+def _load_dependent(router_key: str) -> Any:
+    """A figure only a loaded run measures (None until one does), set as ``router_key`` in the block."""
+    return field(default=None, metadata={"router_key": router_key})
+
+
 @dataclass(frozen=True)
 class LoadCalibration:
     """Cost-model figures measured under load (None: not calibrated); ``origin`` names the run."""
 
-    transfer_fixed_ms: float | None = None
-    source_wait_ms: float | None = None
-    requeue_ms: float | None = None
-    busy_queue_threshold: int | None = None
-    fleet_weight: float | None = None
+    transfer_fixed_ms: float | None = None  # the idle fit has F too: a measured one replaces it, with a note
+    source_wait_ms: float | None = _load_dependent("sourceWaitMs")
+    requeue_ms: float | None = _load_dependent("requeueMs")
+    busy_queue_threshold: int | None = _load_dependent("busyQueueThreshold")
+    fleet_weight: float | None = _load_dependent("fleetWeight")
     origin: str = ""
 
     def values(self) -> dict[str, Any]:
         """Router key -> value for the load-dependent keys this calibration sets."""
-        pairs = (("sourceWaitMs", self.source_wait_ms), ("requeueMs", self.requeue_ms),
-                 ("busyQueueThreshold", self.busy_queue_threshold), ("fleetWeight", self.fleet_weight))
-        return {k: v for k, v in pairs if v is not None}
+        return {f.metadata["router_key"]: value for f in fields(self)
+                if "router_key" in f.metadata and (value := getattr(self, f.name)) is not None}
+
+
+LOAD_DEPENDENT_COST_KEYS = tuple(f.metadata["router_key"] for f in fields(LoadCalibration) if "router_key" in f.metadata)
+"""The keys an idle sweep cannot calibrate (the block comments out those not set), in the block's order."""
 
 
 def curve_ms(c: CurveFit, n: float) -> float:

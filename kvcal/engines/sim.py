@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,11 @@ from kvcal.sim_costs import SimCosts
 from kvcal.records import Leg, RunSetup
 
 __all__ = ["SimCosts", "SimPair"]
+
+
+def _fixed(attr: str) -> property:
+    """A read-only property that returns the instance's ``attr``."""
+    return property(attrgetter(attr))
 
 
 class SimPair(EnginePair):
@@ -62,21 +68,11 @@ class SimPair(EnginePair):
         self.streams: dict[str, int] = {"producer": 0, "consumer": 0}
         self._lock = threading.Lock()
 
-    @property
-    def block_size(self) -> int:
-        return self._block_size
-
-    @property
-    def max_model_len(self) -> int:
-        return self._max_model_len
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return self._kv_bytes_per_token
+    # EnginePair declares these read-only (types there); a simulated pair fixes them when it is built.
+    block_size = _fixed("_block_size")
+    max_model_len = _fixed("_max_model_len")
+    vocab_size = _fixed("_vocab_size")
+    kv_bytes_per_token = _fixed("_kv_bytes_per_token")
 
     def start(self) -> None:
         self.started = True

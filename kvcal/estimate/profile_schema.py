@@ -9,7 +9,7 @@ per token, prefill FLOPs) live in :mod:`kvcal.estimate.profiles`, which re-expor
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
@@ -39,6 +39,10 @@ class Spec(BaseModel):
     """Base for profile schemas: unknown keys fail loudly, values are frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Notes = Annotated[str, Field(description="Assumptions and caveats, in prose.")]
+Citations = Annotated[dict[str, str], Field(description="Citation per numeric field (field name -> source).")]
 
 
 # ---------------------------------------------------------------- model profiles
@@ -161,7 +165,7 @@ class ModelProfile(Spec):
     compute_dtype: Literal["bf16", "fp8"] = Field("bf16", description="Dtype of the dominant prefill GEMMs: picks the peak rate.")
     active_params_published: float | None = Field(None, gt=0, description="Published active parameters per token, for reference only.")
     sources: list[str] = Field(min_length=1, description="Where each figure comes from (URLs or documents).")
-    notes: str = Field("", description="Assumptions and caveats, in prose.")
+    notes: Notes = ""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -179,14 +183,37 @@ class ModelProfile(Spec):
 # ---------------------------------------------------------------- hardware profiles
 
 
-class Accelerator(Spec):
-    """One compute device kind: peak rates, memory bandwidth, and the prediction defaults."""
+class HardwareSpec(Spec):
+    """What every hardware profile states first (schema, kind, names); each figure a kind lists in ``cited``
+    must carry a citation in its ``sources``."""
 
     schema_: Literal["kvcal.hardware/1"] = Field(HARDWARE_SCHEMA, alias="schema", description="Schema id; always kvcal.hardware/1.")
-    kind: Literal["accelerator"] = Field(description="Discriminator: accelerator.")
-    name: str = Field(min_length=1, description="Profile name used on the command line, e.g. h200.")
+    kind: str = Field(description="Discriminator: accelerator or link.")
+    name: str = Field(min_length=1, description="Profile name used on the command line (--hardware h200, --link rdma-400).")
     display_name: str = Field(description="Human name, e.g. NVIDIA H200 SXM 141GB.")
-    aliases: list[str] = Field(default_factory=list, description="Names a run may carry (nvidia-smi names, short names).")
+    aliases: list[str] = Field(default_factory=list, description="Other names a run may carry (nvidia-smi and short names; "
+                               "a link's transport names).")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    cited: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="after")
+    def _every_figure_cited(self) -> "HardwareSpec":
+        # Each kind declares sources after its own figures: a field of this base would dump before them.
+        sources = getattr(self, "sources")
+        missing = [f for f in self.cited if getattr(self, f) is not None and not str(sources.get(f, "")).strip()]
+        if missing:
+            raise ValueError(f"sources must cite {', '.join(missing)}")
+        return self
+
+
+class Accelerator(HardwareSpec):
+    """One compute device kind: peak rates, memory bandwidth, and the prediction defaults."""
+
+    cited = ("bf16_dense_tflops", "fp8_dense_tflops", "memory_bandwidth_gb_s", "memory_gib", "default_mfu",
+             "fixed_overhead_ms")
+
+    kind: Literal["accelerator"] = Field(description="Discriminator: accelerator.")
     device: Literal["gpu", "cpu"] = Field(description="gpu or cpu.")
     unit: str = Field(description="What one device is (one GPU; one CPU core).")
     bf16_dense_tflops: float = Field(gt=0, description="Peak dense BF16 rate per device, TFLOP/s (no sparsity).")
@@ -196,16 +223,8 @@ class Accelerator(Spec):
     default_mfu: float = Field(gt=0, le=1, description="Share of peak a single long prefill reaches (calibrated or assumed).")
     fixed_overhead_ms: float = Field(ge=0, description="Length-independent part of TTFT (request, scheduling, first token).")
     default_link: str = Field(description="Link profile used when --link is not given.")
-    sources: dict[str, str] = Field(description="Citation per numeric field (field name -> source).")
-    notes: str = Field("", description="Assumptions and caveats, in prose.")
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    @model_validator(mode="after")
-    def _every_figure_cited(self) -> "Accelerator":
-        _require_citations(self, ("bf16_dense_tflops", "fp8_dense_tflops", "memory_bandwidth_gb_s", "memory_gib",
-                                  "default_mfu", "fixed_overhead_ms"))
-        return self
+    sources: Citations
+    notes: Notes = ""
 
     def peak_tflops(self, compute_dtype: str) -> float:
         """Peak dense rate for ``compute_dtype`` (bf16 or fp8); fp8 falls back to bf16 without FP8 units."""
@@ -214,38 +233,22 @@ class Accelerator(Spec):
         return self.bf16_dense_tflops
 
 
-class Link(Spec):
+class Link(HardwareSpec):
     """One way KV moves between engines, with its nominal rate and pull-path efficiency."""
 
-    schema_: Literal["kvcal.hardware/1"] = Field(HARDWARE_SCHEMA, alias="schema", description="Schema id; always kvcal.hardware/1.")
+    cited = ("nominal_gbit_s", "efficiency", "setup_ms")
+
     kind: Literal["link"] = Field(description="Discriminator: link.")
-    name: str = Field(min_length=1, description="Profile name used with --link, e.g. rdma-400.")
-    display_name: str = Field(description="Human name.")
-    aliases: list[str] = Field(default_factory=list, description="Transport names a run may carry.")
     transport: Literal["rdma", "tcp", "pcie", "shm"] = Field(description="rdma, tcp, pcie (host to device) or shm (same host).")
     nominal_gbit_s: float = Field(gt=0, description="Nominal rate, Gb/s (1e9 bit/s), one direction.")
     efficiency: float = Field(gt=0, le=1, description="Share of nominal a KV pull achieves end to end (calibrated or assumed).")
     setup_ms: float = Field(ge=0, description="Per-pull cost beyond the engine's fixed TTFT (lookup, handshake, completion).")
-    sources: dict[str, str] = Field(description="Citation per numeric field (field name -> source).")
-    notes: str = Field("", description="Assumptions and caveats, in prose.")
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    @model_validator(mode="after")
-    def _every_figure_cited(self) -> "Link":
-        _require_citations(self, ("nominal_gbit_s", "efficiency", "setup_ms"))
-        return self
+    sources: Citations
+    notes: Notes = ""
 
     @property
     def nominal_bytes_per_s(self) -> float:
         return self.nominal_gbit_s * 1e9 / 8
-
-
-def _require_citations(spec: BaseModel, figures: tuple[str, ...]) -> None:
-    cited = getattr(spec, "sources")
-    missing = [f for f in figures if getattr(spec, f) is not None and not str(cited.get(f, "")).strip()]
-    if missing:
-        raise ValueError(f"sources must cite {', '.join(missing)}")
 
 
 HardwareProfile = Annotated[Union[Accelerator, Link], Field(discriminator="kind")]
