@@ -212,6 +212,29 @@ def test_plot_draws_the_slow_mode_apart_from_the_fast_probes():
     assert len(slow.get_xdata()) == 4 and len(lines["pull probes"].get_xdata()) == 14
 
 
+def test_plot_draws_both_paths_of_a_slow_pull_about_its_mean_cost_curve():
+    table = _slowed("pull", 0.22, 2.5, seed=1)
+    fit = fit_table(table, n_resamples=200)
+    (mode,) = fit.slow_modes
+    lines = _lines(fit, table)
+    mean = lines["pull fit (affine, mean cost)"]
+    fast = lines["pull fast path"]
+    slow = next(line for label, line in lines.items() if label.startswith("pull slow path (2."))
+    m = 1 + mode.n_slow / mode.n_probes * (mode.ratio - 1)
+    assert np.allclose(np.asarray(mean.get_ydata()), m * np.asarray(fast.get_ydata()))
+    assert np.allclose(np.asarray(slow.get_ydata()), mode.ratio * np.asarray(fast.get_ydata()))
+
+
+def test_plot_marks_pulls_set_aside_but_too_few_to_call_a_mode():
+    table = _slowed("pull", 0.06, 2.5, seed=1)  # 1 slow pull of 18
+    fit = fit_table(table, n_resamples=200)
+    assert fit.unresolved_slow is not None and fit.slow_modes == []
+    lines = _lines(fit, table)
+    aside = next(line for label, line in lines.items() if label.startswith("pull set aside (1 of 18, 2."))
+    assert aside.get_marker() == "x" and len(aside.get_xdata()) == 1
+    assert len(lines["pull probes"].get_xdata()) == 17 and not any("path" in label for label in lines)
+
+
 def _tied_run(folder: Path, *, warm: bool, drift: float) -> Path:
     """A run folder whose probes all carry one started_at second (a fast pair), in time order in probes.jsonl,
     rep labels rotated against time; the first probe in time of each (length, leg) 1.5x slow when ``warm``,
