@@ -24,9 +24,9 @@ The test, on one leg's log ratios ``e_i = log(ttft_i / fast_i)`` to the robust c
    posterior of the share, Beta(k + 1/2, n - k + 1/2) for k slow of n (the one
    :class:`MeanCost` draws from), the probability of a share of ``STALL_SHARE`` or less
    is below the interval's lower tail, (1 - confidence) / 2 (:func:`stall_posterior`).
-   A point share over 5 % is not enough: 2 stalls of 18 probes (11 %) are what a 3 %
-   stall rate leaves in 1 campaign of 10, and the posterior still gives a share of 5 %
-   or less 12 % (3 of 18: 2.6 %, which a 3 % stall rate leaves in 1 of 60).
+   A point share over 5 % is not enough: a 3 % stall rate leaves 2 or more stalls in 18
+   probes (11 %) in 1 campaign of 10, and at 2 of 18 the posterior still gives a share of
+   5 % or less 0.12 (at 3 of 18, 0.026; a 3 % stall rate leaves 3 or more in 1 of 60).
 
 The pull's **mean cost** is its fast curve times ``m = 1 + share x (ratio - 1)``
 (:class:`MeanCost`). A mode in the **pull** leg makes the leg's curve that mean cost: the
