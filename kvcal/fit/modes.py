@@ -19,14 +19,20 @@ The test, on one leg's log ratios ``e_i = log(ttft_i / fast_i)`` to the robust c
    is at least ``MIN_SEPARATION_SD`` (a split of one normal into two clusters reaches
    4-5 sd at its 99th percentile): beyond what the noise model explains, (b) at least
    ``MIN_SLOW_PROBES`` probes belong to it and more than the fast component's normal
-   tail would put there (binomial p < ``TAIL_ALPHA``), and (c) its share exceeds
-   ``STALL_SHARE``: a few percent of probes are stalls, whose handling stays robust.
+   tail would put there (binomial p < ``TAIL_ALPHA``), and (c) its share is beyond a
+   stall's: a few percent of probes (``STALL_SHARE``) are stalls, so under the Jeffreys
+   posterior of the share, Beta(k + 1/2, n - k + 1/2) for k slow of n (the one
+   :class:`MeanCost` draws from), the probability of a share of ``STALL_SHARE`` or less
+   is below the interval's lower tail, (1 - confidence) / 2 (:func:`stall_posterior`).
+   A point share over 5 % is not enough: a 3 % stall rate leaves 2 or more stalls in 18
+   probes (11 %) in 1 campaign of 10, and at 2 of 18 the posterior still gives a share of
+   5 % or less 0.12 (at 3 of 18, 0.026; a 3 % stall rate leaves 3 or more in 1 of 60).
 
 The pull's **mean cost** is its fast curve times ``m = 1 + share x (ratio - 1)``
 (:class:`MeanCost`). A mode in the **pull** leg makes the leg's curve that mean cost: the
 fast curve is the robust fit with the slow probes divided by the ratio, and the
 break-even and its bootstrap interval are those of the mean costs. Slow pulls that the
-robust fit set aside but that are too few to call a mode (2 slow pulls of 18 are what a
+robust fit set aside but that are too few to call a mode (1-2 slow pulls of 18 are what a
 10 % mode usually leaves, and what a 3 % stall sometimes does) cannot be told from a
 stall: the point stays the robust one and the interval runs from the fast curves' lower
 end to the mean costs' upper end (``unresolved``), so the threshold is safe for the mean
@@ -44,13 +50,13 @@ from scipy import stats
 
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.curves import DOWNWEIGHT_REPORT_BELOW, LegData, LegFit, fit_leg, weighted_fit
-from kvcal.records import SlowMode
+from kvcal.records import FIT_DEFAULTS, SlowMode
 
 MIN_PROBES = 10  # below, a split of normal noise into two clusters passes the tests below by chance
 MIN_SEPARATION_SD = 5.0
 MIN_LIKELIHOOD_RATIO = 16.0  # 2 log LR of mixture over one normal; normal noise stays under it in 999 of 1,000 legs
 MIN_SLOW_PROBES = 2
-STALL_SHARE = 0.05  # a slow share up to this is a stall (robust handling); above it, a mode
+STALL_SHARE = 0.05  # a slow share up to this is a stall (robust handling); beyond it (test (c)), a mode
 TAIL_ALPHA = 1e-3
 EM_STEPS = 40
 START_QUANTILES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -59,7 +65,13 @@ MEAN_FITTED_LEGS = ("pull",)
 TOO_FEW_NOTE = "the slow-mode test needs at least"
 
 
-def detect(fit: LegFit) -> tuple[SlowMode, np.ndarray] | None:
+def stall_posterior(n_slow: int, n_probes: int) -> float:
+    """The Jeffreys posterior probability that a leg with ``n_slow`` slow probes of ``n_probes`` has a slow share
+    of ``STALL_SHARE`` or less, i.e. that its slow probes are stalls."""
+    return float(stats.beta.cdf(STALL_SHARE, n_slow + 0.5, n_probes - n_slow + 0.5))
+
+
+def detect(fit: LegFit, confidence: float = FIT_DEFAULTS.confidence) -> tuple[SlowMode, np.ndarray] | None:
     """The leg's slow mode and its slow probes' indices when it has one (module docstring), else None."""
     data = fit.data
     if data.n_probes < MIN_PROBES:
@@ -70,8 +82,10 @@ def detect(fit: LegFit) -> tuple[SlowMode, np.ndarray] | None:
     e, slow = mixture.e, mixture.resp > 0.5
     n_slow = int(slow.sum())
     separation = (mixture.mu_s - mixture.mu_f) / mixture.sd
-    if n_slow < MIN_SLOW_PROBES or n_slow / len(e) <= STALL_SHARE or separation < MIN_SEPARATION_SD:
+    if n_slow < MIN_SLOW_PROBES or separation < MIN_SEPARATION_SD:
         return None
+    if stall_posterior(n_slow, data.n_probes) >= (1.0 - confidence) / 2:
+        return None  # the share may still be a stall's: the slow probes are set aside, unresolved (pull_cost)
     if 2.0 * (mixture.loglik - _em(fit, np.zeros(len(e))).loglik) < MIN_LIKELIHOOD_RATIO:
         return None
     # How many of n would the fast mode's own (normal) noise put as far out as the slow mode's nearest probe?
@@ -139,10 +153,11 @@ class PullCost:
                        selection=f"{self.fast.selection}; mean cost: the fast curve x {m:.4g} (1 + share x (ratio - 1))")
 
 
-def pull_cost(recompute: LegFit, pull: LegFit, pull_data: LegData, models: tuple[str, ...]) -> PullCost:
+def pull_cost(recompute: LegFit, pull: LegFit, pull_data: LegData, models: tuple[str, ...],
+              confidence: float = FIT_DEFAULTS.confidence) -> PullCost:
     """Each leg's mode; a pull with one refitted on its fast path (slow probes divided by the ratio) with its
     mean-cost scale; else the slow pulls the robust fit set aside, when there are any (unresolved)."""
-    found = [hit for hit in (detect(recompute), detect(pull)) if hit is not None]
+    found = [hit for hit in (detect(recompute, confidence), detect(pull, confidence)) if hit is not None]
     modes = [mode for mode, _ in found]
     for mode, slow_idx in found:
         if mode.mean_fitted:
@@ -261,8 +276,9 @@ def describe(mode: SlowMode) -> str:
 def describe_unresolved(aside: SlowMode) -> str:
     """One line for the slow pulls that cannot be told from a stall."""
     return (f"pull: {aside.n_slow} of {aside.n_probes} probes took {aside.ratio:.2g}x the fitted time (at "
-            f"{_lengths(aside)} tokens): too few to tell a stall from a slow mode (the test needs a share beyond the "
-            f"fast noise's tail, {MIN_SLOW_PROBES}+ probes and a likelihood ratio of {MIN_LIKELIHOOD_RATIO:.0f}); the "
+            f"{_lengths(aside)} tokens): too few to tell a stall from a slow mode (the test needs a share beyond a "
+            f"stall's {STALL_SHARE:.0%} and the fast noise's tail, {MIN_SLOW_PROBES}+ probes and a likelihood ratio of "
+            f"{MIN_LIKELIHOOD_RATIO:.0f}); the "
             "break-even is the robust one and its interval reaches up to the mean cost with them, so a threshold "
             "is safe for what the router pays either way. Measure more reps (`kvcal sweep --reps 8`) to tell")
 

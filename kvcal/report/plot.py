@@ -5,7 +5,9 @@ display), so it runs headless and leaves no global state. Two building blocks dr
 one run onto a given Axes, so ``kvcal compare``/``history`` can overlay runs:
 
 * :func:`draw_run` - probes, fitted curves, pointwise bootstrap bands, break-even
-  line with its interval;
+  line with its interval; a leg with a slow mode (:mod:`kvcal.fit.modes`) adds its
+  fast and slow paths as thin lines and draws its slow probes hollow; pulls set aside
+  but too few to call a mode (``unresolved_slow``) are drawn as crosses;
 * :func:`draw_saving` - the pull's saving, 100 * (recompute - pull) / recompute, in
   percent of recompute's TTFT, with its band and the per-length measured medians.
 
@@ -28,7 +30,7 @@ from kvcal.fit import curve_ms, load_fit_input
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.costmodel import coef_samples
 from kvcal.report.plot_load import cost_model_line, draw_by_state
-from kvcal.records import FIT_DEFAULTS, FitResult
+from kvcal.records import FIT_DEFAULTS, FitResult, SlowMode
 from kvcal.fit.tables import ProbeTable
 
 log = logging.getLogger(__name__)
@@ -148,19 +150,29 @@ def draw_run(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, color
         curve = getattr(fit, leg)
         c = color or LEG_COLORS[leg]
         line, marker = LEG_STYLE[leg]
-        ax.plot(n, curve_ms(curve, n), line, color=c, lw=1.8, label=f"{prefix}{leg} fit ({curve.model})")
+        mode = _mode_of(fit, leg)
+        what = f"{curve.model}, mean cost" if mode is not None and mode.mean_fitted else curve.model
+        ax.plot(n, curve_ms(curve, n), line, color=c, lw=1.8, label=f"{prefix}{leg} fit ({what})")
         band = curve_band(fit, leg, n) if bands else None
         if band is not None:
             ax.fill_between(n, band[0], band[1], color=c, alpha=0.15, lw=0)
+        if color is None and mode is not None:  # one run: its modes' own curves (an overlay keeps one per leg and run)
+            _draw_mode_paths(ax, mode, curve_ms(curve, n), n, c, prefix)
         if points and table is not None:
             rows = table.leg(leg)
-            slow = _slow_mode_mask(fit, leg, rows)
-            ax.plot(rows["prefix_tokens"][~slow], rows["ttft_ms"][~slow], marker, color=c, ms=4, alpha=0.6, ls="none",
+            slow = _probe_mask(rows, mode)
+            aside = _probe_mask(rows, fit.unresolved_slow if leg == "pull" else None) & ~slow
+            fast = ~slow & ~aside
+            ax.plot(rows["prefix_tokens"][fast], rows["ttft_ms"][fast], marker, color=c, ms=4, alpha=0.6, ls="none",
                     label=f"{prefix}{leg} probes")
             if slow.any():
-                mode = next(m for m in fit.slow_modes if m.leg == leg)
                 ax.plot(rows["prefix_tokens"][slow], rows["ttft_ms"][slow], marker, color=c, mfc="none", ms=7,
                         ls="none", label=f"{prefix}{leg} slow mode ({mode.share:.0%} of probes, {mode.ratio:.2g}x)")
+            if aside.any():
+                held = fit.unresolved_slow
+                ax.plot(rows["prefix_tokens"][aside], rows["ttft_ms"][aside], "x", color=c, ms=8, mew=1.5, ls="none",
+                        label=f"{prefix}{leg} set aside ({held.n_slow} of {held.n_probes}, {held.ratio:.2g}x): "
+                              "a stall or a slow mode, too few to tell")
     _break_even_marks(ax, fit, color or "black", prefix)
     if log_x:
         ax.set_xscale("log")
@@ -215,13 +227,27 @@ def _coef_samples(fit: FitResult, leg: str) -> np.ndarray | None:
     return coef_samples(fit, leg)
 
 
-def _slow_mode_mask(fit: FitResult, leg: str, rows) -> np.ndarray:
-    """The leg's probes in its slow mode (kvcal.fit.modes), drawn hollow beside the fast mode's."""
-    mode = next((m for m in fit.slow_modes if m.leg == leg), None)
-    if mode is None:
+def _mode_of(fit: FitResult, leg: str) -> SlowMode | None:
+    return next((m for m in fit.slow_modes if m.leg == leg), None)
+
+
+def _probe_mask(rows, found: SlowMode | None) -> np.ndarray:
+    """The leg's probes listed in ``found`` (a slow mode, drawn hollow; or pulls set aside, drawn as crosses)."""
+    if found is None:
         return np.zeros(len(rows), dtype=bool)
-    slow = {(n, rep) for n, rep in mode.slow_probes}
+    slow = {(n, rep) for n, rep in found.slow_probes}
     return np.array([(int(n), int(r)) in slow for n, r in zip(rows["prefix_tokens"], rows["rep"])], dtype=bool)
+
+
+def _draw_mode_paths(ax: Axes, mode: SlowMode, fitted: np.ndarray, n: np.ndarray, color: str, prefix: str) -> None:
+    """A leg with a slow mode: its fast path and its slow path (the fast one x the ratio) as thin lines beside the
+    fitted curve, which is the fast path (recompute) or the mean cost between them (the pull: the fast curve x
+    (1 + share x (ratio - 1)), kvcal.fit.modes.MeanCost)."""
+    fast = fitted / (1.0 + mode.n_slow / mode.n_probes * (mode.ratio - 1.0)) if mode.mean_fitted else fitted
+    if mode.mean_fitted:
+        ax.plot(n, fast, ":", color=color, lw=1.0, label=f"{prefix}{mode.leg} fast path")
+    ax.plot(n, fast * mode.ratio, "-.", color=color, lw=1.0, alpha=0.7,
+            label=f"{prefix}{mode.leg} slow path ({mode.ratio:.2g}x)")
 
 
 def _break_even_marks(ax: Axes, fit: FitResult, color: str, prefix: str, *, legend: bool = True) -> None:

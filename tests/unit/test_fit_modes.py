@@ -15,7 +15,7 @@ from kvcal.emit.threshold import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import NoThreshold
 from kvcal.fit import fit_table
-from kvcal.fit.modes import MeanCost
+from kvcal.fit.modes import MeanCost, stall_posterior
 from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
 from factories import make_probe, sim_table, write_run_folder
 from kvcal.records import FitResult
@@ -80,6 +80,34 @@ def test_slow_pulls_too_few_to_tell_from_a_stall_keep_the_robust_point_and_reach
     threshold = compute_threshold(fit)
     assert "too few to tell a stall" in threshold.steps[0]
     assert threshold.min_cached_token_delta >= _mean_truth(0.1, 2.5)  # safe for a 10 % mode the sample hid
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_two_stalls_of_eighteen_pulls_are_not_a_mode_the_interval_holds_the_fast_and_the_mean_truth(seed):
+    """2 pulls of 18 at 3x: what a 3 % stall rate leaves in 1 campaign of 10 (and a 10 % mode in 3 of 10). The
+    share's posterior still puts 12 % on a stall's share, so no mode: the robust point, and an interval from the fast
+    curves' lower end (the truth if they are stalls) up to the mean costs' (the truth if they are a mode)."""
+    clean = fit_table(sim_table(COSTS, LADDER, 3, seed=seed), seed=seed, n_resamples=500)
+    fit = fit_table(_slowed("pull", 0.11, 3.0, seed=seed), seed=seed, n_resamples=500)
+    assert fit.slow_modes == [] and fit.fast_break_even_tokens is None
+    assert fit.unresolved_slow.n_slow == 2 and 2.7 < fit.unresolved_slow.ratio < 3.3
+    assert fit.break_even_tokens == pytest.approx(clean.break_even_tokens, rel=0.05)
+    assert fit.break_even_ci[0] == pytest.approx(clean.break_even_ci[0], rel=0.05)
+    assert fit.break_even_ci[0] <= COSTS.true_break_even() * 1.02
+    assert fit.break_even_ci[1] >= _mean_truth(2 / 18, 3.0)
+    assert compute_threshold(fit).min_cached_token_delta >= _mean_truth(0.1, 3.0)
+
+
+def test_three_slow_pulls_of_eighteen_are_a_mode_at_90_but_not_at_98_percent():
+    """The share is beyond a stall's when its Jeffreys posterior puts less than the interval's lower tail on a share
+    of 5 % or less: 3 of 18 leave 2.6 %, under the 5 % of a 90 % interval, over the 1 % of a 98 % one."""
+    table = _slowed("pull", 0.17, 2.5, seed=2)  # 3 slow pulls of 18
+    assert stall_posterior(3, 18) == pytest.approx(stats.beta.cdf(0.05, 3.5, 15.5))
+    assert 0.01 < stall_posterior(3, 18) < 0.05 < stall_posterior(2, 18)
+    (mode,) = fit_table(table, n_resamples=0).slow_modes
+    assert mode.n_slow == 3 and mode.mean_fitted
+    wide = fit_table(table, confidence=0.98, n_resamples=0)
+    assert wide.slow_modes == [] and wide.unresolved_slow.n_slow == 3
 
 
 def test_the_mean_cost_scale_draws_the_share_from_the_jeffreys_posterior():
@@ -172,12 +200,39 @@ def test_a_residual_trend_over_time_is_warned_about_with_its_size():
     assert fit_table(sim_table(COSTS, LADDER, 4, seed=5), n_resamples=0).time_trends == []
 
 
+def _lines(fit, table) -> dict:
+    return {line.get_label(): line for ax in figure_for(fit, table).axes for line in ax.get_lines()}
+
+
 def test_plot_draws_the_slow_mode_apart_from_the_fast_probes():
     table = _slowed("pull", 0.22, 2.5, seed=1)
     fit = fit_table(table, n_resamples=200)
-    lines = {line.get_label(): line for ax in figure_for(fit, table).axes for line in ax.get_lines()}
+    lines = _lines(fit, table)
     slow = next(line for label, line in lines.items() if label.startswith("pull slow mode (22% of probes, 2."))
     assert len(slow.get_xdata()) == 4 and len(lines["pull probes"].get_xdata()) == 14
+
+
+def test_plot_draws_both_paths_of_a_slow_pull_about_its_mean_cost_curve():
+    table = _slowed("pull", 0.22, 2.5, seed=1)
+    fit = fit_table(table, n_resamples=200)
+    (mode,) = fit.slow_modes
+    lines = _lines(fit, table)
+    mean = lines["pull fit (affine, mean cost)"]
+    fast = lines["pull fast path"]
+    slow = next(line for label, line in lines.items() if label.startswith("pull slow path (2."))
+    m = 1 + mode.n_slow / mode.n_probes * (mode.ratio - 1)
+    assert np.allclose(np.asarray(mean.get_ydata()), m * np.asarray(fast.get_ydata()))
+    assert np.allclose(np.asarray(slow.get_ydata()), mode.ratio * np.asarray(fast.get_ydata()))
+
+
+def test_plot_marks_pulls_set_aside_but_too_few_to_call_a_mode():
+    table = _slowed("pull", 0.06, 2.5, seed=1)  # 1 slow pull of 18
+    fit = fit_table(table, n_resamples=200)
+    assert fit.unresolved_slow is not None and fit.slow_modes == []
+    lines = _lines(fit, table)
+    aside = next(line for label, line in lines.items() if label.startswith("pull set aside (1 of 18, 2."))
+    assert aside.get_marker() == "x" and len(aside.get_xdata()) == 1
+    assert len(lines["pull probes"].get_xdata()) == 17 and not any("path" in label for label in lines)
 
 
 def _tied_run(folder: Path, *, warm: bool, drift: float) -> Path:
