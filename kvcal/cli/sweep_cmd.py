@@ -142,7 +142,7 @@ def sweep(
         if not resume and settings.prefix_lengths is None and settings.load_states == ["idle"] and lengths:
             from kvcal.sweep.reach import dry_run_note
 
-            if note := dry_run_note(lengths[0], settings.block_size):
+            if note := dry_run_note(lengths, settings.block_size):
                 typer.echo(f"# {note}")
         for probe in plan.plan:
             state = f"\t{probe.load_state}" if probe.load_state else ""

@@ -165,11 +165,12 @@ def default_ladder(prior: Prior) -> list[int]:
     Its ladder up to the limit (:func:`kvcal.sweep.plan.default_prefix_lengths`), grown an
     octave at a time below its shortest length while the pull wins there, never below the
     allowed range (:mod:`kvcal.sweep.reach`). A sweep decides each growth on its probes'
-    medians; the plan decides it on the noise-free curves. Without the growth a limit of
-    257-320 tokens left the one length 256, which no fit can use.
+    medians; the plan decides it on the noise-free curves. A ladder of one length grows an
+    octave whoever wins there: a limit of 257-320 tokens leaves the one length 256, which no
+    fit can use.
     """
     ladder = [n for n in default_prefix_lengths(prior.block_size, prior.high + 1) if n >= prior.low]
-    while ladder and prior.costs.pull_ms(ladder[0]) < prior.costs.recompute_ms(ladder[0]):
+    while ladder and (len(ladder) < 2 or prior.costs.pull_ms(ladder[0]) < prior.costs.recompute_ms(ladder[0])):
         below = [n for n in lengths_below(ladder[0], prior.block_size) if n >= prior.low]
         if not below:
             break
@@ -291,7 +292,7 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
     designs = [summarize("adaptive", [simulate_adaptive(prior, target, s) for s in seeds], target)]
     inside = prior.truth is not None and prior.low < prior.truth < prior.high
     ladder = default_ladder(prior)
-    if len(ladder) < 2:  # recompute wins at the one length the limit leaves the ladder: a sweep could not fit it either
+    if len(ladder) < 2:  # one length and no room below it within the range: a sweep could not fit it either
         only = ladder[0] if ladder else "-"
         notes.append(f"the default ladder has one length within {prior.low}-{prior.high} tokens ({only}), and no fit "
                      f"can use one: no ladder is simulated (kvcal sweep --prefix-lengths {prior.low},{prior.high} "

@@ -15,7 +15,9 @@ The rule (:func:`grown_probes`): after the planned probes, when the pull's media
 recompute's at the shortest length measured, the next octave below it is appended (its
 1x and 1.5x powers of two in block multiples, the ladder's own spacing, never below the
 floor) with the sweep's reps, and measured; again, until recompute wins at the shortest
-length or the floor is reached. Only the default design grows: explicit
+length or the floor is reached. A plan of one length (a model limit of 257-320 tokens
+leaves the default ladder 256 alone) grows one octave whoever wins: no fit can use one
+length. Only the default design grows: explicit
 ``--prefix-lengths`` are measured as given, and the fit's advice names what to add.
 At the other end the ladder already reaches the model's limit; when recompute wins there,
 :func:`top_note` says so and names the limit.
@@ -55,7 +57,8 @@ def grown_probes(plan: list[PlannedProbe], records: list[ProbeRecord], *, block_
         return None
     shortest = min(medians)
     recompute_ms, pull_ms = medians[shortest]
-    if pull_ms >= recompute_ms:
+    one_length = len({p.prefix_tokens for p in plan}) < 2
+    if pull_ms >= recompute_ms and not one_length:
         return None
     planned = {p.prefix_tokens for p in plan}
     lengths = [n for n in lengths_below(shortest, block_size) if n not in planned]
@@ -64,9 +67,15 @@ def grown_probes(plan: list[PlannedProbe], records: list[ProbeRecord], *, block_
     offset = len(plan)
     grown = [p.model_copy(update={"plan_index": offset + p.plan_index})
              for p in build_plan(lengths, reps, seed + offset)]
-    why = (f"the pull won at {shortest} tokens, the shortest measured ({pull_ms:.1f} ms against recompute's "
-           f"{recompute_ms:.1f} ms): adding {','.join(map(str, lengths))} tokens to find the crossover below it "
-           f"(the floor is {floor_reason(block_size)})")
+    added = ",".join(map(str, lengths))
+    if pull_ms >= recompute_ms:
+        why = (f"{shortest} tokens is the only length the model's limit left the default ladder, and no fit can use "
+               f"one length: adding {added} tokens (recompute won at {shortest}: {recompute_ms:.1f} ms against the "
+               f"pull's {pull_ms:.1f} ms)")
+    else:
+        why = (f"the pull won at {shortest} tokens, the shortest measured ({pull_ms:.1f} ms against recompute's "
+               f"{recompute_ms:.1f} ms): adding {added} tokens to find the crossover below it "
+               f"(the floor is {floor_reason(block_size)})")
     return grown, why
 
 
@@ -93,10 +102,14 @@ def top_note(records: list[ProbeRecord], longest_allowed: int) -> str | None:
             "this pair within the model's context (an engine started with a longer --max-model-len can look further)")
 
 
-def dry_run_note(shortest: int, block_size: int) -> str | None:
-    """What a default ladder's --dry-run adds to its plan: how it may grow below ``shortest``."""
+def dry_run_note(lengths: list[int], block_size: int) -> str | None:
+    """What a default ladder's --dry-run adds to its plan: how it may grow below its shortest length."""
+    shortest = min(lengths)
     if shortest <= pull_floor(block_size):
         return None
+    if len(set(lengths)) < 2:
+        return (f"default design: {shortest} tokens is one length, which no fit can use: the octave below it is "
+                f"added after it, and more below while the pull wins, down to {floor_reason(block_size)}")
     return (f"default design: if the pull wins at {shortest} tokens, lengths below it are added, an octave at a "
             f"time, down to {floor_reason(block_size)}")
 

@@ -155,7 +155,9 @@ def test_plan_simulates_the_ladder_a_sweep_would_grow_at_a_short_limit(short_run
     assert plan["allowed_range"] == [128, (limit - 1) // 64 * 64]
 
 
-def test_plan_says_why_a_one_length_ladder_is_not_simulated(tmp_path):
+def test_plan_grows_a_one_length_ladder_even_where_recompute_wins(tmp_path):
+    """A limit of 257-320 tokens leaves the default ladder 256 alone; where recompute wins there, a sweep (and so
+    the plan) still adds the octave below, since no fit can use one length. Before, the plan simulated no ladder."""
     (tmp_path / "c.yaml").write_text(SHORT_CROSSOVER.replace("pull_intercept_ms: 20.0", "pull_intercept_ms: 100.0"))
     swept = kvcal("sweep", "--engine", "sim", "--config", "c.yaml", "--reps", "2", "--prefix-lengths",
                   "128,256,512,1024,2048", "--name", "r", cwd=tmp_path)  # crossing at about 1,000 tokens
@@ -163,7 +165,5 @@ def test_plan_says_why_a_one_length_ladder_is_not_simulated(tmp_path):
     done = _plan(tmp_path / "results" / "r", 300)
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
-    assert [d["design"] for d in plan["designs"]] == ["adaptive"]
-    said = [note for note in plan["notes"] if "the default ladder has one length within 128-256 tokens (256)" in note]
-    assert said and "kvcal sweep --prefix-lengths 128,256" in said[0]
-    assert f"kvcal: warning: {said[0]}" in done.stderr
+    assert [d["design"] for d in plan["designs"]] == ["adaptive", "ladder-3"]
+    assert not [note for note in plan["notes"] if "the default ladder has one length" in note]

@@ -376,7 +376,10 @@ def test_the_planned_ladder_grows_below_256_as_a_sweeps_default_design_does():
     assert default_ladder(Prior(short, "short", 128, 256, 64)) == [128, 192, 256]
     assert default_ladder(Prior(short, "short", 128, 960, 64)) == [128, 192, 256, 384, 512, 768, 960]
     assert default_ladder(Prior(short, "short", 256, 960, 64)) == [256, 384, 512, 768, 960]  # never below the range
-    assert default_ladder(Prior(SimCosts(), "sim default", 128, 256, 64)) == [256]  # recompute wins at 256
+    # Recompute wins at 256, but one length is no curve: the ladder grows an octave all the same, and stops there.
+    assert default_ladder(Prior(SimCosts(), "sim default", 128, 256, 64)) == [128, 192, 256]
+    assert default_ladder(Prior(SimCosts(), "sim default", 128, 960, 64)) == [256, 384, 512, 768, 960]
+    assert default_ladder(Prior(SimCosts(), "sim default", 256, 300, 64)) == [256]  # no room below within the range
 
 
 def test_a_simulated_campaign_counts_what_its_search_cost_apart():

@@ -291,3 +291,38 @@ def test_a_failed_new_run_keeps_whatever_it_wrote(tmp_path):
             (folder / "logs" / "producer.log").write_text("engine died: ...")
             raise RuntimeError("launch failed")
     assert (folder / "logs" / "producer.log").read_text() == "engine died: ..."
+
+
+def _medians_at(lengths_ms: dict[int, tuple[float, float]]) -> list:
+    """Probe records whose per-length medians are (recompute, pull) as given."""
+    from factories import make_probe
+
+    records, i = [], 0
+    for n, (recompute_ms, pull_ms) in lengths_ms.items():
+        for leg, ms in (("recompute", recompute_ms), ("pull", pull_ms)):
+            records.append(make_probe(i, n, leg, ms))
+            i += 1
+    return records
+
+
+def test_a_default_plan_of_one_length_grows_an_octave_whoever_wins_there():
+    # A model limit of 257-320 tokens leaves the default ladder 256 alone: no fit can use one length.
+    from kvcal.sweep import reach
+
+    one = build_plan([256], reps=2, seed=0)
+    grown, why = reach.grown_probes(one, _medians_at({256: (20.0, 30.0)}), block_size=64, reps=2, seed=0)
+    assert sorted({p.prefix_tokens for p in grown}) == [128, 192] and len(grown) == 2 * 2 * 2
+    assert "only length" in why and "recompute won at 256" in why
+    _, why = reach.grown_probes(one, _medians_at({256: (30.0, 20.0)}), block_size=64, reps=2, seed=0)
+    assert "the pull won at 256" in why
+    two = build_plan([256, 384], reps=2, seed=0)
+    assert reach.grown_probes(two, _medians_at({256: (20.0, 30.0), 384: (40.0, 35.0)}), block_size=64, reps=2,
+                              seed=0) is None  # two lengths and recompute wins at the shortest: done, as before
+
+
+def test_a_dry_run_of_one_length_says_the_octave_below_will_be_added():
+    from kvcal.sweep.reach import dry_run_note
+
+    assert "one length, which no fit can use" in dry_run_note([256], 64)
+    assert dry_run_note([256, 384], 64).startswith("default design: if the pull wins at 256 tokens")
+    assert dry_run_note([128, 192], 64) is None  # at the floor: nothing below
