@@ -57,10 +57,9 @@ def grown_probes(plan: list[PlannedProbe], records: list[ProbeRecord], *, block_
         return None
     shortest = min(medians)
     recompute_ms, pull_ms = medians[shortest]
-    one_length = len({p.prefix_tokens for p in plan}) < 2
-    if pull_ms >= recompute_ms and not one_length:
-        return None
     planned = {p.prefix_tokens for p in plan}
+    if pull_ms >= recompute_ms and len(planned) > 1:
+        return None
     lengths = [n for n in lengths_below(shortest, block_size) if n not in planned]
     if not lengths:
         return None  # at the floor: the summary says so (top_note's twin in the fit's advice)
