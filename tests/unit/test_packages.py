@@ -9,7 +9,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "kvcal"
 # Bottom to top. "base" is every top-level module (errors, records, userfiles, ...).
-ORDER = ("base", "estimate", "engines", "fit", "sweep", "emit", "report", "fleet", "cli")
+ORDER = ("base", "estimate", "engines", "fit", "sweep", "emit", "report", "fleet", "observe", "page", "cli")
 
 
 def _own_package(relative: tuple[str, ...]) -> str:
