@@ -10,6 +10,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from kvcal import __version__
@@ -67,4 +68,21 @@ def host_provenance() -> dict[str, Any]:
         "torch_version": package_version("torch"),
         "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},
         "command_line": shlex.join(["kvcal", *sys.argv[1:]]) if sys.argv else None,
+        "git_commit": git_commit(),
     }
+
+
+def git_commit() -> str | None:
+    """The commit of the kvcal checkout that runs, when it runs from one (an editable install); else None.
+
+    Runs record it so that a report can say which code measured them; an installed wheel has no checkout.
+    """
+    checkout = Path(__file__).resolve().parents[1]
+    if not (checkout / ".git").exists() or shutil.which("git") is None:
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out or None

@@ -68,7 +68,7 @@ class Command:
         return next(p for p in self.params if p.name == name)
 
 
-OUTPUT_NAMES = {"output", "markdown", "plot", "output_dir"}
+OUTPUT_NAMES = {"output", "markdown", "plot", "output_dir", "html"}
 
 
 def _kind(annotation: str) -> str:
@@ -150,6 +150,7 @@ BASES: dict[str, dict[str, object]] = {
     "emit-config": {"input_path": "{fit}"},
     "compare": {"baseline": "{fit}", "current": "{run}", "seed": "1"},
     "history": {"inputs": ["{run}", "{fit}"]},
+    "report": {"inputs": ["{run}"], "output": "{ws}/out.html"},
     "predict": {"model": "llama-3.1-8b", "hardware": "h100"},
     "plan": {"source": "{fit}", "campaigns": "1"},
     "fleet": {"fit_path": "{fit}", "workload": "{workload}", "pods": "2", "thresholds": "256,1024", "seeds": "1"},

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-MODULES = ("sweep_cmd", "export_cmd", "fit_cmd", "plot_cmd", "emit_cmd", "compare_cmd", "history_cmd", "predict_cmd",
+MODULES = ("sweep_cmd", "export_cmd", "fit_cmd", "plot_cmd", "emit_cmd", "compare_cmd", "history_cmd", "report_cmd", "predict_cmd",
            "plan_cmd", "fleet_cmd", "profiles_cmd", "k8s_cmd")
 
 INDEX = (
@@ -26,6 +26,7 @@ INDEX = (
     ("compare", "Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed "
                 "threshold."),
     ("history", "Show how the break-even (with its interval) and the cost coefficients moved over runs."),
+    ("report", "Write one self-contained HTML report of a run, a comparison, a history or a fleet study."),
     ("predict", "Predict KV bytes per token, prefill FLOPs, the recompute and pull curves, the break-even and the "
                 "link's floor."),
     ("plan", "Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and "

@@ -20,6 +20,8 @@ Examples:
 
   kvcal compare base/fit.json new/fit.json --tolerance 0.2 --markdown summary.md --plot compare.png
 
+  kvcal compare results/baselines/cpu-tiny results/nightly --html compare.html    # the page for a CI artifact
+
   kvcal compare base/fit.json new/fit.json --values deploy/values.yaml
 
   kvcal compare base/fit.json new/fit.json --deployed 2048 --strict-deployed
@@ -32,6 +34,8 @@ def compare(
     tolerance: float = typer.Option(0.1, "--tolerance", "-t", help="Relative break-even move tolerated, e.g. 0.1 = 10%."),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here (for a CI job page)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write an overlay plot of both runs here (PNG)."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write the comparison's page here (one self-contained HTML "
+                                        "file, as kvcal report --compare writes it)."),
     deployed: Optional[int] = typer.Option(None, "--deployed", help="The minCachedTokenDelta in production, in tokens."),
     values: Optional[Path] = typer.Option(None, "--values", help="Read the deployed minCachedTokenDelta from this Helm values file."),
     strict_deployed: bool = typer.Option(False, "--strict-deployed", help="Also exit 1 when the deployed threshold is not safe against the current break-even."),
@@ -44,12 +48,17 @@ def compare(
     from kvcal.outputs import check_output
     from kvcal.report.compare_report import TABLE_HEADER, CompareConfig, row_notes, run_compare, table_rows
 
-    check_output(markdown, "--markdown", [baseline, current, values, plot])
-    check_output(plot, "--plot", [baseline, current, values])
+    check_output(markdown, "--markdown", [baseline, current, values, plot, html])
+    check_output(plot, "--plot", [baseline, current, values, html])
+    check_output(html, "--html", [baseline, current, values])
     result = run_compare(CompareConfig(
         baseline=baseline, current=current, tolerance=tolerance, force=force, deployed_tokens=deployed,
-        values_file=values, markdown=markdown, plot=plot, seed=seed,
+        values_file=values, markdown=markdown, plot=plot, seed=seed, probes=html is not None,
     ))
+    if html is not None:
+        from kvcal.page.report import write_compare_page
+
+        write_compare_page(result, html)
     table = Table(*TABLE_HEADER, title=f"{result.baseline.label} -> {result.current.label}")
     for cells in table_rows(result):
         table.add_row(*cells)
@@ -62,7 +71,7 @@ def compare(
     stdout.print(result.verdict, markup=False)
     if result.deployed is not None:
         stdout.print(result.deployed.message, markup=False)
-    for path in (markdown, plot):
+    for path in (markdown, plot, html):
         if path is not None:
             stdout.print(f"wrote {path}", markup=False)
     reason = result.failure(strict_deployed=strict_deployed)

@@ -161,6 +161,7 @@ class CompareConfig:
     markdown: Path | None = None
     plot: Path | None = None
     seed: int = 0
+    probes: bool = False  # also load the probes (an HTML page shows them; the plot always does)
 
 
 def run_compare(config: CompareConfig) -> Comparison:
@@ -172,7 +173,7 @@ def run_compare(config: CompareConfig) -> Comparison:
         deployed = (config.deployed_tokens, "--deployed")
     elif config.values_file is not None:
         deployed = (read_threshold(config.values_file), str(config.values_file))
-    with_probes = config.plot is not None  # only the plot shows them
+    with_probes = config.plot is not None or config.probes  # only the plot and a page show them
     result = compare_runs(load_run(config.baseline, probes=with_probes), load_run(config.current, probes=with_probes),
                           tolerance=config.tolerance, force=config.force, deployed=deployed, seed=config.seed)
     if config.plot is not None:
