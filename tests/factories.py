@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import write_fit as write_fit_file
 from kvcal.engines.sim import SimCosts, SimPair
 from kvcal.fit.tables import ProbeTable, from_rows
@@ -114,3 +115,17 @@ def sim_table(costs: SimCosts, lengths: list[int], reps: int, *, seed: int = 0, 
                 rows.append({"prefix_tokens": int(n), "leg": leg.value, "ttft_ms": m.ttft_ms, "rep": rep,
                              "bytes_moved": m.bytes_moved})
     return from_rows(rows, setup=pair.setup().model_copy(update={"model": "sim"}), origin=FitSource(kind="sim"))
+
+
+def sim_run(folder: Path, *, costs: SimCosts | None = None, lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096),
+            reps: int = 3, seed: int = 0, created_at: str = CREATED_AT, n_resamples: int = 200,
+            provenance: dict[str, Any] | None = None) -> Path:
+    """A fitted run folder of a simulated campaign (run.json, probes.jsonl with bytes moved, fit.json), made at
+    ``created_at``; the reports' tests read it as they read a sweep's."""
+    table = sim_table(costs or SimCosts(), list(lengths), reps, seed=seed)
+    setup = table.setup.model_copy(update={"created_at": created_at})
+    fit = fit_table(table.with_setup(setup), n_resamples=n_resamples, seed=seed)
+    records = [make_probe(i, int(r.prefix_tokens), str(r.leg), float(r.ttft_ms), rep=int(r.rep), probe_id=f"p{i}")
+               for i, r in enumerate(table.probes.itertuples())]
+    manifest = make_manifest(name=folder.name, created_at=created_at, setup=setup, provenance=provenance or {})
+    return write_run_folder(folder, records, manifest=manifest, fit=fit)

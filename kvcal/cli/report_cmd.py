@@ -39,8 +39,10 @@ def _config(inputs: list[Path], output: Path, compare: bool, history: bool, flee
     if kind in wanted and len(inputs) != wanted[kind][0]:
         raise InputError(f"{kind} takes {wanted[kind][1]}, got {len(inputs)}")
     if kind is None and len(inputs) != 1:
-        raise InputError(f"a run's report takes one RUN or fit.json, got {len(inputs)} (--compare BASE NEW, "
-                         "--history RUN... for more)")
+        raise InputError(
+            f"a run's report takes one RUN or fit.json, got {len(inputs)} (--compare BASE NEW, "
+            "--history RUN... for more)"
+        )
     if kind == "--compare":
         return ReportConfig(output, compare=(inputs[0], inputs[1]))
     if kind == "--history":
@@ -51,11 +53,19 @@ def _config(inputs: list[Path], output: Path, compare: bool, history: bool, flee
 
 
 def report(
-    inputs: list[Path] = typer.Argument(..., metavar="INPUT...", help="A run folder or fit.json; with --compare BASE NEW; "
-                                        "with --history the runs; with --fleet a kvcal fleet --json file."),
+    inputs: list[Path] = typer.Argument(
+        ...,
+        metavar="INPUT...",
+        help="A run folder or fit.json; with --compare BASE NEW; "
+        "with --history the runs; with --fleet a kvcal fleet --json file.",
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="The HTML file to write, e.g. report.html."),
-    compare: bool = typer.Option(False, "--compare", help="Compare two runs: INPUT is BASE NEW (kvcal compare's verdict)."),
-    history: bool = typer.Option(False, "--history", help="The runs over time: INPUT is one or more runs or fit.json files."),
+    compare: bool = typer.Option(
+        False, "--compare", help="Compare two runs: INPUT is BASE NEW (kvcal compare's verdict)."
+    ),
+    history: bool = typer.Option(
+        False, "--history", help="The runs over time: INPUT is one or more runs or fit.json files."
+    ),
     fleet: bool = typer.Option(False, "--fleet", help="A fleet study: INPUT is what kvcal fleet --json printed."),
 ) -> None:
     """Write one self-contained HTML report of a run, a comparison, a history or a fleet study."""

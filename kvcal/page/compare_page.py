@@ -24,27 +24,43 @@ def run_figures(run: RunData, role: str) -> str:
     """One run's headline figures: status and break-even (fit.json's), the threshold (emit-config's JSON)."""
     threshold = run.emitted.threshold
     if threshold is None:
-        emitted = figure("minCachedTokenDelta", None, run=role,
-                         reason=(run.emitted.refusal or "no threshold").split(";", 1)[0])
+        emitted = figure(
+            "minCachedTokenDelta", None, run=role, reason=(run.emitted.refusal or "no threshold").split(";", 1)[0]
+        )
     else:
         emitted = figure("minCachedTokenDelta", threshold.min_cached_token_delta, run=role)
-    return tag("li", tag("strong", esc(f"{role} ({run.label}): ")) + "status " + figure("status", run.fit.status, run=role)
-               + ", break-even " + figure("break_even_tokens", run.fit.break_even_tokens, run=role)
-               + esc(" tokens, minCachedTokenDelta ") + emitted)
+    return tag(
+        "li",
+        tag("strong", esc(f"{role} ({run.label}): "))
+        + "status "
+        + figure("status", run.fit.status, run=role)
+        + ", break-even "
+        + figure("break_even_tokens", run.fit.break_even_tokens, run=role)
+        + esc(" tokens, minCachedTokenDelta ")
+        + emitted,
+    )
 
 
 def compare_body(result: Comparison) -> str:
     runs = {"baseline": run_data_of(result.baseline), "current": run_data_of(result.current)}
     verdict = tag("p", esc(result.verdict), {"class": "big"})
-    verdict += paragraph(f"Tolerance {result.tolerance:.0%}, confidence {result.confidence:.0%}: a regression is a "
-                         "break-even move beyond the tolerance that the fits' bootstrap draws call significant, in "
-                         "either direction, or a pull that no longer wins (docs/ci.md).")
+    verdict += paragraph(
+        f"Tolerance {result.tolerance:.0%}, confidence {result.confidence:.0%}: a regression is a "
+        "break-even move beyond the tolerance that the fits' bootstrap draws call significant, in "
+        "either direction, or a pull that no longer wins (docs/ci.md)."
+    )
     verdict += tag("ul", "".join(run_figures(run, role) for role, run in runs.items()))
     if result.deployed is not None:
         verdict += paragraph(f"Deployed threshold ({result.deployed.origin}): {result.deployed.message}")
     verdict = tag("div", verdict, {"class": "verdict refused" if result.regression else "verdict"})
-    return "".join((section("Regression verdict", verdict, anchor="verdict"), _plot(result, runs),
-                    _quantities(result), _changes(result)))
+    return "".join(
+        (
+            section("Regression verdict", verdict, anchor="verdict"),
+            _plot(result, runs),
+            _quantities(result),
+            _changes(result),
+        )
+    )
 
 
 def _plot(result: Comparison, runs: dict[str, RunData]) -> str:
@@ -52,13 +68,25 @@ def _plot(result: Comparison, runs: dict[str, RunData]) -> str:
     chart = fit_chart(fits[0], "baseline and current: time to first token against prefix length")
     n = lengths_for(fits, chart.x_log)
     for role, run in runs.items():
-        draw_fit(chart, run.fit, run.probes, run=f"{role} {run.label}", colour=RUN_COLOURS[role],
-                 hollow=role == "current", lengths=n)
+        draw_fit(
+            chart,
+            run.fit,
+            run.probes,
+            run=f"{role} {run.label}",
+            colour=RUN_COLOURS[role],
+            hollow=role == "current",
+            lengths=n,
+        )
     if result.deployed is not None:
-        draw_threshold(chart, result.deployed.threshold_tokens,
-                       f"deployed {result.deployed.threshold_tokens:,} ({result.deployed.verdict})")
-    caption = ("Baseline filled, current hollow; recompute solid with circles, pull dashed with triangles; the dotted "
-               "lines are each run's break-even with its interval shaded. Hover a probe for its record.")
+        draw_threshold(
+            chart,
+            result.deployed.threshold_tokens,
+            f"deployed {result.deployed.threshold_tokens:,} ({result.deployed.verdict})",
+        )
+    caption = (
+        "Baseline filled, current hollow; recompute solid with circles, pull dashed with triangles; the dotted "
+        "lines are each run's break-even with its interval shaded. Hover a probe for its record."
+    )
     return section("Both runs", chart_figure(chart, caption), anchor="plot")
 
 

@@ -26,8 +26,13 @@ GRID_POINTS = 120
 def fit_chart(fit: FitResult, title: str) -> Chart:
     """An empty chart with the axes a fit needs (log-log when its crossover sits at the short end of a long ladder)."""
     log = crossover_near_short_end(fit)
-    return Chart(title, "prefix length (tokens)" + (", log scale" if log else ""),
-                 "time to first token (ms)" + (", log scale" if log else ""), x_log=log, y_log=log)
+    return Chart(
+        title,
+        "prefix length (tokens)" + (", log scale" if log else ""),
+        "time to first token (ms)" + (", log scale" if log else ""),
+        x_log=log,
+        y_log=log,
+    )
 
 
 def lengths_for(fits: Sequence[FitResult], log: bool) -> np.ndarray:
@@ -37,9 +42,17 @@ def lengths_for(fits: Sequence[FitResult], log: bool) -> np.ndarray:
     return np.geomspace(max(low, 1.0), high, GRID_POINTS) if log else np.linspace(low, high, GRID_POINTS)
 
 
-def draw_fit(chart: Chart, fit: FitResult, probes: Sequence[ProbePoint], *, run: str = "", colour: str | None = None,
-             hollow: bool = False, lengths: np.ndarray | None = None) -> None:
-    """Add one fit: each leg's probes (tooltips), fitted curve and bootstrap band, and the break-even with its interval."""
+def draw_fit(
+    chart: Chart,
+    fit: FitResult,
+    probes: Sequence[ProbePoint],
+    *,
+    run: str = "",
+    colour: str | None = None,
+    hollow: bool = False,
+    lengths: np.ndarray | None = None,
+) -> None:
+    """Add one fit: each leg's probes (tooltips), fitted curve and bootstrap band, the break-even and its interval."""
     n = lengths if lengths is not None else lengths_for([fit], chart.x_log)
     prefix = f"{run}: " if run else ""
     for leg in ("recompute", "pull"):

@@ -15,13 +15,17 @@ from pydantic import ValidationError
 
 from kvcal.errors import InputError
 from kvcal.fleet.result import Figure, FleetResult, FleetRow
-from kvcal.page.html import bullets, cell, esc, figure, fmt, key_values, paragraph, section, table, tag
+from kvcal.page.html import bullets, cell, figure, fmt, key_values, paragraph, section, table, tag
 from kvcal.page.svg import Chart, Line, Mark, Point, Points, Style, chart_figure
 from kvcal.userfiles import read_text
 
 NAV = (("verdict", "Recommendation"), ("plot", "Plots"), ("whatif", "What-if table"), ("keys", "Every key"))
-LOAD_LOOK = (("#2166ac", "", "circle"), ("#b35806", "7 4", "triangle"), ("#1b7837", "2 3", "square"),
-             ("#762a83", "9 3 2 3", "diamond"))
+LOAD_LOOK = (
+    ("#2166ac", "", "circle"),
+    ("#b35806", "7 4", "triangle"),
+    ("#1b7837", "2 3", "square"),
+    ("#762a83", "9 3 2 3", "diamond"),
+)
 SHOWN_ELSEWHERE = ("rows", "loads")
 
 
@@ -31,8 +35,9 @@ def load_fleet(path: Path) -> FleetResult:
     try:
         return FleetResult.model_validate(json.loads(text))
     except (json.JSONDecodeError, RecursionError):
-        raise InputError(f"{path}: not a kvcal fleet result (not JSON; write one with `kvcal fleet ... --json > "
-                         "fleet.json`)") from None
+        raise InputError(
+            f"{path}: not a kvcal fleet result (not JSON; write one with `kvcal fleet ... --json > fleet.json`)"
+        ) from None
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first.get("loc", ()))
@@ -45,12 +50,21 @@ def fleet_body(result: FleetResult) -> str:
 
 def _verdict(result: FleetResult) -> str:
     reason = result.recommended_reason
-    head = tag("p", "recommended minCachedTokenDelta " + figure(
-        "recommended_threshold", result.recommended_threshold, reason=None if result.recommended_threshold else reason),
-        {"class": "big"})
-    head += paragraph(f"{result.pods} pods, {result.seeds} seeds x {max(1, result.resamples)} cost sets, "
-                      f"{result.duration_s:g} s simulated; the fleet optimum by {result.best_rule}: "
-                      f"{fmt(result.best_threshold)} tokens; emit-config's idle threshold: {fmt(result.idle_threshold)}.")
+    head = tag(
+        "p",
+        "recommended minCachedTokenDelta "
+        + figure(
+            "recommended_threshold",
+            result.recommended_threshold,
+            reason=None if result.recommended_threshold else reason,
+        ),
+        {"class": "big"},
+    )
+    head += paragraph(
+        f"{result.pods} pods, {result.seeds} seeds x {max(1, result.resamples)} cost sets, "
+        f"{result.duration_s:g} s simulated; the fleet optimum by {result.best_rule}: "
+        f"{fmt(result.best_threshold)} tokens; emit-config's idle threshold: {fmt(result.idle_threshold)}."
+    )
     if reason and result.recommended_threshold:
         head += paragraph(f"Why: {reason}")
     head += tag("h3", "How it was reached") + bullets(result.recommended_steps, ordered=True)
@@ -79,28 +93,42 @@ def fleet_chart(result: FleetResult, key: str, label: str) -> Chart:
         chart.points.append(Points(style, [Point(x, y, _tooltip(r, name)) for x, y, r in zip(xs, ys, points)]))
         for policy, line_dash in (("no-p2p", "2 3"), ("always-pull", "9 4")):
             for r in (r for r in rows if r.policy == policy):
-                chart.lines.append(Line(Style(f"{name}: {policy}", colour, line_dash), span, [getattr(r, key).value] * 2))
+                chart.lines.append(
+                    Line(Style(f"{name}: {policy}", colour, line_dash), span, [getattr(r, key).value] * 2)
+                )
     if result.recommended_threshold:
-        chart.marks.append(Mark(Style(f"recommended {result.recommended_threshold:,}", "#111111", "9 3 2 3"),
-                                float(result.recommended_threshold)))
+        chart.marks.append(
+            Mark(
+                Style(f"recommended {result.recommended_threshold:,}", "#111111", "9 3 2 3"),
+                float(result.recommended_threshold),
+            )
+        )
     if result.idle_threshold:
-        chart.marks.append(Mark(Style(f"idle (emit-config) {result.idle_threshold:,}", "#6a3d9a", "2 3"),
-                                float(result.idle_threshold)))
+        chart.marks.append(
+            Mark(Style(f"idle (emit-config) {result.idle_threshold:,}", "#6a3d9a", "2 3"), float(result.idle_threshold))
+        )
     return chart
 
 
 def _tooltip(row: FleetRow, load: str) -> str:
-    figures = [f"{name} {value.value:.4g} [{value.ci[0]:.4g}, {value.ci[1]:.4g}]" for name, value in row if
-               isinstance(value, Figure)]
+    figures = [
+        f"{name} {value.value:.4g} [{value.ci[0]:.4g}, {value.ci[1]:.4g}]"
+        for name, value in row
+        if isinstance(value, Figure)
+    ]
     return "\n".join([f"{load}, threshold {row.threshold:,}" if row.threshold else load, *figures])
 
 
 def _plots(result: FleetResult) -> str:
-    body = chart_figure(fleet_chart(result, "ttft_p90_ms", "TTFT p90 (ms)"),
-                        "TTFT p90 at each threshold (lower is better); flat lines: no-p2p (dotted) and always-pull "
-                        "(dashed); hover a point for every figure with its interval.")
-    body += chart_figure(fleet_chart(result, "goodput_rps", "goodput (requests/s)"),
-                         "Goodput at each threshold (higher is better): completed requests per second within the SLO.")
+    body = chart_figure(
+        fleet_chart(result, "ttft_p90_ms", "TTFT p90 (ms)"),
+        "TTFT p90 at each threshold (lower is better); flat lines: no-p2p (dotted) and always-pull "
+        "(dashed); hover a point for every figure with its interval.",
+    )
+    body += chart_figure(
+        fleet_chart(result, "goodput_rps", "goodput (requests/s)"),
+        "Goodput at each threshold (higher is better): completed requests per second within the SLO.",
+    )
     return section("Plots", body, anchor="plot")
 
 
@@ -113,13 +141,20 @@ def _what_if(result: FleetResult) -> str:
             value: Figure = getattr(r, name)
             cells.append(cell(f"{value.value:.4g} [{value.ci[0]:.3g}, {value.ci[1]:.3g}]", value.value))
         rows.append(cells)
-    body = table(["policy", "threshold", *names], rows, sortable=True,
-                 caption="Every policy at the given load: mean over the runs [interval] (click a column to sort)")
+    body = table(
+        ["policy", "threshold", *names],
+        rows,
+        sortable=True,
+        caption="Every policy at the given load: mean over the runs [interval] (click a column to sort)",
+    )
     return section("What-if table", body, anchor="whatif")
 
 
 def _keys(result: FleetResult) -> str:
     data = result.model_dump(mode="json", by_alias=True)
     shown = {key: value for key, value in data.items() if key not in SHOWN_ELSEWHERE}
-    return section("Every key of the fleet result", key_values(shown, figures=True)
-                   + paragraph("rows and loads are the table and plots above."), anchor="keys")
+    return section(
+        "Every key of the fleet result",
+        key_values(shown, figures=True) + paragraph("rows and loads are the table and plots above."),
+        anchor="keys",
+    )

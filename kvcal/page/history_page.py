@@ -25,11 +25,18 @@ def history_body(entries: Sequence[HistoryEntry]) -> str:
 
 
 def _verdict(entries: Sequence[HistoryEntry]) -> str:
-    figures = "".join(tag("li", tag("strong", esc(f"#{i} {e.run.label} ({e.run_time}): ")) + "status "
-                          + figure("status", e.run.fit.status, run=e.run.label) + ", break-even "
-                          + figure("break_even_tokens", e.run.fit.break_even_tokens, run=e.run.label)
-                          + esc(f" tokens; {e.change_label}"))
-                      for i, e in enumerate(entries, start=1))
+    figures = "".join(
+        tag(
+            "li",
+            tag("strong", esc(f"#{i} {e.run.label} ({e.run_time}): "))
+            + "status "
+            + figure("status", e.run.fit.status, run=e.run.label)
+            + ", break-even "
+            + figure("break_even_tokens", e.run.fit.break_even_tokens, run=e.run.label)
+            + esc(f" tokens; {e.change_label}"),
+        )
+        for i, e in enumerate(entries, start=1)
+    )
     if len(entries) < 2:
         head = paragraph("One run: nothing to compare yet.")
     else:
@@ -46,8 +53,12 @@ def _run_ticks(entries: Sequence[HistoryEntry]) -> list[tuple[float, str]]:
 
 
 def break_even_chart(entries: Sequence[HistoryEntry]) -> Chart:
-    chart = Chart("break-even over runs (ordered by run time)", "run (oldest first)", "break-even (tokens)",
-                  x_ticks=_run_ticks(entries))
+    chart = Chart(
+        "break-even over runs (ordered by run time)",
+        "run (oldest first)",
+        "break-even (tokens)",
+        x_ticks=_run_ticks(entries),
+    )
     style = Style("break-even with its interval", "#6a3d9a", "", "diamond")
     crossing = [(i, e) for i, e in enumerate(entries) if e.run.fit.break_even_tokens is not None]
     xs = [float(i) for i, _ in crossing]
@@ -78,14 +89,24 @@ def cost_chart(entries: Sequence[HistoryEntry], coefficient: str, label: str) ->
         style = Style(f"{leg} {label}", colour, dash, marker)
         values = [float(getattr(getattr(e.run.fit, leg), coefficient)) for e in entries]
         chart.lines.append(Line(style, xs, values))
-        chart.points.append(Points(style, [Point(x, v, f"{e.run.label}: {leg} {label} {v:.4g}\n{e.change_label}")
-                                           for x, v, e in zip(xs, values, entries)]))
+        chart.points.append(
+            Points(
+                style,
+                [
+                    Point(x, v, f"{e.run.label}: {leg} {label} {v:.4g}\n{e.change_label}")
+                    for x, v, e in zip(xs, values, entries)
+                ],
+            )
+        )
     return chart
 
 
 def _trend(entries: Sequence[HistoryEntry]) -> str:
-    body = chart_figure(break_even_chart(entries), "The break-even of each run that crossed, with its interval shaded; "
-                                                   "hover a run for its time, status and what changed.")
+    body = chart_figure(
+        break_even_chart(entries),
+        "The break-even of each run that crossed, with its interval shaded; "
+        "hover a run for its time, status and what changed.",
+    )
     body += chart_figure(cost_chart(entries, "per_token_us", "us per token"), "Each leg's per-token cost over runs.")
     body += chart_figure(cost_chart(entries, "intercept_ms", "fixed cost ms"), "Each leg's fixed cost over runs.")
     return section("Over runs", body, anchor="trend")

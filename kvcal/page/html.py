@@ -51,8 +51,11 @@ def figure(key: str, value: Any, *, run: str | None = None, reason: str | None =
     ``run`` tells apart the same key of several runs (compare, history); ``reason`` says why
     a value is none (shown beside it, and kept in ``data-kvcal-reason``).
     """
-    shown = tag("span", esc(value_text(value)), {"class": "figure", "data-kvcal": key, "data-kvcal-run": run,
-                                                 "data-kvcal-reason": reason})
+    shown = tag(
+        "span",
+        esc(value_text(value)),
+        {"class": "figure", "data-kvcal": key, "data-kvcal-run": run, "data-kvcal-reason": reason},
+    )
     return shown + (tag("span", esc(f" ({reason})"), {"class": "reason"}) if reason else "")
 
 
@@ -62,7 +65,7 @@ def fmt(value: float | None, digits: int = 4) -> str:
         return "—"
     if isinstance(value, int) or (abs(value) >= 1000 and float(value).is_integer()):
         return f"{int(value):,}"
-    return f"{value:,.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
+    return f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
 
 
 def cell(text: str, sort_key: object = None, *, header: bool = False) -> str:
@@ -72,18 +75,43 @@ def cell(text: str, sort_key: object = None, *, header: bool = False) -> str:
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, sortable: bool = False, caption: str = "") -> str:
     """A table whose rows are already cells (:func:`cell`); ``sortable``: a click on a header sorts by it."""
-    head = "".join(tag("th", tag("button", esc(h), {"type": "button"}) if sortable else esc(h),
-                       {"scope": "col", "aria-sort": "none" if sortable else None}) for h in header)
+    head = "".join(
+        tag(
+            "th",
+            tag("button", esc(h), {"type": "button"}) if sortable else esc(h),
+            {"scope": "col", "aria-sort": "none" if sortable else None},
+        )
+        for h in header
+    )
     body = "".join(tag("tr", "".join(row)) for row in rows)
-    return tag("div", tag("table", (tag("caption", esc(caption)) if caption else "") + tag("thead", tag("tr", head))
-                          + tag("tbody", body), {"class": "sortable" if sortable else None}), {"class": "scroll"})
+    return tag(
+        "div",
+        tag(
+            "table",
+            (tag("caption", esc(caption)) if caption else "") + tag("thead", tag("tr", head)) + tag("tbody", body),
+            {"class": "sortable" if sortable else None},
+        ),
+        {"class": "scroll"},
+    )
 
 
-def key_values(items: Mapping[str, Any], *, figures: bool = False, run: str | None = None) -> str:
+def key_values(
+    items: Mapping[str, Any], *, figures: bool = False, run: str | None = None, compact: bool = False
+) -> str:
     """Every key of a JSON object, shown as it is (nested objects and lists as JSON): new keys appear unasked.
 
-    ``figures``: each value carries ``data-kvcal`` with its key, as the JSON names it.
+    ``figures``: each value carries ``data-kvcal`` with its key, as the JSON names it; ``compact``: the pairs flow
+    as a wrapped list (a few lines under a verdict) instead of a table.
     """
+    if compact:
+        pairs = "".join(
+            tag(
+                "div",
+                tag("dt", esc(key)) + tag("dd", figure(key, value, run=run) if figures else esc(value_text(value))),
+            )
+            for key, value in items.items()
+        )
+        return tag("dl", pairs, {"class": "pairs"})
     rows = []
     for key, value in items.items():
         shown = figure(key, value, run=run) if figures else esc(value_text(value))
@@ -125,11 +153,14 @@ margin-top:1.8rem}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;margin:.4rem 0;font-variant-numeric:tabular-nums}
 th,td{border:1px solid var(--line);padding:.2rem .5rem;text-align:left;vertical-align:top}
+dl.pairs{display:flex;flex-wrap:wrap;gap:.2rem 1.2rem;margin:.3rem 0}dl.pairs div{display:flex;gap:.4rem}
+dl.pairs dt{color:var(--muted)}dl.pairs dd{margin:0;word-break:break-all}
 table.keys th{font-weight:600;white-space:nowrap}code{font-size:.85em;word-break:break-all}
-th button{font:inherit;font-weight:600;background:none;border:0;padding:0;cursor:pointer;text-decoration:underline dotted}
+th button{font:inherit;font-weight:600;background:none;border:0;padding:0;cursor:pointer;
+text-decoration:underline dotted}
 th[aria-sort=ascending] button::after{content:" \\25B2"}th[aria-sort=descending] button::after{content:" \\25BC"}
 figure{margin:.6rem 0}figure>svg{width:100%;height:auto;max-width:900px;display:block}
-figcaption{color:var(--muted);font-size:.9rem}
+figcaption{color:var(--muted);font-size:.9rem}caption{text-align:left;color:var(--muted)}
 svg text{font:12px system-ui,sans-serif;fill:#1a1a1a}svg .grid{stroke:#e3e3e3}svg .axis{stroke:#333}
 svg .probe:hover{stroke-width:3}
 ul.legend{list-style:none;display:flex;flex-wrap:wrap;gap:.1rem 1.2rem;padding:0;margin:.3rem 0;
@@ -165,12 +196,21 @@ document.querySelectorAll("table.sortable").forEach(function(t){
 
 def document(title: str, body: str, *, nav: Sequence[tuple[str, str]] = (), footer: str = "") -> str:
     """The whole page: one file, nothing fetched (the policy forbids any network source)."""
-    links = tag("nav", tag("ul", "".join(tag("li", tag("a", esc(text), {"href": f"#{anchor}"}))
-                                         for anchor, text in nav))) if nav else ""
+    links = (
+        tag("nav", tag("ul", "".join(tag("li", tag("a", esc(text), {"href": f"#{anchor}"})) for anchor, text in nav)))
+        if nav
+        else ""
+    )
     policy = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
-    head = ('<meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
-            + tag("meta", "", {"http-equiv": "Content-Security-Policy", "content": policy}).replace("></meta>", ">")
-            + tag("title", esc(title)) + tag("style", STYLE))
+    head = (
+        '<meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+        + tag("meta", "", {"http-equiv": "Content-Security-Policy", "content": policy}).replace("></meta>", ">")
+        + tag("title", esc(title))
+        + tag("style", STYLE)
+    )
     main = tag("main", tag("h1", esc(title)) + links + body) + tag("footer", footer)
-    return "<!doctype html>\n" + tag("html", tag("head", head) + tag("body", main + tag("script", SCRIPT)),
-                                     {"lang": "en"}) + "\n"
+    return (
+        "<!doctype html>\n"
+        + tag("html", tag("head", head) + tag("body", main + tag("script", SCRIPT)), {"lang": "en"})
+        + "\n"
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcal import __version__
-from kvcal.page.html import bullets, cell, details, esc, fmt, key_values, paragraph, section, table, tag
+from kvcal.page.html import bullets, cell, details, esc, key_values, paragraph, section, table, tag
 from kvcal.page.run_data import RunData
 from kvcal.provenance import git_commit
 from kvcal.records import FitResult
@@ -38,11 +38,18 @@ def provenance_section(run: RunData) -> str:
     if run.manifest is not None:
         recorded = flat(run.manifest.provenance)
         body += paragraph(f"Run {run.manifest.name}, made {run.manifest.created_at}.")
-        body += details(f"run.json provenance as recorded ({len(recorded)} entries: versions, host, hardware, git commit, "
-                        "command line)", key_values(recorded))
+        body += details(
+            f"run.json provenance as recorded ({len(recorded)} entries: versions, host, hardware, git commit, "
+            "command line)",
+            key_values(recorded),
+        )
     else:
         body += paragraph("No run.json was found beside this fit: the setup above is what fit.json records.")
     return section("Provenance", body, anchor="provenance")
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
 
 
 def disturbance_section(fit: FitResult) -> str:
@@ -52,27 +59,50 @@ def disturbance_section(fit: FitResult) -> str:
         body = paragraph("The host's load was not measured for this run (a probe table, or a run before the monitor).")
     else:
         verdict = "DISTURBED: emit-config refuses it without --allow-disturbed" if host.disturbed else "quiet"
-        body = tag("p", tag("strong", esc(verdict)) + esc(
-            f": other processes took a median {fmt(host.median)} and at most {fmt(host.max)} of {host.resource} over "
-            f"{host.n_measured} probes (a probe counts as disturbed above {host.bound:.0%}, the run above "
-            f"{host.run_bound:.0%} of them)."))
-        body += details(f"{len(host.disturbed_probes)} disturbed probes", bullets(host.disturbed_probes)) \
-            if host.disturbed_probes else ""
-    counts = [("invalid probes excluded", fit.n_invalid_excluded), ("warm-up probes excluded", fit.n_warmup_excluded),
-              ("duplicate rows collapsed", fit.n_duplicates_collapsed)]
+        body = tag(
+            "p",
+            tag("strong", esc(verdict))
+            + esc(
+                f": other processes took a median {_share(host.median)} and at most {_share(host.max)} of "
+                f"{host.resource} over "
+                f"{host.n_measured} probes (a probe counts as disturbed above {host.bound:.0%}, the run above "
+                f"{host.run_bound:.0%} of them)."
+            ),
+        )
+        body += (
+            details(f"{len(host.disturbed_probes)} disturbed probes", bullets(host.disturbed_probes))
+            if host.disturbed_probes
+            else ""
+        )
+    counts = [
+        ("invalid probes excluded", fit.n_invalid_excluded),
+        ("warm-up probes excluded", fit.n_warmup_excluded),
+        ("duplicate rows collapsed", fit.n_duplicates_collapsed),
+    ]
     body += table(["set aside", "probes"], [[cell(what), cell(str(n), n)] for what, n in counts])
-    lines = [f"{m.leg}: a slow mode, {m.n_slow} of {m.n_probes} probes ({m.share:.0%}) at {m.ratio:.2g}x the fast time"
-             + (" (the curve is the mean cost)" if m.mean_fitted else "") for m in fit.slow_modes]
+    lines = [
+        f"{m.leg}: a slow mode, {m.n_slow} of {m.n_probes} probes ({m.share:.0%}) at {m.ratio:.2g}x the fast time"
+        + (" (the curve is the mean cost)" if m.mean_fitted else "")
+        for m in fit.slow_modes
+    ]
     if fit.unresolved_slow is not None:
         u = fit.unresolved_slow
-        lines.append(f"{u.leg}: {u.n_slow} of {u.n_probes} probes set aside at {u.ratio:.2g}x, too few to tell a stall "
-                     "from a slow mode")
-    lines += [f"{t.leg}: TTFT drifted {t.change:+.1%} from the first probe to the last (p = {t.p_value:.2g}, order from "
-              f"{t.order_source})" for t in fit.time_trends]
+        lines.append(
+            f"{u.leg}: {u.n_slow} of {u.n_probes} probes set aside at {u.ratio:.2g}x, too few to tell a stall "
+            "from a slow mode"
+        )
+    lines += [
+        f"{t.leg}: TTFT drifted {t.change:+.1%} from the first probe to the last (p = {t.p_value:.2g}, order from "
+        f"{t.order_source})"
+        for t in fit.time_trends
+    ]
     return section("Disturbance record", body + bullets(lines), anchor="disturbance")
 
 
 def footer() -> str:
     commit = git_commit()
-    return esc(f"Made by kvcal {__version__}" + (f" (git {commit[:12]})" if commit else "")
-               + ": one self-contained file; nothing is fetched. Hover a probe for its record; print for a PDF.")
+    return esc(
+        f"Made by kvcal {__version__}"
+        + (f" (git {commit[:12]})" if commit else "")
+        + ": one self-contained file; nothing is fetched. Hover a probe for its record; print for a PDF."
+    )

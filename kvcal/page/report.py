@@ -51,8 +51,12 @@ def build_page(config: ReportConfig) -> str:
         return document(title, history_page.history_body(entries), nav=history_page.NAV, footer=footer())
     assert config.fleet is not None
     result = fleet_page.load_fleet(config.fleet)
-    return document(f"kvcal fleet: {result.pods} pods, {Path(result.workload).name}", fleet_page.fleet_body(result),
-                    nav=fleet_page.NAV, footer=footer())
+    return document(
+        f"kvcal fleet: {result.pods} pods, {Path(result.workload).name}",
+        fleet_page.fleet_body(result),
+        nav=fleet_page.NAV,
+        footer=footer(),
+    )
 
 
 def compare_document(result: Comparison) -> str:

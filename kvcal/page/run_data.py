@@ -43,10 +43,13 @@ class ProbePoint:
     load_state: str | None = None
 
     def tooltip(self) -> str:
-        lines = [f"{self.prefix_tokens:,} tokens, {self.leg}, rep {self.rep}", f"TTFT {self.ttft_ms:.3f} ms",
-                 "bytes moved " + ("unknown" if self.bytes_moved is None else f"{self.bytes_moved:,}"),
-                 "proved by " + (self.bytes_metric or "no counter named"),
-                 "host load " + ("not measured" if self.host_busy is None else f"{self.host_busy:.1%}")]
+        lines = [
+            f"{self.prefix_tokens:,} tokens, {self.leg}, rep {self.rep}",
+            f"TTFT {self.ttft_ms:.3f} ms",
+            "bytes moved " + ("unknown" if self.bytes_moved is None else f"{self.bytes_moved:,}"),
+            "proved by " + (self.bytes_metric or "no counter named"),
+            "host load " + ("not measured" if self.host_busy is None else f"{self.host_busy:.1%}"),
+        ]
         if self.load_state:
             lines.append(f"load state {self.load_state}")
         if self.probe_id:
@@ -76,7 +79,7 @@ class RunData:
 
 
 def emitted_for(fit: FitResult) -> Emitted:
-    """The emit stage's JSON for ``fit`` (its default margin and block), or its refusal (what emit-config exits 3 with)."""
+    """The emit stage's JSON for ``fit`` (default margin and block), or its refusal (emit-config's exit 3)."""
     try:
         result = emit(fit, EmitOptions(format="json"))
     except (NoThreshold, NotRecommended) as err:
@@ -115,8 +118,20 @@ def _from_records(records: list[ProbeRecord]) -> tuple[ProbePoint, ...]:
     for record in records:
         if record.valid and not record.warmup and record.ttft_ms is not None:
             kept[record.probe_id] = record
-    return tuple(ProbePoint(r.prefix_tokens, r.leg.value, r.rep, float(r.ttft_ms or 0.0), r.bytes_moved, r.bytes_metric,
-                            r.host_busy, r.probe_id, r.load_state) for r in kept.values())
+    return tuple(
+        ProbePoint(
+            r.prefix_tokens,
+            r.leg.value,
+            r.rep,
+            float(r.ttft_ms or 0.0),
+            r.bytes_moved,
+            r.bytes_metric,
+            r.host_busy,
+            r.probe_id,
+            r.load_state,
+        )
+        for r in kept.values()
+    )
 
 
 def _from_table(table: ProbeTable | None) -> tuple[ProbePoint, ...]:

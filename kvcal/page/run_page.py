@@ -13,21 +13,36 @@ from statistics import median
 
 from kvcal.fit import curve_ms
 from kvcal.page.fit_chart import draw_fit, draw_threshold, fit_chart
-from kvcal.page.html import (bullets, cell, esc, figure, fmt, key_values, paragraph, section, table, tag,
-                             value_text)
+from kvcal.page.html import bullets, cell, esc, figure, fmt, key_values, paragraph, section, table, tag
 from kvcal.page.provenance import disturbance_section, provenance_section
 from kvcal.page.run_data import RunData
 from kvcal.page.svg import chart_figure
 from kvcal.records import FitResult, LengthSummary
 
-NAV = (("verdict", "Verdict"), ("plot", "Fit"), ("lengths", "Per length"), ("derivation", "Derivation"),
-       ("curves", "Curves"), ("disturbance", "Disturbance"), ("provenance", "Provenance"))
+NAV = (
+    ("verdict", "Verdict"),
+    ("plot", "Fit"),
+    ("lengths", "Per length"),
+    ("derivation", "Derivation"),
+    ("curves", "Curves"),
+    ("disturbance", "Disturbance"),
+    ("provenance", "Provenance"),
+)
 
 
 def run_body(run: RunData) -> str:
     """Every section of a run's page, in reading order."""
-    return "".join((verdict_section(run), plot_section(run), lengths_section(run), derivation_section(run),
-                    curves_section(run.fit), disturbance_section(run.fit), provenance_section(run)))
+    return "".join(
+        (
+            verdict_section(run),
+            plot_section(run),
+            lengths_section(run),
+            derivation_section(run),
+            curves_section(run.fit),
+            disturbance_section(run.fit),
+            provenance_section(run),
+        )
+    )
 
 
 def threshold_figure(run: RunData) -> str:
@@ -40,13 +55,23 @@ def threshold_figure(run: RunData) -> str:
 
 def verdict_section(run: RunData) -> str:
     fit, emitted = run.fit, run.emitted
-    interval = (f"; {fit.confidence:.0%} interval {fmt(fit.break_even_ci[0])} to {fmt(fit.break_even_ci[1])} tokens"
-                if fit.break_even_ci else "")
+    interval = (
+        f"; {fit.confidence:.0%} interval {fmt(fit.break_even_ci[0])} to {fmt(fit.break_even_ci[1])} tokens"
+        if fit.break_even_ci
+        else ""
+    )
     head = tag("p", "minCachedTokenDelta " + threshold_figure(run), {"class": "big"})
-    head += tag("p", "status " + figure("status", fit.status) + ", break-even " + figure("break_even_tokens",
-                                                                                         fit.break_even_tokens)
-                + esc(f" tokens{interval}; {fit.n_probes} probes over {fmt(fit.measured_range[0])} to "
-                      f"{fmt(fit.measured_range[1])} tokens"))
+    head += tag(
+        "p",
+        "status "
+        + figure("status", fit.status)
+        + ", break-even "
+        + figure("break_even_tokens", fit.break_even_tokens)
+        + esc(
+            f" tokens{interval}; {fit.n_probes} probes over {fmt(fit.measured_range[0])} to "
+            f"{fmt(fit.measured_range[1])} tokens"
+        ),
+    )
     body = head + rule_text(run)
     if emitted.refusal:
         body += tag("p", tag("strong", "Refused: ") + esc(emitted.refusal), {"class": "refusal"})
@@ -55,7 +80,7 @@ def verdict_section(run: RunData) -> str:
         body += tag("h3", "Warnings") + bullets(dict.fromkeys(warnings), cls="warn")
     body = tag("div", body, {"class": "verdict refused" if emitted.refusal else "verdict"})
     if emitted.json is not None:
-        body += tag("h3", "emit-config --format json, every key") + key_values(emitted.json, figures=True)
+        body += tag("h3", "emit-config --format json, every key") + key_values(emitted.json, figures=True, compact=True)
     return section("Verdict", body, anchor="verdict")
 
 
@@ -64,16 +89,20 @@ def rule_text(run: RunData) -> str:
     t = run.emitted.threshold
     if t is None:
         return ""
-    rule = (f"The rule: the upper end of the break-even's interval, raised by the margin {t.margin:g} and rounded up to a "
-            f"multiple of the block size {t.block_size}, never below the shortest measured length from which the pull "
-            "won (docs/emit.md).")
+    rule = (
+        f"The rule: the upper end of the break-even's interval, raised by the margin {t.margin:g} and rounded up to a "
+        f"multiple of the block size {t.block_size}, never below the shortest measured length from which the pull "
+        "won (docs/emit.md)."
+    )
     n = t.min_cached_token_delta
     recompute, pull = float(curve_ms(run.fit.recompute, n)), float(curve_ms(run.fit.pull, n))
     saving = recompute - pull
     if saving > 0:
-        cost = (f"What it costs: prefixes shorter than {n:,} tokens recompute, so a request just under the threshold "
-                f"gives up up to {saving:.3g} ms ({saving / recompute:.0%} of its fitted recompute TTFT of "
-                f"{recompute:.3g} ms); above the threshold every pull is on the safe side of the interval.")
+        cost = (
+            f"What it costs: prefixes shorter than {n:,} tokens recompute, so a request just under the threshold "
+            f"gives up up to {saving:.3g} ms ({saving / recompute:.0%} of its fitted recompute TTFT of "
+            f"{recompute:.3g} ms); above the threshold every pull is on the safe side of the interval."
+        )
     else:
         cost = f"At the threshold the fitted pull does not yet save time ({-saving:.3g} ms slower): the floor set it."
     return paragraph(rule) + paragraph(cost)
@@ -86,8 +115,10 @@ def plot_section(run: RunData) -> str:
     if run.emitted.threshold is not None:
         tokens = run.emitted.threshold.min_cached_token_delta
         draw_threshold(chart, tokens, f"minCachedTokenDelta {tokens:,}")
-    caption = (f"{len(run.probes)} probes (hover one for its length, leg, rep, TTFT, bytes moved, the counter that proved "
-               f"them and the host's load); lines: fitted curves with their {fit.confidence:.0%} bootstrap bands.")
+    caption = (
+        f"{len(run.probes)} probes (hover one for its length, leg, rep, TTFT, bytes moved, the counter that proved "
+        f"them and the host's load); lines: fitted curves with their {fit.confidence:.0%} bootstrap bands."
+    )
     if not run.probes:
         caption = "The probes behind this fit were not found: curves only."
     return section("Fit", chart_figure(chart, caption), anchor="plot")
@@ -103,11 +134,21 @@ def per_length(run: RunData) -> tuple[list[LengthSummary], str]:
     rows = []
     for n, legs in sorted(times.items()):
         rec, pull = (median(legs[leg]) if legs[leg] else None for leg in ("recompute", "pull"))
-        rows.append(LengthSummary(prefix_tokens=n, recompute_ms=rec, pull_ms=pull, n_recompute=len(legs["recompute"]),
-                                  n_pull=len(legs["pull"]), pull_won=None if rec is None or pull is None else pull < rec,
-                                  pull_won_measurably=None))
-    return rows, ("Medians per length of the probes above (this fit.json predates per-length records, so whether a "
-                  "win was measurable is not known)")
+        rows.append(
+            LengthSummary(
+                prefix_tokens=n,
+                recompute_ms=rec,
+                pull_ms=pull,
+                n_recompute=len(legs["recompute"]),
+                n_pull=len(legs["pull"]),
+                pull_won=None if rec is None or pull is None else pull < rec,
+                pull_won_measurably=None,
+            )
+        )
+    return rows, (
+        "Medians per length of the probes above (this fit.json predates per-length records, so whether a "
+        "win was measurable is not known)"
+    )
 
 
 def lengths_section(run: RunData) -> str:
@@ -115,15 +156,38 @@ def lengths_section(run: RunData) -> str:
     summaries, caption = per_length(run)
     for r in summaries:
         saving = (r.recompute_ms - r.pull_ms) / r.recompute_ms if r.recompute_ms and r.pull_ms else None
-        rows.append([cell(fmt(r.prefix_tokens), r.prefix_tokens), cell(fmt(r.recompute_ms), r.recompute_ms),
-                     cell(fmt(r.pull_ms), r.pull_ms), cell("—" if saving is None else f"{saving:+.1%}", saving),
-                     cell(str(r.n_recompute), r.n_recompute), cell(str(r.n_pull), r.n_pull),
-                     cell(value_text(r.pull_won)), cell(value_text(r.pull_won_measurably))])
-    header = ["prefix tokens", "recompute median ms", "pull median ms", "pull saving", "recompute probes",
-              "pull probes", "pull won", "won measurably"]
-    body = table(header, rows, sortable=True, caption=f"{caption} (click a column to sort)") if rows \
+        rows.append(
+            [
+                cell(fmt(r.prefix_tokens), r.prefix_tokens),
+                cell(fmt(r.recompute_ms), r.recompute_ms),
+                cell(fmt(r.pull_ms), r.pull_ms),
+                cell("—" if saving is None else f"{saving:+.1%}", saving),
+                cell(str(r.n_recompute), r.n_recompute),
+                cell(str(r.n_pull), r.n_pull),
+                cell(_yes_no(r.pull_won)),
+                cell(_yes_no(r.pull_won_measurably)),
+            ]
+        )
+    header = [
+        "prefix tokens",
+        "recompute median ms",
+        "pull median ms",
+        "pull saving",
+        "recompute probes",
+        "pull probes",
+        "pull won",
+        "won measurably",
+    ]
+    body = (
+        table(header, rows, sortable=True, caption=f"{caption} (click a column to sort)")
+        if rows
         else paragraph("Neither the fit nor its probes give per-length medians (the probes were not found).")
+    )
     return section("Per length", body, anchor="lengths")
+
+
+def _yes_no(value: bool | None) -> str:
+    return "—" if value is None else "yes" if value else "no"
 
 
 def derivation_section(run: RunData) -> str:
@@ -133,8 +197,9 @@ def derivation_section(run: RunData) -> str:
     else:
         body = bullets(t.steps, ordered=True)
     steps = t.steps if t is not None else ()
-    return section("Threshold derivation", body + bullets(n for n in run.emitted.notes if n not in steps),
-                   anchor="derivation")
+    return section(
+        "Threshold derivation", body + bullets(n for n in run.emitted.notes if n not in steps), anchor="derivation"
+    )
 
 
 def curves_section(fit: FitResult) -> str:
@@ -143,8 +208,15 @@ def curves_section(fit: FitResult) -> str:
         curve = getattr(fit, leg)
         for name, unit in (("intercept_ms", "ms"), ("per_token_us", "us/token"), ("per_token2_ns", "ns/token²")):
             ci = curve.ci.get(name)
-            rows.append([cell(leg), cell(curve.model), cell(f"{name} ({unit})"), cell(fmt(getattr(curve, name))),
-                         cell(f"[{fmt(ci[0])}, {fmt(ci[1])}]" if ci and len(ci) == 2 else "—")])
+            rows.append(
+                [
+                    cell(leg),
+                    cell(curve.model),
+                    cell(f"{name} ({unit})"),
+                    cell(fmt(getattr(curve, name))),
+                    cell(f"[{fmt(ci[0])}, {fmt(ci[1])}]" if ci and len(ci) == 2 else "—"),
+                ]
+            )
     body = table(["leg", "model", "coefficient", "value", f"{fit.confidence:.0%} interval"], rows)
     if fit.pull_bandwidth_gbps is not None:
         body += paragraph(f"Achieved pull bandwidth {fmt(fit.pull_bandwidth_gbps)} GB/s.")

@@ -100,8 +100,11 @@ class Chart:
         parts += [_line(line, x_scale, y_scale) for line in self.lines]
         parts += [_points(p, x_scale, y_scale) for p in self.points]
         labelled = tag("title", esc(self.title))
-        return tag("svg", labelled + "".join(parts), {
-            "xmlns": "http://www.w3.org/2000/svg", "viewBox": f"0 0 {WIDTH} {HEIGHT}", "role": "img"})
+        return tag(
+            "svg",
+            labelled + "".join(parts),
+            {"xmlns": "http://www.w3.org/2000/svg", "viewBox": f"0 0 {WIDTH} {HEIGHT}", "role": "img"},
+        )
 
     def _values(self, axis: str) -> list[float]:
         out: list[float] = []
@@ -137,7 +140,9 @@ class _Scale:
 
     def __call__(self, value: float) -> float:
         if self.log:
-            share = (math.log10(max(value, self.lo)) - math.log10(self.lo)) / (math.log10(self.hi) - math.log10(self.lo))
+            share = (math.log10(max(value, self.lo)) - math.log10(self.lo)) / (
+                math.log10(self.hi) - math.log10(self.lo)
+            )
         else:
             share = (value - self.lo) / (self.hi - self.lo)
         return round(self.start + share * (self.end - self.start), 1)
@@ -146,7 +151,7 @@ class _Scale:
         if self.log:
             decades = range(round(math.log10(self.lo)), round(math.log10(self.hi)) + 1)
             few = len(decades) <= 3
-            return [m * 10 ** d for d in decades for m in ((1, 2, 5) if few else (1,)) if m * 10 ** d <= self.hi]
+            return [m * 10**d for d in decades for m in ((1, 2, 5) if few else (1,)) if m * 10**d <= self.hi]
         step = _nice_step(self.hi - self.lo)
         count = int(round((self.hi - self.lo) / step))
         return [self.lo + i * step for i in range(count + 1)]
@@ -169,18 +174,35 @@ def _axes(chart: Chart, xs: _Scale, ys: _Scale) -> str:
     parts = []
     for value, text in chart.x_ticks or [(v, tick_text(v)) for v in xs.ticks()]:
         x = xs(value)
-        parts.append(f'<line class="grid" x1="{x}" x2="{x}" y1="{TOP}" y2="{HEIGHT - BOTTOM}"/>'
-                     + tag("text", esc(text), {"x": str(x), "y": str(HEIGHT - BOTTOM + 16), "text-anchor": "middle"}))
+        parts.append(
+            f'<line class="grid" x1="{x}" x2="{x}" y1="{TOP}" y2="{HEIGHT - BOTTOM}"/>'
+            + tag("text", esc(text), {"x": str(x), "y": str(HEIGHT - BOTTOM + 16), "text-anchor": "middle"})
+        )
     for value in ys.ticks():
         y = ys(value)
-        parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y}" y2="{y}"/>'
-                     + tag("text", esc(tick_text(value)), {"x": str(LEFT - 6), "y": str(y + 4), "text-anchor": "end"}))
-    frame = (f'<path class="axis" fill="none" d="M{LEFT},{TOP}V{HEIGHT - BOTTOM}H{WIDTH - RIGHT}"/>'
-             + tag("text", esc(chart.x_label), {"x": str((LEFT + WIDTH - RIGHT) / 2), "y": str(HEIGHT - 8),
-                                                "text-anchor": "middle"})
-             + tag("text", esc(chart.y_label), {"x": "14", "y": str((TOP + HEIGHT - BOTTOM) / 2), "text-anchor": "middle",
-                                                "transform": f"rotate(-90 14 {(TOP + HEIGHT - BOTTOM) / 2})"})
-             + tag("text", esc(chart.title), {"x": str(LEFT), "y": "16", "font-weight": "600"}))
+        parts.append(
+            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y}" y2="{y}"/>'
+            + tag("text", esc(tick_text(value)), {"x": str(LEFT - 6), "y": str(y + 4), "text-anchor": "end"})
+        )
+    frame = (
+        f'<path class="axis" fill="none" d="M{LEFT},{TOP}V{HEIGHT - BOTTOM}H{WIDTH - RIGHT}"/>'
+        + tag(
+            "text",
+            esc(chart.x_label),
+            {"x": str((LEFT + WIDTH - RIGHT) / 2), "y": str(HEIGHT - 8), "text-anchor": "middle"},
+        )
+        + tag(
+            "text",
+            esc(chart.y_label),
+            {
+                "x": "14",
+                "y": str((TOP + HEIGHT - BOTTOM) / 2),
+                "text-anchor": "middle",
+                "transform": f"rotate(-90 14 {(TOP + HEIGHT - BOTTOM) / 2})",
+            },
+        )
+        + tag("text", esc(chart.title), {"x": str(LEFT), "y": "16", "font-weight": "600"})
+    )
     return "".join(parts) + frame
 
 
@@ -194,8 +216,17 @@ def _line(line: Line, xs: _Scale, ys: _Scale) -> str:
     if len(pts) < 2:
         return ""
     s = line.style
-    return tag("polyline", tag("title", esc(s.label)), {"points": " ".join(pts), "fill": "none", "stroke": s.colour,
-                                                        "stroke-width": "2", "stroke-dasharray": s.dash or None})
+    return tag(
+        "polyline",
+        tag("title", esc(s.label)),
+        {
+            "points": " ".join(pts),
+            "fill": "none",
+            "stroke": s.colour,
+            "stroke-width": "2",
+            "stroke-dasharray": s.dash or None,
+        },
+    )
 
 
 def _band(band: Band, xs: _Scale, ys: _Scale) -> str:
@@ -204,8 +235,11 @@ def _band(band: Band, xs: _Scale, ys: _Scale) -> str:
     if len(upper) < 2 or len(lower) < 2:
         return ""
     pts = " ".join(f"{xs(x)},{ys(y)}" for x, y in upper + lower[::-1])
-    return tag("polygon", tag("title", esc(band.style.label)), {"points": pts, "fill": band.style.colour,
-                                                                "fill-opacity": "0.15", "stroke": "none"})
+    return tag(
+        "polygon",
+        tag("title", esc(band.style.label)),
+        {"points": pts, "fill": band.style.colour, "fill-opacity": "0.15", "stroke": "none"},
+    )
 
 
 def _mark(mark: Mark, xs: _Scale, ys: _Scale) -> str:
@@ -214,12 +248,33 @@ def _mark(mark: Mark, xs: _Scale, ys: _Scale) -> str:
     x, s, out = xs(mark.x), mark.style, ""
     if mark.interval and all(_placeable(xs, ys, v, ys.hi) for v in mark.interval):
         a, b = xs(mark.interval[0]), xs(mark.interval[1])
-        out += tag("rect", tag("title", esc(f"{s.label}: interval")), {
-            "x": str(a), "y": str(TOP), "width": str(max(b - a, 1)), "height": str(HEIGHT - BOTTOM - TOP),
-            "fill": s.colour, "fill-opacity": "0.10", "stroke": s.colour, "stroke-dasharray": "1 3"})
-    out += tag("line", tag("title", esc(s.label)), {"x1": str(x), "x2": str(x), "y1": str(TOP), "y2": str(HEIGHT - BOTTOM),
-                                                    "stroke": s.colour, "stroke-width": "2",
-                                                    "stroke-dasharray": s.dash or None})
+        out += tag(
+            "rect",
+            tag("title", esc(f"{s.label}: interval")),
+            {
+                "x": str(a),
+                "y": str(TOP),
+                "width": str(max(b - a, 1)),
+                "height": str(HEIGHT - BOTTOM - TOP),
+                "fill": s.colour,
+                "fill-opacity": "0.10",
+                "stroke": s.colour,
+                "stroke-dasharray": "1 3",
+            },
+        )
+    out += tag(
+        "line",
+        tag("title", esc(s.label)),
+        {
+            "x1": str(x),
+            "x2": str(x),
+            "y1": str(TOP),
+            "y2": str(HEIGHT - BOTTOM),
+            "stroke": s.colour,
+            "stroke-width": "2",
+            "stroke-dasharray": s.dash or None,
+        },
+    )
     return out
 
 
@@ -242,8 +297,11 @@ def _points(group: Points, xs: _Scale, ys: _Scale) -> str:
     s = group.style
     shape = s.marker if s.marker != "none" else "circle"
     fill = "none" if s.hollow or shape == "cross" else s.colour
-    body = "".join(tag("path", tag("title", esc(p.tooltip)), {"class": "probe", "d": marker_path(shape, xs(p.x), ys(p.y))})
-                   for p in group.points if _placeable(xs, ys, p.x, p.y))
+    body = "".join(
+        tag("path", tag("title", esc(p.tooltip)), {"class": "probe", "d": marker_path(shape, xs(p.x), ys(p.y))})
+        for p in group.points
+        if _placeable(xs, ys, p.x, p.y)
+    )
     return tag("g", body, {"fill": fill, "stroke": s.colour, "stroke-width": "1.5", "fill-opacity": "0.75"})
 
 
