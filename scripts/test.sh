@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # inference-perf's own venv (cached in ~/.cache/kvcal) for the test that runs it; without it that test skips
 bash scripts/inference_perf_env.sh >/dev/null || true
+# headless Chromium for the report pages' browser tests (tests/browser); without it they skip, saying why
+bash scripts/browser_env.sh || true
 .venv/bin/python -m pytest "$@"
 if [ "${KVCAL_NEWEST_DEPS:-1}" != 0 ]; then
   bash scripts/newest_deps.sh -q

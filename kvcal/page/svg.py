@@ -117,7 +117,8 @@ class Chart:
         if axis == "x":
             for mark in self.marks:
                 out += [mark.x, *(mark.interval or ())]
-            out += [x for x, _ in self.x_ticks or []]
+            ticks = [x for x, _ in self.x_ticks or []]
+            out += [min(ticks) - 0.5, max(ticks) + 0.5] if ticks else []  # labelled positions (runs): half a step free
         log = self.x_log if axis == "x" else self.y_log
         return [v for v in out if math.isfinite(v) and (v > 0 or not log)]
 

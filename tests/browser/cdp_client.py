@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,8 @@ class Browser:
         port = self._port()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
             tab = next(t for t in json.load(answer) if t.get("type") == "page")
-        self.socket = connect(tab["webSocketDebuggerUrl"], max_size=64 * 2**20, open_timeout=10)
+        self.stack = ExitStack()  # websockets wants its connection closed as a context manager
+        self.socket = self.stack.enter_context(connect(tab["webSocketDebuggerUrl"], max_size=64 * 2**20, open_timeout=10))
         self.next_id = 0
         self.events: list[dict[str, Any]] = []
         for domain in ("Page", "Runtime", "Log", "Network"):
@@ -125,7 +127,7 @@ class Browser:
 
     def close(self) -> None:
         try:
-            self.socket.close()
+            self.stack.close()
         finally:
             self.process.terminate()
             try:
