@@ -170,12 +170,14 @@ nav ul{display:flex;flex-wrap:wrap;gap:.2rem 1rem;list-style:none;padding:0}
 footer{margin-top:2rem;color:var(--muted);font-size:.85rem}
 @media (max-width:600px){body{font-size:14px;padding:.5rem}.verdict .big{font-size:1.3rem}}
 @media print{nav,th button::after{display:none}body{max-width:none;padding:0;font-size:11pt}
-details{display:block}details>*{display:block}section,figure,table{break-inside:avoid}
+section,figure,table{break-inside:avoid}
 a{color:inherit;text-decoration:none}}
 """
 
-# Sorts a table by the clicked column: numbers by data-sort (else the text), ascending then descending.
+# Sorts a table by the clicked column: numbers by data-sort (else the text), ascending then descending;
+# opens every folded detail before printing (a closed one would print as its summary alone).
 SCRIPT = """
+window.addEventListener("beforeprint",function(){document.querySelectorAll("details").forEach(function(d){d.open=true})});
 document.querySelectorAll("table.sortable").forEach(function(t){
  t.querySelectorAll("thead th").forEach(function(th,i){
   th.querySelector("button").addEventListener("click",function(){
