@@ -33,8 +33,12 @@ def with_real_records(run: Path) -> None:
     """Every probe as a real run records it: the counter that proved its bytes, the host's load, its load state."""
     path = run / "probes.jsonl"
     records = [ProbeRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
-    lines = [r.model_copy(update={"bytes_metric": REAL_COUNTER, "host_busy": 0.031, "load_state": "idle"})
-             .model_dump_json(by_alias=True) for r in records]
+    lines = [
+        r.model_copy(update={"bytes_metric": REAL_COUNTER, "host_busy": 0.031, "load_state": "idle"}).model_dump_json(
+            by_alias=True
+        )
+        for r in records
+    ]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -46,8 +50,19 @@ def main() -> None:
     lengths = ",".join(str(256 * i) for i in range(1, args.lengths + 1))
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        kvcal("sweep", "--engine", "sim", "--prefix-lengths", lengths, "--reps", str(args.reps), "--output-dir",
-              str(root), "--name", "big")
+        kvcal(
+            "sweep",
+            "--engine",
+            "sim",
+            "--prefix-lengths",
+            lengths,
+            "--reps",
+            str(args.reps),
+            "--output-dir",
+            str(root),
+            "--name",
+            "big",
+        )
         run = root / "big"
         probes = len((run / "probes.jsonl").read_text().splitlines())
         kvcal("fit", str(run))
@@ -56,7 +71,9 @@ def main() -> None:
                 with_real_records(run)
             seconds = kvcal("report", str(run), "-o", str(root / "report.html"))
             size = (root / "report.html").stat().st_size
-            print(f"{probes} probes, {label}: {size:,} bytes ({size / 2**20:.2f} MiB), kvcal report took {seconds:.1f} s")
+            print(
+                f"{probes} probes, {label}: {size:,} bytes ({size / 2**20:.2f} MiB), kvcal report took {seconds:.1f} s"
+            )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from kvcal.page.run_data import ProbePoint
 from kvcal.page.svg import Band, Chart, Line, Mark, Point, Points, Style
 from kvcal.records import FitResult
 from kvcal.report.plot import crossover_near_short_end, curve_band, grid
+from kvcal.sweep.load import IDLE
 
 LEG_COLOURS = {"recompute": "#b2182b", "pull": "#2166ac"}
 LEG_LOOK = {"recompute": ("", "circle"), "pull": ("7 4", "triangle")}
@@ -64,9 +65,12 @@ def draw_fit(
         band = curve_band(fit, leg, n)
         if band is not None:
             chart.bands.append(Band(line, n.tolist(), band[0].tolist(), band[1].tolist()))
-        shown = [Point(p.prefix_tokens, p.ttft_ms, f"{prefix}{p.tooltip()}") for p in probes if p.leg == leg]
-        if shown:
-            chart.points.append(Points(Style(f"{prefix}{leg} probes", c, "", marker, hollow), shown))
+        for state in dict.fromkeys(p.load_state for p in probes if p.leg == leg):
+            shown = [Point(p.prefix_tokens, p.ttft_ms, f"{prefix}{p.tooltip()}") for p in probes
+                     if p.leg == leg and p.load_state == state]
+            busy = state not in (None, IDLE)  # a loaded run's busy probes: not what the idle curves were fitted to
+            label = f"{prefix}{leg} probes" + (f", {state} (not fitted)" if busy else "")
+            chart.points.append(Points(Style(label, c, "", "cross" if busy else marker, hollow), shown))
     if fit.break_even_tokens is not None:
         interval = tuple(fit.break_even_ci) if fit.break_even_ci else None
         label = f"{prefix}break-even {fit.break_even_tokens:,.0f} tokens"

@@ -177,7 +177,8 @@ a{color:inherit;text-decoration:none}}
 # Sorts a table by the clicked column: numbers by data-sort (else the text), ascending then descending;
 # opens every folded detail before printing (a closed one would print as its summary alone).
 SCRIPT = """
-window.addEventListener("beforeprint",function(){document.querySelectorAll("details").forEach(function(d){d.open=true})});
+window.addEventListener("beforeprint",function(){
+ document.querySelectorAll("details").forEach(function(d){d.open=true})});
 document.querySelectorAll("table.sortable").forEach(function(t){
  t.querySelectorAll("thead th").forEach(function(th,i){
   th.querySelector("button").addEventListener("click",function(){

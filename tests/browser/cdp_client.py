@@ -49,14 +49,29 @@ class Browser:
     def __init__(self, executable: str) -> None:
         self.profile = tempfile.mkdtemp(prefix="kvcal-chromium-")
         self.process = subprocess.Popen(
-            [executable, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
-             "--disable-background-networking", "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
-             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                executable,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-extensions",
+                "--disable-background-networking",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={self.profile}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         port = self._port()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
             tab = next(t for t in json.load(answer) if t.get("type") == "page")
         self.stack = ExitStack()  # websockets wants its connection closed as a context manager
-        self.socket = self.stack.enter_context(connect(tab["webSocketDebuggerUrl"], max_size=64 * 2**20, open_timeout=10))
+        self.socket = self.stack.enter_context(
+            connect(tab["webSocketDebuggerUrl"], max_size=64 * 2**20, open_timeout=10)
+        )
         self.next_id = 0
         self.events: list[dict[str, Any]] = []
         for domain in ("Page", "Runtime", "Log", "Network"):

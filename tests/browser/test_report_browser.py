@@ -45,19 +45,36 @@ def browser():
 def pages(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     """The four kinds of page, written by the CLI, each with the JSON its figures must equal."""
     root = tmp_path_factory.mktemp("pages")
-    runs = [sim_run(root / f"nightly-{i}", costs=SimCosts(pull_intercept_ms=20.0 + 6 * i), seed=i,
-                    created_at=f"2026-01-0{i + 1}T00:00:00+00:00", provenance={"vllm_version": f"0.3{i}.0"})
-            for i in range(3)]  # each run slower to pull than the last, on a newer vLLM: the pages show a regression
-    fleet = run_fleet(FleetConfig(Path("fit.json"), WORKLOAD, pods=2, thresholds=[256, 1024, 2048], rate=0.05,
-                                  duration_s=60, seeds=1), make_fit(), lambda *a: None)
+    runs = [
+        sim_run(
+            root / f"nightly-{i}",
+            costs=SimCosts(pull_intercept_ms=20.0 + 6 * i),
+            seed=i,
+            created_at=f"2026-01-0{i + 1}T00:00:00+00:00",
+            provenance={"vllm_version": f"0.3{i}.0"},
+        )
+        for i in range(3)
+    ]  # each run slower to pull than the last, on a newer vLLM: the pages show a regression
+    fleet = run_fleet(
+        FleetConfig(
+            Path("fit.json"), WORKLOAD, pods=2, thresholds=[256, 1024, 2048], rate=0.05, duration_s=60, seeds=1
+        ),
+        make_fit(),
+        lambda *a: None,
+    )
     (root / "fleet.json").write_text(fleet.model_dump_json(by_alias=True))
     fits = {run.name: load_fit(run / "fit.json") for run in runs}
     out = {
         "run": (["report", str(BASELINE)], {(None,): load_fit(BASELINE / "fit.json")}),
-        "compare": (["report", "--compare", str(runs[0]), str(runs[1])],
-                    {("baseline",): fits[runs[0].name], ("current",): fits[runs[1].name]}),
+        "compare": (
+            ["report", "--compare", str(runs[0]), str(runs[1])],
+            {("baseline",): fits[runs[0].name], ("current",): fits[runs[1].name]},
+        ),
         "history": (["report", "--history", *map(str, runs)], {(name,): fit for name, fit in fits.items()}),
-        "fleet": (["report", "--fleet", str(root / "fleet.json")], {"recommended_threshold": fleet.recommended_threshold}),
+        "fleet": (
+            ["report", "--fleet", str(root / "fleet.json")],
+            {"recommended_threshold": fleet.recommended_threshold},
+        ),
     }
     written = {}
     for kind, (args, expected) in out.items():
@@ -86,7 +103,7 @@ def test_the_page_loads_alone_and_shows_the_jsons_figures(browser, pages, kind, 
     shown = _figures(browser)
     if kind == "fleet":
         assert shown[("recommended_threshold", None)] == str(expected["recommended_threshold"])
-    for (run,), fit in (() if kind == "fleet" else expected.items()):
+    for (run,), fit in () if kind == "fleet" else expected.items():
         assert float(shown[("break_even_tokens", run)]) == fit.break_even_tokens
         assert shown[("status", run)] == fit.status
     plots = browser.evaluate(PLOTTED)
@@ -105,7 +122,9 @@ def test_a_runs_threshold_in_the_browser_is_emit_configs(browser, pages, capsys)
 def test_a_narrow_window_scrolls_only_down_and_the_table_sorts(browser, pages):
     browser.open(pages["run"][0], width=380, height=800)
     assert browser.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-    first_column = "Array.from(document.querySelectorAll('#lengths tbody tr')).map(r => Number(r.cells[0].dataset.sort))"
+    first_column = (
+        "Array.from(document.querySelectorAll('#lengths tbody tr')).map(r => Number(r.cells[0].dataset.sort))"
+    )
     before = browser.evaluate(first_column)
     browser.evaluate("document.querySelector('#lengths thead th button').click()")
     browser.evaluate("document.querySelector('#lengths thead th button').click()")  # second click: descending
@@ -113,8 +132,9 @@ def test_a_narrow_window_scrolls_only_down_and_the_table_sorts(browser, pages):
 
 
 def test_a_refused_runs_page_says_none_and_why(browser, tmp_path):
-    path = write_fit(make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None),
-                     tmp_path / "fit.json")
+    path = write_fit(
+        make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None), tmp_path / "fit.json"
+    )
     assert main(["report", str(path), "-o", str(tmp_path / "refused.html")]) == 0
     visit = browser.open(tmp_path / "refused.html")
     assert visit.errors == [] and visit.requests == []

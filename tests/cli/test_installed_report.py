@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from kvcal.sim_costs import SimCosts
+from tests.factories import sim_run
+
 SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
 BASELINE = Path(__file__).resolve().parents[2] / "results" / "baselines" / "cpu-tiny"
 pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
@@ -49,14 +52,26 @@ def test_compare_html_writes_the_page_report_compare_writes(tmp_path):
     assert one == other
 
 
-@pytest.mark.parametrize("args, says", [
-    (["report", "no-such-run", "-o", "r.html"], "no such file"),
-    (["report", "--fleet", str(BASELINE / "fit.json"), "-o", "r.html"], "not a kvcal fleet result"),
-    (["report", "--compare", str(BASELINE), "-o", "r.html"], "--compare takes two inputs"),
-    (["report", "--history", "--fleet", str(BASELINE), "-o", "r.html"], "not --history and --fleet"),
-    (["report", str(BASELINE / "probes.jsonl"), "-o", "r.html"], str(BASELINE / "probes.jsonl")),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["report", "no-such-run", "-o", "r.html"], "no such file"),
+        (["report", "--fleet", str(BASELINE / "fit.json"), "-o", "r.html"], "not a kvcal fleet result"),
+        (["report", "--compare", str(BASELINE), "-o", "r.html"], "--compare takes two inputs"),
+        (["report", "--history", "--fleet", str(BASELINE), "-o", "r.html"], "not --history and --fleet"),
+        (["report", str(BASELINE / "probes.jsonl"), "-o", "r.html"], str(BASELINE / "probes.jsonl")),
+    ],
+)
 def test_an_input_kvcal_cannot_read_is_exit_2_with_one_line(tmp_path, args, says):
     done = _kvcal(*args, cwd=tmp_path)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and says in done.stderr, done.stderr
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_regression_still_writes_the_compare_page_for_the_job_to_publish(tmp_path):
+    base = sim_run(tmp_path / "base")
+    slower = sim_run(tmp_path / "slower", costs=SimCosts(pull_intercept_ms=30.0), seed=1)
+    done = _kvcal("compare", str(base), str(slower), "--html", "c.html", cwd=tmp_path)
+    assert done.returncode == 1 and "REGRESSION" in done.stderr + done.stdout
+    html = (tmp_path / "c.html").read_text()
+    assert "REGRESSION" in html and _figure(html, "status", "current") == "crossover"

@@ -126,8 +126,15 @@ def test_a_probes_tooltip_says_its_record():
 
 
 def test_compare_and_history_pages_name_each_runs_figures(tmp_path):
-    runs = [sim_run(tmp_path / f"r{i}", costs=SimCosts(pull_per_token_us=3.0 + i), seed=i,
-                    created_at=f"2026-01-0{i + 1}T00:00:00+00:00") for i in range(3)]
+    runs = [
+        sim_run(
+            tmp_path / f"r{i}",
+            costs=SimCosts(pull_per_token_us=3.0 + i),
+            seed=i,
+            created_at=f"2026-01-0{i + 1}T00:00:00+00:00",
+        )
+        for i in range(3)
+    ]
     page = figures_of(build_page(ReportConfig(tmp_path / "c.html", compare=(runs[0], runs[2]))))
     for role, run in (("baseline", runs[0]), ("current", runs[2])):
         fit = load_fit(run / "fit.json")
@@ -136,13 +143,21 @@ def test_compare_and_history_pages_name_each_runs_figures(tmp_path):
     html = build_page(ReportConfig(tmp_path / "h.html", history=tuple(reversed(runs))))
     page = figures_of(html)
     for run in runs:
-        assert as_json_value(page.found[("break_even_tokens", run.name)][0]) == load_fit(run / "fit.json").break_even_tokens
+        assert (
+            as_json_value(page.found[("break_even_tokens", run.name)][0])
+            == load_fit(run / "fit.json").break_even_tokens
+        )
     assert html.index(">#1 r0") < html.index(">#3 r2")  # oldest first, whatever the order given
 
 
 def test_a_fleet_pages_recommended_threshold_is_the_results(tmp_path):
-    result = run_fleet(FleetConfig(Path("fit.json"), WORKLOAD, pods=2, thresholds=[256, 1024, 2048], rate=0.05,
-                                   duration_s=60, seeds=1), make_fit(), lambda *a: None)
+    result = run_fleet(
+        FleetConfig(
+            Path("fit.json"), WORKLOAD, pods=2, thresholds=[256, 1024, 2048], rate=0.05, duration_s=60, seeds=1
+        ),
+        make_fit(),
+        lambda *a: None,
+    )
     path = tmp_path / "fleet.json"
     path.write_text(result.model_dump_json(indent=2, by_alias=True))
     page = figures_of(build_page(ReportConfig(tmp_path / "f.html", fleet=path)))
@@ -162,7 +177,9 @@ def test_a_file_that_is_not_a_fleet_result_is_an_input_error(tmp_path, text, why
 
 def test_a_chart_escapes_tooltips_and_leaves_out_what_a_log_axis_cannot_place():
     chart = Chart("t", "x", "y", x_log=True)
-    chart.points.append(Points(Style("p", "#000", marker="circle"), [Point(0.0, 1.0, "zero"), Point(10.0, 2.0, "<b>&")]))
+    chart.points.append(
+        Points(Style("p", "#000", marker="circle"), [Point(0.0, 1.0, "zero"), Point(10.0, 2.0, "<b>&")])
+    )
     svg = chart.svg()
     assert "&lt;b&gt;&amp;" in svg and "zero" not in svg
 
