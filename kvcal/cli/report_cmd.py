@@ -28,9 +28,8 @@ Examples:
 """
 
 
-def _config(inputs: list[Path], output: Path, compare: bool, history: bool, fleet: bool):
-    from kvcal.page.report import ReportConfig
-
+def _kind(inputs: list[Path], compare: bool, history: bool, fleet: bool) -> str | None:
+    """Which report the flags ask for (None: a run's), checked against the inputs before anything loads."""
     kinds = [flag for flag, on in (("--compare", compare), ("--history", history), ("--fleet", fleet)) if on]
     if len(kinds) > 1:
         raise InputError(f"give one of --compare, --history and --fleet, not {' and '.join(kinds)}")
@@ -43,13 +42,7 @@ def _config(inputs: list[Path], output: Path, compare: bool, history: bool, flee
             f"a run's report takes one RUN or fit.json, got {len(inputs)} (--compare BASE NEW, "
             "--history RUN... for more)"
         )
-    if kind == "--compare":
-        return ReportConfig(output, compare=(inputs[0], inputs[1]))
-    if kind == "--history":
-        return ReportConfig(output, history=tuple(inputs))
-    if kind == "--fleet":
-        return ReportConfig(output, fleet=inputs[0])
-    return ReportConfig(output, run=inputs[0])
+    return kind
 
 
 def report(
@@ -70,10 +63,17 @@ def report(
 ) -> None:
     """Write one self-contained HTML report of a run, a comparison, a history or a fleet study."""
     from kvcal.outputs import check_output
-    from kvcal.page.report import write_report
 
-    config = _config(list(inputs), output, compare, history, fleet)
-    check_output(output, "--output", config.inputs)
+    kind = _kind(list(inputs), compare, history, fleet)
+    for path in inputs:
+        if not path.exists() and not path.is_symlink():
+            raise InputError(f"{path}: no such file or folder")
+    check_output(output, "--output", inputs)
+    from kvcal.page.report import ReportConfig, write_report  # the stages load only once the flags are right
+
+    by_kind = {"--compare": {"compare": (inputs[0], inputs[-1])}, "--history": {"history": tuple(inputs)},
+               "--fleet": {"fleet": inputs[0]}, None: {"run": inputs[0]}}
+    config = ReportConfig(output, **by_kind[kind])
     written = write_report(config)
     stdout.print(f"wrote {written}", markup=False)
 
