@@ -71,9 +71,12 @@ def report(
     check_output(output, "--output", inputs)
     from kvcal.page.report import ReportConfig, write_report  # the stages load only once the flags are right
 
-    by_kind = {"--compare": {"compare": (inputs[0], inputs[-1])}, "--history": {"history": tuple(inputs)},
-               "--fleet": {"fleet": inputs[0]}, None: {"run": inputs[0]}}
-    config = ReportConfig(output, **by_kind[kind])
+    if kind == "--compare":
+        config = ReportConfig(output, compare=(inputs[0], inputs[1]))
+    elif kind == "--history":
+        config = ReportConfig(output, history=tuple(inputs))
+    else:
+        config = ReportConfig(output, fleet=inputs[0]) if kind == "--fleet" else ReportConfig(output, run=inputs[0])
     written = write_report(config)
     stdout.print(f"wrote {written}", markup=False)
 

@@ -72,7 +72,8 @@ def draw_fit(
             label = f"{prefix}{leg} probes" + (f", {state} (not fitted)" if busy else "")
             chart.points.append(Points(Style(label, c, "", "cross" if busy else marker, hollow), shown))
     if fit.break_even_tokens is not None:
-        interval = tuple(fit.break_even_ci) if fit.break_even_ci else None
+        ci = fit.break_even_ci
+        interval = (float(ci[0]), float(ci[1])) if ci else None
         label = f"{prefix}break-even {fit.break_even_tokens:,.0f} tokens"
         if interval:
             label += f" ({fit.confidence:.0%} interval {interval[0]:,.0f}-{interval[1]:,.0f})"

@@ -87,8 +87,9 @@ class Chart:
 
     def styles(self) -> list[Style]:
         seen: dict[str, Style] = {}
-        for item in [*self.points, *self.lines, *self.marks]:
-            seen.setdefault(item.style.label, item.style)
+        every = [p.style for p in self.points] + [line.style for line in self.lines] + [m.style for m in self.marks]
+        for style in every:
+            seen.setdefault(style.label, style)
         return list(seen.values())
 
     def svg(self) -> str:
