@@ -140,6 +140,12 @@ class Browser:
         target.write_bytes(base64.b64decode(data))
         return target
 
+    def print_pdf(self, target: Path) -> Path:
+        """The page as the browser prints it (A4, the page's print style)."""
+        data = self.call("Page.printToPDF", paperWidth=8.27, paperHeight=11.69, printBackground=False)["data"]
+        target.write_bytes(base64.b64decode(data))
+        return target
+
     def close(self) -> None:
         try:
             self.stack.close()

@@ -140,3 +140,12 @@ def test_a_refused_runs_page_says_none_and_why(browser, tmp_path):
     assert visit.errors == [] and visit.requests == []
     reason = browser.evaluate("document.querySelector('[data-kvcal=minCachedTokenDelta]').dataset.kvcalReason")
     assert _figures(browser)[("minCachedTokenDelta", None)] == "none" and "not recommended" in reason
+
+
+def test_a_page_prints_to_pdf_with_its_folded_details_open(browser, pages, tmp_path):
+    browser.open(pages["run"][0])
+    assert browser.evaluate("document.querySelectorAll('details').length") > 0
+    opened = "window.dispatchEvent(new Event('beforeprint')); [...document.querySelectorAll('details')].every(d => d.open)"
+    assert browser.evaluate(opened)
+    pdf = browser.print_pdf(tmp_path / "report.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF") and pdf.count(b"/Type /Page") >= 2
