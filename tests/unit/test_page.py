@@ -196,3 +196,15 @@ def test_one_kind_of_report_at_a_time(tmp_path):
     with pytest.raises(InputError, match="give one of"):
         ReportConfig(tmp_path / "x.html", run=BASELINE, fleet=BASELINE)
     assert replace(ReportConfig(tmp_path / "x.html", run=BASELINE)).inputs == [BASELINE]
+
+
+def test_runs_record_the_kvcal_commit_that_made_them_for_the_pages_provenance():
+    import shutil
+    import subprocess
+
+    from kvcal.provenance import host_provenance
+
+    checkout = (ROOT / ".git").exists() and shutil.which("git")
+    expected = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip() if checkout else None
+    assert host_provenance()["git_commit"] == expected
