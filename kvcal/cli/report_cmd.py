@@ -48,7 +48,7 @@ def _kind(inputs: list[Path], compare: bool, history: bool, fleet: bool) -> str 
 def report(
     inputs: list[Path] = typer.Argument(
         ...,
-        metavar="INPUT...",
+        metavar="INPUT",
         help="A run folder or fit.json; with --compare BASE NEW; "
         "with --history the runs; with --fleet a kvcal fleet --json file.",
     ),
