@@ -148,7 +148,7 @@ h1{font-size:1.5rem;margin:.2rem 0 .6rem}h2{font-size:1.2rem;border-bottom:1px s
 margin-top:1.8rem}
 .verdict{border:2px solid var(--fg);padding:.6rem .9rem;margin:.6rem 0}
 .verdict.refused{border-style:dashed}.verdict .big{font-size:1.6rem;font-weight:700}
-.figure{font-variant-numeric:tabular-nums;font-weight:600}.reason{color:var(--muted)}
+.figure{font-variant-numeric:tabular-nums;font-weight:600}.reason{color:var(--muted);font-size:1rem;font-weight:400}
 .warn li::marker{content:"\\26A0  "}.refusal{color:var(--bad)}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;margin:.4rem 0;font-variant-numeric:tabular-nums}
