@@ -44,7 +44,8 @@ def build_page(config: ReportConfig) -> str:
         return document(f"kvcal report: {run.label}", run_page.run_body(run), nav=run_page.NAV, footer=footer())
     if config.compare is not None:
         base, new = config.compare
-        return compare_document(run_compare(CompareConfig(baseline=base, current=new, probes=True)))
+        # A page shows a comparison of different models or transports (noted on it) where the gate refuses one
+        return compare_document(run_compare(CompareConfig(baseline=base, current=new, probes=True, force=True)))
     if config.history:
         entries = build_history([load_run(path, probes=False) for path in config.history])
         title = f"kvcal history: {len(entries)} runs, {entries[0].run.label} to {entries[-1].run.label}"
