@@ -2,7 +2,7 @@
 tools read equal the JSON, the plot drawn, a narrow window without sideways scrolling, the table sorts.
 
 One browser for every page (a few seconds in all). Skipped, saying why, where Chromium is
-missing (Debian: ``apt-get install chromium``; scripts/setup.sh installs it when run as root).
+missing (Debian: ``apt-get install chromium``; scripts/browser_env.sh, run by scripts/test.sh, installs it as root).
 Screenshots go to $KVCAL_SCREENSHOTS when set (docs/img/ holds the committed ones), else the test's folder.
 """
 
@@ -35,7 +35,7 @@ PLOTTED = """Array.from(document.querySelectorAll('figure > svg')).map(function(
 def browser():
     executable = find_browser()
     if executable is None:
-        pytest.skip("no Chromium on the PATH (Debian: apt-get install -y chromium; scripts/setup.sh does it as root)")
+        pytest.skip("no Chromium on the PATH (Debian: apt-get install -y chromium; scripts/browser_env.sh does it as root)")
     opened = Browser(executable)
     yield opened
     opened.close()
