@@ -68,7 +68,8 @@ def verdict_section(run: RunData) -> str:
         + ", break-even "
         + figure("break_even_tokens", fit.break_even_tokens)
         + esc(
-            f"{'' if fit.break_even_tokens is None else ' tokens'}{interval}; {fit.n_probes} probes over {fmt(fit.measured_range[0])} to "
+            f"{'' if fit.break_even_tokens is None else ' tokens'}{interval}; {fit.n_probes} probes over "
+            f"{fmt(fit.measured_range[0])} to "
             f"{fmt(fit.measured_range[1])} tokens"
         ),
     )

@@ -57,6 +57,7 @@ class Browser:
                 "--no-first-run",
                 "--disable-extensions",
                 "--disable-background-networking",
+                "--disable-dev-shm-usage",  # a container's small /dev/shm crashes the renderer
                 "--remote-debugging-port=0",
                 f"--user-data-dir={self.profile}",
                 "about:blank",

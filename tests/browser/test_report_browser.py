@@ -35,7 +35,8 @@ PLOTTED = """Array.from(document.querySelectorAll('figure > svg')).map(function(
 def browser():
     executable = find_browser()
     if executable is None:
-        pytest.skip("no Chromium on the PATH (Debian: apt-get install -y chromium; scripts/browser_env.sh does it as root)")
+        pytest.skip("no Chromium on the PATH (Debian: apt-get install -y chromium; "
+                    "scripts/browser_env.sh does it as root)")
     opened = Browser(executable)
     yield opened
     opened.close()
@@ -145,7 +146,8 @@ def test_a_refused_runs_page_says_none_and_why(browser, tmp_path):
 def test_a_page_prints_to_pdf_with_its_folded_details_open(browser, pages, tmp_path):
     browser.open(pages["run"][0])
     assert browser.evaluate("document.querySelectorAll('details').length") > 0
-    opened = "window.dispatchEvent(new Event('beforeprint')); [...document.querySelectorAll('details')].every(d => d.open)"
+    opened = ("window.dispatchEvent(new Event('beforeprint'));"
+              "[...document.querySelectorAll('details')].every(d => d.open)")
     assert browser.evaluate(opened)
     pdf = browser.print_pdf(tmp_path / "report.pdf").read_bytes()
     assert pdf.startswith(b"%PDF") and pdf.count(b"/Type /Page") >= 2
