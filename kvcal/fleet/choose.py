@@ -43,6 +43,8 @@ class Choice:
     tied_span: tuple[int, int]
     recommended: int
     steps: list[str]
+    goodput_tied: tuple[int, ...]  # the thresholds tied with the best on goodput
+    p90_tied: tuple[int, ...]  # of those, the ones tied with the lowest TTFT p90
 
 
 def ties(a: np.ndarray, b: np.ndarray, confidence: float) -> bool:
@@ -81,7 +83,9 @@ def choose(candidates: list[Candidate], idle: int | None, confidence: float) -> 
         steps.append(f"no idle threshold: the lowest of them, {pick}")
     if runs < 2:
         steps.append("one run per policy gives no paired noise: only identical figures tie (--seeds 2 or more)")
-    return Choice(best=best.threshold, tied_span=span, recommended=pick, steps=steps)
+    return Choice(best=best.threshold, tied_span=span, recommended=pick, steps=steps,
+                  goodput_tied=tuple(sorted(c.threshold for c in tied)),
+                  p90_tied=tuple(sorted(c.threshold for c in quick)))
 
 
 def _listed(items: list[Candidate]) -> str:

@@ -76,8 +76,8 @@ def _reason(choice: Choice, runs: list[PolicyRuns], idle: int | None, idle_reaso
     why = f"under this load the fleet serves {choice.recommended} best (goodput {g:.4g}/s, TTFT p90 {p:.4g} ms)"
     if idle in means:
         gi, pi = means[idle]
-        why += (f" and the idle threshold {idle} measurably worse or no better (goodput {gi:.4g}/s, TTFT p90 "
-                f"{pi:.4g} ms)")
+        worse = "less goodput" if idle not in choice.goodput_tied else "a higher TTFT p90"
+        why += f"; the idle threshold {idle} has measurably {worse} (goodput {gi:.4g}/s, TTFT p90 {pi:.4g} ms)"
     else:
         why += f"; the idle threshold {idle} was not among the simulated thresholds"
     if busy >= 0.2:

@@ -4,7 +4,7 @@ The requests a run simulates are estimated from the workload: an open stream sta
 ``rate x duration`` sessions of ``turns`` turns on average; a closed loop of C sessions
 serves about ``C x duration / (think time + decode)`` turns; a trace replays its records
 inside the duration. Time and memory are rough figures per simulated request, measured
-with benchmarks/fleet_speed.py (docs/method.md); memory is one run's (runs go one after
+with benchmarks/fleet_size.py (docs/method.md); memory is one run's (runs go one after
 another, each freeing the last).
 """
 
@@ -17,9 +17,11 @@ from kvcal.errors import InputError
 from kvcal.fleet.traffic import read_trace
 from kvcal.fleet.workload import Workload
 
-SECONDS_PER_REQUEST = 60e-6  # one core, a few pods; more pods cost a little more per routing decision
-BYTES_PER_REQUEST = 400  # a run's records that live to its end (TTFT, the session's cache entries), and its queues
-BASE_BYTES = 200 * 2**20  # the interpreter, numpy and the fit
+# benchmarks/fleet_size.py on the example workload, 4 pods, 1-20 sessions/s (2026-12-07, a shared 2-core machine):
+# 80-111 us of CPU and 0.4-0.9 KB of memory per simulated request, from a 146 MiB start; rounded up.
+SECONDS_PER_REQUEST = 120e-6
+BYTES_PER_REQUEST = 1000  # a run's records that live to its end (TTFT, the session's cache entries), and its queues
+BASE_BYTES = 150 * 2**20  # the interpreter, numpy and the fit
 MIN_TURN_S = 1e-3  # a closed loop's turn takes at least this much in the estimate (zero think time and decode)
 
 

@@ -75,7 +75,8 @@ def _figures(stats: RunStats) -> dict[str, float]:
 
 
 def auto_thresholds(fit: FitResult, block: int, idle: int | None) -> list[int]:
-    """Block multiples spread geometrically to 4x the break-even's upper bound, with the break-even and the idle threshold."""
+    """Block multiples spread geometrically to 4x the break-even's upper bound, with the break-even and the idle
+    threshold."""
     be = fit.break_even_tokens if fit.break_even_tokens is not None and fit.break_even_tokens > 0 else 8 * block
     upper = fit.break_even_ci[1] if fit.break_even_ci else be
     top = max(4 * upper, 8 * block)

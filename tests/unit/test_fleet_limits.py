@@ -1,4 +1,5 @@
-"""kvcal fleet's bounds (issue 40, items 2 and 6): the study's size said and capped before work, bad input refused early."""
+"""kvcal fleet's bounds (issue 40, items 2 and 6): the study's size said and capped before work, bad input refused
+early."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def test_a_study_over_the_cap_is_refused_before_any_run_naming_the_flag_that_all
 
 
 def test_the_cap_is_a_stated_default_and_raising_it_allows_the_study():
-    assert FleetConfig(fit_path=Path("f"), workload_path=EXAMPLE).max_simulated_requests == DEFAULT_MAX_SIMULATED_REQUESTS
+    default = FleetConfig(fit_path=Path("f"), workload_path=EXAMPLE)
+    assert default.max_simulated_requests == DEFAULT_MAX_SIMULATED_REQUESTS
     config = FleetConfig(fit_path=Path("f"), workload_path=EXAMPLE, thresholds=[640], rate=0.05, duration_s=60.0,
                          seeds=1, max_simulated_requests=10)
     with pytest.raises(InputError, match="raise --max-simulated-requests to at least"):
@@ -74,7 +76,7 @@ def _example_with(tmp_path: Path, old: str, new: str) -> Path:
 
 def test_a_rate_written_as_a_string_and_a_trace_beside_an_arrival_are_refused(tmp_path):
     with pytest.raises(InputError, match="arrival.rate"):
-        load_workload(_example_with(tmp_path, "rate: 1.0 ", 'rate: "1.0" '))
+        load_workload(_example_with(tmp_path, "rate: 1.5 ", 'rate: "1.5" '))
     with pytest.raises(InputError, match="either a trace, or arrival and sessions"):
         load_workload(_example_with(tmp_path, "# trace:", "trace: {per_request: t.json}\n# "))
 
