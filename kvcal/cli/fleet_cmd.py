@@ -59,16 +59,17 @@ def fleet(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema kvcal.fleet/1)."),
 ) -> None:
     """Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to use."""
-    from kvcal.emit.formats import load_input
-    from kvcal.fleet.run import check_arguments, run_fleet
     from kvcal.fleet.settings import make_config
-    from kvcal.outputs import check_output
-    from kvcal.userfiles import check_input
 
     chosen = None if thresholds.strip().lower() == "auto" else int_list(thresholds, "--thresholds")
     config = make_config(fit_path=fit_path, workload_path=workload, pods=pods, thresholds=chosen, rate=rate,
                          loads=float_list(loads, "--loads"), duration_s=duration, seeds=seeds, resamples=resamples,
-                         max_simulated_requests=max_requests)
+                         max_simulated_requests=max_requests)  # first: a bad flag is refused before the heavy imports
+    from kvcal.emit.formats import load_input
+    from kvcal.fleet.run import check_arguments, run_fleet
+    from kvcal.outputs import check_output
+    from kvcal.userfiles import check_input
+
     check_input(workload, f"workload file {workload}")
     if plot is not None:
         if plot.suffix.lower() not in (".png", ".svg"):

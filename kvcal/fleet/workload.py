@@ -192,6 +192,10 @@ def load_workload(path: Path) -> Workload:
         loc = list(first.get("loc", ())) + ([first["ctx"]["field"]] if first.get("type") == BOOL_NUMBER else [])
         where = ".".join(str(p) for p in loc) or "(top level)"
         hint = " (unknown key: see kvcal fleet --help)" if first.get("type") == "extra_forbidden" else ""
+        if first.get("type") in ("float_type", "int_type") and isinstance(first.get("input"), str):
+            # YAML reads a quoted number, and also 1e3 (no decimal point), as text: say how to write a number.
+            hint = (f" (got the text {first['input'][:40]!r}: write a number without quotes, and an exponent with a "
+                    "decimal point, 1.0e3)")
         raise InputError(f"workload file {path}: {where}: {first['msg']}{hint}") from None
     trace = workload.trace
     if trace is not None and not Path(trace.per_request).is_absolute():
