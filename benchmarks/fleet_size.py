@@ -29,8 +29,8 @@ from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.size import requests_per_run
 from kvcal.fleet.workload import load_workload
 fit = load_input(Path("results/baselines/cpu-tiny"))
-rate, pods = float(sys.argv[1]), int(sys.argv[2])
-w = load_workload(Path("docs/examples/fleet-workload.yaml")).with_overrides(rate=rate)
+rate, pods, duration = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+w = load_workload(Path("docs/examples/fleet-workload.yaml")).with_overrides(rate=rate, duration_s=duration)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.process_time()
 sim = FleetSim(w, pods, point_costs(fit), Policy("threshold", 896), 64, seed=0)
@@ -38,6 +38,7 @@ sim.run()
 wall = time.process_time() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"expected": requests_per_run(w, fit.recompute.intercept_ms), "simulated": sim.traffic.next_request,
+                  "steps": sum(p.step_no for p in sim.pods),
                   "wall_s": wall, "base_mib": base / 1024, "peak_mib": peak / 1024}))
 """
 TRACE = """
@@ -77,12 +78,14 @@ def _trace_file(folder: Path, megabytes: float) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="1,2,4", help="sessions per second of the example workload")
-    parser.add_argument("--pods", type=int, default=4)
+    parser.add_argument("--pods", default="4", help="comma-separated: every rate at each")
+    parser.add_argument("--duration", type=float, default=180.0)
     parser.add_argument("--trace-mb", type=float, default=0.0, help="also read a synthetic trace of this size")
     args = parser.parse_args()
-    for rate in args.rates.split(","):
-        r = _python(RUN, rate, str(args.pods))
-        print(f"rate {rate}/s, {args.pods} pods: expected {r['expected']:,.0f} requests, simulated {r['simulated']:,}; "
+    for rate, pods in ((r, p) for p in args.pods.split(",") for r in args.rates.split(",")):
+        r = _python(RUN, rate, pods, str(args.duration))
+        print(f"rate {rate}/s, {pods} pods: expected {r['expected']:,.0f} requests, simulated {r['simulated']:,}, "
+              f"{r['steps']:,} engine steps, {r['wall_s']:.2f} s of CPU; "
               f"{1e6 * r['wall_s'] / r['simulated']:.0f} us of CPU a request; peak {r['peak_mib']:.0f} MiB "
               f"({1024 * 1024 * (r['peak_mib'] - r['base_mib']) / r['simulated']:.0f} B a request over the start)")
     if args.trace_mb:

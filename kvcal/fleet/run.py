@@ -16,7 +16,7 @@ from kvcal.errors import InputError
 from kvcal.fleet.choose import BEST_RULE, RECOMMENDED_RULE, Candidate, Choice, choose
 from kvcal.fleet.result import Figure, FleetResult, FleetRow, LoadResult
 from kvcal.fleet.settings import FleetConfig
-from kvcal.fleet.size import check_cap, study_size
+from kvcal.fleet.size import check_cap, check_completes, study_size
 from kvcal.fleet.study import (PolicyRuns, Progress, Study, Tick, auto_thresholds, block_of, by_policy, cost_sets,
                                idle_threshold, plan_runs, policies, run_all)
 from kvcal.fleet.workload import Workload, load_workload
@@ -114,9 +114,11 @@ def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress, workload:
     chosen = policies(fit, thresholds)
     workloads = [workload] + [workload.with_overrides(rate=rate) for rate in config.loads or []]
     decode_ms = workload.engine.decode_step_ms
-    size = study_size(workloads, len(chosen) * config.seeds * len(sets),
-                      decode_ms if decode_ms is not None else max(0.0, fit.recompute.intercept_ms))
+    size_decode_ms = decode_ms if decode_ms is not None else max(0.0, fit.recompute.intercept_ms)
+    size = study_size(workloads, len(chosen) * config.seeds * len(sets), config.pods, size_decode_ms)
     check_cap(size, config.max_simulated_requests)
+    for each in workloads:
+        check_completes(each, fit.recompute.coefficients, size_decode_ms)
     if announce is not None:
         announce(size.line())
     specs = plan_runs(len(workloads), chosen, config.seeds, len(sets))

@@ -74,6 +74,11 @@ class Dist(Strict):
             return (float(self.min) + float(self.max)) / 2  # type: ignore[arg-type]
         return float(self.mean)  # type: ignore[arg-type]
 
+    def lowest(self) -> float:
+        """The least a draw can be (0 where the family reaches down to it)."""
+        least = self.value if self.dist == "constant" else self.min if self.dist == "uniform" else 0.0
+        return float(least)  # type: ignore[arg-type]
+
     def tokens(self, rng: Any) -> int:
         return max(1, int(round(self.sample(rng))))
 

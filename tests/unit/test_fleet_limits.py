@@ -84,8 +84,11 @@ def test_a_rate_written_as_a_string_and_a_trace_beside_an_arrival_are_refused(tm
 def test_a_run_where_nothing_completes_refuses_to_recommend(tmp_path):
     w = _example_with(tmp_path, "{dist: lognormal, mean: 400, cv: 0.8}", "1000000000")
     config = FleetConfig(fit_path=Path("f"), workload_path=w, thresholds=[640], rate=0.2, duration_s=120.0, seeds=1)
-    with pytest.raises(InputError, match="no request completed"):
-        run_fleet(config, make_fit(), lambda *a: None)
+    with pytest.raises(InputError, match="no request can complete: the shortest turn"):
+        run_fleet(config, make_fit(), _never_run)  # every prompt is 1e9 tokens: refused before any run
+    w = _example_with(tmp_path, "{dist: lognormal, mean: 400, cv: 0.8}", "{dist: lognormal, mean: 1000000000, cv: 0.1}")
+    with pytest.raises(InputError, match="no request completed in the measured window"):
+        run_fleet(config.model_copy(update={"workload_path": w}), make_fit(), lambda *a: None)
     with pytest.raises(InputError, match="decode_step_ms"):
         load_workload(_example_with(tmp_path, "decode_step_ms: null", "decode_step_ms: 1e300"))
 
@@ -116,3 +119,12 @@ def test_the_workload_model_bounds_what_the_simulation_reads():
         Workload.model_validate({"duration_s": 10, "warmup_s": 1, "arrival": {"rate": "3"},
                                  "sessions": {"system_prompt_tokens": 0, "turns": 1, "input_tokens": 1,
                                               "output_tokens": 1}})
+
+
+def test_engine_steps_count_toward_the_cap_where_requests_are_few(tmp_path):
+    # Few requests, each decoding a million tokens for a day: the steps are the work, and the cap sees them.
+    w = _example_with(tmp_path, "{dist: lognormal, mean: 150, cv: 0.5}", "1000000")
+    config = FleetConfig(fit_path=Path("f"), workload_path=w, pods=64, thresholds=[640], rate=0.01,
+                         duration_s=86_400.0, seeds=1)
+    with pytest.raises(InputError, match=r"requests and [\d.,]+ million engine steps .*--max-simulated-requests"):
+        run_fleet(config, make_fit(), _never_run)
