@@ -16,7 +16,8 @@ import numpy as np
 from scipy import stats
 
 BEST_RULE = ("best_threshold: the simulated threshold with the highest mean goodput over all runs (seeds x "
-             "resamples), equal means going to the lower mean TTFT p90; best_threshold_ci: the lowest and highest "
+             "resamples), equal means going to the lower mean TTFT p90, then to the one nearest the idle threshold; "
+             "best_threshold_ci: the lowest and highest "
              "threshold whose goodput ties with it in a paired comparison over the same runs")
 RECOMMENDED_RULE = ("recommended_threshold is the simulated threshold with the highest mean goodput over all runs "
                     "(seeds x resamples); thresholds whose goodput ties with it (a paired comparison over the same "
@@ -65,7 +66,8 @@ def choose(candidates: list[Candidate], idle: int | None, confidence: float) -> 
     """The rule of :data:`RECOMMENDED_RULE` on the threshold rows (at least one)."""
     mean_g = {c.threshold: float(c.goodput.mean()) for c in candidates}
     mean_p = {c.threshold: float(c.ttft_p90.mean()) for c in candidates}
-    best = min(candidates, key=lambda c: (-mean_g[c.threshold], mean_p[c.threshold], c.threshold))
+    near = (lambda t: (abs(t - idle), t)) if idle is not None else (lambda t: (0, t))
+    best = min(candidates, key=lambda c: (-mean_g[c.threshold], mean_p[c.threshold], near(c.threshold)))
     tied = [c for c in candidates if c is best or ties(c.goodput, best.goodput, confidence)]
     span = (min(c.threshold for c in tied), max(c.threshold for c in tied))
     runs = len(best.goodput)
