@@ -11,6 +11,7 @@ import typer
 from kvcal.cli.options import float_list, int_list
 from kvcal.cli.output import info, stdout, warn, warn_each
 from kvcal.errors import InputError
+from kvcal.fleet.settings import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_PODS
 from kvcal.fleet.workload import KEYS_HELP
 
 EPILOG = f"""The model: N engines with continuous batching (a prefill token budget per step), each
@@ -27,39 +28,55 @@ Examples:
 
   kvcal fleet runs/r/fit.json --workload w.yaml --rate 4 --seeds 5 --resamples 20
 
-  kvcal fleet runs/r --workload w.yaml --loads 1,2,4,8 --plot fleet.png"""
+  kvcal fleet runs/r --workload w.yaml --loads 1,2,4,8 --plot fleet.png
+
+  kvcal fleet runs/r --workload w.yaml --seeds 50 --max-simulated-requests 100000000
+
+The study's size (runs, simulated requests, time and memory) is printed on stderr before
+the first run; a study over --max-simulated-requests is refused (exit 2) before it starts.
+The recommended threshold is the simulated one with the highest mean goodput, ties (a
+paired comparison over the same seeds) going to the lowest TTFT p90, then to the one
+nearest the idle threshold; no margin is added (docs/fleet.md)."""
 
 
 def fleet(
     fit_path: Path = typer.Argument(..., metavar="FIT", help="A fit.json, or a run folder (fitted on the fly if it has none)."),
     workload: Path = typer.Option(..., "--workload", "-w", help="Workload YAML (keys below; docs/examples/fleet-workload.yaml)."),
-    pods: int = typer.Option(8, "--pods", help="Engines in the fleet."),
-    thresholds: str = typer.Option("auto", "--thresholds", help="minCachedTokenDelta values to try (comma-separated block "
-                                   "multiples), or auto: a spread around the fit's break-even."),
+    pods: int = typer.Option(8, "--pods", help=f"Engines in the fleet (1-{MAX_PODS})."),
+    thresholds: str = typer.Option("auto", "--thresholds", help="minCachedTokenDelta values to try (comma-separated "
+                                   "block multiples; a repeat is simulated once), or auto: a spread around the fit's "
+                                   "break-even."),
     rate: Optional[float] = typer.Option(None, "--rate", help="New sessions per second: replaces the workload's arrival."),
     loads: Optional[str] = typer.Option(None, "--loads", help="Also run every policy at each of these rates (sessions/s), for the plot."),
     duration: Optional[float] = typer.Option(None, "--duration", help="Simulated seconds: replaces the workload's duration_s."),
-    seeds: int = typer.Option(3, "--seeds", help="Simulation seeds per policy (the interval covers them)."),
+    seeds: int = typer.Option(3, "--seeds", help="Simulation seeds per policy (1-1000; the paired comparison of "
+                              "thresholds needs 2 or more)."),
     resamples: int = typer.Option(0, "--resamples", help="The calibration's bootstrap resamples per seed (0: the point fit)."),
+    max_requests: int = typer.Option(DEFAULT_MAX_SIMULATED_REQUESTS, "--max-simulated-requests",
+                                     help="Refuse a study that would simulate more requests than this (all runs "
+                                     "together; the size is printed before the first run). Raise it to allow one."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write TTFT p90 and goodput against threshold and load (.png/.svg)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema kvcal.fleet/1)."),
 ) -> None:
     """Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to use."""
+    from kvcal.fleet.settings import make_config
+
+    chosen = None if thresholds.strip().lower() == "auto" else int_list(thresholds, "--thresholds")
+    config = make_config(fit_path=fit_path, workload_path=workload, pods=pods, thresholds=chosen, rate=rate,
+                         loads=float_list(loads, "--loads"), duration_s=duration, seeds=seeds, resamples=resamples,
+                         max_simulated_requests=max_requests)  # first: a bad flag is refused before the heavy imports
     from kvcal.emit.formats import load_input
-    from kvcal.fleet.run import FleetConfig, check_arguments, run_fleet
+    from kvcal.fleet.run import check_arguments, run_fleet
     from kvcal.outputs import check_output
     from kvcal.userfiles import check_input
 
-    if duration is not None and not 0 < duration <= 86_400:
-        raise InputError(f"--duration must lie within (0, 86400] seconds, got {duration:g}")
     check_input(workload, f"workload file {workload}")
     if plot is not None:
+        if plot.suffix.lower() not in (".png", ".svg"):
+            raise InputError(f"--plot {plot}: the format is chosen by the extension; use .png or .svg")
         check_output(plot, "--plot", [fit_path, workload])
-    chosen = None if thresholds.strip().lower() == "auto" else int_list(thresholds, "--thresholds")
-    config = FleetConfig(fit_path=fit_path, workload_path=workload, pods=pods, thresholds=chosen, rate=rate,
-                         loads=float_list(loads, "--loads"), duration_s=duration, seeds=seeds, resamples=resamples)
     checked = check_arguments(config)  # before the fit: a run folder without one is fitted now, which takes a while
-    result = run_fleet(config, load_input(fit_path), _progress(), checked)
+    result = run_fleet(config, load_input(fit_path), _progress(), checked, tick=_tick(), announce=info)
     if plot is not None:
         from kvcal.fleet.plot import write_plot
 
@@ -71,15 +88,30 @@ def fleet(
     _print(result)
 
 
+PROGRESS_EVERY_S = 2.0
+
+
 def _progress():
     started = time.monotonic()
     last = [started]
 
     def report(done: int, total: int, label: str) -> None:
         now = time.monotonic()
-        if now - last[0] >= 2.0 or done == total and now - started >= 2.0:
+        if now - last[0] >= PROGRESS_EVERY_S or done == total and now - started >= PROGRESS_EVERY_S:
             last[0] = now
             info(f"kvcal: fleet run {done}/{total} ({label}), {now - started:.0f} s")
+    return report
+
+
+def _tick():
+    """Inside a long run: how far its simulated time has got, every few seconds of wall time."""
+    last = [time.monotonic()]
+
+    def report(label: str, at_s: float, duration_s: float) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            info(f"kvcal: fleet run ({label}): simulated {at_s:,.0f} of {duration_s:,.0f} s")
     return report
 
 
@@ -92,8 +124,10 @@ def _print(r) -> None:  # r: kvcal.fleet.result.FleetResult
         stdout.print(f"{row.policy:<12}{row.threshold if row.threshold is not None else '-':>10}"
                      f"{row.goodput_rps.value:>11.2f}{row.ttft_p50_ms.value:>10.1f}{row.ttft_p90_ms.value:>10.1f}"
                      f"{row.ttft_p99_ms.value:>10.1f}{row.prefill_queue_p90.value:>10.1f}{row.pull_share.value:>8.1%}")
-    stdout.print(f"best threshold: {r.best_threshold} (interval {r.best_threshold_ci}); rule: {r.best_rule}")
-    stdout.print(f"recommended threshold: {r.recommended_threshold} (emit-config's rule); idle threshold: {r.idle_threshold}")
+    stdout.print(f"best threshold: {r.best_threshold} (tied with it: {r.best_threshold_ci}); rule: {r.best_rule}")
+    stdout.print(f"recommended threshold: {r.recommended_threshold}; idle threshold: {r.idle_threshold}")
+    for step in r.recommended_steps:
+        stdout.print(f"  {step}")
     if r.recommended_reason:
         stdout.print(f"why they differ: {r.recommended_reason}")
     if r.idle_threshold_reason:

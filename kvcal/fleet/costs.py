@@ -73,8 +73,18 @@ def _loaded_terms(fit: FitResult) -> dict:
             "busy_queue": cm.busyQueueThreshold}
 
 
+def leg_cost(fit: FitResult, leg: str, coefficients: tuple[float, float, float]) -> tuple[float, float, float]:
+    """The one place a fit leg's coefficients (the point fit's or a resample's) become the fleet's cost of that leg.
+
+    ``leg`` is "recompute" or "pull". Today the coefficients pass through unchanged; a per-leg scaling of the fit
+    (the mean cost of a leg rather than its typical one) belongs here, so every cost set gets it.
+    """
+    return (float(coefficients[0]), float(coefficients[1]), float(coefficients[2]))
+
+
 def point_costs(fit: FitResult) -> FleetCosts:
-    return FleetCosts(fit.recompute.coefficients, fit.pull.coefficients, **_loaded_terms(fit))
+    return FleetCosts(leg_cost(fit, "recompute", fit.recompute.coefficients),
+                      leg_cost(fit, "pull", fit.pull.coefficients), **_loaded_terms(fit))
 
 
 def resampled_costs(fit: FitResult, count: int) -> list[FleetCosts]:
@@ -92,7 +102,8 @@ def resampled_costs(fit: FitResult, count: int) -> list[FleetCosts]:
     order = usable[np.argsort([_crossing(r[i], p[i]) for i in usable])]
     picks = order[np.linspace(0, len(order) - 1, min(count, len(order))).round().astype(int)]
     extra = _loaded_terms(fit)
-    return [FleetCosts(tuple(r[i]), tuple(p[i]), **extra) for i in picks]  # type: ignore[arg-type]
+    return [FleetCosts(leg_cost(fit, "recompute", tuple(r[i])), leg_cost(fit, "pull", tuple(p[i])), **extra)
+            for i in picks]
 
 
 def _crossing(recompute: np.ndarray, pull: np.ndarray) -> float:

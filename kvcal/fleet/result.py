@@ -62,11 +62,14 @@ class FleetResult(BaseModel):
     resamples: int = Field(description="Bootstrap resamples of the calibration used (0: the point fit only).")
     block_size: int
     best_threshold: int | None = Field(description="The fleet optimum by best_rule.")
-    best_threshold_ci: list[int] | None
+    best_threshold_ci: list[int] | None = Field(description="The lowest and highest threshold tied with the best "
+                                                "(a paired comparison over the same runs).")
     best_rule: str
-    recommended_threshold: int | None = Field(description="best_threshold through emit-config's safety rule (interval bound, margin, block).")
-    recommended_steps: list[str]
-    recommended_reason: str | None = Field(description="Why recommended_threshold is not within one block of idle_threshold, or why there is none.")
+    recommended_threshold: int | None = Field(description="The simulated threshold recommended_rule picks (no margin).")
+    recommended_steps: list[str] = Field(description="How recommended_threshold was chosen, step by step.")
+    recommended_rule: str = Field(description="The rule behind recommended_threshold, as a sentence.")
+    recommended_reason: str | None = Field(description="Why recommended_threshold is not within one block of "
+                                           "idle_threshold, or why there is none.")
     idle_threshold: int | None = Field(description="What kvcal emit-config FIT --format json gives.")
     idle_threshold_reason: str | None
     rows: list[FleetRow]

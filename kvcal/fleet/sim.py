@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from kvcal.fleet.workload import Workload
 
 ARRIVE, READY, STEP_END, SAMPLE, NEW_SESSION, LANDED, SHARED_STEP_END = range(7)
 SAMPLE_EVERY_S = 1.0
+TICK_EVERY_EVENTS = 1 << 16  # on_tick's period: rare enough to cost nothing, often enough for a live progress line
 
 
 class Pod:
@@ -80,8 +82,9 @@ class FleetSim:
     (no TTFT is cut off at the end); the CPU pair's harness measures so (benchmarks/fleet_cpu_pair.py)."""
 
     def __init__(self, workload: Workload, pods: int, costs: FleetCosts, policy: Policy, block: int, seed: int,
-                 drain: bool = False) -> None:
+                 drain: bool = False, on_tick: Callable[[float], None] | None = None) -> None:
         self.w, self.costs, self.policy, self.block, self.drain = workload, costs, policy, block, drain
+        self.on_tick = on_tick  # called with the simulated seconds every TICK_EVERY_EVENTS events
         engine = workload.engine
         self.budget, self.max_seqs = engine.max_num_batched_tokens, engine.max_num_seqs
         self.kv_capacity = engine.kv_capacity_tokens
@@ -115,9 +118,12 @@ class FleetSim:
         self.push(self.start_ms, SAMPLE)
         handlers = {ARRIVE: self._arrive, READY: self._ready, STEP_END: self._step_end, SAMPLE: self._sample,
                     NEW_SESSION: self._new_session, LANDED: self._landed, SHARED_STEP_END: self._shared_step_end}
-        events, end = self.events, self.end_ms
+        events, end, tick, count = self.events, self.end_ms, self.on_tick, 0
         while events:
             at_ms, _, kind, item = heapq.heappop(events)
+            count += 1
+            if tick is not None and not count % TICK_EVERY_EVENTS:
+                tick(at_ms / 1e3)
             if at_ms >= end:
                 if not self.drain:
                     break

@@ -1,22 +1,20 @@
-"""Run the fleet model for every policy, seed and calibration resample, and choose the threshold.
+"""The study's independent runs: which (load, policy, seed, resample) to simulate, and the loop that runs them.
 
-The best threshold (``BEST_RULE``) is read from the figures; ties (the fleet does not
-tell thresholds apart) go to the calibration's own break-even, so that at a load where
-the engines are idle the fleet optimum is the idle break-even and its interval the
-calibration's. The recommended threshold is that optimum and its interval passed
-through emit-config's own rule (:func:`kvcal.emit.threshold.compute_threshold`), as if
-it were the break-even: the same interval bound, margin and block rounding.
+:func:`plan_runs` lists every run; :func:`run_all` runs them one after another and
+returns their figures in the list's order (a parallel executor can replace it: each
+run depends on its :class:`RunSpec` alone). A run is seeded by its identity, not by
+its place in the list: its traffic by the seed (every policy and resample of one seed
+sees the same sessions: common random numbers, which the paired comparison of
+:mod:`kvcal.fleet.choose` relies on), its costs by the resample's index.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from kvcal.cost_curve import break_even_tokens
 from kvcal.emit.costmodel import COSTMODEL_FLOOR_TOKENS
 from kvcal.emit.threshold import compute_threshold, resolve_block_size, round_up
 from kvcal.errors import InputError, KvcalError
@@ -26,15 +24,34 @@ from kvcal.fleet.sim import FleetSim, RunStats
 from kvcal.fleet.workload import Workload
 from kvcal.records import FitResult
 
-GOODPUT_TOLERANCE = 0.01
-P90_TOLERANCE = 0.01
-MEAN_TOLERANCE = 0.005
-BEST_RULE = ("best_threshold: among the thresholds whose goodput is within 1% of the highest, those whose TTFT p90 "
-             "is within 1% of the lowest and mean TTFT within 0.5% of the lowest tie; of the tied span the point "
-             "nearest the calibration's break-even (each resample's own), rounded to a block; per run (seed x "
-             "resample), the interval over runs")
-
 Progress = Callable[[int, int, str], None]
+"""Called once per finished run: (runs done, runs in all, the run's label)."""
+Tick = Callable[[str, float, float], None]
+"""Called inside a run every so many events: (the run's label, simulated seconds so far, seconds to simulate)."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One independent run: everything that decides its result besides the shared :class:`Study`."""
+
+    load: int  # index into Study.workloads (0: the given load, then each --loads rate)
+    policy: Policy
+    seed: int
+    resample: int  # index into Study.cost_sets
+
+    @property
+    def label(self) -> str:
+        return f"{self.policy.name} {self.policy.threshold or ''}".strip() + f", seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class Study:
+    """What every run shares."""
+
+    workloads: list[Workload]
+    pods: int
+    block: int
+    cost_sets: list[FleetCosts]
 
 
 @dataclass
@@ -57,14 +74,9 @@ def _figures(stats: RunStats) -> dict[str, float]:
     }
 
 
-def break_even_of(costs: FleetCosts, fallback: float) -> float:
-    roots = break_even_tokens(np.array(costs.recompute), np.array(costs.pull))
-    value = float(np.asarray(roots).ravel()[0]) if np.size(roots) else math.nan
-    return value if math.isfinite(value) and value >= 0 else fallback
-
-
 def auto_thresholds(fit: FitResult, block: int, idle: int | None) -> list[int]:
-    """Block multiples spread geometrically to 4x the break-even's upper bound, with the break-even and the idle threshold."""
+    """Block multiples spread geometrically to 4x the break-even's upper bound, with the break-even and the idle
+    threshold."""
     be = fit.break_even_tokens if fit.break_even_tokens is not None and fit.break_even_tokens > 0 else 8 * block
     upper = fit.break_even_ci[1] if fit.break_even_ci else be
     top = max(4 * upper, 8 * block)
@@ -83,83 +95,51 @@ def policies(fit: FitResult, thresholds: list[int]) -> list[Policy]:
     return out
 
 
-def run_policies(workload: Workload, pods: int, fit: FitResult, block: int, chosen: list[Policy], seeds: int,
-                 cost_sets: list[FleetCosts], progress: Progress, offset: int = 0, total: int = 0) -> list[PolicyRuns]:
+def plan_runs(loads: int, chosen: list[Policy], seeds: int, cost_sets: int) -> list[RunSpec]:
+    """Every run of the study, grouped by load, then policy, then seed, then resample (run_all keeps this order)."""
+    return [RunSpec(load, policy, seed, resample) for load in range(loads) for policy in chosen
+            for seed in range(seeds) for resample in range(cost_sets)]
+
+
+def run_one(study: Study, spec: RunSpec, tick: Tick | None = None) -> dict[str, float]:
+    """One run's figures; InputError when its window saw no request, or none completed (nothing to recommend from)."""
+    workload = study.workloads[spec.load]
+    on_tick = (lambda at_s: tick(spec.label, at_s, workload.duration_s)) if tick is not None else None
+    sim = FleetSim(workload, study.pods, study.cost_sets[spec.resample], spec.policy, study.block, spec.seed,
+                   on_tick=on_tick)
+    stats = sim.run()
+    window = f"{workload.warmup_s:g}-{workload.duration_s:g} s"
+    if not stats.ttft_ms:
+        raise InputError(f"no request arrived in the measured window ({window}, seed {spec.seed}): lengthen "
+                         "duration_s (--duration) or raise the rate (--rate)")
+    if not stats.completed:
+        raise InputError(f"no request completed in the measured window ({window}) of the run {spec.label}: the "
+                         "prompts are too long or the steps too slow for this duration, so there is nothing to "
+                         "recommend from (shorten sessions.input_tokens or engine.decode_step_ms, or lengthen "
+                         "duration_s)")
+    return _figures(stats)
+
+
+def run_all(study: Study, specs: list[RunSpec], progress: Progress, tick: Tick | None = None) -> list[dict[str, float]]:
+    """Every run of ``specs``, one after another; the figures in the order of ``specs``."""
     out = []
-    done = offset
-    for policy in chosen:
-        runs = []
-        for seed in range(seeds):
-            for costs in cost_sets:
-                stats = FleetSim(workload, pods, costs, policy, block, seed).run()
-                if not stats.ttft_ms:
-                    raise InputError(f"no request arrived in the measured window ({workload.warmup_s:g}-"
-                                     f"{workload.duration_s:g} s, seed {seed}): lengthen duration_s (--duration) or "
-                                     "raise the rate (--rate)")
-                runs.append(_figures(stats))
-                done += 1
-                progress(done, total, f"{policy.name} {policy.threshold or ''}".strip())
-        out.append(PolicyRuns(policy, runs))
+    for done, spec in enumerate(specs, start=1):
+        out.append(run_one(study, spec, tick))
+        progress(done, len(specs), spec.label)
     return out
 
 
-def best_of_run(rows: list[PolicyRuns], k: int | None, break_even: float, block: int) -> float | None:
-    """The rule on run ``k``'s figures (None: the means over runs), in tokens before rounding to a block."""
-    cand = [r for r in rows if r.policy.name == "threshold"]
-    if not cand:
-        return None
-
-    def fig(r: PolicyRuns, key: str) -> float:
-        return r.runs[k][key] if k is not None else float(np.mean([x[key] for x in r.runs]))
-
-    g_max = max(fig(r, "goodput_rps") for r in cand)
-    kept = [r for r in cand if fig(r, "goodput_rps") >= g_max * (1 - GOODPUT_TOLERANCE)]
-    p90_min = min(fig(r, "ttft_p90_ms") for r in kept)
-    kept = [r for r in kept if fig(r, "ttft_p90_ms") <= p90_min * (1 + P90_TOLERANCE)]
-    mean_min = min(fig(r, "ttft_mean_ms") for r in kept)
-    kept = [r for r in kept if fig(r, "ttft_mean_ms") <= mean_min * (1 + MEAN_TOLERANCE)]
-    span = [r.policy.threshold or block for r in kept]
-    return float(min(max(break_even, min(span)), max(span)))
-
-
-def to_block(tokens: float, block: int) -> int:
-    return max(block, int(round(tokens / block)) * block)
-
-
-def recommend(fit: FitResult, best: float, ci: list[float], idle: int | None, block: int, busy: float) -> tuple[int | None, list[str], str | None]:
-    """(recommended, emit-config's steps, why it is not within one block of the idle threshold or why there is none)."""
-    as_break_even = fit.model_copy(update={"break_even_tokens": float(best), "break_even_ci": [float(ci[0]), float(ci[1])]})
-    try:
-        t = compute_threshold(as_break_even, block_size=block)
-    except KvcalError as err:
-        return None, [], f"emit-config's rule gives none: {err}"
-    reason = None
-    if idle is not None and abs(t.min_cached_token_delta - idle) > block:
-        why = [_why_moved(fit, best, ci, block)]
-        if busy >= 0.2:
-            why.append(f"the engines are busy {busy:.0%} of the time, so pulls also save (or cost) places in queues")
-        reason = "; ".join(why)
-    elif idle is None:
-        reason = "emit-config gives no idle threshold for this fit (idle_threshold_reason)"
-    return t.min_cached_token_delta, list(t.steps), reason
-
-
-def _why_moved(fit: FitResult, best: float, ci: list[float], block: int) -> str:
-    be, be_ci = fit.break_even_tokens, fit.break_even_ci
-    if be is None or not be_ci:
-        return f"the fleet optimum is {best:.0f} (interval {ci[0]:.0f}-{ci[1]:.0f})"
-    if to_block(best, block) != to_block(be, block):
-        return (f"the fleet optimum {best:.0f} (interval {ci[0]:.0f}-{ci[1]:.0f}) differs from the idle break-even "
-                f"{be:.0f} (interval {be_ci[0]:.0f}-{be_ci[1]:.0f})")
-    # The optimum is the break-even: only the interval moved the threshold, widened by runs that disagree.
-    return (f"the fleet optimum {best:.0f} is the idle break-even {be:.0f}, but the runs' own optima (over the seeds, "
-            f"and the resamples when simulated) spread its interval to {ci[0]:.0f}-{ci[1]:.0f}, wider than the fit's "
-            f"{be_ci[0]:.0f}-{be_ci[1]:.0f}, and emit-config's rule builds on the interval's upper end (a longer "
-            "--duration narrows it: each run's optimum is noisier the fewer requests it has)")
+def by_policy(specs: list[RunSpec], figures: list[dict[str, float]], load: int) -> list[PolicyRuns]:
+    """One load's runs grouped per policy, each policy's runs in (seed, resample) order: the pairing."""
+    grouped: dict[Policy, list[dict[str, float]]] = {}
+    for spec, result in zip(specs, figures):
+        if spec.load == load:
+            grouped.setdefault(spec.policy, []).append(result)
+    return [PolicyRuns(policy, runs) for policy, runs in grouped.items()]
 
 
 def idle_threshold(fit: FitResult) -> tuple[int | None, str | None]:
-    """Exactly what ``kvcal emit-config FIT --format json`` gives (its rule, its defaults)."""
+    """Exactly what ``kvcal emit-config FIT --format json`` gives (its rule, its defaults): the one call to it."""
     try:
         return compute_threshold(fit).min_cached_token_delta, None
     except KvcalError as err:

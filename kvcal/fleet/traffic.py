@@ -11,14 +11,17 @@ output) plus the new input.
 from __future__ import annotations
 
 import json
+import re
+from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from pydantic import ValidationError
 
 from kvcal.errors import InputError
 from kvcal.fit.observational import LifecycleRecord
-from kvcal.fleet.workload import Workload
+from kvcal.fleet.workload import MAX_TRACE_BYTES, Workload
 from kvcal.userfiles import read_text
 
 ARRIVE, NEW_SESSION = 0, 4  # kvcal.fleet.sim's event kinds
@@ -42,34 +45,77 @@ class TurnRequest:
         self.hand_to: tuple[int, int] | None = None  # a P/D hold: (computing pod, tokens it pulls) once the source is done
 
 
-def read_trace(path: Path) -> list[tuple[float, int, int]]:
-    """(start s, input tokens, output tokens) per successful request, sorted by start."""
+def read_trace(path: Path) -> tuple[tuple[float, int, int], ...]:
+    """(start s, input tokens, output tokens) per successful request, sorted by start; read once per file version."""
+    path = Path(path)
     try:
-        items = json.loads(read_text(path, f"per-request file {path}"))
-    except ValueError as err:
-        raise InputError(f"{path}: not JSON ({err})") from None
-    except RecursionError:
-        raise InputError(f"{path}: JSON nested too deep to read") from None
-    if not isinstance(items, list) or not items:
-        raise InputError(f"{path}: expected inference-perf's non-empty list of requests")
+        stat = path.stat()
+    except OSError:
+        stat = None
+    if stat is not None and stat.st_size > MAX_TRACE_BYTES:
+        raise InputError(f"{path}: {stat.st_size / 2**20:.0f} MiB, over the {MAX_TRACE_BYTES // 2**20} MiB a trace "
+                         "may hold (replay a part of it)")
+    key = (stat.st_mtime_ns, stat.st_size) if stat is not None else None
+    return _read_trace(str(path), key)
+
+
+@lru_cache(maxsize=2)
+def _read_trace(name: str, _version: object) -> tuple[tuple[float, int, int], ...]:
+    path = Path(name)
+    text = read_text(path, f"per-request file {path}")
     out = []
-    for index, item in enumerate(items):
-        try:
-            record = LifecycleRecord.model_validate(item)
-        except ValidationError as err:
-            raise InputError(f"{path} request {index}: {err.errors()[0]['msg']} at "
-                             f"{'.'.join(map(str, err.errors()[0]['loc']))}") from None
-        if record.error:
-            continue
-        tokens = record.info.prompt_tokens() if record.info else None
-        if tokens is None:
-            raise InputError(f"{path} request {index}: no input token count (info.request_metrics.text.input_tokens)")
-        metrics = record.info.response_metrics if record.info else None
-        times = (metrics.output_token_times if metrics else None) or []
-        out.append((record.start_time, max(1, tokens), max(1, len(times))))
+    for index, item in enumerate(_items(text, path)):
+        request = _request_of(item, index, path)
+        if request is not None:
+            out.append(request)
+    del text
     if not out:
         raise InputError(f"{path}: every request failed; nothing to replay")
-    return sorted(out)
+    return tuple(sorted(out))
+
+
+def _items(text: str, path: Path) -> Iterator[object]:
+    """The top-level list's items one at a time: a record is decoded, reduced and dropped before the next."""
+    decoder, spaces = json.JSONDecoder(), re.compile(r"[ \t\n\r]*")
+    at = spaces.match(text, 0).end()  # type: ignore[union-attr]
+    if text[at:at + 1] != "[":
+        raise InputError(f"{path}: expected inference-perf's non-empty list of requests")
+    at = spaces.match(text, at + 1).end()  # type: ignore[union-attr]
+    if text[at:at + 1] == "]":
+        raise InputError(f"{path}: expected inference-perf's non-empty list of requests")
+    while True:
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except ValueError as err:
+            raise InputError(f"{path}: not JSON ({err})") from None
+        except RecursionError:
+            raise InputError(f"{path}: JSON nested too deep to read") from None
+        yield item
+        at = spaces.match(text, at).end()  # type: ignore[union-attr]
+        mark = text[at:at + 1]
+        at = spaces.match(text, at + 1).end()  # type: ignore[union-attr]
+        if mark == "]":
+            if at != len(text):
+                raise InputError(f"{path}: not JSON (extra data after the list at character {at})")
+            return
+        if mark != ",":
+            raise InputError(f"{path}: not JSON (expected ',' or ']' at character {at - 1})")
+
+
+def _request_of(item: object, index: int, path: Path) -> tuple[float, int, int] | None:
+    try:
+        record = LifecycleRecord.model_validate(item)
+    except ValidationError as err:
+        raise InputError(f"{path} request {index}: {err.errors()[0]['msg']} at "
+                         f"{'.'.join(map(str, err.errors()[0]['loc']))}") from None
+    if record.error:
+        return None
+    tokens = record.info.prompt_tokens() if record.info else None
+    if tokens is None:
+        raise InputError(f"{path} request {index}: no input token count (info.request_metrics.text.input_tokens)")
+    metrics = record.info.response_metrics if record.info else None
+    times = (metrics.output_token_times if metrics else None) or []
+    return (record.start_time, max(1, tokens), max(1, len(times)))
 
 
 class Traffic:

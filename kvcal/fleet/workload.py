@@ -20,7 +20,8 @@ from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml, refuse_bool_num
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # strict: a number written as a string ("3") is refused, as a bool is, rather than read as a number.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
     _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
 
@@ -65,6 +66,19 @@ class Dist(Strict):
         mu = math.log(max(self.mean, 1e-9)) - sigma2 / 2  # type: ignore[arg-type]
         return float(rng.lognormal(mu, math.sqrt(sigma2)))
 
+    def expected(self) -> float:
+        """The distribution's mean (what the study's size is estimated from)."""
+        if self.dist == "constant":
+            return float(self.value)  # type: ignore[arg-type]
+        if self.dist == "uniform":
+            return (float(self.min) + float(self.max)) / 2  # type: ignore[arg-type]
+        return float(self.mean)  # type: ignore[arg-type]
+
+    def lowest(self) -> float:
+        """The least a draw can be (0 where the family reaches down to it)."""
+        least = self.value if self.dist == "constant" else self.min if self.dist == "uniform" else 0.0
+        return float(least)  # type: ignore[arg-type]
+
     def tokens(self, rng: Any) -> int:
         return max(1, int(round(self.sample(rng))))
 
@@ -100,8 +114,8 @@ class Engine(Strict):
     max_num_seqs: int = Field(256, ge=1, le=100_000, description="Requests running at once (prefill and decode).")
     kv_capacity_tokens: int = Field(500_000, ge=1, le=10**10, description="KV tokens the accelerator holds: running requests reserve theirs (a request waits until it fits), the rest is prefix cache with LRU eviction.")
     cpu_tier_tokens: int = Field(0, ge=0, le=10**11, description="KV tokens of the CPU tier (evicted blocks land there); 0: none.")
-    cpu_tier_load_us_per_token: float | None = Field(None, ge=0, description="Loading a CPU-tier hit; default: the pull's per-token cost.")
-    decode_step_ms: float | None = Field(None, ge=0, description="A step with no prefill; default: the recompute curve's intercept.")
+    cpu_tier_load_us_per_token: float | None = Field(None, ge=0, le=1e6, description="Loading a CPU-tier hit; default: the pull's per-token cost.")
+    decode_step_ms: float | None = Field(None, ge=0, le=1e6, description="A step with no prefill; default: the recompute curve's intercept.")
     pull_computes_on_source: bool = Field(False, description="nixl-pd's P/D handoff: the source prefills the uncached rest and the computing pod pulls the whole prompt; false: the P2P tier (pull the cached blocks, prefill the rest).")
     shared_host_slowdown: float = Field(1.0, ge=1, le=100, description="How many times longer a step takes while every other engine is in a step too, for engines that share one host's cores and memory (a CPU pair: benchmarks/fleet_cpu_pair.py --probe measures it); in between it scales with the share of engines busy. 1: each engine has its own accelerator.")
 
@@ -116,11 +130,15 @@ class Router(Strict):
 
 
 class Slo(Strict):
-    ttft_ms: float | None = Field(None, gt=0, description="A request meets the SLO when its TTFT is at most this; none: every completed one counts.")
+    ttft_ms: float | None = Field(None, gt=0, le=1e9, description="A request meets the SLO when its TTFT is at most this; none: every completed one counts.")
+
+
+MAX_TRACE_BYTES = 2**30
+"""A trace is read as text (streamed record by record, so memory is about the file's size plus a tuple a request)."""
 
 
 class Trace(Strict):
-    """Replay inference-perf's per-request records instead of generating sessions."""
+    """Replay inference-perf's per-request records instead of generating sessions (a file of at most 1 GiB)."""
 
     per_request: str = Field(description="inference-perf per_request_lifecycle_metrics.json (start_time, info.input_tokens, output_token_times); a relative path is read from the workload file's folder.")
     shared_prefix_tokens: int = Field(0, ge=0, le=10**7, description="Tokens at the start of every prompt that all requests share.")
@@ -130,7 +148,7 @@ class Workload(Strict):
     """``kvcal fleet --workload``: the traffic, the engines and the router of the simulated fleet."""
 
     duration_s: float = Field(600.0, gt=0, le=86_400, description="Simulated seconds; --duration overrides it.")
-    warmup_s: float = Field(60.0, ge=0, description="Seconds at the start left out of every figure (caches fill).")
+    warmup_s: float = Field(60.0, ge=0, le=86_400, description="Seconds at the start left out of every figure (caches fill).")
     arrival: Arrival | None = Field(None, description="How sessions start (needed unless trace is given).")
     sessions: Sessions | None = Field(None, description="The sessions (needed unless trace is given).")
     trace: Trace | None = Field(None, description="Replay these recorded requests instead.")
@@ -142,6 +160,9 @@ class Workload(Strict):
     def _source(self) -> "Workload":
         if self.trace is None and (self.arrival is None or self.sessions is None):
             raise ValueError("give arrival and sessions, or a trace to replay")
+        if self.trace is not None and (self.arrival is not None or self.sessions is not None):
+            raise ValueError("a trace is replayed at its recorded times: give either a trace, or arrival and sessions, "
+                             "not both")
         if self.warmup_s >= self.duration_s:
             raise ValueError(f"warmup_s ({self.warmup_s:g}) must be shorter than duration_s ({self.duration_s:g})")
         return self
@@ -176,6 +197,10 @@ def load_workload(path: Path) -> Workload:
         loc = list(first.get("loc", ())) + ([first["ctx"]["field"]] if first.get("type") == BOOL_NUMBER else [])
         where = ".".join(str(p) for p in loc) or "(top level)"
         hint = " (unknown key: see kvcal fleet --help)" if first.get("type") == "extra_forbidden" else ""
+        if first.get("type") in ("float_type", "int_type") and isinstance(first.get("input"), str):
+            # YAML reads a quoted number, and also 1e3 (no decimal point), as text: say how to write a number.
+            hint = (f" (got the text {first['input'][:40]!r}: write a number without quotes, and an exponent with a "
+                    "decimal point, 1.0e3)")
         raise InputError(f"workload file {path}: {where}: {first['msg']}{hint}") from None
     trace = workload.trace
     if trace is not None and not Path(trace.per_request).is_absolute():

@@ -133,3 +133,43 @@ def test_a_trace_nested_too_deep_is_exit_2(fit, tmp_path):
     work.write_text(f"duration_s: 30\nwarmup_s: 0\ntrace:\n  per_request: {trace}\n")
     done = _kvcal("fleet", str(fit), "--workload", str(work), "--pods", "2", "--seeds", "1", cwd=tmp_path)
     assert done.returncode == 2 and "nested too deep" in done.stderr, done.stderr
+
+
+def test_the_study_says_its_size_before_the_first_run(fit, tmp_path):
+    done = _kvcal("fleet", str(fit), "--workload", str(EXAMPLE), "--pods", "2", "--thresholds", "640", "--rate", "0.05",
+                  "--duration", "60", "--seeds", "1", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("kvcal: fleet study: 3 runs, about 45 simulated requests"), done.stderr
+    assert "MiB of memory" in lines[0]
+    out = json.loads(done.stdout)
+    assert out["recommended_rule"].startswith("recommended_threshold is the simulated threshold")
+
+
+def test_a_study_ten_times_the_cap_is_refused_naming_the_flag(fit, tmp_path):
+    # The example at 1.5 sessions/s: 3 seeds x 3 policies x about 1,350 requests = 12,150; the cap at a tenth of that.
+    args = ("fleet", str(fit), "--workload", str(EXAMPLE), "--pods", "2", "--thresholds", "640", "--seeds", "3")
+    done = _kvcal(*args, "--max-simulated-requests", "1215", cwd=tmp_path)
+    assert done.returncode == 2 and "--max-simulated-requests" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "fleet run" not in done.stderr
+    huge = _kvcal("fleet", str(fit), "--workload", str(EXAMPLE), "--seeds", "1000", "--resamples", "1000", cwd=tmp_path)
+    assert huge.returncode == 2 and "--max-simulated-requests" in huge.stderr, huge.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--thresholds", "1" + "0" * 400), "--thresholds"),
+    (("--plot", "x.txt"), "--plot"),
+    (("--thresholds", "640,abc"), "--thresholds"),
+])
+def test_bad_flags_are_one_line_exit_2_before_the_fit_is_read(args, says, tmp_path):
+    done = _kvcal("fleet", str(tmp_path / "no-such-run"), "--workload", str(EXAMPLE), *args, cwd=tmp_path)
+    assert done.returncode == 2 and says in done.stderr and "no-such-run" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_runs_where_nothing_completes_are_refused_not_recommended_from(fit, tmp_path):
+    bad = tmp_path / "w.yaml"
+    bad.write_text(EXAMPLE.read_text().replace("{dist: lognormal, mean: 400, cv: 0.8}", "1000000000"))
+    done = _kvcal("fleet", str(fit), "--workload", str(bad), "--pods", "2", "--thresholds", "640", "--rate", "0.2",
+                  "--duration", "120", "--seeds", "1", "--json", cwd=tmp_path)
+    assert done.returncode == 2 and "no request can complete" in done.stderr and not done.stdout, done.stderr

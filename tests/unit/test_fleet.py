@@ -20,7 +20,7 @@ from factories import sim_table
 from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import InputError
 from kvcal.fleet.costs import cost_rule, point_costs
-from kvcal.fleet.study import policies, recommend
+from kvcal.fleet.study import policies
 from kvcal.records import CostModelFit, Estimate
 from kvcal.fleet.router import Policy
 from kvcal.fleet.run import FleetConfig, run_fleet
@@ -29,6 +29,10 @@ from kvcal.fleet.traffic import Session, TurnRequest
 from kvcal.fleet.workload import Arrival, Dist, Workload, load_workload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet-workload.yaml"
+
+
+def _config(workload: Path = EXAMPLE, **settings) -> FleetConfig:
+    return FleetConfig(fit_path=Path("fit.json"), workload_path=workload, **settings)
 
 
 def _workload(**over) -> Workload:
@@ -117,7 +121,7 @@ def test_near_idle_the_recommended_threshold_is_emit_configs(tmp_path):
     fit = make_fit()
     w = tmp_path / "w.yaml"
     w.write_text(EXAMPLE.read_text())
-    result = run_fleet(FleetConfig(Path("fit.json"), w, pods=2, thresholds=[256, 1024, 2048], rate=0.05, duration_s=120,
+    result = run_fleet(_config(w, pods=2, thresholds=[256, 1024, 2048], rate=0.05, duration_s=120,
                                    seeds=1), fit, lambda *a: None)
     assert result.idle_threshold == compute_threshold(fit).min_cached_token_delta
     assert abs(result.recommended_threshold - result.idle_threshold) <= result.block_size
@@ -126,7 +130,7 @@ def test_near_idle_the_recommended_threshold_is_emit_configs(tmp_path):
 
 def test_thresholds_off_the_block_are_refused(tmp_path):
     with pytest.raises(InputError, match="multiples of the block size 64"):
-        run_fleet(FleetConfig(Path("f"), EXAMPLE, thresholds=[100]), make_fit(), lambda *a: None)
+        run_fleet(_config(thresholds=[100]), make_fit(), lambda *a: None)
 
 
 def test_rate_replaces_a_closed_loop():
@@ -149,7 +153,7 @@ def test_a_nixl_pd_hand_off_costs_a_hold_on_the_source_then_the_whole_prompts_pu
 
 def test_near_idle_with_simulated_resamples_the_recommendation_is_still_emit_configs(tmp_path):
     fit = fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048, 4096], 3), n_resamples=200)
-    result = run_fleet(FleetConfig(Path("fit.json"), EXAMPLE, pods=2, thresholds=[256, 1024, 2048], rate=0.05,
+    result = run_fleet(_config(pods=2, thresholds=[256, 1024, 2048], rate=0.05,
                                    duration_s=60, seeds=1, resamples=4), fit, lambda *a: None)
     assert result.resamples == 4
     assert abs(result.recommended_threshold - result.idle_threshold) <= result.block_size
@@ -172,7 +176,7 @@ def test_a_fit_with_a_cost_model_gets_a_costmodel_row_that_applies_its_rule():
 
 def test_when_emit_config_refuses_the_idle_threshold_is_null_with_its_reason():
     fit = make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None)
-    result = run_fleet(FleetConfig(Path("fit.json"), EXAMPLE, pods=2, thresholds=[256, 1024], rate=0.05, duration_s=120,
+    result = run_fleet(_config(pods=2, thresholds=[256, 1024], rate=0.05, duration_s=120,
                                    seeds=1), fit, lambda *a: None)
     assert result.idle_threshold is None and "not recommended" in result.idle_threshold_reason
     assert result.recommended_threshold is None and result.recommended_reason
@@ -180,7 +184,7 @@ def test_when_emit_config_refuses_the_idle_threshold_is_null_with_its_reason():
 
 def test_a_window_without_requests_is_an_input_error_not_nan():
     with pytest.raises(InputError, match="no request arrived in the measured window"):
-        run_fleet(FleetConfig(Path("fit.json"), EXAMPLE, pods=2, thresholds=[256], rate=0.001, duration_s=40, seeds=1),
+        run_fleet(_config(pods=2, thresholds=[256], rate=0.001, duration_s=40, seeds=1),
                   make_fit(), lambda *a: None)
 
 
@@ -206,16 +210,6 @@ def test_a_relative_trace_path_is_read_beside_the_workload_file(tmp_path, monkey
     absolute = tmp_path / "t.json"
     (folder / "a.yaml").write_text(f"duration_s: 30\nwarmup_s: 0\ntrace: {{per_request: {absolute}}}\n")
     assert load_workload(folder / "a.yaml").trace.per_request == str(absolute)
-
-
-def test_when_only_the_runs_spread_moved_the_recommendation_the_reason_says_so():
-    fit = make_fit()  # break-even 1,500 (1,300-1,800); idle threshold 2,048
-    idle = compute_threshold(fit).min_cached_token_delta
-    recommended, _, reason = recommend(fit, 1500.0, [1300.0, 2600.0], idle, 64, busy=0.05)
-    assert recommended > idle + 64
-    assert "differs" not in reason and "is the idle break-even 1500" in reason and "1300-2600" in reason
-    _, _, moved = recommend(fit, 900.0, [700.0, 1200.0], idle, 64, busy=0.05)
-    assert "the fleet optimum 900 (interval 700-1200) differs from the idle break-even 1500" in moved
 
 
 def _pd_pair(**sessions) -> Workload:

@@ -1,0 +1,73 @@
+"""``kvcal fleet``'s settings: every flag declared once here with its bounds, checked before any work.
+
+A value out of bounds is one InputError naming the flag (exit 2), before the fit is read
+or a run starts: a threshold of 10^400 tokens or a million seeds is refused here, not
+after a simulation. ``max_simulated_requests`` is the cap on the study's size
+(:mod:`kvcal.fleet.size`): a bigger study is refused unless the flag raises it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvcal.errors import InputError
+
+MAX_PODS = 4096
+MAX_RATE = 1e5  # sessions per second, as the workload file's arrival.rate
+MAX_THRESHOLD_TOKENS = 10**7  # as the workload's longest system prompt: no prompt reaches further
+DEFAULT_MAX_SIMULATED_REQUESTS = 10_000_000  # about 10 minutes on one core (kvcal.fleet.size.SECONDS_PER_REQUEST)
+FLAGS = {"pods": "--pods", "thresholds": "--thresholds", "rate": "--rate", "loads": "--loads",
+         "duration_s": "--duration", "seeds": "--seeds", "resamples": "--resamples",
+         "max_simulated_requests": "--max-simulated-requests"}
+
+
+class FleetConfig(BaseModel):
+    """One ``kvcal fleet`` study: the files, the fleet's size, the policies tried and how many runs each."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    fit_path: Path
+    workload_path: Path
+    pods: int = Field(8, ge=1, le=MAX_PODS, description="Engines in the fleet.")
+    thresholds: list[Annotated[int, Field(ge=1, le=MAX_THRESHOLD_TOKENS)]] | None = Field(
+        None, min_length=1, max_length=200, description="minCachedTokenDelta values to try (None: auto).")
+    rate: float | None = Field(None, gt=0, le=MAX_RATE, description="New sessions per second (replaces the arrival).")
+    loads: list[Annotated[float, Field(gt=0, le=MAX_RATE)]] | None = Field(
+        None, min_length=1, max_length=32, description="Rates of the load sweep (sessions per second).")
+    duration_s: float | None = Field(None, gt=0, le=86_400, description="Simulated seconds (replaces duration_s).")
+    seeds: int = Field(3, ge=1, le=1000, description="Simulation seeds per policy.")
+    resamples: int = Field(0, ge=0, le=1000, description="The calibration's bootstrap resamples per seed.")
+    max_simulated_requests: int = Field(DEFAULT_MAX_SIMULATED_REQUESTS, ge=1, le=10**12,
+                                        description="The most requests the whole study may simulate.")
+
+    def unique_thresholds(self) -> tuple[list[int] | None, str | None]:
+        """The thresholds once each, in order, and a note naming the repeats (None when there are none)."""
+        if self.thresholds is None:
+            return None, None
+        kept = list(dict.fromkeys(self.thresholds))
+        if len(kept) == len(self.thresholds):
+            return kept, None
+        repeated = sorted({t for t in self.thresholds if self.thresholds.count(t) > 1})
+        return kept, f"--thresholds repeated {', '.join(map(str, repeated))}: each is simulated once"
+
+
+def make_config(**values) -> FleetConfig:
+    """A FleetConfig from the flags' values; a bad one is one InputError naming its flag."""
+    try:
+        return FleetConfig(**values)
+    except ValidationError as err:
+        first = err.errors()[0]
+        name = str(first["loc"][0]) if first.get("loc") else ""
+        flag = FLAGS.get(name, name)
+        got = first.get("input")
+        shown = _short(got) if isinstance(got, (int, float)) and not isinstance(got, bool) else repr(got)[:60]
+        raise InputError(f"{flag}: {first['msg'].lower()}, got {shown}") from None
+
+
+def _short(value: float) -> str:
+    """A number as a line can hold it (a 400-digit threshold is shown by its size)."""
+    text = str(value)
+    return text if len(text) <= 24 else f"a number of {len(text)} digits"
