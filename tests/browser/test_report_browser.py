@@ -58,7 +58,8 @@ def pages(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     ]  # each run slower to pull than the last, on a newer vLLM: the pages show a regression
     fleet = run_fleet(
         FleetConfig(
-            Path("fit.json"), WORKLOAD, pods=2, thresholds=[256, 1024, 2048], rate=0.05, duration_s=60, seeds=1
+            fit_path=Path("fit.json"), workload_path=WORKLOAD, pods=2, thresholds=[256, 1024, 2048], rate=0.05,
+            duration_s=60, seeds=1,
         ),
         make_fit(),
         lambda *a: None,

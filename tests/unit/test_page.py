@@ -153,7 +153,8 @@ def test_compare_and_history_pages_name_each_runs_figures(tmp_path):
 def test_a_fleet_pages_recommended_threshold_is_the_results(tmp_path):
     result = run_fleet(
         FleetConfig(
-            Path("fit.json"), WORKLOAD, pods=2, thresholds=[256, 1024, 2048], rate=0.05, duration_s=60, seeds=1
+            fit_path=Path("fit.json"), workload_path=WORKLOAD, pods=2, thresholds=[256, 1024, 2048], rate=0.05,
+            duration_s=60, seeds=1,
         ),
         make_fit(),
         lambda *a: None,
