@@ -130,7 +130,7 @@ def recommend(fit: FitResult, best: float, ci: list[float], idle: int | None, bl
     """(recommended, emit-config's steps, why it is not within one block of the idle threshold or why there is none)."""
     as_break_even = fit.model_copy(update={"break_even_tokens": float(best), "break_even_ci": [float(ci[0]), float(ci[1])]})
     try:
-        t = compute_threshold(as_break_even, block_size=block)
+        t = compute_threshold(as_break_even, rule="upper", block_size=block)  # the interval rule (issue 39 replaces it)
     except KvcalError as err:
         return None, [], f"emit-config's rule gives none: {err}"
     reason = None
