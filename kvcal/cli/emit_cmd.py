@@ -88,8 +88,7 @@ def emit_config(
     allow_disturbed: bool = typer.Option(False, "--allow-disturbed", help="Emit even when the sweep measured a busy host "
                                          "(other processes took the engines' cores), e.g. kvcal emit-config RUN --allow-disturbed."),
 ) -> None:
-    """Emit minCachedTokenDelta (where pulling pays on mean costs) and peakPrefillThroughput as router config,
-    engine settings, and more.
+    """Emit minCachedTokenDelta (where pulling pays on mean costs) and peakPrefillThroughput as router config, engine settings, and more.
 
     How each number was reached is printed on stderr; only the artifact goes to stdout.
     """

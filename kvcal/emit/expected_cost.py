@@ -16,7 +16,9 @@ cheapest threshold is where the mean gap ``R - P`` turns positive for good. The 
    the curves alone without ``--allow-extrapolation``: a crossing below the shortest
    length becomes that length, and no crossing by the longest length is no threshold.
 4. **Rounding** to the cheaper of the two neighbouring block multiples, on the point mean
-   curves over the deltas between them (the router compares whole tokens).
+   curves over the deltas between them: a router's cached-token deltas come in whole blocks,
+   so by default the lower multiple wins only where the gap there is already positive (a
+   crossing inside a block rounds up); ``--deltas`` gives the deltas actually seen.
 5. **Never at or below a length where the pull measurably lost** (:func:`kvcal.fit.wins.pull_lost_measurably`,
    the win test mirrored, on the measured mean costs): there the threshold is raised to the next measured length
    above it.
@@ -41,7 +43,6 @@ from kvcal.fit.wins import pull_lost_measurably
 from kvcal.records import FitResult, LengthSummary
 
 GRID = 2048  # log-spaced points over the measured range where a measured mean reshapes the gap
-ROUNDING_POINTS = 32
 
 
 def expected_cost_threshold(w: Working, deltas: Deltas | None, allow_extrapolation: bool) -> int:
@@ -136,13 +137,16 @@ def _cheaper_block(w: Working, rec: np.ndarray, pull: np.ndarray, crossing: floa
 
 
 def _gap_between(rec: np.ndarray, pull: np.ndarray, lower: int, upper: int, deltas: Deltas | None) -> float:
-    """The expected saving of pulling the deltas in [lower, upper): positive favours the lower threshold."""
-    if deltas is not None and len(deltas.points) < 2 * ROUNDING_POINTS:
+    """The expected saving of pulling the deltas in [lower, upper): positive favours the lower threshold.
+
+    A router's cached-token deltas come in whole blocks (prefix caching counts blocks), so by default the only
+    delta between two neighbouring multiples is ``lower`` itself; a ``--deltas`` file says which it saw there.
+    """
+    if deltas is None:
+        points, weights = np.array([float(lower)]), np.array([1.0])
+    else:
         inside = (deltas.points >= lower) & (deltas.points < upper)
         points, weights = deltas.points[inside], deltas.weights[inside]
-    else:  # log-uniform (or a dense histogram): the density 1/d over the block
-        points = np.linspace(lower, upper, ROUNDING_POINTS + 1)[:-1] + (upper - lower) / (2 * ROUNDING_POINTS)
-        weights = 1.0 / points
     return float(np.sum(weights * (cost_ms(rec, points) - cost_ms(pull, points))))
 
 

@@ -60,7 +60,8 @@ def fit_table(table: ProbeTable, *, confidence: float = FIT_DEFAULTS.confidence,
                                        "unresolved_slow": paid.unresolved, "time_trends": trends,
                                        "mean_cost": summarise_mean_cost(legs, {"recompute": recompute.chosen_fit.coef,
                                                                                "pull": pull.chosen_fit.coef},
-                                                                         bool(paid.mean and paid.mean.decided))})
+                                                                         bool(paid.mean and paid.mean.decided),
+                                                                         medians=table.origin.kind == "llmd-table")})
     if table.loaded is not None:
         cost = fit_cost_model(table.loaded, idle_curves(result), threshold=busy_queue_threshold or table.loaded.threshold,
                               confidence=confidence, seed=seed, n_resamples=n_resamples)

@@ -8,9 +8,9 @@ not move it. The router pays the *mean*. On one leg's log residuals to its repor
 * the **tail** is the probes beyond ``TAIL_SD`` robust sd of the median residual (where the
   robust fit's weight falls below 1/4: stalls, a slow mode); each counts at its own ratio;
 * the **bulk** (the rest) is taken as lognormal about the curve: its location ``mu`` (the
-  median over lengths of each length's mean residual, so one systematically slow length does
-  not move every other) and its spread ``s`` (the pure error within lengths where a length
-  has reps, else about ``mu``), whose mean ratio is ``exp(mu + s^2 / 2)``;
+  mean of its residuals) and its spread ``s`` (the pure error within lengths where a length
+  has reps, so a misfit does not count as noise; else about ``mu``), whose mean ratio is
+  ``exp(mu + s^2 / 2)``;
 
     scale = exp(mu + s^2 / 2) + (1 / n) sum_tail (exp(e_i) - exp(mu + s^2 / 2))
 
@@ -82,7 +82,7 @@ def leg_mean(data: LegData, coef: np.ndarray, z: float) -> LegMean:
     groups = [bulk & (data.group == k) for k in range(len(data.lengths))]
     means = np.array([float(e[g].mean()) if g.any() else math.nan for g in groups])
     present = np.isfinite(means)
-    mu = float(np.median(means[present])) if present.sum() >= 3 else float(e[bulk].mean())
+    mu = float(e[bulk].mean())
     s = _spread(e, groups, means, mu, bulk)
     n = len(e)
     bulk_ratio = math.exp(mu + s * s / 2)
@@ -119,9 +119,12 @@ def _spread(e: np.ndarray, groups: list[np.ndarray], means: np.ndarray, mu: floa
     return max(math.sqrt(float(np.sum((e[bulk] - mu) ** 2)) / max(int(bulk.sum()) - 1, 1)), SD_FLOOR)
 
 
-def summarise(legs: dict[str, LegData], coefs: dict[str, np.ndarray], pull_mode: bool = False) -> MeanCostSummary:
+def summarise(legs: dict[str, LegData], coefs: dict[str, np.ndarray], pull_mode: bool = False,
+              medians: bool = False) -> MeanCostSummary:
     """The mean-cost record of a fit: ``legs`` the raw probes per leg, ``coefs`` each leg's reported curve,
-    ``pull_mode`` whether the pull's curve is already its mean cost over a slow mode (kvcal.fit.modes)."""
+    ``pull_mode`` whether the pull's curve is already its mean cost over a slow mode (kvcal.fit.modes), ``medians``
+    whether each probe is a length's median (an llm-d Job's table: its spread is the medians' noise, not the
+    requests', so the scales stay 1)."""
     n_tests = sum(len(d.lengths) for d in legs.values())
     z = float(stats.norm.ppf(1.0 - MISFIT_ALPHA / (2 * max(n_tests, 1))))
     rec, pull = (leg_mean(legs[name], np.asarray(coefs[name], dtype=float), z) for name in ("recompute", "pull"))
@@ -138,7 +141,7 @@ def summarise(legs: dict[str, LegData], coefs: dict[str, np.ndarray], pull_mode:
             values[name], values[f"{name}_misfit"] = float(f"{mean_ms:.6g}"), bool(leg.misfit[k])
         rows.append(MeanLength(prefix_tokens=int(n), recompute_ms=values["recompute"], pull_ms=values["pull"],
                                recompute_misfit=values["recompute_misfit"], pull_misfit=values["pull_misfit"]))
-    m_r, m_p = scales(rec, pull, pull_mode)
+    m_r, m_p = (1.0, 1.0) if medians else scales(rec, pull, pull_mode)
     return MeanCostSummary(recompute_scale=_sig(m_r), pull_scale=_sig(m_p),
                            recompute_scale_se=_sig(rec.scale_se), pull_scale_se=_sig(pull.scale_se), per_length=rows)
 

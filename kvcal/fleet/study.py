@@ -11,7 +11,7 @@ it were the break-even: the same interval bound, margin and block rounding.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import replace, dataclass
 from typing import Callable
 
 import numpy as np
@@ -128,11 +128,14 @@ def to_block(tokens: float, block: int) -> int:
 
 def recommend(fit: FitResult, best: float, ci: list[float], idle: int | None, block: int, busy: float) -> tuple[int | None, list[str], str | None]:
     """(recommended, emit-config's steps, why it is not within one block of the idle threshold or why there is none)."""
-    as_break_even = fit.model_copy(update={"break_even_tokens": float(best), "break_even_ci": [float(ci[0]), float(ci[1])]})
     try:
-        t = compute_threshold(as_break_even, rule="upper", block_size=block)  # the interval rule (issue 39 replaces it)
+        t = compute_threshold(fit, block_size=block)
     except KvcalError as err:
         return None, [], f"emit-config's rule gives none: {err}"
+    if abs(to_block(best, block) - t.min_cached_token_delta) > block:  # no margin: the fleet's optimum, to a block
+        t = replace(t, min_cached_token_delta=round_up(best, block),
+                    steps=(*t.steps, f"the fleet's optimum {best:.0f} tokens, rounded up to a block: "
+                                     f"{round_up(best, block)}"))
     reason = None
     if idle is not None and abs(t.min_cached_token_delta - idle) > block:
         why = [_why_moved(fit, best, ci, block)]
