@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kvcal.records_cost import MeanCostSummary
 from kvcal.records_v1 import upgrade_fit, upgrade_run
 from kvcal.settings import SweepConfig
 
@@ -365,6 +366,7 @@ class FitResult(Record):
     fast_break_even_tokens: float | None = Field(None, description="Break-even of the fast modes (robust fits) when a slow mode made the curves mean costs.")
     unresolved_slow: SlowMode | None = Field(None, description="Slow pulls the robust fit set aside, too few to tell a stall from a mode: the break-even is the robust one and its interval reaches up to the mean cost with them (kvcal.fit.modes).")
     time_trends: list[TimeTrend] = Field(default_factory=list, description="Significant drifts of the residuals in time order.")
+    mean_cost: MeanCostSummary | None = Field(None, description="Each leg's mean cost (what the router pays) over its curve; None in older files: the curves.")
     kvcal_version: str
     created_at: str
 

@@ -21,8 +21,8 @@ INDEX = (
     ("fit", "Fit recompute (affine or quadratic) and pull (affine) costs and report the break-even with its "
             "interval."),
     ("plot", "Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent."),
-    ("emit-config", "Emit minCachedTokenDelta (with a safety margin) and peakPrefillThroughput as router config, "
-                    "engine settings, and more."),
+    ("emit-config", "Emit minCachedTokenDelta (where pulling pays on mean costs) and peakPrefillThroughput as router "
+                    "config, engine settings, and more."),
     ("compare", "Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed "
                 "threshold."),
     ("history", "Show how the break-even (with its interval) and the cost coefficients moved over runs."),

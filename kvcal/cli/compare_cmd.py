@@ -38,7 +38,7 @@ def compare(
                                         "file, as kvcal report --compare writes it)."),
     deployed: Optional[int] = typer.Option(None, "--deployed", help="The minCachedTokenDelta in production, in tokens."),
     values: Optional[Path] = typer.Option(None, "--values", help="Read the deployed minCachedTokenDelta from this Helm values file."),
-    strict_deployed: bool = typer.Option(False, "--strict-deployed", help="Also exit 1 when the deployed threshold is not safe against the current break-even."),
+    strict_deployed: bool = typer.Option(False, "--strict-deployed", help="Also exit 1 when the deployed threshold costs more than 0.5% of TTFT (expected regret) against the current fit, too low or too high."),
     force: bool = typer.Option(False, "--force", help="Compare fits of different models or transports anyway."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the draws that estimate the change's interval."),
 ) -> None:

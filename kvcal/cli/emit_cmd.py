@@ -9,7 +9,7 @@ import typer
 
 from kvcal.cli.options import byte_size
 from kvcal.cli.output import info, warn
-from kvcal.emit.options import DEFAULT_MARGIN, FORMATS, P2P_PORT, EmitOptions
+from kvcal.emit.options import DEFAULT_MARGIN, DEFAULT_RULE, FORMATS, P2P_PORT, RULES, EmitOptions
 
 EPILOG = """Examples:
 
@@ -27,21 +27,38 @@ EPILOG = """Examples:
 
   kvcal emit-config runs/gpt-oss --format env --allow-extrapolation   # trust the curves below the shortest winning length
 
+  kvcal emit-config runs/r --format json --deltas epp.log    # what the threshold costs over the router's own deltas
+
+  kvcal emit-config runs/r --rule upper --margin 0.25        # the earlier rule: the interval's upper end x 1.25
+
 Formats: plugin (the p2p-source-producer entry), helm (patch a values file), affinity
 (prefix-cache-affinity-filter's peakPrefillThroughput), costmodel (ONLY for a router build
 whose p2p-source-producer accepts costModel: llm-d-router main refuses it), vllm (engine
 args, env and /dev/shm volume), env, json.
 
-Exit 3, nothing on stdout: recomputing always won (P2P not recommended), the legs tie, the break-even's
-interval is open above, or the sweep measured a disturbed host (unless --allow-disturbed); stderr says
-why and what to measure next."""
+The default rule (expected-cost) emits where the legs' mean costs cross for good, rounded to the
+cheaper neighbouring block; stderr gives its steps and what it costs (expected regret over the
+deltas, the chance the break-even lies above it) beside the upper and the llm-d recipe's rules.
+
+Exit 3, nothing on stdout: recomputing always won (P2P not recommended), the legs tie, the mean costs
+do not cross within the measured range (unless --allow-extrapolation; --rule upper: the interval is
+open above), or the sweep measured a disturbed host (unless --allow-disturbed); stderr says why and
+what to measure next. Exit 2: --margin without --rule upper, or a bad --deltas file."""
 
 
 def emit_config(
     input_path: Path = typer.Argument(..., metavar="INPUT", help="A fit.json, or a run folder (fitted on the fly if it has none)."),
     format: str = typer.Option("plugin", "--format", "-f", help=f"Output: {', '.join(FORMATS)}. costmodel needs a router "
                                "build whose p2p-source-producer accepts costModel (llm-d-router main rejects it)."),
-    margin: float = typer.Option(DEFAULT_MARGIN, "--margin", help="Safety fraction over the break-even's upper bound (0.25 = +25%)."),
+    rule: str = typer.Option(DEFAULT_RULE, "--rule", help=f"How the threshold is chosen: {' or '.join(RULES)}. "
+                             "expected-cost: where the legs' mean costs cross, rounded to the cheaper block; upper: "
+                             "the break-even interval's upper end x (1 + --margin), kvcal's earlier rule."),
+    margin: Optional[float] = typer.Option(
+        None, "--margin", help=f"--rule upper only: safety fraction over the break-even's upper bound (default "
+        f"{DEFAULT_MARGIN:g} = +{DEFAULT_MARGIN:.0%}), e.g. --rule upper --margin 0.1."),
+    deltas: Optional[Path] = typer.Option(
+        None, "--deltas", help="Cached-token deltas to price the threshold over: a list, a delta,count histogram, or "
+        "a router (EPP) log with p2p decisions (default: log-uniform over the measured range), e.g. --deltas epp.log."),
     block_size: int = typer.Option(None, "--block-size", help="Round to this block size (default: the run's, else 64)."),
     values: Path = typer.Option(None, "--values", help="Helm values file: patched with --format helm; plugin reads its names."),
     in_place: bool = typer.Option(False, "--in-place", help="Write the patched values file back (a .bak copy is kept)."),
@@ -64,18 +81,20 @@ def emit_config(
                                              "peakPrefillThroughput (default: the run's --max-num-batched-tokens, else 8192)."),
     with_costmodel: bool = typer.Option(False, "--with-costmodel", help="--format helm: also write costModel (only for a router "
                                         "build that accepts it) and lower minCachedTokenDelta to that variant's floor."),
-    allow_extrapolation: bool = typer.Option(False, "--allow-extrapolation", help="Let the threshold go below the shortest "
-                                             "measured length from which the pull won (the fitted curves' shape alone), "
+    allow_extrapolation: bool = typer.Option(False, "--allow-extrapolation", help="Let the threshold rest on the "
+                                             "fitted curves outside the measured range (below its shortest length, or "
+                                             "beyond its longest), "
                                              "e.g. kvcal emit-config RUN --format env --allow-extrapolation."),
     allow_disturbed: bool = typer.Option(False, "--allow-disturbed", help="Emit even when the sweep measured a busy host "
                                          "(other processes took the engines' cores), e.g. kvcal emit-config RUN --allow-disturbed."),
 ) -> None:
-    """Emit minCachedTokenDelta (with a safety margin) and peakPrefillThroughput as router config, engine settings, and more.
+    """Emit minCachedTokenDelta (where pulling pays on mean costs) and peakPrefillThroughput as router config, engine settings, and more.
 
     How each number was reached is printed on stderr; only the artifact goes to stdout.
     """
     options = EmitOptions(
-        format=format, margin=margin, block_size=block_size, values=values, in_place=in_place, diff=diff,
+        format=format, rule=rule, margin=margin, deltas=deltas, block_size=block_size, values=values,
+        in_place=in_place, diff=diff,
         add_plugin=add_plugin, prefix_match_producer=prefix_match_producer, prefill_profile=prefill_profile,
         deployment=deployment, transport=transport, p2p_port=p2p_port,
         cpu_bytes_to_use=byte_size(cpu_bytes_to_use, "--cpu-bytes-to-use"), model=model, chunk_size=chunk_size,

@@ -24,6 +24,8 @@ from kvcal.emit.affinity import peak_prefill, render_affinity
 from kvcal.emit.costmodel import COSTMODEL_FLOOR_TOKENS, LOAD_DEPENDENT_COST_KEYS, costmodel_values, render_costmodel
 from kvcal.emit import helm
 from kvcal.emit.engine import engine_spec, render_vllm
+from kvcal.emit.deltas import read_deltas
+from kvcal.emit.regret import Deltas
 from kvcal.emit.helm_files import read_names
 from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
 from kvcal.emit.router import (ALPHA_FLAG, ALPHA_NOTE, DEFAULT_PREFIX_MATCH_PRODUCER, PLUGIN_PARAMETERS, PLUGIN_TYPE, plugin_names,
@@ -102,14 +104,20 @@ def _render_plugin(r: _Render) -> EmitResult:
 
 def _render_costmodel(r: _Render) -> EmitResult:
     text, more_notes, more_warn = render_costmodel(r.fit, r.origin)
-    return r.result(text, more_notes, more_warn)
+    return r.result(with_threshold_comment(text, r.threshold), more_notes, more_warn)
 
 
 def _render_vllm(r: _Render) -> EmitResult:
     o = r.options
     spec = engine_spec(r.ctx, block_size=r.threshold.block_size, transport=o.transport, p2p_port=o.p2p_port,
                        cpu_bytes_to_use=o.cpu_bytes_to_use, model=o.model)
-    return r.result(render_vllm(spec, origin=r.origin), spec.notes, spec.warnings)
+    return r.result(with_threshold_comment(render_vllm(spec, origin=r.origin), r.threshold), spec.notes, spec.warnings)
+
+
+def with_threshold_comment(text: str, t: Threshold) -> str:
+    """``text`` with a comment line after its first (their label): the threshold, its rule and what it costs."""
+    first, _, rest = text.partition("\n")
+    return f"{first}\n# kvcal: minCachedTokenDelta {t.min_cached_token_delta} ({t.cost_line()})\n{rest}"
 
 
 def _render_helm(r: _Render) -> EmitResult:
@@ -137,15 +145,28 @@ def emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
 
 
 def _emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
+    deltas = read_deltas(options.deltas) if options.deltas is not None else None  # a bad file fails before the fit
     fit = source if isinstance(source, FitResult) else load_input(Path(source))
     origin = "" if isinstance(source, FitResult) else str(source)
     ctx = run_context(fit)
     needs_threshold, render = RENDERERS[options.format]
     t = None
     if needs_threshold:  # affinity needs only the recompute curve
-        t = compute_threshold(fit, margin=options.margin, block_size=options.block_size,
-                              allow_extrapolation=options.allow_extrapolation, allow_disturbed=options.allow_disturbed)
-    return render(_Render(fit, ctx, t, options, origin, list(t.steps) if t else [], list(t.warnings) if t else []))
+        t = compute_threshold(fit, rule=options.rule, margin=options.margin, block_size=options.block_size,
+                              allow_extrapolation=options.allow_extrapolation, allow_disturbed=options.allow_disturbed,
+                              deltas=deltas)
+    notes = [*t.steps, cost_note(t, deltas)] if t else []
+    return render(_Render(fit, ctx, t, options, origin, notes, list(t.warnings) if t else []))
+
+
+def cost_note(t: Threshold, deltas: Deltas | None) -> str:
+    """One stderr line: what the threshold costs over the deltas, and what the alternatives would."""
+    over = deltas.source if deltas is not None else "deltas log-uniform over the measured range"
+    alternatives = "; ".join(
+        f"{name} {alt.threshold if alt.threshold is not None else 'refuses'}"
+        + (f" ({alt.figures.expected_regret_pct:.3g}%)" if alt.figures.expected_regret_pct is not None else "")
+        for name, alt in t.alternatives.items())
+    return f"{t.cost_line()} over {over}; alternatives: {alternatives}"
 
 
 def _transport_of(ctx: RunContext, options: EmitOptions) -> str | None:

@@ -14,7 +14,11 @@ from kvcal.records import MAX_TOKENS
 MAX_MARGIN = 100.0  # +10,000%: past any safety factor; beyond it the threshold is no longer a number a router can hold
 
 DEFAULT_MARGIN = 0.25
-"""Default safety margin: +25 % over the interval's upper end (see docs/emit.md for why)."""
+"""``--rule upper``'s margin when none is given: +25 % over the interval's upper end (docs/emit.md)."""
+
+RULES = ("expected-cost", "upper")
+"""The threshold rules (kvcal.emit.threshold); the first is the default."""
+DEFAULT_RULE = RULES[0]
 
 
 def validate_margin(margin: float) -> float:

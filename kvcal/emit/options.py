@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kvcal.engines.transports import available, transport_names
 from kvcal.engines.transports.p2p_tier import P2pTier
 from kvcal.errors import InputError
-from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
+from kvcal.emit.limits import DEFAULT_MARGIN, DEFAULT_RULE, RULES, validate_block_size, validate_margin
 
 if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not pay for them
     from kvcal.emit.threshold import Threshold
@@ -45,7 +45,9 @@ class EmitOptions:
     """
 
     format: str = "plugin"
-    margin: float = DEFAULT_MARGIN
+    rule: str = DEFAULT_RULE
+    margin: float | None = None
+    deltas: Path | None = None
     block_size: int | None = None
     values: Path | None = None
     in_place: bool = False
@@ -66,7 +68,13 @@ class EmitOptions:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise InputError(f"unknown --format {self.format!r}; choose one of {', '.join(FORMATS)}")
-        validate_margin(self.margin)
+        if self.rule not in RULES:
+            raise InputError(f"unknown --rule {self.rule!r}; choose one of {', '.join(RULES)}")
+        if self.margin is not None:
+            if self.rule != "upper":
+                raise InputError(f"--margin applies only to --rule upper (the {self.rule} rule has no margin); "
+                                 "e.g. kvcal emit-config FIT --rule upper --margin 0.25")
+            validate_margin(self.margin)
         if self.block_size is not None:
             validate_block_size(self.block_size)
         if self.format == "helm" and self.values is None:

@@ -93,7 +93,7 @@ def plugin_parameters(t: Threshold, names: PluginNames) -> dict[str, Any]:
 def render_plugin(t: Threshold, names: PluginNames, *, origin: str = "") -> str:
     """The plugin entry as a one-item YAML list, ready to paste under ``plugins:``."""
     head = f"# kvcal: from {origin}; " if origin else "# kvcal: "
-    lines = [f"{head}break-even {ci_text(t)}, margin {t.margin:g}, block size {t.block_size}",
+    lines = [f"{head}break-even {ci_text(t)}, block size {t.block_size}; {t.cost_line()}",
              f"- type: {PLUGIN_TYPE}", "  parameters:"]
     lines += [f"    {k}: {yaml_scalar(v)}" for k, v in plugin_parameters(t, names).items()]
     return "\n".join(lines) + "\n"

@@ -8,7 +8,8 @@ Public API (other stages call these; names and signatures are stable):
 * :func:`load_fit` - read a ``fit.json``;
 * :func:`load_or_fit` - an input's existing fit, else a fit made now;
 * :func:`fit_and_write`, :func:`write_fit`, :func:`dumps`, :func:`default_output` - what ``kvcal fit`` writes, where;
-* :func:`curve_ms` - evaluate a fitted curve in ms.
+* :func:`curve_ms` - evaluate a fitted curve in ms;
+* :func:`mean_curves`, :func:`mean_scales` - each leg's mean cost (what the router pays) over its fitted curve.
 
 The method is described in ``docs/method.md``; each submodule's docstring gives its formulas.
 """
@@ -25,10 +26,12 @@ from kvcal.cost_curve import cost_ms
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.inputs import FitInput, load_fit_input
 from kvcal.fit.io import default_output, dumps, load_fit, looks_like_json, write_fit
+from kvcal.fit.mean_cost import mean_curves, mean_scales
 from kvcal.records import FIT_DEFAULTS, CurveFit, FitResult, RunSetup
 
 __all__ = ["fit_table", "fit_input", "fit_and_write", "load_fit", "load_or_fit", "load_fit_input", "FitInput", "write_fit",
-           "dumps", "default_output", "curve_ms", "looks_like_json", "break_even_tokens", "classify", "FitResult", "CurveFit"]
+           "dumps", "default_output", "curve_ms", "looks_like_json", "break_even_tokens", "classify", "FitResult", "CurveFit",
+           "mean_curves", "mean_scales"]
 
 
 def curve_ms(curve: CurveFit, n: Any) -> np.ndarray:

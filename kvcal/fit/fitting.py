@@ -13,6 +13,7 @@ from kvcal.fit.modes import describe as describe_mode, describe_unresolved, Pull
 from kvcal.fit.breakeven import break_even_tokens
 from kvcal.fit.curves import LegData, LegFit, fit_leg
 from kvcal.fit.guards import annotate, exclude_warmup
+from kvcal.fit.mean_cost import summarise as summarise_mean_cost
 from kvcal.fit.result import build_result
 from kvcal.fit.tables import ProbeTable
 from kvcal.records import FIT_DEFAULTS, FitResult
@@ -56,7 +57,11 @@ def fit_table(table: ProbeTable, *, confidence: float = FIT_DEFAULTS.confidence,
                           notes=notes)
     result = annotate(result, table, recompute, pull, n_warmup)
     result = result.model_copy(update={"slow_modes": paid.modes, "fast_break_even_tokens": _fast_break_even(recompute, paid),
-                                       "unresolved_slow": paid.unresolved, "time_trends": trends})
+                                       "unresolved_slow": paid.unresolved, "time_trends": trends,
+                                       "mean_cost": summarise_mean_cost(legs, {"recompute": recompute.chosen_fit.coef,
+                                                                               "pull": pull.chosen_fit.coef},
+                                                                         bool(paid.mean and paid.mean.decided),
+                                                                         medians=table.origin.kind == "llmd-table")})
     if table.loaded is not None:
         cost = fit_cost_model(table.loaded, idle_curves(result), threshold=busy_queue_threshold or table.loaded.threshold,
                               confidence=confidence, seed=seed, n_resamples=n_resamples)

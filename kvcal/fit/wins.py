@@ -82,3 +82,11 @@ def pull_won_from(rows: list[LengthSummary]) -> int | None:
 
 def _round(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(f"{value:.6g}")
+
+
+def pull_lost_measurably(rows: list[LengthSummary], cv_recompute: float, cv_pull: float) -> list[int]:
+    """The lengths where the pull's median lost by a measurable amount: the win test of :func:`per_length`
+    mirrored (``log(pull / recompute) > max(MIN_WIN_LOG, z x se)``, z shared over the lengths as there)."""
+    z = float(stats.norm.ppf(1.0 - FAMILY_ALPHA / max(len(rows), 1)))
+    return [r.prefix_tokens for r in rows if r.recompute_ms and r.pull_ms and math.log(r.pull_ms / r.recompute_ms)
+            > max(MIN_WIN_LOG, z * log_gap_se(cv_recompute, cv_pull, r.n_recompute, r.n_pull))]

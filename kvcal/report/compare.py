@@ -44,8 +44,8 @@ import numpy as np
 from scipy.stats import norm
 
 from kvcal.errors import InputError
-from kvcal.fit import curve_ms
 from kvcal.records import CurveFit, FitResult
+from kvcal.report.deployed import DeployedCheck, as_tokens as _as_tokens, deployed_check, pair as _pair
 from kvcal.report.runs import LoadedRun
 
 log = logging.getLogger(__name__)
@@ -73,22 +73,6 @@ class Row:
     change_ci: tuple[float, float] | None = None
     significant: bool | None = None
     note: str = ""
-
-
-@dataclass(frozen=True)
-class DeployedCheck:
-    """Is a deployed ``minCachedTokenDelta`` on the safe side of a fit's break-even?
-
-    safe: every pull it allows is above the break-even's upper bound; uncertain: it lies
-    inside the interval; unsafe: below the lower bound (or the pull never wins).
-    """
-
-    threshold_tokens: int
-    origin: str
-    verdict: Literal["safe", "uncertain", "unsafe"]
-    message: str
-    baseline_verdict: Literal["safe", "uncertain", "unsafe"]
-    pull_minus_recompute_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -227,16 +211,6 @@ def _be_point_text(fit: FitResult) -> str:
     return f"{BE_FLOOR_TOKENS:g} token" if fit.status == "pull-always-wins" else f"{BE_CEIL_TOKENS:g} tokens"
 
 
-def _as_tokens(value: Any) -> float | None:
-    """A break-even as stored: a number, or None/'inf' for 'the pull never catches up' (infinite)."""
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def _be_draws(fit: FitResult) -> np.ndarray | None:
     """Bootstrap break-even samples, clipped to [floor, ceiling].
 
@@ -316,71 +290,3 @@ def _bandwidth_row(base: FitResult, cur: FitResult) -> Row:
     if b is None or c is None:
         return Row("pull bandwidth", "GB/s", b, c, note="bytes moved unknown in a run: not compared")
     return Row("pull bandwidth", "GB/s", b, c, change_rel=(c - b) / b if b else None, note="point values; not gated")
-
-
-def _pair(value: Any) -> tuple[float, float] | None:
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(v is not None for v in value):
-        return float(value[0]), float(value[1])
-    return None
-
-
-# ---------------------------------------------------------------- deployed threshold
-
-
-def _be_interval(fit: FitResult) -> tuple[float, float] | None:
-    """The break-even interval, else its bounds with an open (inf) upper end, else the point twice, else None."""
-    ci = _pair(fit.break_even_ci)
-    if ci is not None:
-        return ci
-    bounds = fit.bootstrap.break_even_ci_bounds
-    if bounds is not None and len(bounds) == 2 and bounds[0] is not None:
-        return float(bounds[0]), math.inf if bounds[1] is None else float(bounds[1])
-    value = _as_tokens(fit.break_even_tokens)
-    return (value, value) if value is not None else None
-
-
-def _placement(fit: FitResult, threshold: int) -> Literal["safe", "uncertain", "unsafe"]:
-    if fit.status == "recompute-always-wins":
-        return "unsafe"
-    interval = _be_interval(fit)
-    if interval is None:
-        return "safe" if fit.status == "pull-always-wins" else "uncertain"
-    lo, hi = interval
-    return "safe" if threshold >= hi else "unsafe" if threshold < lo else "uncertain"
-
-
-def deployed_check(base: FitResult, cur: FitResult, threshold: int, origin: str) -> DeployedCheck:
-    """Place a deployed ``minCachedTokenDelta`` against the current (and baseline) break-even.
-
-    safe: threshold >= the interval's upper end (every pull it allows wins, at the fit's
-    confidence); uncertain: inside the interval; unsafe: below its lower end, or the pull
-    never wins. ``pull_minus_recompute_ms`` is the current curves' pull(n) - recompute(n)
-    at n = threshold: positive means a pull at the threshold loses that much latency.
-    """
-    if threshold < 1:
-        raise InputError(f"deployed threshold must be >= 1 token (minCachedTokenDelta), got {threshold}")
-    verdict, was = _placement(cur, threshold), _placement(base, threshold)
-    delta_ms = float(curve_ms(cur.pull, threshold) - curve_ms(cur.recompute, threshold))
-    block = cur.block_size or 1
-    interval = _be_interval(cur)
-    if cur.status == "recompute-always-wins":
-        message = f"deployed {threshold} is UNSAFE: the pull no longer wins at any measured length; disable P2P or re-measure"
-    elif interval is None:
-        message = f"deployed {threshold} is {verdict}: the fit records no break-even to place it against"
-    else:
-        lo, hi = interval
-        raise_to = (f"raise it to >= {int(math.ceil(hi / block) * block)}" if math.isfinite(hi)
-                    else "the interval is open above: extend the sweep to longer prefixes")
-        if verdict == "safe":
-            message = f"deployed {threshold} is safe: at or above the break-even's upper bound {hi:.0f}"
-            if cur.status == "pull-always-wins":
-                message += " (the pull won at every measured length; a lower threshold would save more)"
-        elif verdict == "uncertain":
-            message = (f"deployed {threshold} is inside the break-even interval [{lo:.0f}, {hi:.0f}]: "
-                       f"pulls just above it may lose; {raise_to}")
-        else:
-            message = (f"deployed {threshold} is UNSAFE: below the break-even interval [{lo:.0f}, {hi:.0f}]; a pull at "
-                       f"{threshold} tokens costs {delta_ms:+.1f} ms vs recompute; {raise_to}")
-    if was != verdict:
-        message += f" (it was {was} against the baseline)"
-    return DeployedCheck(threshold, origin, verdict, message, was, round(delta_ms, 3))

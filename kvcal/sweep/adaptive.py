@@ -15,9 +15,15 @@ length are too few to trust an interval on; an interval that meets a rule on few
 gets a top-up round instead, :func:`kvcal.sweep.design.df_top_up`, which buys the
 missing df at lengths already measured, where each pair costs least):
 
-* ``target-width``: (upper - lower) / break-even <= target, computed from fit.json's
-  rounded ``break_even_ci`` and ``break_even_tokens`` (whatever the status: a
-  crossover just outside the allowed range is located as well as one inside);
+* ``target-width``: (upper - lower) / break-even + ``MC_Z`` x its Monte Carlo error <= target,
+  computed from fit.json's rounded ``break_even_ci`` and ``break_even_tokens`` (whatever the
+  status: a crossover just outside the allowed range is located as well as one inside). The
+  interval's ends are percentiles of 2,000 resamples, so another bootstrap seed moves them:
+  :func:`width_mc_error` estimates that spread from the samples themselves (a quantile's
+  sd, sqrt(q (1 - q) / B) over the samples' density there), and the campaign stops below the
+  target by ``MC_Z`` of it, so a refit with any seed keeps the width within the target
+  (a stop on the bare width left refits up to 8 % wider); ``adaptive.json`` records it
+  (``final_width_mc_error``);
 * ``pull-wins-at-shortest``: status pull-always-wins, the shortest allowed length
   measured, and the interval's upper bound at or below it;
 * ``recompute-wins-to-longest``: status recompute-always-wins, the longest allowed
@@ -33,6 +39,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
 from kvcal.fit import fit_table
@@ -50,6 +57,8 @@ DEFAULT_MAX_PROBES = 400
 # 5% noise, 10% target, 30 campaigns each: benchmarks/adaptive_crossovers.py's setting)
 # 6 raised the pooled coverage from 0.84 to 0.91 for 6% more median engine time.
 MIN_STOP_DF = 6
+MC_Z = 2.0  # Monte Carlo sds of the width kept below the target: a refit with another seed exceeds it 1 time in 40
+MC_STEP = 0.02  # the quantile step over which the samples' density is read at each end
 
 StopReason = Literal["target-width", "pull-wins-at-shortest", "recompute-wins-to-longest", "max-engine-seconds",
                      "max-probes"]
@@ -98,6 +107,7 @@ class AdaptiveState(Record):
     rounds: list[RoundSummary] = Field(default_factory=list)
     stop_reason: StopReason | None = None
     final_width: float | None = None
+    final_width_mc_error: float | None = Field(None, description="Monte Carlo sd of final_width over bootstrap seeds.")
     final_break_even_tokens: float | None = None
     final_break_even_ci: list[float] | None = None
     final_status: str | None = None
@@ -115,14 +125,29 @@ def relative_width(fit: FitResult) -> float | None:
     return (high - low) / fit.break_even_tokens
 
 
+def width_mc_error(fit: FitResult) -> float | None:
+    """The Monte Carlo sd of :func:`relative_width` over bootstrap seeds, from the fit's own samples (the sd of a
+    percentile of B draws is sqrt(q (1 - q) / B) / density, the density read over ``MC_STEP`` of quantile)."""
+    samples = [v for v in fit.bootstrap.break_even_samples if v is not None and math.isfinite(v)]
+    if fit.break_even_ci is None or not fit.break_even_tokens or len(samples) < 100:
+        return None
+    values, n = np.asarray(samples), len(fit.bootstrap.break_even_samples)
+    ends = []
+    for q in ((1 - fit.confidence) / 2, (1 + fit.confidence) / 2):
+        lo, hi = max(q - MC_STEP, 0.0), min(q + MC_STEP, 1.0)
+        spread = float(np.quantile(values, hi) - np.quantile(values, lo)) / (hi - lo)
+        ends.append(math.sqrt(q * (1 - q) / n) * spread)
+    return math.hypot(*ends) / fit.break_even_tokens
+
+
 def settled_reason(fit: FitResult, rules: StopRules, low: int, high: int, measured: set[int], *,
                    min_df: int = MIN_STOP_DF) -> StopReason | None:
     """The stop rule a fit meets by itself (target or settled outside the range), or None; ``min_df`` the df floor."""
     if (fit.bootstrap.residual_df or 0) < min_df:
         return None  # two reps a length resample two values: too thin an interval to stop on
     width = relative_width(fit)
-    if width is not None and width <= rules.target_width:  # any status: a break-even a few % past an end is still placed
-        return "target-width"
+    if width is not None and width + MC_Z * (width_mc_error(fit) or 0.0) <= rules.target_width:
+        return "target-width"  # any status: a break-even a few % past an end is still placed
     bounds = fit.bootstrap.break_even_ci_bounds or [None, None]
     if fit.status == "pull-always-wins" and low in measured and bounds[1] is not None and bounds[1] <= low:
         return "pull-wins-at-shortest"

@@ -22,7 +22,8 @@ from kvcal.engines.base import EnginePair
 from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.sweep import design, reach
-from kvcal.sweep.adaptive import DEFAULT_MAX_PROBES, AdaptiveState, Controller, RoundSummary, Step, StopRules, relative_width
+from kvcal.sweep.adaptive import (DEFAULT_MAX_PROBES, AdaptiveState, Controller, RoundSummary, Step, StopRules,
+                                  relative_width, width_mc_error)
 from kvcal.settings import SweepConfig, adaptive_rule_fields
 from kvcal.sweep.plan import PlannedProbe, validate_prefix_lengths
 from kvcal.runfolder import RunFolder, atomic_write
@@ -219,6 +220,7 @@ def _finish(state: AdaptiveState, step: Step, stop: str, n_probes: int, engine_s
     fit = step.fit
     return state.model_copy(update={
         "stop_reason": stop, "final_width": relative_width(fit) if fit else None,
+        "final_width_mc_error": width_mc_error(fit) if fit else None,
         "final_break_even_tokens": fit.break_even_tokens if fit else None,
         "final_break_even_ci": fit.break_even_ci if fit else None, "final_status": fit.status if fit else None,
         "n_probes": n_probes, "engine_seconds": round(engine_seconds, 6),

@@ -471,3 +471,26 @@ def test_plan_from_a_fit_with_a_negative_coefficient_says_why_it_cannot(tmp_path
     result = kvcal("plan", "--from", path, "--campaigns", "1")
     assert result.code == 2 and result.err.count("\n") == 1
     assert "recompute_intercept_ms -75: the simulator takes coefficients of 0 or more" in result.err
+
+
+def test_the_width_monte_carlo_error_matches_the_spread_over_bootstrap_seeds():
+    from kvcal.sweep.adaptive import relative_width, width_mc_error
+
+    table = sim_table(SimCosts(), [256, 512, 1024, 2048, 4096], 3, seed=2)
+    widths = [relative_width(fit_table(table, seed=seed, n_resamples=2000)) for seed in range(6)]
+    error = width_mc_error(fit_table(table, seed=0, n_resamples=2000))
+    assert error is not None and 0.4 < error / float(np.std(widths, ddof=1)) < 2.5
+
+
+def test_a_width_that_meets_the_target_only_within_its_monte_carlo_error_does_not_stop():
+    from kvcal.sweep.adaptive import MC_Z, StopRules, relative_width, settled_reason, width_mc_error
+
+    table = sim_table(SimCosts(), [256, 512, 1024, 2048, 4096], 4, seed=2)
+    fit = fit_table(table)
+    width, error = relative_width(fit), width_mc_error(fit)
+    assert error and error > 0
+    at = StopRules(target_width=width + 0.5 * MC_Z * error)
+    clear = StopRules(target_width=width + 1.01 * MC_Z * error)
+    measured = set(table.lengths)
+    assert settled_reason(fit, at, 256, 4096, measured) is None
+    assert settled_reason(fit, clear, 256, 4096, measured) == "target-width"

@@ -123,7 +123,7 @@ def test_affinity_filter_is_decoded_strictly_and_takes_a_float() -> None:
 
 @pytest.mark.parametrize("opts", [{}, {"prefill_profile": "prefill"}, {"deployment": "p2p"},
                                   {"values": UPSTREAM / "guide-values.yaml"}, {"values": UPSTREAM / "pd-values.yaml"},
-                                  {"prefix_match_producer": "idx", "margin": 0.0, "block_size": 16}])
+                                  {"prefix_match_producer": "idx", "rule": "upper", "margin": 0.0, "block_size": 16}])
 def test_plugin_entry_conforms(opts: dict) -> None:
     out = em.emit(fit_with(transport="nixl-pd"), em.EmitOptions(format="plugin", **opts)).stdout
     (entry,) = yaml.safe_load(out)

@@ -38,7 +38,7 @@ def make_fit(status: str = "crossover", be: float | None = 1500.0, ci: list[floa
 # ------------------------------------------------------------------ threshold rule
 
 def test_crossover_uses_upper_bound_margin_and_rounds_up() -> None:
-    t = em.compute_threshold(make_fit(), margin=0.25)
+    t = em.compute_threshold(make_fit(), rule="upper", margin=0.25)
     assert t.min_cached_token_delta == 2304  # 1800 x 1.25 = 2250 -> next multiple of 64
     assert t.block_size == 64 and t.status == "crossover"
     text = "\n".join(t.steps)
@@ -46,48 +46,49 @@ def test_crossover_uses_upper_bound_margin_and_rounds_up() -> None:
 
 
 def test_margin_zero_on_a_block_multiple_is_exact() -> None:
-    assert em.compute_threshold(make_fit(ci=[1000.0, 2048.0]), margin=0).min_cached_token_delta == 2048
+    assert em.compute_threshold(make_fit(ci=[1000.0, 2048.0]), rule="upper", margin=0).min_cached_token_delta == 2048
 
 
 def test_default_margin_is_documented_value() -> None:
     assert em.DEFAULT_MARGIN == 0.25
-    assert em.compute_threshold(make_fit()).margin == 0.25
+    assert em.compute_threshold(make_fit(), rule="upper").margin == 0.25
+    assert em.compute_threshold(make_fit()).margin is None  # the default rule has none
 
 
 def test_block_size_override_and_default() -> None:
-    assert em.compute_threshold(make_fit(), margin=0, block_size=256).min_cached_token_delta == 2048
-    t = em.compute_threshold(make_fit(block_size=None, ci=[100.0, 130.0]), margin=0)
+    assert em.compute_threshold(make_fit(), rule="upper", margin=0, block_size=256).min_cached_token_delta == 2048
+    t = em.compute_threshold(make_fit(block_size=None, ci=[100.0, 130.0]), rule="upper", margin=0)
     assert t.block_size == 64 and t.min_cached_token_delta == 192
     assert any("default" in s for s in t.steps)
 
 
 def test_tiny_break_even_still_gives_one_block() -> None:
-    assert em.compute_threshold(make_fit(be=3.0, ci=[1.0, 5.0]), margin=0.1).min_cached_token_delta == 64
+    assert em.compute_threshold(make_fit(be=3.0, ci=[1.0, 5.0]), rule="upper", margin=0.1).min_cached_token_delta == 64
 
 
 def test_no_interval_falls_back_to_point_estimate_with_warning() -> None:
-    t = em.compute_threshold(make_fit(be=1000.0, ci=None), margin=0)
+    t = em.compute_threshold(make_fit(be=1000.0, ci=None), rule="upper", margin=0)
     assert t.min_cached_token_delta == 1024
     assert any("no break-even interval" in w for w in t.warnings)
 
 
 def test_upper_bound_beyond_range_warns() -> None:
-    t = em.compute_threshold(make_fit(be=15000.0, ci=[12000.0, 30000.0], measured=[256, 16384]))
+    t = em.compute_threshold(make_fit(be=15000.0, ci=[12000.0, 30000.0], measured=[256, 16384]), rule="upper")
     assert any("beyond the longest measured prefix" in w and "kvcal sweep --prefix-lengths" in w for w in t.warnings)
 
 
 def test_pull_always_wins_is_never_capped_below_the_raised_bound() -> None:
     fit = make_fit(status="pull-always-wins", be=900.0, ci=[400.0, 3000.0], smallest_win=2048, measured=[2048, 49152])
-    t = em.compute_threshold(fit, margin=0.25)
+    t = em.compute_threshold(fit, rule="upper", margin=0.25)
     assert t.min_cached_token_delta == 3776  # 3000 x 1.25 = 3750 -> 3776: a cap at 2048 would undercut the bound
     assert any("kvcal sweep --prefix-lengths" in w for w in t.warnings)
 
 
 def test_pull_always_wins_below_the_data_is_raised_to_the_shortest_win() -> None:
     fit = make_fit(status="pull-always-wins", be=300.0, ci=[200.0, 500.0], smallest_win=2048, measured=[2048, 49152])
-    t = em.compute_threshold(fit, margin=0.25)
+    t = em.compute_threshold(fit, rule="upper", margin=0.25)
     assert t.min_cached_token_delta == 2048
-    assert em.compute_threshold(fit, margin=0.25, allow_extrapolation=True).min_cached_token_delta == 640
+    assert em.compute_threshold(fit, rule="upper", margin=0.25, allow_extrapolation=True).min_cached_token_delta == 640
 
 
 def test_pull_always_wins_without_estimate_uses_smallest_win_rounded_up() -> None:
@@ -115,8 +116,10 @@ def test_recompute_always_wins_raises_not_recommended(fmt: str, tmp_path) -> Non
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"margin": -0.1}, "--margin"),
-    ({"margin": float("nan")}, "--margin"),
+    ({"rule": "upper", "margin": -0.1}, "--margin"),
+    ({"rule": "upper", "margin": float("nan")}, "--margin"),
+    ({"margin": 0.25}, "--margin applies only to --rule upper"),
+    ({"rule": "cheapest"}, "--rule"),
     ({"block_size": 0}, "--block-size"),
     ({"block_size": -64}, "--block-size"),
     ({"format": "toml"}, "--format"),
@@ -176,7 +179,7 @@ def test_a_hand_edited_implausible_fit_is_refused_by_every_reader(tmp_path, kvca
 )
 def test_threshold_is_a_block_multiple_at_or_above_the_raised_upper_bound(lo, width, margin, block) -> None:
     hi = lo + width
-    t = em.compute_threshold(make_fit(be=lo + width / 2, ci=[lo, hi], block_size=block), margin=margin)
+    t = em.compute_threshold(make_fit(be=lo + width / 2, ci=[lo, hi], block_size=block), rule="upper", margin=margin)
     n = t.min_cached_token_delta
     assert isinstance(n, int) and n >= 1 and n % block == 0
     assert n >= hi and n >= hi * (1 + margin)
@@ -190,7 +193,7 @@ def test_threshold_is_a_block_multiple_at_or_above_the_raised_upper_bound(lo, wi
 )
 def test_pull_always_wins_is_at_or_above_the_shortest_win_and_the_raised_bound(hi, win, margin, block) -> None:
     fit = make_fit(status="pull-always-wins", be=hi / 2, ci=[0.0, hi], block_size=block, smallest_win=win, measured=[win, win * 8])
-    n = em.compute_threshold(fit, margin=margin).min_cached_token_delta
+    n = em.compute_threshold(fit, rule="upper", margin=margin).min_cached_token_delta
     assert n % block == 0 and n >= block
     assert n >= win and n >= hi * (1 + margin)
     assert n - block < max(win, hi * (1 + margin), block)  # and the smallest such multiple
@@ -201,14 +204,24 @@ def test_pull_always_wins_is_at_or_above_the_shortest_win_and_the_raised_bound(h
 def test_env_is_exactly_one_line() -> None:
     out = em.emit(make_fit(), em.EmitOptions(format="env")).stdout
     assert re.fullmatch(r"MIN_CACHED_TOKEN_DELTA=\d+\n", out)
-    assert out == "MIN_CACHED_TOKEN_DELTA=2304\n"
+    # the default rule decides on the curves: make_fit's legs cross at 682 tokens, between 640 and 704 (the nearer,
+    # and the cheaper over log-uniform deltas); the upper rule reads the recorded interval: 1800 x 1.25 -> 2304
+    assert out == "MIN_CACHED_TOKEN_DELTA=704\n"
+    assert em.emit(make_fit(), em.EmitOptions(format="env", rule="upper")).stdout == "MIN_CACHED_TOKEN_DELTA=2304\n"
 
 
 def test_json_has_the_contract_keys() -> None:
     data = json.loads(em.emit(make_fit(), em.EmitOptions(format="json")).stdout)
     assert set(data) == {"minCachedTokenDelta", "break_even_tokens", "break_even_ci", "margin", "block_size", "status",
-                         "peakPrefillThroughput", "peak_prefill_chunk_size", "peak_prefill_ci", "peak_prefill_extrapolated"}
-    assert data["minCachedTokenDelta"] == 2304 and isinstance(data["minCachedTokenDelta"], int)
+                         "peakPrefillThroughput", "peak_prefill_chunk_size", "peak_prefill_ci", "peak_prefill_extrapolated",
+                         "rule", "expected_regret_ms", "expected_regret_pct", "p_break_even_above", "alternatives"}
+    assert data["minCachedTokenDelta"] == 704 and isinstance(data["minCachedTokenDelta"], int)
+    assert data["rule"] == "expected-cost" and data["margin"] is None
+    assert data["expected_regret_ms"] is None and data["p_break_even_above"] is None  # no bootstrap draws recorded
+    assert set(data["alternatives"]) == {"upper", "recipe"}
+    assert data["alternatives"]["upper"] == {"threshold": 2304, "expected_regret_ms": None, "expected_regret_pct": None,
+                                             "p_break_even_above": None}
+    assert data["alternatives"]["recipe"]["threshold"] is None  # the fit records no length where the pull won
     assert data["break_even_ci"] == [1300.0, 1800.0] and data["status"] == "crossover" and data["block_size"] == 64
 
 
@@ -217,7 +230,8 @@ def test_plugin_is_a_yaml_list_with_the_entry() -> None:
     data = yaml.safe_load(out)
     assert data == [{"type": "p2p-source-producer", "parameters": {
         "prefixMatchInfoProducerName": "precise-prefix-cache-producer", "prefillProfileName": "prefill",
-        "minCachedTokenDelta": 2304}}]
+        "minCachedTokenDelta": 704}}]
+    assert out.startswith("# kvcal: ") and "rule expected-cost" in out.splitlines()[0]
 
 
 def test_costmodel_reproduces_the_break_even_in_the_router_comparison() -> None:
@@ -335,7 +349,7 @@ def write_fit(tmp_path, fit: FitResult):
 def test_cli_env_and_explanation_on_stderr(tmp_path, capsys) -> None:
     from kvcal.cli.app import main
 
-    rc = main(["emit-config", str(write_fit(tmp_path, make_fit())), "--format", "env", "--margin", "0.5"])
+    rc = main(["emit-config", str(write_fit(tmp_path, make_fit())), "--format", "env", "--rule", "upper", "--margin", "0.5"])
     out, err = capsys.readouterr()
     assert rc == 0 and out == "MIN_CACHED_TOKEN_DELTA=2752\n"  # 1800 x 1.5 = 2700 -> 2752
     assert "interval" in err and "margin 0.5" in err and "2752" in err
@@ -351,7 +365,8 @@ def test_cli_recompute_always_wins_exits_3_with_empty_stdout(tmp_path, capsys) -
     assert "P2P is not recommended" in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("args", [["--margin", "-1"], ["--block-size", "0"], ["--format", "helm"]])
+@pytest.mark.parametrize("args", [["--rule", "upper", "--margin", "-1"], ["--margin", "0.25"], ["--rule", "x"],
+                                  ["--block-size", "0"], ["--format", "helm"]])
 def test_cli_bad_flags_one_line(tmp_path, capsys, args) -> None:
     from kvcal.cli.app import main
 
@@ -385,8 +400,11 @@ def test_cli_fits_a_sim_run_folder_on_the_fly(tmp_path, capsys) -> None:
     truth = SimCosts().true_break_even()
     lo, hi = data["break_even_ci"]
     assert data["status"] == "crossover" and data["minCachedTokenDelta"] % 64 == 0
-    assert data["minCachedTokenDelta"] >= hi * 1.25
     assert lo * 0.8 <= truth <= hi * 1.2  # the sim's known truth sits at the interval
+    assert abs(data["minCachedTokenDelta"] - truth) <= max(0.15 * truth, 64)  # the mean costs' crossing, to a block
+    assert data["alternatives"]["upper"]["threshold"] >= hi * 1.25
+    assert data["expected_regret_pct"] <= data["alternatives"]["upper"]["expected_regret_pct"]
+    assert 0 <= data["p_break_even_above"] <= 1
 
 
 def test_vllm_format_reads_the_per_role_config_a_sweep_records(tmp_path, kvcal):

@@ -118,7 +118,7 @@ def test_an_idle_pull_costs_the_pull_curve():
 
 
 def test_near_idle_the_recommended_threshold_is_emit_configs(tmp_path):
-    fit = make_fit()
+    fit = make_fit(break_even_tokens=682.0, break_even_ci=[600.0, 780.0])  # the default curves cross at 682
     w = tmp_path / "w.yaml"
     w.write_text(EXAMPLE.read_text())
     result = run_fleet(_config(w, pods=2, thresholds=[256, 1024, 2048], rate=0.05, duration_s=120,

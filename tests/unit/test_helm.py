@@ -265,9 +265,8 @@ def test_diff_is_a_unified_diff() -> None:
 
 
 def _fit_file(tmp_path):
-    curve = factories.make_curve(1.0, 1.0)
-    fit = factories.make_fit(recompute=curve, pull=curve)  # break-even 1500 [1300, 1800], block 64
-    return write_fit(fit, tmp_path / "fit.json")  # 1800 x 1.25 -> 2304 with the default margin
+    fit = factories.make_fit()  # the default curves cross at 682 tokens; block 64
+    return write_fit(fit, tmp_path / "fit.json")  # the default rule: 682 -> 704, the cheaper neighbouring block
 
 
 def test_cli_helm_pipe_prints_the_whole_file(tmp_path, capsys) -> None:
@@ -276,8 +275,8 @@ def test_cli_helm_pipe_prints_the_whole_file(tmp_path, capsys) -> None:
     rc = main(["emit-config", str(_fit_file(tmp_path)), "--format", "helm", "--values", str(ROUTER)])
     out, err = capsys.readouterr()
     assert rc == 0
-    assert out == ROUTER.read_text().replace("minCachedTokenDelta: 2048", "minCachedTokenDelta: 2304")
-    assert "2048 -> 2304" in err
+    assert out == ROUTER.read_text().replace("minCachedTokenDelta: 2048", "minCachedTokenDelta: 704")
+    assert "2048 -> 704" in err
 
 
 def test_cli_in_place_and_diff(tmp_path, capsys) -> None:
@@ -288,8 +287,8 @@ def test_cli_in_place_and_diff(tmp_path, capsys) -> None:
     rc = main(["emit-config", str(_fit_file(tmp_path)), "--format", "helm", "--values", str(target), "--in-place", "--diff"])
     out, err = capsys.readouterr()
     plus = [ln for ln in out.split("\n") if ln.startswith("+") and not ln.startswith("+++")]
-    assert rc == 0 and len(plus) == 3 and all(ln.endswith("minCachedTokenDelta: 2304") for ln in plus)
-    assert target.read_text().count("minCachedTokenDelta: 2304") == 3
+    assert rc == 0 and len(plus) == 3 and all(ln.endswith("minCachedTokenDelta: 704") for ln in plus)
+    assert target.read_text().count("minCachedTokenDelta: 704") == 3
     assert (tmp_path / "v.yaml.bak").read_text() == MULTI.read_text() and "backup" in err
 
 

@@ -73,9 +73,12 @@ def _fit(**overrides) -> FitResult:
 def test_an_interval_open_above_exits_3_with_nothing_on_stdout(kvcal, tmp_path):
     path = tmp_path / "fit.json"
     path.write_text(_fit().model_dump_json(by_alias=True))
-    res = kvcal("emit-config", path, "--format", "env")
+    res = kvcal("emit-config", path, "--format", "env", "--rule", "upper")
     assert res.code == 3 and res.out == ""
     assert "open above" in res.err and "kvcal sweep" in res.err
+    # the default rule does not refuse an interval open above when the mean costs cross in range (at 6,000)
+    default = kvcal("emit-config", path, "--format", "env")
+    assert default.code == 0 and default.out == "MIN_CACHED_TOKEN_DELTA=6016\n"
 
 
 def test_parallel_curves_never_emit_below_the_truth(tmp_path):
@@ -83,7 +86,7 @@ def test_parallel_curves_never_emit_below_the_truth(tmp_path):
     for seed in range(6):
         fit = fit_table(sim_table(PARALLEL, [1024, 2048, 4096, 8192, 16384], 3, seed=seed), n_resamples=500, seed=seed)
         try:
-            assert compute_threshold(fit).min_cached_token_delta >= truth
+            assert compute_threshold(fit, rule="upper").min_cached_token_delta >= truth
         except NoThreshold as err:
             assert "open above" in str(err) or "tie" in str(err)
 
@@ -92,7 +95,7 @@ def test_near_shortest_truth_is_not_capped_below_the_interval():
     """Truth 1,126 just above the shortest length 1,024: the threshold follows the interval's raised upper end."""
     fit = _fit(status="crossover", break_even_tokens=900.0, break_even_ci=[658.0, 1166.0], measured_range=[1024, 16384],
                smallest_pull_win_tokens=1024, pull_won_from_tokens=1024, bootstrap={})
-    t = compute_threshold(fit)
+    t = compute_threshold(fit, rule="upper")
     assert t.min_cached_token_delta == 1472  # 1166 x 1.25 = 1457.5 -> 1472, not 1024
     assert t.min_cached_token_delta >= 1126
 
@@ -102,7 +105,7 @@ def test_the_floor_is_the_start_of_the_winning_tail():
                           pull_won_measurably=p < 9.0) for n, p in ((512, 8.0), (1024, 11.0), (2048, 5.0), (4096, 4.0))]
     fit = _fit(status="crossover", break_even_tokens=300.0, break_even_ci=[200.0, 400.0], per_length=rows,
                pull_won_from_tokens=2048, bootstrap={}, measured_range=[512, 4096])
-    assert compute_threshold(fit).min_cached_token_delta == 2048
+    assert compute_threshold(fit, rule="upper").min_cached_token_delta == 2048
 
 
 @pytest.mark.parametrize("disturbed", [True, False])
@@ -117,7 +120,7 @@ def test_a_disturbed_run_is_refused_unless_allowed(kvcal, tmp_path, disturbed):
         return
     assert res.code == 3 and res.out == "" and "disturbed host" in res.err and "60%" in res.err
     allowed = kvcal("emit-config", path, "--format", "env", "--allow-disturbed")
-    assert allowed.code == 0 and allowed.out == "MIN_CACHED_TOKEN_DELTA=8768\n"
+    assert allowed.code == 0 and allowed.out == "MIN_CACHED_TOKEN_DELTA=6016\n"  # the curves cross at 6,000
     assert "disturbed host" in allowed.err and "kvcal sweep" in allowed.err
 
 
@@ -130,7 +133,7 @@ def test_every_threshold_warning_says_what_to_run():
     ]
     for fit in cases:
         for allow in (False, True):
-            t = compute_threshold(fit, allow_extrapolation=allow)
+            t = compute_threshold(fit, rule="upper", allow_extrapolation=allow)
             assert t.warnings
             assert all("`kvcal " in w for w in t.warnings), t.warnings
 
@@ -141,8 +144,11 @@ def test_threshold_json_keeps_the_contract_keys(kvcal, tmp_path):
     data = json.loads(res.out)
     # The threshold's keys, plus the affinity filter's constant (issue 12's contract).
     assert set(data) == {"minCachedTokenDelta", "break_even_tokens", "break_even_ci", "margin", "block_size", "status",
-                         "peakPrefillThroughput", "peak_prefill_chunk_size", "peak_prefill_ci", "peak_prefill_extrapolated"}
-    assert data["minCachedTokenDelta"] >= math.ceil(SimCosts().true_break_even())
+                         "peakPrefillThroughput", "peak_prefill_chunk_size", "peak_prefill_ci", "peak_prefill_extrapolated",
+                         "rule", "expected_regret_ms", "expected_regret_pct", "p_break_even_above", "alternatives"}
+    truth = SimCosts().true_break_even()
+    assert abs(data["minCachedTokenDelta"] - truth) <= max(0.15 * truth, 64)
+    assert data["alternatives"]["upper"]["threshold"] >= math.ceil(truth)
 
 
 def test_a_large_noisy_win_is_not_a_tie():
@@ -161,7 +167,7 @@ def test_pull_always_wins_with_a_lost_median_at_the_longest_length_still_emits_f
                           pull_won_measurably=p < 9.0) for n, p in ((2048, 5.0), (8192, 6.0), (32768, 10.5))]
     fit = _fit(status="pull-always-wins", break_even_tokens=0.0, break_even_ci=[0.0, 300.0], per_length=rows,
                pull_won_from_tokens=None, smallest_pull_win_tokens=2048, bootstrap={}, measured_range=[2048, 32768])
-    t = compute_threshold(fit)
+    t = compute_threshold(fit, rule="upper")
     assert t.min_cached_token_delta == 2048
     assert any("lost at the longest measured length" in w and "`kvcal sweep" in w for w in t.warnings)
 
@@ -172,7 +178,7 @@ def test_advice_to_sweep_shorter_never_names_a_one_block_length():
                           pull_won_measurably=True) for n in (256, 512)]
     fit = _fit(status="pull-always-wins", break_even_tokens=0.0, break_even_ci=[0.0, 100.0], per_length=rows,
                pull_won_from_tokens=256, smallest_pull_win_tokens=256, bootstrap={}, measured_range=[256, 512])
-    advice = next(w for w in compute_threshold(fit).warnings if "--prefix-lengths" in w)
+    advice = next(w for w in compute_threshold(fit, rule="upper").warnings if "--prefix-lengths" in w)
     lengths = [int(n) for n in re.search(r"--prefix-lengths ([\d,]+)", advice).group(1).split(",")]
     assert lengths == [128, 256]
 
