@@ -20,6 +20,7 @@ import numpy as np
 
 from kvcal.cost_curve import break_even_tokens
 from kvcal.emit.costmodel import costmodel_values
+from kvcal.fit.mean_cost import mean_scales
 from kvcal.records import FitResult
 
 
@@ -76,10 +77,13 @@ def _loaded_terms(fit: FitResult) -> dict:
 def leg_cost(fit: FitResult, leg: str, coefficients: tuple[float, float, float]) -> tuple[float, float, float]:
     """The one place a fit leg's coefficients (the point fit's or a resample's) become the fleet's cost of that leg.
 
-    ``leg`` is "recompute" or "pull". Today the coefficients pass through unchanged; a per-leg scaling of the fit
-    (the mean cost of a leg rather than its typical one) belongs here, so every cost set gets it.
+    ``leg`` is "recompute" or "pull". The router pays a leg's mean cost, not its typical one: the robust fit's curve
+    is scaled by what its residuals say (:mod:`kvcal.fit.mean_cost`, as emit-config's rule decides), so every cost
+    set, the point fit's and each resample's, charges the mean.
     """
-    return (float(coefficients[0]), float(coefficients[1]), float(coefficients[2]))
+    m_recompute, m_pull = mean_scales(fit)
+    scale = m_recompute if leg == "recompute" else m_pull
+    return (float(coefficients[0]) * scale, float(coefficients[1]) * scale, float(coefficients[2]) * scale)
 
 
 def point_costs(fit: FitResult) -> FleetCosts:

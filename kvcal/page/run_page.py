@@ -90,11 +90,24 @@ def rule_text(run: RunData) -> str:
     t = run.emitted.threshold
     if t is None:
         return ""
-    rule = (
-        f"The rule: the upper end of the break-even's interval, raised by the margin {t.margin:g} and rounded up to a "
-        f"multiple of the block size {t.block_size}, never below the shortest measured length from which the pull "
-        "won (docs/emit.md)."
-    )
+    if t.rule == "upper":
+        rule = (
+            f"The rule (--rule upper): the upper end of the break-even's interval, raised by the margin {t.margin:g} "
+            f"and rounded up to a multiple of the block size {t.block_size}, never below the shortest measured length "
+            "from which the pull won (docs/emit.md)."
+        )
+    else:
+        rule = (
+            "The rule (expected cost, the default): where the legs' mean costs, the ones the router pays, cross for "
+            f"good, rounded to a multiple of the block size {t.block_size}, never at or below a length where the pull "
+            "was measured to lose (docs/emit.md, how the threshold is chosen)."
+        )
+    figures = t.figures
+    if figures.expected_regret_ms is not None and figures.expected_regret_pct is not None:
+        rule += (f" Its expected regret over the bootstrap draws: {figures.expected_regret_ms:.3g} ms a request "
+                 f"({figures.expected_regret_pct:.3g} % of the expected TTFT)"
+                 + (f"; the break-even lies above it with probability {figures.p_break_even_above:.2f}."
+                    if figures.p_break_even_above is not None else "."))
     n = t.min_cached_token_delta
     recompute, pull = float(curve_ms(run.fit.recompute, n)), float(curve_ms(run.fit.pull, n))
     saving = recompute - pull
@@ -102,7 +115,7 @@ def rule_text(run: RunData) -> str:
         cost = (
             f"What it costs: prefixes shorter than {n:,} tokens recompute, so a request just under the threshold "
             f"gives up up to {saving:.3g} ms ({saving / recompute:.0%} of its fitted recompute TTFT of "
-            f"{recompute:.3g} ms); above the threshold every pull is on the safe side of the interval."
+            f"{recompute:.3g} ms); above it the router pulls."
         )
     else:
         cost = f"At the threshold the fitted pull does not yet save time ({-saving:.3g} ms slower): the floor set it."
