@@ -27,7 +27,11 @@ Examples:
 
   kvcal fleet runs/r/fit.json --workload w.yaml --rate 4 --seeds 5 --resamples 20
 
-  kvcal fleet runs/r --workload w.yaml --loads 1,2,4,8 --plot fleet.png"""
+  kvcal fleet runs/r --workload w.yaml --loads 1,2,4,8 --plot fleet.png
+
+  kvcal fleet runs/r --workload w.yaml --seeds 10 --resamples 20 --jobs 16
+
+  kvcal fleet runs/r --workload w.yaml --seeds 10 --resamples 100 --ray auto   # from a pod of a Ray cluster"""
 
 
 def fleet(
@@ -43,6 +47,11 @@ def fleet(
     resamples: int = typer.Option(0, "--resamples", help="The calibration's bootstrap resamples per seed (0: the point fit)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write TTFT p90 and goodput against threshold and load (.png/.svg)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema kvcal.fleet/1)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes for the runs (default: the cores "
+                                       "kvcal may use). The result is the same for any N."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Run the runs as Ray tasks: auto (the "
+                                      "cluster this machine is in), local (start one here) or an address "
+                                      "(ray://HOST:10001). Needs pip install 'kvcal[ray]'; same result as --jobs."),
 ) -> None:
     """Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to use."""
     from kvcal.emit.formats import load_input
@@ -57,7 +66,8 @@ def fleet(
         check_output(plot, "--plot", [fit_path, workload])
     chosen = None if thresholds.strip().lower() == "auto" else int_list(thresholds, "--thresholds")
     config = FleetConfig(fit_path=fit_path, workload_path=workload, pods=pods, thresholds=chosen, rate=rate,
-                         loads=float_list(loads, "--loads"), duration_s=duration, seeds=seeds, resamples=resamples)
+                         loads=float_list(loads, "--loads"), duration_s=duration, seeds=seeds, resamples=resamples,
+                         jobs=jobs, ray_address=ray)
     checked = check_arguments(config)  # before the fit: a run folder without one is fitted now, which takes a while
     result = run_fleet(config, load_input(fit_path), _progress(), checked)
     if plot is not None:

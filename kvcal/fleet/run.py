@@ -10,6 +10,7 @@ import numpy as np
 
 from kvcal import __version__
 from kvcal.errors import InputError
+from kvcal.fleet.parallel import Executor, default_jobs
 from kvcal.fleet.result import Figure, FleetResult, FleetRow, LoadResult
 from kvcal.fleet.study import (BEST_RULE, PolicyRuns, Progress, auto_thresholds, best_of_run, block_of, break_even_of,
                                cost_sets, idle_threshold, policies, recommend, run_policies, to_block)
@@ -32,6 +33,11 @@ class FleetConfig:
     duration_s: float | None = None
     seeds: int = 3
     resamples: int = 0
+    jobs: int | None = None  # worker processes; None: the cores this process may use
+    ray_address: str | None = None  # run on Ray instead: auto, local, or a cluster address
+
+    def executor(self) -> Executor:
+        return Executor(jobs=self.jobs if self.jobs is not None else default_jobs(), ray_address=self.ray_address)
 
 
 def check_arguments(config: FleetConfig) -> Workload:
@@ -49,6 +55,7 @@ def check_arguments(config: FleetConfig) -> Workload:
     for t in config.thresholds or []:
         if t < 1:
             raise InputError(f"--thresholds must be positive multiples of the block size, got {t}")
+    config.executor().check()
     return load_workload(config.workload_path).with_overrides(rate=config.rate, duration_s=config.duration_s)
 
 
@@ -72,7 +79,7 @@ def _one_load(workload: Workload, config: FleetConfig, fit: FitResult, block: in
               progress: Progress, offset: int, total: int) -> tuple[list[PolicyRuns], list[FleetRow]]:
     sets = cost_sets(fit, config.resamples)
     runs = run_policies(workload, config.pods, fit, block, policies(fit, thresholds), config.seeds, sets, progress,
-                        offset, total)
+                        offset, total, config.executor())
     return runs, [_row(r, fit.confidence) for r in runs]
 
 

@@ -21,6 +21,7 @@ from kvcal.emit.costmodel import COSTMODEL_FLOOR_TOKENS
 from kvcal.emit.threshold import compute_threshold, resolve_block_size, round_up
 from kvcal.errors import InputError, KvcalError
 from kvcal.fleet.costs import FleetCosts, cost_rule, resampled_costs
+from kvcal.fleet.parallel import SERIAL, Executor
 from kvcal.fleet.router import Policy
 from kvcal.fleet.sim import FleetSim, RunStats
 from kvcal.fleet.workload import Workload
@@ -84,23 +85,28 @@ def policies(fit: FitResult, thresholds: list[int]) -> list[Policy]:
 
 
 def run_policies(workload: Workload, pods: int, fit: FitResult, block: int, chosen: list[Policy], seeds: int,
-                 cost_sets: list[FleetCosts], progress: Progress, offset: int = 0, total: int = 0) -> list[PolicyRuns]:
-    out = []
-    done = offset
-    for policy in chosen:
-        runs = []
-        for seed in range(seeds):
-            for costs in cost_sets:
-                stats = FleetSim(workload, pods, costs, policy, block, seed).run()
-                if not stats.ttft_ms:
-                    raise InputError(f"no request arrived in the measured window ({workload.warmup_s:g}-"
-                                     f"{workload.duration_s:g} s, seed {seed}): lengthen duration_s (--duration) or "
-                                     "raise the rate (--rate)")
-                runs.append(_figures(stats))
-                done += 1
-                progress(done, total, f"{policy.name} {policy.threshold or ''}".strip())
-        out.append(PolicyRuns(policy, runs))
-    return out
+                 cost_sets: list[FleetCosts], progress: Progress, offset: int = 0, total: int = 0,
+                 executor: Executor = SERIAL) -> list[PolicyRuns]:
+    tasks = [(policy, seed, k) for policy in chosen for seed in range(seeds) for k in range(len(cost_sets))]
+
+    def done(count: int, task: tuple[Policy, int, int]) -> None:
+        progress(offset + count, total, f"{task[0].name} {task[0].threshold or ''}".strip())
+
+    figures = executor.map(simulate_run, (workload, pods, block, cost_sets), tasks, done)
+    per_policy = seeds * len(cost_sets)
+    return [PolicyRuns(policy, figures[i * per_policy:(i + 1) * per_policy]) for i, policy in enumerate(chosen)]
+
+
+def simulate_run(shared: tuple[Workload, int, int, list[FleetCosts]], task: tuple[Policy, int, int]) -> dict[str, float]:
+    """One run's figures: a function of the shared inputs and the run's identity only (any worker may run it)."""
+    workload, pods, block, cost_sets = shared
+    policy, seed, k = task
+    stats = FleetSim(workload, pods, cost_sets[k], policy, block, seed).run()
+    if not stats.ttft_ms:
+        raise InputError(f"no request arrived in the measured window ({workload.warmup_s:g}-"
+                         f"{workload.duration_s:g} s, seed {seed}): lengthen duration_s (--duration) or "
+                         "raise the rate (--rate)")
+    return _figures(stats)
 
 
 def best_of_run(rows: list[PolicyRuns], k: int | None, break_even: float, block: int) -> float | None:
