@@ -33,11 +33,8 @@ def _kvcal(*args: str, cwd: Path) -> tuple[float, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--resamples", type=int, default=4)
-    parser.add_argument("--pods", type=int, default=4)
-    parser.add_argument("--duration", type=float, default=120.0)
+    for flag, default in (("--jobs", 2), ("--seeds", 2), ("--resamples", 4), ("--pods", 4), ("--duration", 120)):
+        parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--ray", action="store_true", help="also run on a local Ray instance (--ray local)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
