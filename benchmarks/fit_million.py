@@ -57,7 +57,8 @@ def main() -> int:
         write_table(table, args.lengths, args.reps, args.seed)
         rows = sum(1 for _ in table.open()) - 1
         argv = ["fit", str(table), "-o", str(out), "--resamples", str(args.resamples)]
-        code = (FORCE_ROWS if args.row_path else "") + f"import sys; from kvcal.cli.app import main; sys.exit(main({argv!r}))"
+        run_cli = f"import sys; from kvcal.cli.app import main; sys.exit(main({argv!r}))"
+        code = (FORCE_ROWS if args.row_path else "") + run_cli
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         wall = time.perf_counter() - started

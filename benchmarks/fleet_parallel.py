@@ -50,7 +50,8 @@ def main() -> None:
         runs = one.count('"policy"') * args.seeds * max(1, args.resamples)
         print(f"{runs} runs; --jobs 1: {one_s:.1f} s wall")
         many_s, many = _kvcal(*study, "--jobs", str(args.jobs), cwd=root)
-        print(f"--jobs {args.jobs}: {many_s:.1f} s wall = {many_s / one_s:.2f}x --jobs 1; identical JSON: {many == one}")
+        print(f"--jobs {args.jobs}: {many_s:.1f} s wall = {many_s / one_s:.2f}x --jobs 1; "
+              f"identical JSON: {many == one}")
         if args.ray:
             ray_s, on_ray = _kvcal(*study, "--ray", "local", cwd=root)
             print(f"--ray local: {ray_s:.1f} s wall (Ray's start included); identical JSON: {on_ray == one}")

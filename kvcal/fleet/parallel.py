@@ -41,7 +41,7 @@ def default_jobs() -> int:
 
 @dataclass(frozen=True)
 class Executor:
-    """``jobs`` worker processes here, or, with ``ray_address`` (``auto``, ``local`` or a cluster address), Ray tasks."""
+    """``jobs`` worker processes here or, with ``ray_address`` (``auto``, ``local``, a cluster's address), Ray tasks."""
 
     jobs: int = 1
     ray_address: str | None = None

@@ -97,7 +97,8 @@ def run_policies(workload: Workload, pods: int, fit: FitResult, block: int, chos
     return [PolicyRuns(policy, figures[i * per_policy:(i + 1) * per_policy]) for i, policy in enumerate(chosen)]
 
 
-def simulate_run(shared: tuple[Workload, int, int, list[FleetCosts]], task: tuple[Policy, int, int]) -> dict[str, float]:
+def simulate_run(shared: tuple[Workload, int, int, list[FleetCosts]],
+                 task: tuple[Policy, int, int]) -> dict[str, float]:
     """One run's figures: a function of the shared inputs and the run's identity only (any worker may run it)."""
     workload, pods, block, cost_sets = shared
     policy, seed, k = task

@@ -23,7 +23,8 @@ def _campaign(reps: int, seed: int, stall_share: float = 0.0, single_at: int | N
     rows = []
     for n in LADDER:
         truth = {"recompute": CPU.recompute_intercept_ms + CPU.recompute_per_token_us * n / 1e3
-                 + CPU.recompute_per_token2_ns * n**2 / 1e6, "pull": CPU.pull_intercept_ms + CPU.pull_per_token_us * n / 1e3}
+                 + CPU.recompute_per_token2_ns * n**2 / 1e6,
+                 "pull": CPU.pull_intercept_ms + CPU.pull_per_token_us * n / 1e3}
         for leg, curve in truth.items():
             for rep in range(1 if n == single_at else reps):
                 ttft = curve * rng.lognormal(-sigma**2 / 2, sigma) * (4.0 if rng.random() < stall_share else 1.0)
@@ -63,5 +64,6 @@ def test_atoms_keep_every_lengths_share_and_the_values_mean_and_spread():
     values = rng.lognormal(0, 0.3, 1000)
     mean, square, start, share = bootstrap_atoms._bins(values, np.ones_like(values), 64)
     assert share.sum() == pytest.approx(1.0) and len(share) == 64
-    assert (share * mean).sum() == pytest.approx(values.mean()) and (share * square).sum() == pytest.approx((values**2).mean())
+    assert (share * mean).sum() == pytest.approx(values.mean())
+    assert (share * square).sum() == pytest.approx((values**2).mean())
     assert np.all(np.diff(mean) > 0) and np.all(start == 1.0)
