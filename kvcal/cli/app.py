@@ -63,8 +63,8 @@ def _listed_only() -> None:
     """Never runs: an invocation that names a command gets the whole app."""
 
 
-def build_app(*, index_only: bool = False) -> typer.Typer:
-    """The kvcal app: every command registered, or (``index_only``) stand-ins that only list them."""
+def build_app(*, index_only: bool = False, only: str | None = None) -> typer.Typer:
+    """The kvcal app: every command registered, ``only`` that one, or (``index_only``) stand-ins that only list them."""
     built = typer.Typer(
         name="kvcal",
         help="Measure when pulling KV cache from a peer beats recomputing the prefix, and emit the threshold.",
@@ -78,7 +78,7 @@ def build_app(*, index_only: bool = False) -> typer.Typer:
         for name, summary in commands.INDEX:
             built.command(name, help=summary)(_listed_only)
         return built
-    for module in commands.load():
+    for module in commands.load(commands.MODULES if only is None else (commands.MODULE_OF[only],)):
         module.register(built)
     _apply_shared_checks(built)
     return built
@@ -93,6 +93,14 @@ def __getattr__(name: str):
     if name == "app":  # ``from kvcal.cli.app import app``: the whole app, built once
         return full_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The index for the command list, one command's app when one is named (its imports alone), else the whole app."""
+    if lists_commands_only(args):
+        return build_app(index_only=True)
+    named = commands.named_command(args)
+    return build_app(only=named) if named is not None else full_app()
 
 
 def lists_commands_only(args: list[str]) -> bool:
@@ -190,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         error_line(problem)
         return 2
     try:
-        target = build_app(index_only=True) if lists_commands_only(args) else full_app()
+        target = _app_for(args)
         result = target(args=args, standalone_mode=False, prog_name="kvcal")
     except KvcalError as err:
         error_line(str(err))

@@ -39,6 +39,18 @@ INDEX = (
 )
 
 
-def load() -> list[ModuleType]:
-    """Every command module, imported (each has ``register(app)``)."""
-    return [importlib.import_module(f"kvcal.cli.{name}") for name in MODULES]
+# The module that registers each command: an invocation that names one builds an app of that command alone.
+MODULE_OF = {"sweep": "sweep_cmd", "export": "export_cmd", "fit": "fit_cmd", "plot": "plot_cmd",
+             "emit-config": "emit_cmd", "compare": "compare_cmd", "history": "history_cmd", "predict": "predict_cmd",
+             "plan": "plan_cmd", "fleet": "fleet_cmd", "k8s-job": "k8s_cmd", "profiles": "profiles_cmd"}
+
+
+def load(names: tuple[str, ...] = MODULES) -> list[ModuleType]:
+    """The command modules, imported (each has ``register(app)``): all of them unless ``names`` says which."""
+    return [importlib.import_module(f"kvcal.cli.{name}") for name in names]
+
+
+def named_command(args: list[str]) -> str | None:
+    """The command an invocation names (its first word that is not a flag), when kvcal has it."""
+    first = next((arg for arg in args if not arg.startswith("-")), None)
+    return first if first in MODULE_OF else None

@@ -32,6 +32,10 @@ Examples:
 
   kvcal fleet runs/r --workload w.yaml --seeds 50 --max-simulated-requests 100000000
 
+  kvcal fleet runs/r --workload w.yaml --seeds 10 --resamples 20 --jobs 16
+
+  kvcal fleet runs/r --workload w.yaml --seeds 10 --resamples 100 --ray auto   # from a pod of a Ray cluster
+
 The study's size (runs, simulated requests, time and memory) is printed on stderr before
 the first run; a study over --max-simulated-requests is refused (exit 2) before it starts.
 The recommended threshold is the simulated one with the highest mean goodput, ties (a
@@ -57,6 +61,11 @@ def fleet(
                                      "together; the size is printed before the first run). Raise it to allow one."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write TTFT p90 and goodput against threshold and load (.png/.svg)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema kvcal.fleet/1)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes for the runs (default: the cores "
+                                       "kvcal may use). The result is the same for any N."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Run the runs as Ray tasks: auto (the "
+                                      "cluster this machine is in), local (start one here) or an address "
+                                      "(ray://HOST:10001). Needs pip install 'kvcal[ray]'; same result as --jobs."),
 ) -> None:
     """Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to use."""
     from kvcal.fleet.settings import make_config
@@ -64,7 +73,8 @@ def fleet(
     chosen = None if thresholds.strip().lower() == "auto" else int_list(thresholds, "--thresholds")
     config = make_config(fit_path=fit_path, workload_path=workload, pods=pods, thresholds=chosen, rate=rate,
                          loads=float_list(loads, "--loads"), duration_s=duration, seeds=seeds, resamples=resamples,
-                         max_simulated_requests=max_requests)  # first: a bad flag is refused before the heavy imports
+                         max_simulated_requests=max_requests, jobs=jobs,
+                         ray_address=ray)  # first: a bad flag is refused before the heavy imports
     from kvcal.emit.formats import load_input
     from kvcal.fleet.run import check_arguments, run_fleet
     from kvcal.outputs import check_output

@@ -57,6 +57,7 @@ from scipy import stats
 from kvcal.records import FIT_DEFAULTS
 from kvcal.fit.breakeven import break_even_tokens
 from kvcal.cost_curve import cost_ms
+from kvcal.fit.bootstrap_atoms import atom_sums, reps_atoms, residual_atoms, use_atoms
 from kvcal.fit.curves import MODEL_PARAMS, LegFit, f_statistic, solve_nnls, to_physical
 from kvcal.fit.modes import MeanCost
 
@@ -214,12 +215,18 @@ def _draw_residuals(fit: LegFit, rng: np.random.Generator, n_resamples: int) -> 
     data = fit.data
     fitted = cost_ms(fit.chosen_fit.coef, data.n_tokens)
     s = data.scale_ms[data.group]
-    resid = (data.ttft_ms - fitted) / s
-    resid = resid / np.sqrt(np.maximum(1.0 - _leverage(fit), 1e-3))
-    resid = resid - resid.mean()
+    resid = _relative_residuals(fit)
     draw = rng.integers(0, data.n_probes, size=(n_resamples, data.n_probes))
     y_star = fitted + s * resid[draw]
     return y_star, np.ones_like(y_star)
+
+
+def _relative_residuals(fit: LegFit) -> np.ndarray:
+    """The leg's relative residuals, leverage-corrected and centred: what the residual scheme draws from."""
+    data = fit.data
+    resid = (data.ttft_ms - cost_ms(fit.chosen_fit.coef, data.n_tokens)) / data.scale_ms[data.group]
+    resid = resid / np.sqrt(np.maximum(1.0 - _leverage(fit), 1e-3))
+    return resid - resid.mean()
 
 
 def _resampled_sums(fit: LegFit, draw, rng: np.random.Generator, n_resamples: int):
@@ -228,8 +235,12 @@ def _resampled_sums(fit: LegFit, draw, rng: np.random.Generator, n_resamples: in
     A resample enters the refits only through its per-length sums, so at most
     ``CHUNK_ELEMENTS`` (resamples x probes) values are held at once: a million-row table
     bootstraps in a few hundred MB instead of tens of GB. The slices draw the same random
-    stream in the same order, so the samples do not depend on the slice size.
+    stream in the same order, so the samples do not depend on the slice size. A table far larger
+    than any sweep's is resampled from per-length atoms instead (:mod:`kvcal.fit.bootstrap_atoms`).
     """
+    if use_atoms(fit, n_resamples):
+        atoms = reps_atoms(fit) if draw is _draw_reps else residual_atoms(fit, _relative_residuals(fit))
+        return atom_sums(fit, atoms, rng, n_resamples)
     indicator = _indicator(fit)
     step = max(1, CHUNK_ELEMENTS // fit.data.n_probes)
     parts = []

@@ -173,9 +173,14 @@ def solve_nnls(gram: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def weighted_fit(data: LegData, p: int, weights: np.ndarray) -> tuple[np.ndarray, float]:
     """Exact non-negative WLS of the first p basis columns; weights per probe. Returns (beta_u, wsse)."""
-    x = data.basis(p)[data.group]
-    gram = np.einsum("i,ij,ik->jk", weights, x, x)
-    rhs = np.einsum("i,ij,i->j", weights, x, data.ttft_ms)
+    # Per-length sums: the probes of one length share their basis row, so the normal equations need only
+    # sum(w) and sum(w y) per length (a million-row table's EM refits this many times).
+    x = data.basis(p)
+    k = len(data.lengths)
+    s0 = np.bincount(data.group, weights=weights, minlength=k)
+    s1 = np.bincount(data.group, weights=weights * data.ttft_ms, minlength=k)
+    gram = (x * s0[:, None]).T @ x
+    rhs = s1 @ x
     beta, obj = solve_nnls(gram, rhs[None, :])
     wsse = float(np.sum(weights * data.ttft_ms**2) + obj[0])
     return beta[0], max(wsse, 0.0)

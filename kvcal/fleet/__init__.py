@@ -5,6 +5,7 @@
 engine's tiers, the router's index), ``router.py`` (pod choice and the P2P rule),
 ``sim.py`` (the event loop), ``host.py`` (engines sharing one host), ``study.py``
 (the independent runs: policies, seeds, resamples, and ``run_all``, the loop over them),
+``parallel.py`` (where the runs execute: worker processes or Ray tasks),
 ``choose.py`` (the best and recommended thresholds), ``settings.py`` (every flag and its
 bounds), ``size.py`` (the study's size and its cap), ``run.py`` (the entry point), ``result.py`` (the output record), ``plot.py`` (TTFT p90 and goodput
 against threshold and load).

@@ -31,6 +31,7 @@ NOTHING_DIFFERS = ("no policy differs: every run of every policy gave the same f
 
 def check_arguments(config: FleetConfig) -> Workload:
     """The workload file and every load's overrides, checked before the fit is read (a run folder is fitted: slow)."""
+    config.executor().check()
     workload = load_workload(config.workload_path).with_overrides(rate=config.rate, duration_s=config.duration_s)
     for rate in config.loads or []:
         workload.with_overrides(rate=rate)  # --loads on a trace: refused now, not after the first load's runs
@@ -122,7 +123,7 @@ def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress, workload:
     if announce is not None:
         announce(size.line())
     specs = plan_runs(len(workloads), chosen, config.seeds, len(sets))
-    figures = run_all(Study(workloads, config.pods, block, sets), specs, progress, tick)
+    figures = run_all(Study(workloads, config.pods, block, sets), specs, progress, tick, config.executor())
     runs = by_policy(specs, figures, 0)
     choice, recommended, steps, reason, notes = _recommend(runs, idle, idle_reason, fit.confidence, block)
     notes += [repeated] if repeated else []

@@ -14,6 +14,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvcal.errors import InputError
+from kvcal.fleet.parallel import MAX_JOBS, Executor, default_jobs
 
 MAX_PODS = 4096
 MAX_RATE = 1e5  # sessions per second, as the workload file's arrival.rate
@@ -21,7 +22,7 @@ MAX_THRESHOLD_TOKENS = 10**7  # as the workload's longest system prompt: no prom
 DEFAULT_MAX_SIMULATED_REQUESTS = 10_000_000  # about 10 minutes on one core (kvcal.fleet.size.SECONDS_PER_REQUEST)
 FLAGS = {"pods": "--pods", "thresholds": "--thresholds", "rate": "--rate", "loads": "--loads",
          "duration_s": "--duration", "seeds": "--seeds", "resamples": "--resamples",
-         "max_simulated_requests": "--max-simulated-requests"}
+         "max_simulated_requests": "--max-simulated-requests", "jobs": "--jobs", "ray_address": "--ray"}
 
 
 class FleetConfig(BaseModel):
@@ -42,6 +43,12 @@ class FleetConfig(BaseModel):
     resamples: int = Field(0, ge=0, le=1000, description="The calibration's bootstrap resamples per seed.")
     max_simulated_requests: int = Field(DEFAULT_MAX_SIMULATED_REQUESTS, ge=1, le=10**12,
                                         description="The most requests the whole study may simulate.")
+    jobs: int | None = Field(None, ge=1, le=MAX_JOBS, description="Worker processes (None: the cores kvcal may use).")
+    ray_address: str | None = Field(None, min_length=1, description="Run as Ray tasks: auto, local or an address.")
+
+    def executor(self) -> Executor:
+        """Where the study's runs execute (kvcal.fleet.parallel); checked (bounds, Ray importable) before work."""
+        return Executor(jobs=self.jobs if self.jobs is not None else default_jobs(), ray_address=self.ray_address)
 
     def unique_thresholds(self) -> tuple[list[int] | None, str | None]:
         """The thresholds once each, in order, and a note naming the repeats (None when there are none)."""

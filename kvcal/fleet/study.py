@@ -19,6 +19,7 @@ from kvcal.emit.costmodel import COSTMODEL_FLOOR_TOKENS
 from kvcal.emit.threshold import compute_threshold, resolve_block_size, round_up
 from kvcal.errors import InputError, KvcalError
 from kvcal.fleet.costs import FleetCosts, cost_rule, resampled_costs
+from kvcal.fleet.parallel import SERIAL, Executor
 from kvcal.fleet.router import Policy
 from kvcal.fleet.sim import FleetSim, RunStats
 from kvcal.fleet.workload import Workload
@@ -120,13 +121,25 @@ def run_one(study: Study, spec: RunSpec, tick: Tick | None = None) -> dict[str, 
     return _figures(stats)
 
 
-def run_all(study: Study, specs: list[RunSpec], progress: Progress, tick: Tick | None = None) -> list[dict[str, float]]:
-    """Every run of ``specs``, one after another; the figures in the order of ``specs``."""
-    out = []
-    for done, spec in enumerate(specs, start=1):
-        out.append(run_one(study, spec, tick))
-        progress(done, len(specs), spec.label)
-    return out
+def run_all(study: Study, specs: list[RunSpec], progress: Progress, tick: Tick | None = None,
+            executor: Executor = SERIAL) -> list[dict[str, float]]:
+    """Every run of ``specs``, the figures in the order of ``specs`` whoever ran them (:mod:`kvcal.fleet.parallel`).
+
+    One after another here (with ``tick``, the progress inside each run), or on the executor's worker processes or
+    Ray tasks, where progress counts the runs as they finish.
+    """
+    if executor.serial:
+        out = []
+        for done, spec in enumerate(specs, start=1):
+            out.append(run_one(study, spec, tick))
+            progress(done, len(specs), spec.label)
+        return out
+    return executor.map(simulate, study, specs, lambda done, spec: progress(done, len(specs), spec.label))
+
+
+def simulate(study: Study, spec: RunSpec) -> dict[str, float]:
+    """One run in a worker (module level: a worker imports it by name)."""
+    return run_one(study, spec)
 
 
 def by_policy(specs: list[RunSpec], figures: list[dict[str, float]], load: int) -> list[PolicyRuns]:

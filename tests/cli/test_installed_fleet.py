@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import typing
 from pathlib import Path
 
+import psutil
 import pytest
 from pydantic import BaseModel
 
@@ -20,8 +23,8 @@ pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal
 FIGURES = ("goodput_rps", "ttft_p50_ms", "ttft_p90_ms", "prefill_queue_p90", "pull_share")
 
 
-def _kvcal(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+def _kvcal(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +176,51 @@ def test_runs_where_nothing_completes_are_refused_not_recommended_from(fit, tmp_
     done = _kvcal("fleet", str(fit), "--workload", str(bad), "--pods", "2", "--thresholds", "640", "--rate", "0.2",
                   "--duration", "120", "--seeds", "1", "--json", cwd=tmp_path)
     assert done.returncode == 2 and "no request can complete" in done.stderr and not done.stdout, done.stderr
+
+
+# --jobs and --ray (issue 45): the same JSON whoever runs the runs; Ctrl-C stops every worker.
+
+def test_two_jobs_print_the_same_json_as_one(fit, tmp_path):
+    study = ("fleet", str(fit), "--workload", str(EXAMPLE), "--pods", "2", "--thresholds", "256,1024", "--rate", "0.5",
+             "--duration", "60", "--seeds", "2", "--resamples", "2", "--json")
+    one, two = _kvcal(*study, "--jobs", "1", cwd=tmp_path), _kvcal(*study, "--jobs", "2", cwd=tmp_path)
+    assert one.returncode == two.returncode == 0, one.stderr + two.stderr
+    assert one.stdout == two.stdout and '"rows"' in one.stdout
+
+
+def test_jobs_out_of_bounds_is_exit_2_before_the_fit_is_read(tmp_path):
+    done = _kvcal("fleet", str(tmp_path / "no-such-run"), "--workload", str(EXAMPLE), "--jobs", "0", cwd=tmp_path)
+    assert done.returncode == 2 and "--jobs" in done.stderr and "no-such-run" not in done.stderr, done.stderr
+
+
+def test_without_ray_the_flag_is_one_line_naming_the_install(tmp_path):
+    shadow = tmp_path / "shadow" / "ray"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('ray is not installed here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")])}
+    done = _kvcal("fleet", str(tmp_path / "no-such-run"), "--workload", str(EXAMPLE), "--ray", "local", cwd=tmp_path,
+                  env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "pip install 'kvcal[ray]'" in done.stderr
+
+
+def test_ctrl_c_stops_every_worker(fit, tmp_path):
+    # A study far longer than the test: it only has to start its workers before it is interrupted.
+    proc = subprocess.Popen([str(SCRIPT), "fleet", str(fit), "--workload", str(EXAMPLE), "--pods", "8", "--rate", "4",
+                             "--duration", "3000", "--seeds", "20", "--jobs", "2",
+                             "--max-simulated-requests", "1000000000"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 120
+        while len(parent.children(recursive=True)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        workers = parent.children(recursive=True)
+        assert len(workers) >= 2, "the study never started its workers"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130, proc.stderr.read()
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        assert not alive, f"workers outlived kvcal: {[p.pid for p in alive]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -337,3 +337,37 @@ def test_malformed_json_bodies_are_engine_errors():
             client.complete([1])
         with pytest.raises(EngineError):
             client.served_model()
+
+
+@pytest.mark.parametrize("name", ["sweep", "fit", "emit-config", "fleet", "profiles", "k8s-job"])
+def test_one_commands_app_renders_its_help_as_the_whole_app_does(name):
+    from typer.testing import CliRunner
+
+    from kvcal.cli.app import build_app, full_app
+
+    runner = CliRunner()
+    alone = runner.invoke(build_app(only=name), [name, "--help"], prog_name="kvcal", terminal_width=100)
+    whole = runner.invoke(full_app(), [name, "--help"], prog_name="kvcal", terminal_width=100)
+    assert alone.exit_code == whole.exit_code == 0
+    assert alone.output == whole.output
+
+
+def test_a_commands_help_imports_no_other_command_module():
+    """`kvcal fit --help` builds the fit command alone (issue 45): the other commands' imports are not paid for."""
+    done = run_python("""
+        import sys
+        from kvcal.cli.app import main
+        assert main(["fit", "--help"]) == 0
+        print("LOADED=" + ",".join(sorted(m for m in sys.modules if m.endswith("_cmd"))), file=sys.stderr)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stderr.splitlines() if line.startswith("LOADED=")] == ["LOADED=kvcal.cli.fit_cmd"]
+
+
+@pytest.mark.parametrize("args, named", [(["fit", "x"], "fit"), (["-v", "emit-config"], "emit-config"),
+                                         (["fitt"], None), (["--help"], None)])
+def test_the_named_command_is_the_first_word_that_is_not_a_flag(args, named):
+    from kvcal.cli.commands import MODULE_OF, MODULES, named_command
+
+    assert sorted(MODULE_OF.values()) == sorted(MODULES)
+    assert named_command(args) == named
