@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-MODULES = ("sweep_cmd", "export_cmd", "fit_cmd", "plot_cmd", "emit_cmd", "compare_cmd", "history_cmd", "report_cmd", "predict_cmd",
-           "plan_cmd", "fleet_cmd", "profiles_cmd", "k8s_cmd")
+MODULES = ("sweep_cmd", "export_cmd", "fit_cmd", "plot_cmd", "emit_cmd", "compare_cmd", "history_cmd", "report_cmd",
+           "predict_cmd", "plan_cmd", "fleet_cmd", "profiles_cmd", "k8s_cmd")
 
 INDEX = (
     ("sweep", "Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."),
@@ -42,7 +42,8 @@ INDEX = (
 # The module that registers each command: an invocation that names one builds an app of that command alone.
 MODULE_OF = {"sweep": "sweep_cmd", "export": "export_cmd", "fit": "fit_cmd", "plot": "plot_cmd",
              "emit-config": "emit_cmd", "compare": "compare_cmd", "history": "history_cmd", "predict": "predict_cmd",
-             "plan": "plan_cmd", "fleet": "fleet_cmd", "k8s-job": "k8s_cmd", "profiles": "profiles_cmd"}
+             "plan": "plan_cmd", "fleet": "fleet_cmd", "k8s-job": "k8s_cmd", "profiles": "profiles_cmd",
+             "report": "report_cmd"}
 
 
 def load(names: tuple[str, ...] = MODULES) -> list[ModuleType]:
