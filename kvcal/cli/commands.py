@@ -13,7 +13,7 @@ import importlib
 from types import ModuleType
 
 MODULES = ("sweep_cmd", "export_cmd", "fit_cmd", "plot_cmd", "emit_cmd", "compare_cmd", "history_cmd", "predict_cmd",
-           "plan_cmd", "fleet_cmd", "profiles_cmd", "k8s_cmd")
+           "plan_cmd", "fleet_cmd", "observe_cmd", "profiles_cmd", "k8s_cmd")
 
 INDEX = (
     ("sweep", "Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."),
@@ -32,6 +32,8 @@ INDEX = (
              "interval width."),
     ("fleet", "Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to "
               "use."),
+    ("observe", "Read the deployed fleet's pulls, bytes, TTFT and queues from Prometheus and check them against "
+                "kvcal's figures."),
     ("k8s-job", "Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable "
                 "from a laptop)."),
     ("profiles", "Model and hardware profiles: KV layout, FLOPs, accelerators and links."),

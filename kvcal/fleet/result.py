@@ -34,6 +34,8 @@ class FleetRow(BaseModel):
     ttft_mean_ms: Figure
     prefill_queue_p90: Figure = Field(description="p90 of every pod's waiting requests, sampled each second.")
     pull_share: Figure = Field(description="Share of routed requests that pulled from a peer.")
+    pulled_token_share: Figure | None = Field(None, description="Share of the prompt tokens the engines counted that "
+                                              "came from a peer (what kvcal observe reads; None in older results).")
     tokens_moved_per_s: Figure = Field(description="KV tokens pulled per second, fleet-wide.")
     busy_share: Figure = Field(description="Share of the window the engines spent in steps.")
 

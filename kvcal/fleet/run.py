@@ -17,7 +17,7 @@ from kvcal.fleet.workload import Workload, load_workload
 from kvcal.records import FitResult
 
 FIGURES = ("goodput_rps", "completed_rps", "input_tokens_per_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "ttft_mean_ms", "prefill_queue_p90",
-           "pull_share", "tokens_moved_per_s", "busy_share")
+           "pull_share", "pulled_token_share", "tokens_moved_per_s", "busy_share")
 MAX_PODS = 4096
 
 
