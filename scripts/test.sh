@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # inference-perf's own venv (cached in ~/.cache/kvcal) for the test that runs it; without it that test skips
 bash scripts/inference_perf_env.sh >/dev/null || true
+# Debian's prometheus for kvcal observe's real-server test; without root or apt that test skips
+bash scripts/prometheus_env.sh || true
 .venv/bin/python -m pytest "$@"
 if [ "${KVCAL_NEWEST_DEPS:-1}" != 0 ]; then
   bash scripts/newest_deps.sh -q

@@ -14,7 +14,8 @@ each scrape adding (prompt tokens by source, per pod):
 - ``pod-b`` (label ``pod``), NIXL P/D: 70 computed, 10 local, 20 pulled, 20 x 2048 NIXL
   bytes; it restarts :data:`RESTART_BEFORE_S` before the anchor (its counters begin again at 0); queue 4;
 - ``127.0.0.1:9103`` (no ``pod`` label, so its instance), no P2P: 90 computed, 10 local,
-  0 external, no bytes counters nor ``cached_by_source``; queue 0.
+  0 external, no bytes counters nor ``cached_by_source``; queue 0; its names spelt ``vllm_...``, as
+  prometheus_client 0.26's OpenMetrics output has Prometheus store them.
 
 Each scrape of each pod adds 4 TTFT observations (2 at most 0.1 s, one in (0.1, 0.25],
 one in (0.25, 0.5]) and 4 successful requests.
@@ -41,7 +42,7 @@ PODS = {
     "pod-b": {"labels": {"pod": "pod-b", "instance": "10.0.0.2:8200"}, "computed": 70, "local": 10, "external": 20,
               "p2p": 0, "nixl_bytes": 20 * 2048, "queue": 4, "restarts": True},
     "127.0.0.1:9103": {"labels": {"instance": "127.0.0.1:9103"}, "computed": 90, "local": 10, "external": 0,
-                       "queue": 0},
+                       "queue": 0, "underscored": True},
 }
 
 
@@ -60,6 +61,7 @@ def fleet_series(anchor: float, old: bool = False) -> list[tuple[dict, list[tupl
     out = []
 
     def add(name: str, pod: dict, extra: dict, per_scrape: float, gauge: bool = False) -> None:
+        name = name.replace(":", "_") if pod.get("underscored") else name
         labels = {"__name__": name, "job": "vllm", "engine": "0", "model_name": "m", **pod["labels"], **extra}
         samples = [(anchor + k * STEP, per_scrape if gauge else _counter_value(pod, per_scrape, k, k_restart))
                    for k in ks]
@@ -88,7 +90,7 @@ def fleet_series(anchor: float, old: bool = False) -> list[tuple[dict, list[tupl
 
 
 _MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
-_QUERY = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\[(\d+)s\]$")
+_QUERY = re.compile(r"^(\{.*\})\[(\d+)s\]$")
 
 
 def _matches(labels: dict, matchers: list[tuple[str, str, str]]) -> bool:
@@ -102,17 +104,17 @@ def _matches(labels: dict, matchers: list[tuple[str, str, str]]) -> bool:
 
 
 def answer(series: list, query: str, at: float) -> dict:
-    """The API's answer to ``query`` at ``at``: ``vector(1)`` or ``metric{matchers}[Ns]``."""
+    """The API's answer to ``query`` at ``at``: ``vector(1)`` or ``{__name__=~"...",matchers}[Ns]``."""
     if query == "vector(1)":
         return {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [at, "1"]}]}}
     found = _QUERY.match(query)
     if not found:
         return {"status": "error", "errorType": "bad_data", "error": f"fake cannot parse {query}"}
-    name, braces, seconds = found.group(1), found.group(2) or "", float(found.group(3))
+    braces, seconds = found.group(1), float(found.group(2))
     matchers = _MATCHER.findall(braces)
     result = []
     for labels, samples in series:
-        if labels["__name__"] == name and _matches(labels, matchers):
+        if _matches(labels, matchers):
             kept = [[t, repr(v)] for t, v in samples if at - seconds < t <= at]
             if kept:
                 result.append({"metric": labels, "values": kept})

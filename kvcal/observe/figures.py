@@ -35,23 +35,39 @@ QUERIES = {
     "waiting": "vllm:num_requests_waiting",
     "success": "vllm:request_success_total",
 }
-"""Every series kvcal reads (with ``--selector``'s matchers added), by role."""
+"""Every series kvcal reads (with ``--selector``'s matchers added), by role, as vLLM names them."""
 QUANTILES = {"ttft_p50_ms": 0.5, "ttft_p90_ms": 0.9, "ttft_p99_ms": 0.99}
 NOT_EXPOSED = "{} is not exposed by {}"
 
 
 def with_selector(query: str, selector: str | None) -> str:
-    """``metric{a="b"}`` with the user's matchers added inside the braces."""
-    if not selector:
-        return query
+    """The series ``query`` names under either spelling of its name, with the user's matchers added.
+
+    vLLM names its metrics ``vllm:...``; prometheus_client 0.26's OpenMetrics output (what
+    Prometheus asks for first) writes the samples' names with ``_`` for ``:``, so a scrape
+    stores ``vllm_prompt_tokens_total``. Both are read; :func:`fetch` joins a series that
+    changed spelling.
+    """
     name, _, rest = query.partition("{")
     inner = rest.rstrip("}")
-    return f"{name}{{{inner + ',' if inner else ''}{selector}}}"
+    pattern = name.replace(":", "[:_]")
+    matchers = [f'__name__=~"{pattern}"'] + ([inner] if inner else []) + ([selector] if selector else [])
+    return "{" + ",".join(matchers) + "}"
+
+
+def _joined(series: list[Series]) -> list[Series]:
+    """Series that differ only in their name's spelling, as one (their samples in time order)."""
+    groups: dict[tuple, list[Series]] = {}
+    for one in series:
+        key = tuple(sorted((k, v) for k, v in one.labels.items() if k != "__name__"))
+        groups.setdefault(key, []).append(one)
+    return [group[0] if len(group) == 1 else Series(group[0].labels, tuple(sorted(s for g in group for s in g.samples)))
+            for group in groups.values()]
 
 
 def fetch(client: PrometheusClient, window: Window, selector: str | None) -> dict[str, list[Series]]:
     """Raw samples of every query from :data:`LOOKBACK_S` before the window to its end."""
-    return {role: client.raw_samples(with_selector(query, selector), window.start - LOOKBACK_S, window.end)
+    return {role: _joined(client.raw_samples(with_selector(query, selector), window.start - LOOKBACK_S, window.end))
             for role, query in QUERIES.items()}
 
 

@@ -231,3 +231,13 @@ def test_fleet_rows_count_the_pulled_prompt_tokens_as_the_engines_do():
     assert _figures(stats)["pulled_token_share"] == pytest.approx(stats.tokens_moved / stats.routed_prompt_tokens)
     never = FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=2).run()
     assert _figures(never)["pulled_token_share"] == 0.0
+
+
+def test_a_series_that_changed_its_names_spelling_is_counted_once():
+    from kvcal.observe.figures import _joined
+
+    labels = {"pod": "p", "engine": "0"}
+    parts = [Series({"__name__": "vllm:prompt_tokens_total", **labels}, ((90.0, 500.0), (120.0, 600.0))),
+             Series({"__name__": "vllm_prompt_tokens_total", **labels}, ((150.0, 650.0), (180.0, 700.0)))]
+    (one,) = _joined(parts)
+    assert increase(one, Window(100.0, 200.0), 0.0).value == 200  # not 100 + 700 (a fresh series from zero)

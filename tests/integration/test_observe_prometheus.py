@@ -1,0 +1,183 @@
+"""kvcal observe against a real Prometheus (Debian's package, 2.42 here) scraping small exporters every second.
+
+The exporters (prometheus_client, as vLLM's own loggers use it) emit vLLM 0.33's metric
+names and labels for three pods: ``pod-a`` with the P2P tier, ``pod-b`` with NIXL P/D that
+restarts mid-window (a new process: every counter begins again at zero), and one without
+P2P and without a ``pod`` label (named by its instance). The test knows every count it
+made, so the figures must agree exactly; TTFT quantiles within the histogram's bucket.
+No engine runs; the whole test takes some 15 s. scripts/prometheus_env.sh installs the package.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package is not installed (as root, "
+                                "scripts/prometheus_env.sh installs it; scripts/test.sh runs that)")
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+KV_BYTES = 2048
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Exporter:
+    """One engine's /metrics with vLLM 0.33's names; ``restart()`` is a new process on the same port."""
+
+    def __init__(self, port: int, *, tier: bool, nixl: bool, history: int = 0) -> None:
+        self.port, self.tier, self.nixl = port, tier, nixl
+        self._start()
+        if history:  # a long-running pod: far from zero when the window opens
+            self.serve(history, computed=history, local=0, pulled=0, ttft=[0.05])
+
+    def _start(self) -> None:
+        r = self.registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self.prompt = Counter("vllm:prompt_tokens", "", labels, registry=r).labels("m", "0")
+        by_source = Counter("vllm:prompt_tokens_by_source", "", labels + ["source"], registry=r)
+        self.source = {s: by_source.labels("m", "0", s) for s in ("local_compute", "local_cache_hit",
+                                                                   "external_kv_transfer")}
+        cached = Counter("vllm:prompt_tokens_cached_by_source", "", labels + ["source"], registry=r)
+        self.cached = {s: cached.labels("m", "0", s) for s in ("device", "host", "p2p", "disk", "external_unspecified")}
+        if self.tier:
+            reads = Counter("vllm:kv_offload_tiering_read_bytes", "", labels + ["tier"], registry=r)
+            self.tier_read = reads.labels("m", "0", "1:p2p")
+            reads.labels("m", "0", "0:primary")
+        if self.nixl:
+            self.nixl_bytes = Histogram("vllm:nixl_bytes_transferred", "", labels, registry=r,
+                                        buckets=(1e4, 1e6, 1e8)).labels("m", "0")
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "", labels, buckets=TTFT_BUCKETS,
+                              registry=r).labels("m", "0")
+        self.waiting = Gauge("vllm:num_requests_waiting", "", labels, registry=r).labels("m", "0")
+        self.success = Counter("vllm:request_success", "", labels + ["finished_reason"], registry=r).labels(
+            "m", "0", "length")
+        self.server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=r)
+
+    def restart(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def serve(self, requests: int, *, computed: int, local: int, pulled: int, ttft: list[float]) -> None:
+        """``requests`` finished requests that together computed, hit and pulled these prompt tokens."""
+        self.prompt.inc(computed + local + pulled)
+        self.source["local_compute"].inc(computed)
+        self.source["local_cache_hit"].inc(local)
+        self.source["external_kv_transfer"].inc(pulled)
+        self.cached["device"].inc(local)
+        if self.tier:
+            self.cached["p2p"].inc(pulled)
+            self.tier_read.inc(pulled * KV_BYTES)
+        if self.nixl and pulled:
+            self.nixl_bytes.observe(pulled * KV_BYTES)
+        for seconds in ttft:
+            self.ttft.observe(seconds)
+        self.success.inc(requests)
+
+
+def _get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return json.load(answer)
+
+
+@pytest.fixture
+def scraped_fleet(tmp_path):
+    ports = [_free_port() for _ in range(3)]
+    pods = {"pod-a": Exporter(ports[0], tier=True, nixl=False, history=500),
+            "pod-b": Exporter(ports[1], tier=False, nixl=True, history=100_000),
+            f"127.0.0.1:{ports[2]}": Exporter(ports[2], tier=False, nixl=False, history=500)}
+    targets = "\n".join(f"      - targets: ['127.0.0.1:{p}']\n        labels: {{pod: {name}}}"
+                        for p, name in zip(ports[:2], ("pod-a", "pod-b")))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(f"global: {{scrape_interval: 1s, scrape_timeout: 900ms}}\nscrape_configs:\n  - job_name: vllm\n"
+                      f"    static_configs:\n{targets}\n      - targets: ['127.0.0.1:{ports[2]}']\n")
+    port = _free_port()
+    server = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                               f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):  # up to 60 s on a loaded machine; a second or two on a quiet one
+            try:
+                up = _get_json(f"{url}/api/v1/query?query=count(up%3D%3D1)")["data"]["result"]
+                if up and up[0]["value"][1] == "3":
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        else:
+            pytest.fail("Prometheus did not scrape the three exporters within 60 s")
+        time.sleep(1.5)  # every series has a sample before the window opens
+        yield url, pods
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        for pod in pods.values():
+            pod.close()
+
+
+def test_observe_reads_exact_counts_through_a_restart_and_names_what_a_pod_lacks(scraped_fleet):
+    url, pods = scraped_fleet
+    a, b, c = pods.values()
+    start = time.time()
+    rng = np.random.default_rng(0)
+    ttfts = {name: [] for name in pods}
+    plan = {"pod-a": dict(computed=600, local=250, pulled=150), "pod-b": dict(computed=700, local=100, pulled=200),
+            "c": dict(computed=900, local=100, pulled=0)}
+
+    def serve_all(times: int) -> None:
+        for _ in range(times):
+            for (name, pod), counts in zip(pods.items(), plan.values()):
+                seen = list(rng.gamma(2.0, 0.05, 2))
+                ttfts[name] += seen
+                pod.serve(2, ttft=seen, **counts)
+                pod.waiting.set(int(rng.integers(0, 5)))
+            time.sleep(0.3)
+
+    serve_all(8)
+    time.sleep(1.6)  # pod-b's last counts before the restart are scraped
+    b.restart()
+    serve_all(8)
+    time.sleep(2.5)  # the last counts are scraped before the window closes
+    end = time.time()
+    done = subprocess.run([sys.executable, "-m", "kvcal.cli.app", "observe", "--prometheus", url, "--start",
+                           f"{start:.3f}", "--end", f"{end:.3f}", "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    got = {p["name"]: p for p in doc["pods"]}
+    assert set(got) == set(pods)
+    for name, counts in zip(pods, plan.values()):
+        total = sum(counts.values())
+        assert got[name]["pull_share"]["value"] == pytest.approx(counts["pulled"] / total, abs=1e-12), name
+        assert got[name]["computed_share"]["value"] == pytest.approx(counts["computed"] / total, abs=1e-12), name
+        assert got[name]["requests_per_s"]["value"] == pytest.approx(2 * 16 / (end - start), rel=1e-3), name
+        assert got[name]["ttft_p50_ms"]["samples"] == 32, name
+    assert got["pod-a"]["bytes_per_pulled_token"]["value"] == pytest.approx(KV_BYTES)
+    assert got["pod-b"]["bytes_per_pulled_token"]["value"] == pytest.approx(KV_BYTES)  # through the restart
+    assert got[next(iter(list(pods)[2:]))]["bytes_per_pulled_token"]["missing"]
+    fleet = doc["fleet"]
+    assert fleet["pull_share"]["value"] == pytest.approx(350 / 3000, abs=1e-12)
+    assert fleet["local_hit_share"]["value"] == pytest.approx(450 / 3000, abs=1e-12)
+    every = np.concatenate([ttfts[name] for name in pods]) * 1e3
+    for key, q in (("ttft_p50_ms", 50), ("ttft_p90_ms", 90)):
+        low, high = doc["ttft_buckets_ms"][key]
+        truth = np.percentile(every, q)
+        assert low <= truth <= high or abs(truth - fleet[key]["value"]) <= (high - low), (key, truth, low, high)
