@@ -152,9 +152,11 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "notfound" or not self.path.split("?")[0].endswith("/api/v1/query"):
             return self._send(404, b"404 page not found", "text/plain")
         if mode == "unavailable":
-            return self._send(503, json.dumps({"status": "error", "errorType": "unavailable", "error": "overloaded"}).encode())
+            body = {"status": "error", "errorType": "unavailable", "error": "overloaded"}
+            return self._send(503, json.dumps(body).encode())
         if mode == "bad_data":
-            return self._send(400, json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode())
+            body = {"status": "error", "errorType": "bad_data", "error": "parse error"}
+            return self._send(400, json.dumps(body).encode())
         if mode == "reset":
             self.connection.shutdown(2)
             return None

@@ -32,8 +32,7 @@ INDEX = (
              "interval width."),
     ("fleet", "Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to "
               "use."),
-    ("observe", "Read the deployed fleet's pulls, bytes, TTFT and queues from Prometheus and check them against "
-                "kvcal's figures."),
+    ("observe", "Read a deployed fleet's pulls, bytes, TTFT and queues from Prometheus and check them against kvcal."),
     ("k8s-job", "Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable "
                 "from a laptop)."),
     ("profiles", "Model and hardware profiles: KV layout, FLOPs, accelerators and links."),

@@ -1,4 +1,4 @@
-"""`kvcal observe`: the deployed fleet's own metrics from Prometheus, checked against the calibration and kvcal fleet."""
+"""`kvcal observe`: a deployed fleet's own metrics from Prometheus, checked against the calibration and kvcal fleet."""
 
 from __future__ import annotations
 
@@ -34,24 +34,26 @@ Examples:
 
 
 def observe(
-    prometheus: str = typer.Option(..., "--prometheus", help="The Prometheus server's base URL, e.g. http://prometheus:9090."),
+    prometheus: str = typer.Option(..., "--prometheus", help="The Prometheus server's base URL, e.g. "
+                                   "http://prometheus:9090."),
     since: Optional[str] = typer.Option(None, "--since", help="The window: this long up to now (15m, 1h30m, 2d; "
                                         "default 15m)."),
-    start: Optional[str] = typer.Option(None, "--start", help="The window's start: RFC 3339 or unix seconds (with --end)."),
+    start: Optional[str] = typer.Option(None, "--start", help="The window's start: RFC 3339 or unix seconds "
+                                        "(with --end)."),
     end: Optional[str] = typer.Option(None, "--end", help="The window's end: RFC 3339 or unix seconds (with --start)."),
     selector: Optional[str] = typer.Option(None, "--selector", help="Label matchers added to every query, e.g. "
                                            "'namespace=\"llm-d\",model_name=\"qwen\"'."),
     fit: Optional[Path] = typer.Option(None, "--fit", metavar="FIT", help="A fit.json or run folder: check bytes per "
                                        "pulled token against its KV bytes per token."),
-    fleet: Optional[Path] = typer.Option(None, "--fleet", metavar="FLEET_JSON", help="A kvcal fleet --json result: check "
-                                         "TTFT, pull share and queue against the deployed threshold's row."),
+    fleet: Optional[Path] = typer.Option(None, "--fleet", metavar="FLEET_JSON", help="A kvcal fleet --json result: "
+                                         "check TTFT, pull share and queue against the deployed threshold's row."),
     deployed: Optional[int] = typer.Option(None, "--deployed", metavar="THRESHOLD", help="The minCachedTokenDelta in "
                                            "production (names the --fleet row)."),
-    values: Optional[Path] = typer.Option(None, "--values", metavar="FILE", help="Read the deployed minCachedTokenDelta "
-                                          "from this Helm values file instead."),
+    values: Optional[Path] = typer.Option(None, "--values", metavar="FILE", help="Read the deployed "
+                                          "minCachedTokenDelta from this Helm values file instead."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema kvcal.observe/1)."),
 ) -> None:
-    """Read the deployed fleet's pulls, bytes, TTFT and queues from Prometheus and check them against kvcal's figures."""
+    """Read a deployed fleet's pulls, bytes, TTFT and queues from Prometheus and check them against kvcal."""
     from kvcal.observe.run import FleetOutsidePrediction, ObserveConfig, run_observe
 
     config = ObserveConfig(prometheus=prometheus, since=since, start=start, end=end, selector=selector, fit_path=fit,

@@ -144,7 +144,8 @@ class PrometheusClient:
                 if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout)):
                     raise self._unavailable(f"unreachable ({type(err).__name__}: {one_line(str(err), 200)})") from None
                 if deadline.expired or isinstance(err, httpx.TimeoutException):
-                    raise self._unavailable(f"no answer within {left:.3g} s (the server hangs or is overloaded)") from None
+                    raise self._unavailable(f"no answer within {left:.3g} s (the server hangs or is overloaded)") \
+                        from None
                 raise self._unavailable(f"the request failed ({type(err).__name__}: {one_line(str(err), 200)})") \
                     from None
             if deadline.expired:

@@ -136,7 +136,8 @@ def _share(part: Increase | None, total: Increase | None, what: str) -> Observed
     if part is None or total is None:
         return Observed(value=None, samples=0, missing=NOT_EXPOSED.format(QUERIES["by_source"], "these pods"))
     if total.value <= 0:
-        return Observed(value=None, samples=total.samples, missing=f"no prompt token was counted in the window ({what})")
+        return Observed(value=None, samples=total.samples,
+                        missing=f"no prompt token was counted in the window ({what})")
     return Observed(value=part.value / total.value, samples=total.samples)
 
 

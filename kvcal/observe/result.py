@@ -1,4 +1,4 @@
-"""``kvcal observe``'s output record (schema kvcal.observe/1): the window, each pod's figures, the fleet's, the checks."""
+"""``kvcal observe``'s output record (schema kvcal.observe/1): the window, each pod's and the fleet's figures."""
 
 from __future__ import annotations
 

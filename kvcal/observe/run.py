@@ -110,7 +110,8 @@ def load_prediction(config: ObserveConfig) -> Prediction:
     if config.values_path is not None:
         deployed = read_threshold(check_input(config.values_path, f"values file {config.values_path}"))
     if config.fleet_path is not None and deployed is None:
-        raise InputError("--fleet needs the deployed threshold that names its row: --deployed THRESHOLD or --values FILE")
+        raise InputError("--fleet needs the deployed threshold that names its row: "
+                         "--deployed THRESHOLD or --values FILE")
     if deployed is not None and deployed <= 0:
         raise InputError(f"--deployed must be a positive number of tokens, got {deployed}")
     fleet = None

@@ -11,28 +11,19 @@ No engine runs; the whole test takes some 15 s. scripts/prometheus_env.sh instal
 from __future__ import annotations
 
 import json
-import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package is not installed (as root, "
-                                "scripts/prometheus_env.sh installs it; scripts/test.sh runs that)")
+from prometheus_server import PROMETHEUS, SKIP_REASON, free_port, prometheus
+
+pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason=SKIP_REASON)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 KV_BYTES = 2048
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Exporter:
@@ -93,43 +84,17 @@ class Exporter:
         self.success.inc(requests)
 
 
-def _get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=5) as answer:
-        return json.load(answer)
-
-
 @pytest.fixture
 def scraped_fleet(tmp_path):
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     pods = {"pod-a": Exporter(ports[0], tier=True, nixl=False, history=500),
             "pod-b": Exporter(ports[1], tier=False, nixl=True, history=100_000),
             f"127.0.0.1:{ports[2]}": Exporter(ports[2], tier=False, nixl=False, history=500)}
-    targets = "\n".join(f"      - targets: ['127.0.0.1:{p}']\n        labels: {{pod: {name}}}"
-                        for p, name in zip(ports[:2], ("pod-a", "pod-b")))
-    config = tmp_path / "prometheus.yml"
-    config.write_text(f"global: {{scrape_interval: 1s, scrape_timeout: 900ms}}\nscrape_configs:\n  - job_name: vllm\n"
-                      f"    static_configs:\n{targets}\n      - targets: ['127.0.0.1:{ports[2]}']\n")
-    port = _free_port()
-    server = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                               f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    targets = [(f"127.0.0.1:{ports[0]}", "pod-a"), (f"127.0.0.1:{ports[1]}", "pod-b"), (f"127.0.0.1:{ports[2]}", None)]
     try:
-        for _ in range(300):  # up to 60 s on a loaded machine; a second or two on a quiet one
-            try:
-                up = _get_json(f"{url}/api/v1/query?query=count(up%3D%3D1)")["data"]["result"]
-                if up and up[0]["value"][1] == "3":
-                    break
-            except OSError:
-                pass
-            time.sleep(0.2)
-        else:
-            pytest.fail("Prometheus did not scrape the three exporters within 60 s")
-        time.sleep(1.5)  # every series has a sample before the window opens
-        yield url, pods
+        with prometheus(tmp_path, targets) as url:
+            yield url, pods
     finally:
-        server.terminate()
-        server.wait(timeout=30)
         for pod in pods.values():
             pod.close()
 
@@ -159,7 +124,8 @@ def test_observe_reads_exact_counts_through_a_restart_and_names_what_a_pod_lacks
     time.sleep(2.5)  # the last counts are scraped before the window closes
     end = time.time()
     done = subprocess.run([sys.executable, "-m", "kvcal.cli.app", "observe", "--prometheus", url, "--start",
-                           f"{start:.3f}", "--end", f"{end:.3f}", "--json"], capture_output=True, text=True, timeout=120)
+                           f"{start:.3f}", "--end", f"{end:.3f}", "--json"],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     got = {p["name"]: p for p in doc["pods"]}
