@@ -22,7 +22,7 @@ import numpy as np
 
 from kvcal.observe.client import PrometheusClient, Series
 from kvcal.observe.result import Figures, Observed
-from kvcal.observe.series import (LOOKBACK_S, Increase, Window, bucket_counts, by_pod, first_seen, gauge_readings,
+from kvcal.observe.series import (LOOKBACK_S, History, Increase, Window, bucket_counts, by_pod, gauge_readings,
                                   histogram_quantile, summed)
 
 QUERIES = {
@@ -36,6 +36,10 @@ QUERIES = {
     "success": "vllm:request_success_total",
 }
 """Every series kvcal reads (with ``--selector``'s matchers added), by role, as vLLM names them."""
+CREATED = ('{__name__=~"vllm[:_](prompt_tokens|prompt_tokens_by_source|prompt_tokens_cached_by_source|'
+           'kv_offload_tiering_read_bytes|nixl_bytes_transferred|time_to_first_token_seconds|request_success)'
+           '_created"}')
+"""When each of those counters was created (prometheus_client exports it): a restart or a start inside the window."""
 QUANTILES = {"ttft_p50_ms": 0.5, "ttft_p90_ms": 0.9, "ttft_p99_ms": 0.99}
 NOT_EXPOSED = "{} is not exposed by {}"
 
@@ -51,7 +55,8 @@ def with_selector(query: str, selector: str | None) -> str:
     name, _, rest = query.partition("{")
     inner = rest.rstrip("}")
     pattern = name.replace(":", "[:_]")
-    matchers = [f'__name__=~"{pattern}"'] + ([inner] if inner else []) + ([selector] if selector else [])
+    matchers = [f'__name__=~"{pattern}"'] if name else []
+    matchers += ([inner] if inner else []) + ([selector] if selector else [])
     return "{" + ",".join(matchers) + "}"
 
 
@@ -59,16 +64,19 @@ def _joined(series: list[Series]) -> list[Series]:
     """Series that differ only in their name's spelling, as one (their samples in time order)."""
     groups: dict[tuple, list[Series]] = {}
     for one in series:
-        key = tuple(sorted((k, v) for k, v in one.labels.items() if k != "__name__"))
+        spelt = one.labels.get("__name__", "").replace(":", "_")
+        key = (spelt, *sorted((k, v) for k, v in one.labels.items() if k != "__name__"))
         groups.setdefault(key, []).append(one)
     return [group[0] if len(group) == 1 else Series(group[0].labels, tuple(sorted(s for g in group for s in g.samples)))
             for group in groups.values()]
 
 
 def fetch(client: PrometheusClient, window: Window, selector: str | None) -> dict[str, list[Series]]:
-    """Raw samples of every query from :data:`LOOKBACK_S` before the window to its end."""
+    """Raw samples of every query (and the counters' creation times, role ``created``) from :data:`LOOKBACK_S`
+    before the window to its end."""
+    queries = {**QUERIES, "created": CREATED}
     return {role: _joined(client.raw_samples(with_selector(query, selector), window.start - LOOKBACK_S, window.end))
-            for role, query in QUERIES.items()}
+            for role, query in queries.items()}
 
 
 @dataclass
@@ -89,40 +97,44 @@ def _source(series: list[Series], name: str) -> list[Series]:
     return [s for s in series if s.labels.get("source") == name]
 
 
-def _tokens(parts: PodParts, series: dict[str, list[Series]], window: Window, seen: dict[str, float]) -> None:
+def _tokens(parts: PodParts, series: dict[str, list[Series]], window: Window, history: History) -> None:
     by_source = series.get("by_source", [])
     if series.get("prompt_tokens"):
-        parts.total = summed(series["prompt_tokens"], window, seen)
+        parts.total = summed(series["prompt_tokens"], window, history)
     if not by_source:
         return
-    external = summed(_source(by_source, "external_kv_transfer"), window, seen)
-    local_hit = summed(_source(by_source, "local_cache_hit"), window, seen)
-    parts.computed = summed(_source(by_source, "local_compute"), window, seen)
+    external = summed(_source(by_source, "external_kv_transfer"), window, history)
+    local_hit = summed(_source(by_source, "local_cache_hit"), window, history)
+    parts.computed = summed(_source(by_source, "local_compute"), window, history)
     if parts.total is None:
         parts.total = Increase(external.value + local_hit.value + parts.computed.value, parts.computed.samples)
     if series.get("tier_p2p_bytes") and series.get("cached_p2p"):
-        parts.pulled = summed(series["cached_p2p"], window, seen)
+        parts.pulled = summed(series["cached_p2p"], window, history)
         parts.local = Increase(local_hit.value + max(0.0, external.value - parts.pulled.value), local_hit.samples)
-        parts.pulled_bytes = summed(series["tier_p2p_bytes"], window, seen)
+        parts.pulled_bytes = summed(series["tier_p2p_bytes"], window, history)
     else:
         parts.pulled, parts.local = external, local_hit
         if series.get("nixl_bytes"):
-            parts.pulled_bytes = summed(series["nixl_bytes"], window, seen)
+            parts.pulled_bytes = summed(series["nixl_bytes"], window, history)
+
+
+def history_of(fetched: dict[str, list[Series]]) -> History:
+    return History.of(fetched.values(), fetched.get("created", []))
 
 
 def pod_parts(fetched: dict[str, list[Series]], window: Window) -> dict[str, PodParts]:
     """Each pod's counts, pods named by :func:`kvcal.observe.series.pod_name`, in name order."""
-    seen = first_seen(fetched.values())
+    history = history_of(fetched)
     split = {role: by_pod(series) for role, series in fetched.items()}
     out = {}
-    for name in sorted(seen):
+    for name in sorted(history.seen):
         mine = {role: pods.get(name, []) for role, pods in split.items()}
         parts = PodParts(buckets=mine["ttft"])
-        _tokens(parts, mine, window, seen)
+        _tokens(parts, mine, window, history)
         if mine["waiting"]:
             parts.queue = gauge_readings(mine["waiting"], window)
         if mine["success"]:
-            parts.success = summed(mine["success"], window, seen)
+            parts.success = summed(mine["success"], window, history)
         out[name] = parts
     return out
 
@@ -154,12 +166,12 @@ def _bytes_per_token(parts: list[PodParts]) -> Observed:
     return Observed(value=moved / pulled, samples=samples)
 
 
-def _ttft(parts: list[PodParts], window: Window, seen: dict[str, float]) -> tuple[dict[str, Observed], dict]:
+def _ttft(parts: list[PodParts], window: Window, history: History) -> tuple[dict[str, Observed], dict]:
     buckets = [s for p in parts for s in p.buckets]
     if not buckets:
         missing = NOT_EXPOSED.format(QUERIES["ttft"], "these pods")
         return {name: Observed(value=None, samples=0, missing=missing) for name in QUANTILES}, {}
-    counts = bucket_counts(buckets, window, seen)
+    counts = bucket_counts(buckets, window, history)
     observed = int(round(counts.get(math.inf, 0.0)))
     figures, resolution = {}, {}
     for name, q in QUANTILES.items():
@@ -181,10 +193,10 @@ def _queue(parts: list[PodParts]) -> Observed:
     return Observed(value=float(np.percentile(readings, 90)), samples=len(readings))
 
 
-def figures_of(parts: list[PodParts], window: Window, seen: dict[str, float]) -> tuple[Figures, dict]:
+def figures_of(parts: list[PodParts], window: Window, history: History) -> tuple[Figures, dict]:
     """The figures of one pod or of several together (the fleet), and the TTFT quantiles' buckets."""
     total = _added([p for p in parts if p.pulled is not None], "total")  # the pods whose tokens are split by source
-    ttft, resolution = _ttft(parts, window, seen)
+    ttft, resolution = _ttft(parts, window, history)
     success = _added(parts, "success")
     rate = Observed(value=None, samples=0, missing=NOT_EXPOSED.format(QUERIES["success"], "these pods")) \
         if success is None else Observed(value=success.value / window.seconds, samples=success.samples)

@@ -16,9 +16,9 @@ from kvcal.errors import InputError, KvcalError
 from kvcal.fleet.result import FleetResult
 from kvcal.observe.checks import Prediction, bytes_check, fleet_checks, fleet_row, remeasure
 from kvcal.observe.client import PrometheusClient
-from kvcal.observe.figures import fetch, figures_of, pod_parts
+from kvcal.observe.figures import fetch, figures_of, history_of, pod_parts
 from kvcal.observe.result import ObserveResult, PodFigures, TimeWindow
-from kvcal.observe.series import Window, first_seen
+from kvcal.observe.series import Window
 from kvcal.userfiles import check_input, read_text
 
 MAX_WINDOW_S = 31 * 86_400
@@ -139,10 +139,10 @@ def run_observe(config: ObserveConfig, now: float | None = None, transport=None)
     with PrometheusClient(config.prometheus, transport=transport) as client:
         client.check(window.end)
         fetched = fetch(client, window, selector)
-    seen = first_seen(fetched.values())
+    history = history_of(fetched)
     parts = pod_parts(fetched, window)
-    pods = [PodFigures(name=name, **figures_of([p], window, seen)[0].model_dump()) for name, p in parts.items()]
-    fleet, buckets = figures_of(list(parts.values()), window, seen)
+    pods = [PodFigures(name=name, **figures_of([p], window, history)[0].model_dump()) for name, p in parts.items()]
+    fleet, buckets = figures_of(list(parts.values()), window, history)
     checks = []
     if prediction.fit is not None:
         checks.append(bytes_check(prediction.fit, fleet.bytes_per_pulled_token))

@@ -12,7 +12,7 @@ from fake_prometheus import FakePrometheus
 from kvcal.errors import InputError
 from kvcal.observe.client import PrometheusClient, PrometheusUnavailable, Series
 from kvcal.observe.run import parse_duration, parse_selector, parse_time
-from kvcal.observe.series import Window, bucket_counts, histogram_quantile, increase
+from kvcal.observe.series import History, Window, bucket_counts, histogram_quantile, increase
 
 
 @pytest.fixture(scope="module")
@@ -129,17 +129,31 @@ def test_the_window_and_selector_parsers():
 
 def test_a_counter_that_resets_counts_on_from_zero():
     window = Window(100.0, 200.0)
-    series = Series({}, ((90.0, 500.0), (120.0, 600.0), (150.0, 30.0), (180.0, 80.0)))
-    assert increase(series, window, 0.0).value == 100 + 30 + 50  # not 80 - 500
-    fresh = Series({}, ((150.0, 40.0), (180.0, 70.0)))  # created after its pod was scraped: from zero
-    assert increase(fresh, window, 95.0).value == 70
-    assert increase(fresh, window, 150.0).value == 30  # its pod first seen now: nothing earlier is known
+    series = Series({"pod": "p"}, ((90.0, 500.0), (120.0, 600.0), (150.0, 30.0), (180.0, 80.0)))
+    assert increase(series, window, History({"p": 0.0}, {})).value == 100 + 30 + 50  # not 80 - 500
+    fresh = Series({"pod": "p"}, ((150.0, 40.0), (180.0, 70.0)))  # created after its pod was scraped: from zero
+    assert increase(fresh, window, History({"p": 95.0}, {})).value == 70
+    assert increase(fresh, window, History({"p": 150.0}, {})).value == 30  # first seen now: nothing earlier is known
+
+
+def test_a_counters_created_time_tells_a_start_or_a_restart_its_count_cannot():
+    window = Window(100.0, 200.0)
+    name = {"__name__": "vllm:prompt_tokens_total", "pod": "p"}
+    created = {"__name__": "vllm_prompt_tokens_created", "pod": "p"}
+    # started at 110, first scraped at 150 with 40 counted: all 70 are the window's
+    fresh = Series(name, ((150.0, 40.0), (180.0, 70.0)))
+    history = History.of([[fresh]], [Series(created, ((150.0, 110.0), (180.0, 110.0)))])
+    assert increase(fresh, window, history).value == 70
+    # restarted at 140 and already past its old count at the next scrape: 650 counted since, not 50
+    restarted = Series(name, ((90.0, 500.0), (120.0, 600.0), (150.0, 650.0)))
+    history = History.of([[restarted]], [Series(created, ((90.0, 10.0), (120.0, 10.0), (150.0, 140.0)))])
+    assert increase(restarted, window, history).value == 100 + 650
 
 
 def test_histogram_quantiles_interpolate_inside_their_bucket():
     window = Window(0.0, 10.0)
     series = [Series({"le": le}, ((0.0, 0.0), (10.0, n))) for le, n in (("0.1", 5), ("1", 9), ("+Inf", 10))]
-    counts = bucket_counts(series, window, {})
+    counts = bucket_counts(series, window, History({}, {}))
     q = histogram_quantile(0.5, counts)
     assert q.value == pytest.approx(0.1) and (q.low, q.high) == (0.0, 0.1)
     assert histogram_quantile(0.99, counts).high == math.inf  # in the +Inf bucket: the highest finite bound
@@ -240,4 +254,14 @@ def test_a_series_that_changed_its_names_spelling_is_counted_once():
     parts = [Series({"__name__": "vllm:prompt_tokens_total", **labels}, ((90.0, 500.0), (120.0, 600.0))),
              Series({"__name__": "vllm_prompt_tokens_total", **labels}, ((150.0, 650.0), (180.0, 700.0)))]
     (one,) = _joined(parts)
-    assert increase(one, Window(100.0, 200.0), 0.0).value == 200  # not 100 + 700 (a fresh series from zero)
+    # not 100 + 700 (a fresh series from zero)
+    assert increase(one, Window(100.0, 200.0), History({"p": 0.0}, {})).value == 200
+
+
+def test_series_of_different_metrics_with_the_same_labels_stay_apart():
+    from kvcal.observe.figures import _joined
+
+    labels = {"pod": "p", "engine": "0"}
+    created = [Series({"__name__": "vllm_prompt_tokens_created", **labels}, ((1.0, 5.0),)),
+               Series({"__name__": "vllm:time_to_first_token_seconds_created", **labels}, ((1.0, 6.0),))]
+    assert len(_joined(created)) == 2
