@@ -17,7 +17,7 @@ from kvcal.fleet.result import FleetResult
 from kvcal.observe.checks import Prediction, bytes_check, fleet_checks, fleet_row, remeasure
 from kvcal.observe.client import PrometheusClient
 from kvcal.observe.figures import fetch, figures_of, history_of, pod_parts
-from kvcal.observe.result import ObserveResult, PodFigures, TimeWindow
+from kvcal.observe.result import FIGURE_NAMES, Figures, ObserveResult, PodFigures, TimeWindow
 from kvcal.observe.series import Window
 from kvcal.userfiles import check_input, read_text
 
@@ -127,6 +127,17 @@ def load_prediction(config: ObserveConfig) -> Prediction:
     return Prediction(fit=fit, fleet=fleet, deployed=deployed)
 
 
+def _notes(pods: list[PodFigures], fleet: Figures) -> list[str]:
+    """A fleet figure that some pods could not give: which, and why (the fleet's figure counts the others)."""
+    notes = []
+    for name in FIGURE_NAMES:
+        lacking = [p for p in pods if getattr(p, name).value is None]
+        if lacking and getattr(fleet, name).value is not None:
+            notes.append(f"{name}: the fleet's figure leaves out {', '.join(p.name for p in lacking)} "
+                         f"({getattr(lacking[0], name).missing})")
+    return notes
+
+
 def _rfc3339(at: float) -> str:
     return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -148,8 +159,8 @@ def run_observe(config: ObserveConfig, now: float | None = None, transport=None)
         checks.append(bytes_check(prediction.fit, fleet.bytes_per_pulled_token))
     if prediction.fleet is not None and prediction.deployed is not None:
         checks += fleet_checks(fleet_row(prediction.fleet, prediction.deployed), fleet, buckets)
-    notes = [] if parts else [f"no vLLM series matched in the window (selector {selector or 'none'}): is the fleet "
-                              "scraped, and does --selector name it?"]
+    notes = _notes(pods, fleet) if parts else [f"no vLLM series matched in the window (selector {selector or 'none'})"
+                                                ": is the fleet scraped, and does --selector name it?"]
     return ObserveResult(kvcal_version=__version__, prometheus=config.prometheus, selector=selector,
                          window=TimeWindow(start=_rfc3339(window.start), end=_rfc3339(window.end)), pods=pods,
                          fleet=fleet, ttft_buckets_ms=buckets, checks=checks,

@@ -56,6 +56,8 @@ def test_the_fleet_and_each_pod_with_a_restart_and_a_pod_without_p2p(kvcal, prom
     assert doc["ttft_buckets_ms"]["ttft_p90_ms"] == [250, 500]
     assert doc["fleet"]["ttft_p50_ms"]["samples"] == 3 * 60 * 4
     assert fleet["queue_p90"] == 4 and fleet["requests_per_s"] == pytest.approx(3 * 4 * 60 / 900)
+    assert any(note.startswith("bytes_per_pulled_token: the fleet's figure leaves out 127.0.0.1:9103")
+               for note in doc["notes"])
 
 
 def test_a_selector_narrows_every_query(kvcal, prom):
