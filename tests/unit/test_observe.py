@@ -163,13 +163,13 @@ def test_histogram_quantiles_interpolate_inside_their_bucket():
 
 
 def _fleet_file(tmp_path, *, ttft=(80.0, 120.0), p90=(350.0, 450.0), share=(0.08, 0.12), queue=(3.0, 5.0),
-                with_share=True):
+                with_share=True, threshold=1024):
     from kvcal.fleet.result import Figure, FleetResult, FleetRow
 
     def fig(low, high):
         return Figure(value=(low + high) / 2, ci=[low, high])
 
-    row = FleetRow(policy="threshold", threshold=1024, goodput_rps=fig(1, 1), completed_rps=fig(1, 1),
+    row = FleetRow(policy="threshold", threshold=threshold, goodput_rps=fig(1, 1), completed_rps=fig(1, 1),
                    input_tokens_per_s=fig(1, 1), ttft_p50_ms=fig(*ttft), ttft_p90_ms=fig(*p90),
                    ttft_p99_ms=fig(*p90), ttft_mean_ms=fig(*ttft), prefill_queue_p90=fig(*queue),
                    pull_share=fig(0.5, 0.5), pulled_token_share=fig(*share) if with_share else None,
@@ -267,3 +267,14 @@ def test_series_of_different_metrics_with_the_same_labels_stay_apart():
     created = [Series({"__name__": "vllm_prompt_tokens_created", **labels}, ((1.0, 5.0),)),
                Series({"__name__": "vllm:time_to_first_token_seconds_created", **labels}, ((1.0, 6.0),))]
     assert len(_joined(created)) == 2
+
+
+def test_values_name_the_row_as_compare_reads_them(kvcal, prom, tmp_path):
+    from pathlib import Path
+
+    values = Path(__file__).resolve().parents[1] / "fixtures" / "values" / "router-p2p.yaml"  # minCachedTokenDelta 2048
+    result, doc = _observe(kvcal, prom, "--fleet", _fleet_file(tmp_path, threshold=2048), "--values", values)
+    assert result.code == 0, result.err
+    assert len(doc["checks"]) == 4
+    result = kvcal("observe", "--prometheus", prom.url(), "--fleet", _fleet_file(tmp_path), "--values", values)
+    assert result.code == 2 and "deployed threshold 2048" in result.err
