@@ -15,4 +15,4 @@ _API = {
     "ObserveResult": "kvcal.observe.result",
 }
 __getattr__ = public_api(__name__, _API)
-__all__ = sorted(_API)
+__all__ = list(_API)
