@@ -11,6 +11,8 @@ bash scripts/setup.sh
 bash scripts/inference_perf_env.sh >/dev/null || true
 # headless Chromium for the report pages' browser tests (tests/browser); without it they skip, saying why
 bash scripts/browser_env.sh || true
+# Debian's prometheus for kvcal observe's real-server test; without root or apt that test skips
+bash scripts/prometheus_env.sh || true
 .venv/bin/python -m pytest "$@"
 if [ "${KVCAL_NEWEST_DEPS:-1}" != 0 ]; then
   bash scripts/newest_deps.sh -q

@@ -154,6 +154,7 @@ BASES: dict[str, dict[str, object]] = {
     "predict": {"model": "llama-3.1-8b", "hardware": "h100"},
     "plan": {"source": "{fit}", "campaigns": "1"},
     "fleet": {"fit_path": "{fit}", "workload": "{workload}", "pods": "2", "thresholds": "256,1024", "seeds": "1"},
+    "observe": {"prometheus": "{prom}", "since": "15m"},  # a fake Prometheus in this process (fake_prometheus.py)
     "profiles list": {},
     "profiles show": {"name": "h100"},
     "profiles from-config": {"file": "{hfconfig}"},
@@ -177,6 +178,10 @@ def render(command: Command, values: dict[str, object], ws: Path) -> list[str]:
     """Argument list: the command path, positional arguments in order, then options."""
     def fill(text: object) -> str:
         out = str(text).replace("{ws}", str(ws))
+        if "{prom}" in out:
+            from fake_prometheus import shared
+
+            out = out.replace("{prom}", shared().url())
         for key, rel in PLACES.items():
             out = out.replace("{" + key + "}", str(ws / rel))
         return out

@@ -13,7 +13,7 @@ import importlib
 from types import ModuleType
 
 MODULES = ("sweep_cmd", "export_cmd", "fit_cmd", "plot_cmd", "emit_cmd", "compare_cmd", "history_cmd", "report_cmd",
-           "predict_cmd", "plan_cmd", "fleet_cmd", "profiles_cmd", "k8s_cmd")
+           "predict_cmd", "plan_cmd", "fleet_cmd", "observe_cmd", "profiles_cmd", "k8s_cmd")
 
 INDEX = (
     ("sweep", "Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."),
@@ -33,6 +33,7 @@ INDEX = (
              "interval width."),
     ("fleet", "Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to "
               "use."),
+    ("observe", "Read a deployed fleet's pulls, bytes, TTFT and queues from Prometheus and check them against kvcal."),
     ("k8s-job", "Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable "
                 "from a laptop)."),
     ("profiles", "Model and hardware profiles: KV layout, FLOPs, accelerators and links."),
@@ -43,7 +44,7 @@ INDEX = (
 MODULE_OF = {"sweep": "sweep_cmd", "export": "export_cmd", "fit": "fit_cmd", "plot": "plot_cmd",
              "emit-config": "emit_cmd", "compare": "compare_cmd", "history": "history_cmd", "predict": "predict_cmd",
              "plan": "plan_cmd", "fleet": "fleet_cmd", "k8s-job": "k8s_cmd", "profiles": "profiles_cmd",
-             "report": "report_cmd"}
+             "report": "report_cmd", "observe": "observe_cmd"}
 
 
 def load(names: tuple[str, ...] = MODULES) -> list[ModuleType]:

@@ -34,6 +34,8 @@ class FleetRow(BaseModel):
     ttft_mean_ms: Figure
     prefill_queue_p90: Figure = Field(description="p90 of every pod's waiting requests, sampled each second.")
     pull_share: Figure = Field(description="Share of routed requests that pulled from a peer.")
+    pulled_token_share: Figure | None = Field(None, description="Share of the prompt tokens the engines counted that "
+                                              "came from a peer (what kvcal observe reads; None in older results).")
     tokens_moved_per_s: Figure = Field(description="KV tokens pulled per second, fleet-wide.")
     busy_share: Figure = Field(description="Share of the window the engines spent in steps.")
 
@@ -67,7 +69,8 @@ class FleetResult(BaseModel):
     best_rule: str
     recommended_threshold: int | None = Field(description="The simulated threshold recommended_rule picks (no margin).")
     recommended_steps: list[str] = Field(description="How recommended_threshold was chosen, step by step.")
-    recommended_rule: str = Field(description="The rule behind recommended_threshold, as a sentence.")
+    recommended_rule: str | None = Field(None, description="The rule behind recommended_threshold, as a sentence "
+                                         "(None in a result written before the rule was recorded).")
     recommended_reason: str | None = Field(description="Why recommended_threshold is not within one block of "
                                            "idle_threshold, or why there is none.")
     idle_threshold: int | None = Field(description="What kvcal emit-config FIT --format json gives.")

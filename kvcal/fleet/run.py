@@ -24,7 +24,8 @@ from kvcal.records import FitResult
 
 __all__ = ["FleetConfig", "check_arguments", "run_fleet"]
 FIGURES = ("goodput_rps", "completed_rps", "input_tokens_per_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
-           "ttft_mean_ms", "prefill_queue_p90", "pull_share", "tokens_moved_per_s", "busy_share")
+           "ttft_mean_ms", "prefill_queue_p90", "pull_share",
+           "pulled_token_share", "tokens_moved_per_s", "busy_share")
 NOTHING_DIFFERS = ("no policy differs: every run of every policy gave the same figures (nothing was pulled, so the "
                    "threshold never mattered at this load), so the idle threshold is recommended")
 

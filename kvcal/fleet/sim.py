@@ -70,6 +70,7 @@ class RunStats:
     completed: int = 0
     completed_prompt_tokens: int = 0
     routed: int = 0
+    routed_prompt_tokens: int = 0  # as the engines count prompt tokens: a nixl-pd hand-off's on its source too
     pulled: int = 0
     tokens_moved: int = 0
     queue_samples: list[int] = field(default_factory=list)
@@ -145,6 +146,7 @@ class FleetSim:
         in_window = now >= self.start_ms
         if in_window:
             self.stats.routed += 1
+            self.stats.routed_prompt_tokens += req.prompt
             self.open[req.rid] = now
         req.done = r.cached
         pod.cache.touch(req.session.sys_key)
@@ -179,6 +181,7 @@ class FleetSim:
         if in_window:
             self.stats.pulled += 1
             self.stats.tokens_moved += req.prompt - r.cached
+            self.stats.routed_prompt_tokens += req.prompt  # the source prefills it (its hold) and counts it
         req.done = r.cached + r.delta
         # vLLM's NixlConnector reads only the blocks the consumer lacks (a local prefix hit, e.g. the system prompt, stays).
         req.hand_to = (r.pod, req.prompt - r.cached)

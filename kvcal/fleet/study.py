@@ -71,6 +71,7 @@ def _figures(stats: RunStats) -> dict[str, float]:
         "ttft_p99_ms": float(np.percentile(ttft, 99)), "ttft_mean_ms": float(ttft.mean()),
         "prefill_queue_p90": float(np.percentile(stats.queue_samples, 90)) if stats.queue_samples else 0.0,
         "pull_share": stats.pulled / stats.routed if stats.routed else 0.0,
+        "pulled_token_share": stats.tokens_moved / stats.routed_prompt_tokens if stats.routed_prompt_tokens else 0.0,
         "tokens_moved_per_s": stats.tokens_moved / window, "busy_share": stats.busy_share,
     }
 

@@ -1,0 +1,76 @@
+"""``kvcal observe``'s output record (schema kvcal.observe/1): the window, each pod's and the fleet's figures."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+OBSERVE_SCHEMA = "kvcal.observe/1"
+FIGURE_NAMES = ("pull_share", "local_hit_share", "computed_share", "bytes_per_pulled_token", "ttft_p50_ms",
+                "ttft_p90_ms", "ttft_p99_ms", "queue_p90", "requests_per_s")
+
+
+class Observed(BaseModel):
+    """One figure: its value, how many samples it rests on, and why it is missing (value None) when it is."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: float | None
+    samples: int = Field(ge=0, description="Counters and the queue: the scrapes read; TTFT: the requests observed.")
+    missing: str | None = None
+
+
+class Figures(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    pull_share: Observed = Field(description="Share of prompt tokens served from a peer.")
+    local_hit_share: Observed = Field(description="Share of prompt tokens from the pod's own caches.")
+    computed_share: Observed = Field(description="Share of prompt tokens prefilled.")
+    bytes_per_pulled_token: Observed
+    ttft_p50_ms: Observed
+    ttft_p90_ms: Observed
+    ttft_p99_ms: Observed
+    queue_p90: Observed = Field(description="p90 of the waiting requests, every scrape of every pod pooled.")
+    requests_per_s: Observed
+
+
+class _Named(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(description="The series' pod label, else its instance.")
+
+
+class PodFigures(Figures, _Named):
+    """One pod's figures, its name first (pydantic orders fields from the last base)."""
+
+
+class TimeWindow(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    start: str = Field(description="RFC 3339, UTC.")
+    end: str
+
+
+class Check(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    observed: float | None
+    predicted: list[float] | None = Field(description="[low, high]: the prediction's interval, before the tolerance.")
+    tolerance: str
+    verdict: Literal["ok", "outside", "unknown"]
+    reason: str
+
+
+class ObserveResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    schema_: Literal["kvcal.observe/1"] = Field(OBSERVE_SCHEMA, alias="schema")
+    kvcal_version: str
+    prometheus: str
+    selector: str | None
+    window: TimeWindow
+    pods: list[PodFigures]
+    fleet: Figures
+    ttft_buckets_ms: dict[str, list[float | None]] = Field(
+        description="The fleet's TTFT quantiles: the histogram bucket [low, high] each lies in (its resolution); "
+                    "null high: the +Inf bucket.")
+    checks: list[Check] = Field(default_factory=list)
+    remeasure: list[str] = Field(default_factory=list, description="What to measure again for each check outside.")
+    notes: list[str] = Field(default_factory=list)

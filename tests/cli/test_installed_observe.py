@@ -1,0 +1,63 @@
+"""`kvcal observe`'s interface contract through the installed script (issue 43): keys, shapes, exit codes, deadlines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fake_prometheus import FakePrometheus
+from kvcal.observe.client import QUERY_DEADLINE_S
+
+SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
+pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
+FIGURES = {"pull_share", "local_hit_share", "computed_share", "bytes_per_pulled_token", "ttft_p50_ms", "ttft_p90_ms",
+           "ttft_p99_ms", "queue_p90", "requests_per_s"}
+
+
+@pytest.fixture(scope="module")
+def prom():
+    server = FakePrometheus()
+    yield server
+    server.close()
+
+
+def _kvcal(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SCRIPT), "observe", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_json_contract(prom):
+    done = _kvcal("--prometheus", prom.url(), "--since", "15m", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["schema"] == "kvcal.observe/1" and set(out["window"]) == {"start", "end"}
+    assert FIGURES <= set(out["fleet"])
+    for figure in [out["fleet"][k] for k in FIGURES] + [p[k] for p in out["pods"] for k in FIGURES]:
+        assert set(figure) == {"value", "samples", "missing"}
+        assert (figure["value"] is None) == (figure["missing"] is not None)
+    assert sorted(p["name"] for p in out["pods"]) == ["127.0.0.1:9103", "pod-a", "pod-b"]
+    assert out["checks"] == []
+
+
+@pytest.mark.parametrize("mode, code", [("", 0), ("garbage", 2), ("notfound", 2), ("unavailable", 4)])
+def test_exit_codes(prom, mode, code):
+    done = _kvcal("--prometheus", prom.url(mode), "--since", "15m")
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == (0 if code == 0 else 1)
+
+
+def test_an_unreachable_server_is_exit_4():
+    done = _kvcal("--prometheus", "http://127.0.0.1:9", "--since", "15m")
+    assert done.returncode == 4 and "unreachable" in done.stderr
+
+
+def test_a_server_that_hangs_ends_at_the_query_deadline_with_exit_4(prom):
+    started = time.monotonic()
+    done = _kvcal("--prometheus", prom.url("hang"), "--since", "15m")
+    assert done.returncode == 4 and f"within {QUERY_DEADLINE_S:g} s" in done.stderr
+    assert time.monotonic() - started < QUERY_DEADLINE_S + 30  # a bound, not a timing: it would be 120 s without one

@@ -1,0 +1,158 @@
+"""kvcal observe against a real Prometheus (Debian's package, 2.42 here) scraping small exporters every second.
+
+The exporters (prometheus_client, as vLLM's own loggers use it) emit vLLM 0.33's metric
+names and labels for three pods: ``pod-a`` with the P2P tier, ``pod-b`` with NIXL P/D that
+restarts mid-window (a new process: every counter begins again at zero), and one without
+P2P and without a ``pod`` label (named by its instance). The test knows every count it
+made, so the figures must agree exactly; TTFT quantiles within the histogram's bucket.
+No engine runs; the whole test takes some 15 s. scripts/prometheus_env.sh installs the package.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from prometheus_server import PROMETHEUS, SKIP_REASON, free_port, prometheus
+
+pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason=SKIP_REASON)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+KV_BYTES = 2048
+
+
+class Exporter:
+    """One engine's /metrics with vLLM 0.33's names; ``restart()`` is a new process on the same port."""
+
+    def __init__(self, port: int, *, tier: bool, nixl: bool, history: int = 0) -> None:
+        self.port, self.tier, self.nixl = port, tier, nixl
+        self._start()
+        if history:  # a long-running pod: far from zero when the window opens
+            self.serve(history, computed=history, local=0, pulled=0, ttft=[0.05])
+
+    def _start(self) -> None:
+        r = self.registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self.prompt = Counter("vllm:prompt_tokens", "", labels, registry=r).labels("m", "0")
+        by_source = Counter("vllm:prompt_tokens_by_source", "", labels + ["source"], registry=r)
+        self.source = {s: by_source.labels("m", "0", s) for s in ("local_compute", "local_cache_hit",
+                                                                   "external_kv_transfer")}
+        cached = Counter("vllm:prompt_tokens_cached_by_source", "", labels + ["source"], registry=r)
+        self.cached = {s: cached.labels("m", "0", s) for s in ("device", "host", "p2p", "disk", "external_unspecified")}
+        if self.tier:
+            reads = Counter("vllm:kv_offload_tiering_read_bytes", "", labels + ["tier"], registry=r)
+            self.tier_read = reads.labels("m", "0", "1:p2p")
+            reads.labels("m", "0", "0:primary")
+        if self.nixl:
+            self.nixl_bytes = Histogram("vllm:nixl_bytes_transferred", "", labels, registry=r,
+                                        buckets=(1e4, 1e6, 1e8)).labels("m", "0")
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "", labels, buckets=TTFT_BUCKETS,
+                              registry=r).labels("m", "0")
+        self.waiting = Gauge("vllm:num_requests_waiting", "", labels, registry=r).labels("m", "0")
+        self.success = Counter("vllm:request_success", "", labels + ["finished_reason"], registry=r).labels(
+            "m", "0", "length")
+        self.server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=r)
+
+    def restart(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def serve(self, requests: int, *, computed: int, local: int, pulled: int, ttft: list[float]) -> None:
+        """``requests`` finished requests that together computed, hit and pulled these prompt tokens."""
+        self.prompt.inc(computed + local + pulled)
+        self.source["local_compute"].inc(computed)
+        self.source["local_cache_hit"].inc(local)
+        self.source["external_kv_transfer"].inc(pulled)
+        self.cached["device"].inc(local)
+        if self.tier:
+            self.cached["p2p"].inc(pulled)
+            self.tier_read.inc(pulled * KV_BYTES)
+        if self.nixl and pulled:
+            self.nixl_bytes.observe(pulled * KV_BYTES)
+        for seconds in ttft:
+            self.ttft.observe(seconds)
+        self.success.inc(requests)
+
+
+@pytest.fixture
+def scraped_fleet(tmp_path):
+    ports = [free_port() for _ in range(3)]
+    pods = {"pod-a": Exporter(ports[0], tier=True, nixl=False, history=500),
+            "pod-b": Exporter(ports[1], tier=False, nixl=True, history=1000),
+            f"127.0.0.1:{ports[2]}": Exporter(ports[2], tier=False, nixl=False, history=500)}
+    targets = [(f"127.0.0.1:{ports[0]}", "pod-a"), (f"127.0.0.1:{ports[1]}", "pod-b"), (f"127.0.0.1:{ports[2]}", None)]
+    try:
+        with prometheus(tmp_path, targets) as url:
+            yield url, pods
+    finally:
+        for pod in pods.values():
+            pod.close()
+
+
+def test_observe_reads_exact_counts_through_a_restart_and_names_what_a_pod_lacks(scraped_fleet):
+    url, pods = scraped_fleet
+    a, b, c = pods.values()
+    start = time.time()
+    rng = np.random.default_rng(0)
+    ttfts: dict = {name: [] for name in pods}
+    counted = {name: dict(computed=0, local=0, pulled=0, requests=0) for name in pods}
+    plan = dict(zip(pods, (dict(computed=600, local=250, pulled=150), dict(computed=700, local=100, pulled=200),
+                           dict(computed=900, local=100, pulled=0))))
+
+    def serve(name: str, requests: int, **counts) -> None:
+        seen = list(rng.gamma(2.0, 0.05, requests))
+        ttfts[name] += seen
+        pods[name].serve(requests, ttft=seen, **counts)
+        for key, value in {**counts, "requests": requests}.items():
+            counted[name][key] += value
+
+    def serve_all(times: int) -> None:
+        for _ in range(times):
+            for name, pod in pods.items():
+                serve(name, 2, **plan[name])
+                pod.waiting.set(int(rng.integers(0, 5)))
+            time.sleep(0.3)
+
+    serve_all(8)
+    time.sleep(1.6)  # pod-b's last counts before the restart are scraped
+    b.restart()
+    # at once more than it had counted in all its life: only the counter's created time shows the restart
+    serve("pod-b", 1, computed=30_000, local=0, pulled=0)
+    serve_all(8)
+    time.sleep(2.5)  # the last counts are scraped before the window closes
+    end = time.time()
+    done = subprocess.run([sys.executable, "-m", "kvcal.cli.app", "observe", "--prometheus", url, "--start",
+                           f"{start:.3f}", "--end", f"{end:.3f}", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    got = {p["name"]: p for p in doc["pods"]}
+    assert set(got) == set(pods)
+    for name, counts in counted.items():
+        total = counts["computed"] + counts["local"] + counts["pulled"]
+        assert got[name]["pull_share"]["value"] == pytest.approx(counts["pulled"] / total, abs=1e-12), name
+        assert got[name]["computed_share"]["value"] == pytest.approx(counts["computed"] / total, abs=1e-12), name
+        assert got[name]["requests_per_s"]["value"] == pytest.approx(counts["requests"] / (end - start), rel=1e-3)
+        assert got[name]["ttft_p50_ms"]["samples"] == counts["requests"], name
+    assert got["pod-a"]["bytes_per_pulled_token"]["value"] == pytest.approx(KV_BYTES)
+    assert got["pod-b"]["bytes_per_pulled_token"]["value"] == pytest.approx(KV_BYTES)  # through the restart
+    assert got[list(pods)[2]]["bytes_per_pulled_token"]["missing"]
+    fleet = doc["fleet"]
+    every_token = sum(v for counts in counted.values() for k, v in counts.items() if k != "requests")
+    assert fleet["pull_share"]["value"] == pytest.approx(sum(c["pulled"] for c in counted.values()) / every_token,
+                                                        abs=1e-12)
+    every = np.concatenate([ttfts[name] for name in pods]) * 1e3
+    for key, q in (("ttft_p50_ms", 50), ("ttft_p90_ms", 90)):
+        low, high = doc["ttft_buckets_ms"][key]
+        truth = np.percentile(every, q)
+        assert low <= truth <= high or abs(truth - fleet[key]["value"]) <= (high - low), (key, truth, low, high)
