@@ -138,8 +138,8 @@ def pulls_by_proof(records: Iterable[ProbeRecord]) -> tuple[tuple[str, int], ...
 
 def export_interchange(run: RunFolder, output: Path | None) -> int:
     """Write the valid probes as the interchange CSV (``output`` None: stdout); return the row count."""
-    # One row per probe, its last valid attempt, warm-ups left out: the rows fit would use.
-    valid = [r for r in valid_probes(run.read_probes()) if not r.warmup]
+    # One row per probe, its last valid attempt, warm-ups and cold pulls left out: the rows fit would use.
+    valid = [r for r in valid_probes(run.read_probes()) if not r.off_curve]
     last = {r.probe_id: (line, r) for line, r in enumerate(valid)}
     # In time order, (started_at, line in probes.jsonl): a reader ranks the 1 s stamps by row, so ties keep their order.
     rows = [r for _, r in sorted(last.values(), key=lambda lr: (lr[1].started_at, lr[0]))]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError, KvcalError
+from kvcal.fit.classes import with_links
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import load_fit, looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
@@ -50,8 +51,13 @@ class FitInput:
         """A fit of the probes made now (``kvcal fit``); InputError when no probes were found."""
         if self.table is None:
             raise InputError(f"{self.path}: no probes to fit (give a run folder, a probe CSV or an llm-d Job log)")
-        return fit_table(self.table, confidence=confidence, seed=seed, n_resamples=n_resamples,
-                         busy_queue_threshold=busy_queue_threshold)
+        result = fit_table(self.table, confidence=confidence, seed=seed, n_resamples=n_resamples,
+                           busy_queue_threshold=busy_queue_threshold)
+        origin = self.table.origin
+        if self.manifest is None or origin.kind != "run-folder" or origin.path is None:
+            return result
+        return with_links(result, Path(origin.path), self.manifest, busy_queue_threshold=busy_queue_threshold,
+                          n_resamples=n_resamples, seed=seed)
 
 
 def supplied_setup(*, model: str | None = None, transport: str | None = None, block_size: int | None = None) -> RunSetup:

@@ -149,7 +149,12 @@ def from_rows(rows: list[dict[str, Any]], *, setup: RunSetup | None = None, orig
 # --- run folder -------------------------------------------------------------------------------
 
 
-def _load_run_folder(folder: Path) -> ProbeTable:
+def load_class_table(folder: Path, link_class: str) -> ProbeTable:
+    """A multi-pair run's probes of one link class (kvcal.fit.classes fits each class on its own)."""
+    return _load_run_folder(folder, link_class)
+
+
+def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
     run = RunFolder(folder)
     if not RunFolder.is_run_folder(folder):
         raise InputError(f"{folder}: not a run folder (no run.json)")
@@ -161,13 +166,15 @@ def _load_run_folder(folder: Path) -> ProbeTable:
         notes.append(f"{run.probes_path.name}: the last line is torn (an interrupted write?) and was skipped")
     chosen: dict[str, ProbeRecord] = {}
     n_invalid = n_warmup = 0
-    records = run.read_probes()
+    records = [r for r in run.read_probes() if link_class is None or r.link_class == link_class]
     idle, loaded = split_loaded(records, manifest)  # probes under load feed the cost model, not the idle curves
     line_of: dict[str, int] = {}  # a probe's place in probes.jsonl: breaks ties of started_at's 1 s stamps
     for line, record in enumerate(idle):
         if record.warmup:
             n_warmup += 1  # the sweep protocol's discarded warm-up: neither data nor a failure
             continue
+        if record.session == "cold":
+            continue  # the first pull on a fresh session: the session cost (kvcal.fit.sessions), not the warm curve
         usable = record.valid and record.ttft_ms is not None and math.isfinite(record.ttft_ms) and record.ttft_ms > 0
         if not usable:
             n_invalid += 1

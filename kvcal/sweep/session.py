@@ -21,7 +21,7 @@ from kvcal.engines.base import EnginePair
 from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError
 from kvcal.records import ProbeRecord, RunManifest
-from kvcal.sweep import disturbance, reach, warmup
+from kvcal.sweep import coldstart, disturbance, reach, warmup
 from kvcal.settings import SweepConfig
 from kvcal.sweep.load import LoadController, is_loaded, plan_for
 from kvcal.sweep.lock import claim_run_folder
@@ -73,8 +73,9 @@ class Campaign(Protocol):
 
 
 def explicit_lengths(config: SweepConfig) -> bool:
-    """Lengths the user chose (or a loaded design): measured as given, never grown (kvcal.sweep.reach)."""
-    return config.prefix_lengths is not None or is_loaded(config)
+    """Lengths the user chose (or a loaded design, or a campaign over pairs): measured as given, never grown
+    (kvcal.sweep.reach grows one pair's ladder)."""
+    return config.prefix_lengths is not None or is_loaded(config) or config.pairs is not None
 
 
 def lengths_for(config: SweepConfig, pair: EnginePair) -> list[int]:
@@ -202,9 +203,13 @@ class ProbeSession:
                     run.write_manifest(self.manifest)
                 done_before = sum(1 for p in plan if p.probe_id in self.done_ids)
                 prompts = PromptSource(config.seed, pair.vocab_size)
-                self.progress.on_phase("warming the pair (discarded)")
-                pair.warm_up(prompts.tokens(campaign.warmup_tokens(plan)))
                 facts = pair.facts()
+                self.progress.on_phase("opening the sessions (the first pull of each, measured cold)")
+                cold = coldstart.open_sessions(ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading),
+                                        records, tokens=campaign.warmup_tokens(plan),
+                                        kvcal_created=facts.mode != "attach", cold_sessions=config.cold_sessions,
+                                        link_classes={p.name: p.link_class for p in config.pairs or ()})
+                self.meter.spent_ms += sum(r.ttft_ms or 0.0 for r in cold)
                 ctx = ProbeContext(pair, prompts, run, config, attempts, self.meter,
                                    disturbance.monitor_for(facts),  # primed here: the first probe's window starts now
                                    load.reading)
