@@ -2,7 +2,7 @@
 
 The command's options are generated from :class:`~kvcal.settings.SweepConfig`'s fields, one per field that is
 not campaign-file-only, in the fields' order (name, type and help from the field), then its own ``--resume``,
-``--config`` and ``--dry-run``; a renamed or added field changes its flag here with nothing else to edit.
+``--config``, ``--dry-run`` and ``--pairs`` (a file read into the campaign-file-only ``pairs`` setting); a renamed or added field changes its flag here with nothing else to edit.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kvcal.cli.output import info
 from kvcal.cli.progress_view import progress_for_terminal
 from kvcal.errors import InputError
 from kvcal.settings import SweepConfig, adaptive_rule_fields, flag_fields, flag_help, flag_of
-from kvcal.sweep.validate import load_campaign_file, resolve_config
+from kvcal.sweep.validate import load_campaign_file, load_pairs_file, resolve_config
 
 
 EPILOG = """Examples:
@@ -45,6 +45,10 @@ EPILOG = """Examples:
   kvcal sweep --engine sim --adaptive --target-width 0.05 --seed 3   # probes where they shrink the interval
 
   kvcal sweep --adaptive --target-width 0.10 --max-engine-seconds 600
+
+  kvcal sweep --pairs pairs.yaml --model M --name fleet      # every pair of pairs.yaml, fitted per link class
+
+  kvcal sweep --engine sim --cold-sessions 4                 # 4 session-cost samples (consumer restarted)
 """
 
 
@@ -106,6 +110,10 @@ def sweep(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (--name, or the newest in --output-dir); repeats no finished probe."),
     config: Optional[Path] = typer.Option(None, "--config", help="Campaign YAML holding any of these settings; flags override it."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the engine commands and the probe plan; run nothing."),
+    pairs: Optional[Path] = typer.Option(None, "--pairs", help="YAML 'pairs: [{name, class, producer_url, "
+                                         "consumer_url, ...}]' (each pair's keys: the attach flags): one campaign over "
+                                         "every pair, probes interleaved in one seeded order, one run folder, fitted "
+                                         "per class. Not with --producer-url/--consumer-url."),
     **given: Any,
 ) -> None:
     """Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."""
@@ -115,6 +123,8 @@ def sweep(
     flags = {name: None if _left_out(name, value) else value for name, value in given.items()}
     for name, parse in PARSERS.items():
         flags[name] = parse(flags[name], flag_of(name))
+    if pairs is not None:
+        flags["pairs"] = load_pairs_file(pairs)
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
     steering = [flag_of(name) for name in adaptive_rule_fields() if flags.get(name) is not None]
     if steering and not settings.adaptive:

@@ -44,8 +44,12 @@ def with_links(result: FitResult, folder: Path, manifest: RunManifest, *, busy_q
                 raise type(err)(f"link class {name}: {err}") from None
             fits[name] = class_fit(fit, [r for r in records if r.link_class == name], _pairs_of(manifest, name))
             pulls[name] = table.leg("pull")
-        update["classes"] = fits
-        update["class_difference"] = class_difference(pulls, result.confidence)
+        difference = class_difference(pulls, result.confidence)
+        update["classes"], update["class_difference"] = fits, difference
+        if difference is not None and difference.differ:
+            update["warnings"] = [*result.warnings, f"the link classes' pull curves differ ({difference.test}, p="
+                                  f"{difference.p_value:.2g}): the top-level fit pools them; read each class's "
+                                  "(kvcal emit-config --class-mix)"]
     return result.model_copy(update=update)
 
 
