@@ -1,4 +1,4 @@
-"""kvcal emit-config on a fit with link classes: one threshold over the mix, each class's own and its cost."""
+"""What reads a fit with link classes: emit-config (one threshold over the mix, each class's own and its cost), plot."""
 
 from __future__ import annotations
 
@@ -65,3 +65,16 @@ def test_bad_class_mixes_exit_2(classes_run, kvcal, tmp_path):
     one = SweepConfig.model_validate(dict(engine="sim", prefix_lengths=[256, 4096], reps=2, output_dir=tmp_path, name="one"))
     result = kvcal("emit-config", run_sweep(one).run_dir, "--class-mix", "near=1")
     assert result.code == 2 and "needs a fit with link classes" in result.err
+
+
+def test_plot_draws_the_classes_together(classes_run, tmp_path):
+    from kvcal.report.plot import classes_figure, plot_input
+
+    run, fit = classes_run
+    figure = classes_figure(fit, run)
+    top = figure.axes[0]
+    labels = [text.get_text() for text in top.get_legend().get_texts()]
+    assert any(label.startswith("near (2 pairs): pull fit") for label in labels)
+    assert any(label.startswith("far (1 pair): pull fit") for label in labels)
+    assert "link classes" in figure._suptitle.get_text()
+    assert plot_input(run, tmp_path / "classes.png").stat().st_size > 0
