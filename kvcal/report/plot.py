@@ -76,13 +76,7 @@ def classes_figure(fit: FitResult, folder: Path | None, *, log_x: bool = False) 
         draw_saving(bottom, cls.fit, table, color=colour, label=name, log_x=log_x, n=n)
         be = "none" if cls.break_even_tokens is None else f"{cls.break_even_tokens:.0f}"
         titles.append(f"{name} {be}")
-    top.set_ylabel("time to first token (ms)")
-    top.legend(loc="upper left", fontsize="x-small")
-    bottom.set_xlabel("prefix length (tokens)" + (", log scale" if log_x else ""))
-    bottom.set_ylabel("pull saving (% of recompute)")
-    if log_x:
-        bottom.set_xscale("log")
-        top.set_yscale("log")
+    _label_axes(top, bottom, log_x, legend_size="x-small")
     figure.suptitle(f"{default_title(fit).split(':')[0]}: link classes, break-even {', '.join(titles)} tokens",
                     fontsize="medium")
     return figure
@@ -122,15 +116,19 @@ def figure_for(fit: FitResult, table: ProbeTable | None = None, *, log_x: bool =
         title = (title or default_title(fit)) + ("\n" + cost_model_line(fit) if fit.cost_model else "")
     draw_run(top, fit, table, log_x=log_x)
     draw_saving(bottom, fit, table, log_x=log_x)
+    _label_axes(top, bottom, log_x, legend_size="small")
+    figure.suptitle(title or default_title(fit), fontsize="medium")
+    return figure
+
+
+def _label_axes(top: Axes, bottom: Axes, log_x: bool, *, legend_size: str) -> None:
     top.set_ylabel("time to first token (ms)")
-    top.legend(loc="upper left", fontsize="small")
+    top.legend(loc="upper left", fontsize=legend_size)
     bottom.set_xlabel("prefix length (tokens)" + (", log scale" if log_x else ""))
     bottom.set_ylabel("pull saving (% of recompute)")
     if log_x:
         bottom.set_xscale("log")
         top.set_yscale("log")  # log-log: the curves' crossing stays visible beside a 100x longer prefix
-    figure.suptitle(title or default_title(fit), fontsize="medium")
-    return figure
 
 
 def default_title(fit: FitResult) -> str:
