@@ -126,6 +126,14 @@ class RunFolder:
         return bool(raw) and not raw.endswith(b"\n") and _is_torn(raw[raw.rfind(b"\n") + 1:])
 
 
+def run_folders_in(path: Path) -> list[Path]:
+    """``path`` itself when it is a run folder, else the run folders directly inside it, sorted (a campaign over pairs
+    swept one folder a pair, as ``kvcal k8s-job --pairs`` does); [] for neither."""
+    if RunFolder.is_run_folder(path):
+        return [path]
+    return sorted(p for p in path.iterdir() if RunFolder.is_run_folder(p)) if path.is_dir() else []
+
+
 def valid_probes(records: Iterable[ProbeRecord]) -> list[ProbeRecord]:
     return [r for r in records if r.valid and r.ttft_ms is not None]
 

@@ -21,16 +21,17 @@ from kvcal.errors import KvcalError
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.sessions import session_cost
 from kvcal.fit.tables import load_class_table
-from kvcal.records import ClassDifference, ClassFit, FitResult, ProbeRecord, RunManifest
-from kvcal.runfolder import RunFolder
+from kvcal.records import ClassDifference, ClassFit, FitResult, ProbeRecord
+from kvcal.runfolder import RunFolder, run_folders_in
 
 TEST_NAME = "F test: one affine pull curve for every class against one per class (relative residuals)"
 
 
-def with_links(result: FitResult, folder: Path, manifest: RunManifest, *, busy_queue_threshold: int | None,
-               n_resamples: int, seed: int) -> FitResult:
-    """``result`` (the run's pooled fit) with its session cost and, for two classes or more, each class's fit."""
-    records = RunFolder(folder).read_probes()
+def with_links(result: FitResult, folder: Path, *, busy_queue_threshold: int | None, n_resamples: int,
+               seed: int) -> FitResult:
+    """``result`` (the run's pooled fit) with its session cost and, for two classes or more, each class's fit
+    (``folder``: a run folder, or a folder of run folders, one a pair)."""
+    records = [r for path in run_folders_in(folder) for r in RunFolder(path).read_probes()]
     update: dict[str, object] = {"session_cost": session_cost(records, result.pull, result.confidence)}
     names = sorted({r.link_class for r in records if r.link_class is not None})
     if len(names) >= 2:
@@ -42,7 +43,7 @@ def with_links(result: FitResult, folder: Path, manifest: RunManifest, *, busy_q
                                 busy_queue_threshold=busy_queue_threshold)
             except KvcalError as err:
                 raise type(err)(f"link class {name}: {err}") from None
-            fits[name] = class_fit(fit, [r for r in records if r.link_class == name], _pairs_of(manifest, name))
+            fits[name] = class_fit(fit, [r for r in records if r.link_class == name], _pairs_of(folder, name))
             pulls[name] = table.leg("pull")
         difference = class_difference(pulls, result.confidence)
         update["classes"], update["class_difference"] = fits, difference
@@ -87,5 +88,7 @@ def _relative_rss(rows: pd.DataFrame) -> float:
     return float(np.sum((design @ coef - 1.0) ** 2))
 
 
-def _pairs_of(manifest: RunManifest, name: str) -> list[str]:
-    return [p.name for p in manifest.settings.pairs or () if p.link_class == name]
+def _pairs_of(folder: Path, name: str) -> list[str]:
+    """The campaign's pairs of class ``name``, as its run folders' settings list them."""
+    manifests = [RunFolder(path).manifest() for path in run_folders_in(folder)]
+    return sorted({p.name for m in manifests for p in m.settings.pairs or () if p.link_class == name})
