@@ -8,7 +8,7 @@ The router has one threshold for every pair. With a fit per link class (``kvcal 
                                    recompute_c(n) - min(pull_c(n), recompute_c(n)) if n < T ]
 
 on each class's fitted mean curves, n log-uniform over the lengths the classes measured (the
-ladder's own spacing), T on block multiples: the mean time a request of that class loses,
+ladder's own spacing), T on block multiples from the shortest measured length up: the mean time a request of that class loses,
 against choosing per length, when the router uses T. Each class's own threshold is the
 one-class rule's (:func:`class_threshold`, the one place this module asks for it), and the
 common one's cost to each class is stated beside it. The shares default to each class's
@@ -84,7 +84,7 @@ def mix_threshold(fit: FitResult, options: EmitOptions) -> MixThreshold:
     shares = resolve_mix(fit.classes, options.class_mix)
     block, _ = resolve_block_size(fit, options.block_size)
     grid = _length_grid(fit.classes)
-    candidates = _candidates(block, int(grid[-1]) + block)
+    candidates = _candidates(block, int(grid[0]), int(grid[-1]) + block)
     excess = {name: _excess(cls.fit, grid, candidates) for name, cls in fit.classes.items()}
     total = sum(shares[name] * excess[name] for name in fit.classes)
     best = int(np.argmin(total))
@@ -124,9 +124,12 @@ def _length_grid(classes: dict[str, ClassFit]) -> np.ndarray:
     return np.geomspace(low, max(high, low + 1), GRID_POINTS)
 
 
-def _candidates(block: int, top: int) -> np.ndarray:
+def _candidates(block: int, shortest: int, top: int) -> np.ndarray:
+    """Block multiples from the shortest measured length up: below it the excess is flat (no length measured
+    there), so a smaller threshold would be the curves' extrapolation, not a choice the data made."""
     step = block * max(1, math.ceil(top / block / MAX_CANDIDATES))
-    return np.arange(block, top + step, step)
+    start = block * math.ceil(shortest / block)
+    return np.arange(start, top + step, step)
 
 
 def _excess(fit: FitResult, grid: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
