@@ -77,7 +77,9 @@ def main() -> None:
     links = NetLinks(out / "engines")
     try:
         links.start(rates[0])
-        for rate in rates:
+        for index, rate in enumerate(rates):
+            if index:  # attached pairs kvcal pulled on are warm: new consumers make the next campaign's cold samples real
+                links.restart_consumers()
             fit = campaign(links, out, rate, args.lengths, args.reps)
             report(fit, rate)
             mix = kvcal("emit-config", str(out / rate), "--format", "json")

@@ -138,6 +138,14 @@ class NetLinks:
             urls.append(f"http://{host}:{port}")
         self.urls[name] = (urls[0], urls[1])
 
+    def restart_consumers(self) -> None:
+        """New consumer processes: their next pulls open fresh sessions (a new campaign's cold samples)."""
+        consumers = [server for server in self.servers if server.name.endswith("-consumer")]
+        for server in consumers:
+            server.stop()
+            server.start()
+        wait_all_ready(consumers, 1500)
+
     def pairs_yaml(self, classes: dict[str, str]) -> str:
         """The --pairs file for the named pairs (name -> link class)."""
         lines = ["pairs:"]

@@ -14,12 +14,13 @@ With the recompute curve r(n) = a_r + b_r n + c_r n^2 and the pull curve p(n) (m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kvcal.cost_curve import break_even_tokens
 from kvcal.emit.costmodel import costmodel_values
+from kvcal.fleet.links import LinkClass, link_classes
 from kvcal.records import FitResult
 
 
@@ -51,6 +52,11 @@ class FleetCosts:
     source_wait_ms: float = 0.0
     requeue_ms: float = 0.0
     busy_queue: int = 1_000_000_000
+    links: dict[str, LinkClass] | None = None  # a fit with link classes: each class's pull (kvcal.fleet.links)
+
+    def for_link(self, link: LinkClass | None) -> "FleetCosts":
+        """These costs with the pull of ``link``'s class (None: the fit's one pull)."""
+        return self if link is None else replace(self, pull=link.pull)
 
     def prefill_ms(self, done: int, take: int) -> float:
         _, b, c = self.recompute
@@ -74,7 +80,7 @@ def _loaded_terms(fit: FitResult) -> dict:
 
 
 def point_costs(fit: FitResult) -> FleetCosts:
-    return FleetCosts(fit.recompute.coefficients, fit.pull.coefficients, **_loaded_terms(fit))
+    return FleetCosts(fit.recompute.coefficients, fit.pull.coefficients, **_loaded_terms(fit), links=link_classes(fit))
 
 
 def resampled_costs(fit: FitResult, count: int) -> list[FleetCosts]:
@@ -91,7 +97,7 @@ def resampled_costs(fit: FitResult, count: int) -> list[FleetCosts]:
     # Evenly spaced in the order of their break-even, so that a few resamples span the interval rather than a random part of it.
     order = usable[np.argsort([_crossing(r[i], p[i]) for i in usable])]
     picks = order[np.linspace(0, len(order) - 1, min(count, len(order))).round().astype(int)]
-    extra = _loaded_terms(fit)
+    extra = {**_loaded_terms(fit), "links": link_classes(fit)}
     return [FleetCosts(tuple(r[i]), tuple(p[i]), **extra) for i in picks]  # type: ignore[arg-type]
 
 
