@@ -64,7 +64,7 @@ class ProbeRecord(Record):
     metrics_delta: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(
         default_factory=dict, description="Raw engine counter deltas over the probe.")
     warmup: bool = Field(False, description="A discarded warm-up of a new (length, leg) shape; never fitted.")
-    pair: str | None = Field(None, max_length=200, description="Multi-pair campaign: the pair's name; None for one pair.")
+    pair: str | None = Field(None, max_length=200, description="Multi-pair campaign: the pair's name; None: one pair.")
     link_class: str | None = Field(None, max_length=200, description="Multi-pair campaign: the pair's link class.")
     session: Session | None = Field(None, description="Pulls: cold (first pull on a session kvcal created) or warm; "
                                     "None for recompute probes, warm-ups and runs before sessions were recorded.")
@@ -330,12 +330,12 @@ class FitResult(Record):
     fast_break_even_tokens: float | None = Field(None, description="Break-even of the fast modes (robust fits) when a slow mode made the curves mean costs.")
     unresolved_slow: SlowMode | None = Field(None, description="Slow pulls the robust fit set aside, too few to tell a stall from a mode: the break-even is the robust one and its interval reaches up to the mean cost with them (kvcal.fit.modes).")
     time_trends: list[TimeTrend] = Field(default_factory=list, description="Significant drifts of the residuals in time order.")
-    session_cost: SessionCost | None = Field(None, description="What a fresh session adds to the first pull (cold probes); "
-                                             "None where none was measured.")
+    session_cost: SessionCost | None = Field(
+        None, description="What a fresh session adds to the first pull (cold probes); None where none was measured.")
     classes: dict[str, "ClassFit"] | None = Field(None, description="Multi-class campaign: each link class's own fit; "
                                                   "None for one class (docs/method.md, link classes).")
-    class_difference: ClassDifference | None = Field(None, description="Multi-class campaign: whether the classes' pull "
-                                                     "curves differ (pool them when not).")
+    class_difference: ClassDifference | None = Field(
+        None, description="Multi-class campaign: whether the classes' pull curves differ (pool them when not).")
     kvcal_version: str
     created_at: str
 

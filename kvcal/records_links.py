@@ -20,8 +20,8 @@ class SessionCost(Record):
     """What a fresh session adds to a pull: cold TTFT minus the warm pull curve at the same length (ms)."""
 
     value_ms: float = Field(allow_inf_nan=False, description="Mean of the cold samples' excess over the warm curve.")
-    ci: list[float] | None = Field(None, description="[low, high] at the fit's confidence (Student t over the samples); "
-                                   "None with one sample.")
+    ci: list[float] | None = Field(
+        None, description="[low, high] at the fit's confidence (Student t over the samples); None with one sample.")
     n_cold: int = Field(ge=0, description="Cold samples in the estimate (first pulls on fresh sessions, bytes proven).")
     n_retried: int = Field(0, ge=0, description="Cold pulls that followed a failed handshake: recorded, kept out "
                            "(a retry may find the set-up half done).")

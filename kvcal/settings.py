@@ -110,12 +110,12 @@ class SweepConfig(BaseModel):
                                       json_schema_extra={"campaign_file_only": True})
     load_settle_timeout_s: float = Field(60.0, gt=0, description="How long to wait for the queues to reach a load state.",
                                       json_schema_extra={"campaign_file_only": True})
-    pairs: list["PairSpec"] | None = Field(None, description="A campaign over several pairs (kvcal sweep --pairs FILE): "
-                                           "their probes interleaved in one seeded order, each tagged with its pair and class.",
-                                           json_schema_extra={"campaign_file_only": True})
-    cold_sessions: int = Field(1, ge=1, le=100, description="Launch mode: cold samples of the session cost (the first pull "
-                               "on a fresh session); the consumer is restarted between them.",
-                               json_schema_extra={"launch_only": True})
+    pairs: list["PairSpec"] | None = Field(
+        None, description="A campaign over several pairs (kvcal sweep --pairs FILE): their probes interleaved in one "
+        "seeded order, each tagged with its pair and class.", json_schema_extra={"campaign_file_only": True})
+    cold_sessions: int = Field(
+        1, ge=1, le=100, description="Launch mode: cold samples of the session cost (the first pull on a fresh "
+        "session); the consumer is restarted between them.", json_schema_extra={"launch_only": True})
     adaptive: bool = Field(False, description="Choose each round of probes from the fit so far (docs/method.md, adaptive campaigns).")
     target_width: float = Field(0.10, gt=0, lt=10, description="Adaptive: stop once the break-even interval's (upper - lower) / break-even is at most this.",
                                       json_schema_extra={"adaptive_rule": True})
@@ -159,7 +159,8 @@ class SweepConfig(BaseModel):
             raise ValueError("--pairs names each pair's URLs; drop --producer-url/--consumer-url")
         names = [p.name for p in self.pairs]
         if len(set(names)) != len(names):
-            raise ValueError(f"a pair name is listed twice in pairs: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+            twice = ", ".join(sorted({n for n in names if names.count(n) > 1}))
+            raise ValueError(f"a pair name is listed twice in pairs: {twice}")
         if self.adaptive or self.load_states != ["idle"]:
             raise ValueError("a campaign over pairs is a planned idle sweep: drop --adaptive and --load-states")
         return self
@@ -191,14 +192,14 @@ class PairSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)
 
-    name: str = Field(pattern=_PAIR_NAME, description="The pair's name (tags its probes; letters, digits, '.', '_', '-').")
-    link_class: str = Field(alias="class", pattern=_PAIR_NAME, description="The link class, e.g. same-node, cross-node, tcp.")
+    name: str = Field(pattern=_PAIR_NAME, description="The pair's name (tags its probes; letters, digits, . _ -).")
+    link_class: str = Field(alias="class", pattern=_PAIR_NAME, description="The link class, e.g. same-node, tcp.")
     producer_url: str | None = SweepConfig.model_fields["producer_url"]
     consumer_url: str | None = SweepConfig.model_fields["consumer_url"]
     producer_p2p_host: str | None = SweepConfig.model_fields["producer_p2p_host"]
     producer_p2p_port: int | None = SweepConfig.model_fields["producer_p2p_port"]
     dp_ranks: int = SweepConfig.model_fields["dp_ranks"]
-    sim: SimSettings | None = Field(None, description="--engine sim: this pair's true curves (default: the campaign's).")
+    sim: SimSettings | None = Field(None, description="--engine sim: the pair's true curves (default: the campaign's).")
 
     _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
 

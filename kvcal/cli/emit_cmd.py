@@ -69,9 +69,10 @@ def emit_config(
     allow_extrapolation: bool = typer.Option(False, "--allow-extrapolation", help="Let the threshold go below the shortest "
                                              "measured length from which the pull won (the fitted curves' shape alone), "
                                              "e.g. kvcal emit-config RUN --format env --allow-extrapolation."),
-    class_mix: Optional[str] = typer.Option(None, "--class-mix", help="A fit with link classes: the fleet's share of pod "
-                                            "pairs per class, CLASS=SHARE,... summing to 1 (default: each class's share "
-                                            "of the campaign's pairs), e.g. --class-mix same-node=0.7,tcp=0.3."),
+    class_mix: Optional[str] = typer.Option(
+        None, "--class-mix", help="A fit with link classes: the fleet's share of pod pairs per class, "
+        "CLASS=SHARE,... summing to 1 (default: each class's share of the campaign's pairs), "
+        "e.g. --class-mix same-node=0.7,tcp=0.3."),
     allow_disturbed: bool = typer.Option(False, "--allow-disturbed", help="Emit even when the sweep measured a busy host "
                                          "(other processes took the engines' cores), e.g. kvcal emit-config RUN --allow-disturbed."),
 ) -> None:

@@ -24,14 +24,15 @@ Arguments after `--` are passed to `kvcal sweep` unchanged."""
 
 def k8s_job(
     image: str = typer.Option(..., "--image", help="Container image with kvcal installed (no GPU or vLLM needed in it)."),
-    producer_url: Optional[str] = typer.Option(None, "--producer-url", help="Producer engine base URL as seen in-cluster, e.g. http://10.0.3.17:8200."),
+    producer_url: Optional[str] = typer.Option(
+        None, "--producer-url", help="Producer engine base URL as seen in-cluster, e.g. http://10.0.3.17:8200."),
     consumer_url: Optional[str] = typer.Option(None, "--consumer-url", help="Consumer engine base URL as seen in-cluster."),
-    pairs: Optional[Path] = typer.Option(None, "--pairs", help="YAML 'pairs: [{name, class, producer_url, consumer_url, "
-                                         "...}]' (kvcal sweep --pairs' file): an Indexed Job, one pod a pair, each into "
-                                         "its folder of --pvc, then kvcal fit over them all and emit-config. Not with "
-                                         "--producer-url/--consumer-url."),
-    parallelism: int = typer.Option(1, "--parallelism", help="--pairs: pods at once (1: pairs that share an engine "
-                                    "would slow each other's probes)."),
+    pairs: Optional[Path] = typer.Option(
+        None, "--pairs", help="YAML 'pairs: [{name, class, producer_url, consumer_url, ...}]' (kvcal sweep --pairs' "
+        "file): an Indexed Job, one pod a pair, each into its folder of --pvc, then kvcal fit over them all and "
+        "emit-config. Not with --producer-url/--consumer-url."),
+    parallelism: int = typer.Option(
+        1, "--parallelism", help="--pairs: pods at once (1: pairs that share an engine would slow each other's probes)."),
     model: str = typer.Option(..., "--model", help="Model name the engines serve."),
     name: str = typer.Option("kvcal-calibrate", "--name", help="Job name (a DNS label); also the run folder name."),
     namespace: str = typer.Option("default", "--namespace", "-n", help="Namespace of the Job (usually the engines')."),
@@ -58,7 +59,8 @@ def k8s_job(
     if pair_specs:
         producer_url, consumer_url = pair_specs[0].producer_url, pair_specs[0].consumer_url
     spec = JobSpec(
-        image=image, producer_url=str(producer_url), consumer_url=str(consumer_url), model=model, name=name, namespace=namespace,
+        image=image, producer_url=str(producer_url), consumer_url=str(consumer_url), model=model, name=name,
+        namespace=namespace,
         transport=transport, run_name=run_name, prefix_lengths=tuple(int_list(prefix_lengths, "--prefix-lengths") or ()), reps=reps,
         producer_p2p_host=producer_p2p_host, producer_p2p_port=producer_p2p_port, pvc=pvc, cpu=cpu, memory=memory,
         ttl_seconds=ttl, service_account=service_account, extra_args=tuple(sweep_args or ()),

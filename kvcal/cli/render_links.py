@@ -27,7 +27,8 @@ def session_line(cost: SessionCost | None, confidence: float) -> str:
 def render_links(result: FitResult) -> None:
     """The session cost line and, for several link classes, one row per class and the test of their difference."""
     if result.session_cost is not None or result.classes:
-        stdout.print(f"session cost (first pull on a fresh session): {session_line(result.session_cost, result.confidence)}")
+        line = session_line(result.session_cost, result.confidence)
+        stdout.print(f"session cost (first pull on a fresh session): {line}")
     if not result.classes:
         return
     level = f"{result.confidence:.0%}"
@@ -40,7 +41,8 @@ def render_links(result: FitResult) -> None:
         be = "-" if cls.break_even_tokens is None else f"{cls.break_even_tokens:.0f}"
         ci = "-" if cls.break_even_ci is None else f"{cls.break_even_ci[0]:.0f}-{cls.break_even_ci[1]:.0f}"
         session = "-" if cls.session_cost_ms is None else f"{cls.session_cost_ms:.0f}"
-        session_ci = "-" if cls.session_cost_ci is None else f"{cls.session_cost_ci[0]:.0f}-{cls.session_cost_ci[1]:.0f}"
+        low_high = cls.session_cost_ci
+        session_ci = "-" if low_high is None else f"{low_high[0]:.0f}-{low_high[1]:.0f}"
         table.add_row(name, ",".join(cls.pairs), f"{cls.pull_fixed_ms:.2f}", f"{cls.pull_us_per_token:.3f}", be, ci,
                       session, session_ci)
     stdout.print(table)

@@ -2,7 +2,8 @@
 
 The command's options are generated from :class:`~kvcal.settings.SweepConfig`'s fields, one per field that is
 not campaign-file-only, in the fields' order (name, type and help from the field), then its own ``--resume``,
-``--config``, ``--dry-run`` and ``--pairs`` (a file read into the campaign-file-only ``pairs`` setting); a renamed or added field changes its flag here with nothing else to edit.
+``--config``, ``--dry-run`` and ``--pairs`` (a file read into the campaign-file-only ``pairs``
+setting); a renamed or added field changes its flag here with nothing else to edit.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ The router has one threshold for every pair. With a fit per link class (``kvcal 
                                    recompute_c(n) - min(pull_c(n), recompute_c(n)) if n < T ]
 
 on each class's fitted mean curves, n log-uniform over the lengths the classes measured (the
-ladder's own spacing), T on block multiples from the shortest measured length up: the mean time a request of that class loses,
-against choosing per length, when the router uses T. Each class's own threshold is the
+ladder's own spacing), T on block multiples from the shortest measured length up: the mean
+time a request of that class loses, against choosing per length, when the router uses T. Each class's own threshold is the
 one-class rule's (:func:`class_threshold`, the one place this module asks for it), and the
 common one's cost to each class is stated beside it. The shares default to each class's
 share of the campaign's pairs. The session cost (a pair's first pull) is reported, not in
@@ -91,13 +91,15 @@ def mix_threshold(fit: FitResult, options: EmitOptions) -> MixThreshold:
     common = int(candidates[best])
     if common > grid[-1]:
         raise NotRecommended("no threshold: over this class mix recomputing costs least at every measured length; "
-                             "measure longer prefixes (kvcal sweep --pairs FILE --prefix-lengths ...) or change the mix")
+                             "measure longer prefixes (kvcal sweep --pairs FILE --prefix-lengths ...) or change "
+                             "the mix")
     rows = []
     for name, cls in fit.classes.items():
         own, refused = class_threshold(cls.fit, options)
         at_own = None if own is None else float(_excess(cls.fit, grid, np.array([own.min_cached_token_delta]))[0])
         rows.append(ClassThreshold(name, shares[name], cls, own, refused, float(excess[name][best]), at_own))
-    steps = [f"class mix {', '.join(f'{n}={s:.3g}' for n, s in shares.items())}: the threshold that costs the mix least "
+    mix = ", ".join(f"{n}={s:.3g}" for n, s in shares.items())
+    steps = [f"class mix {mix}: the threshold that costs the mix least "
              f"on the classes' fitted curves, lengths {grid[0]:.0f}-{grid[-1]:.0f} log-uniform"]
     steps += [_class_line(row, common) for row in rows]
     steps.append(f"minCachedTokenDelta = {common}")

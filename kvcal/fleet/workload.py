@@ -136,9 +136,9 @@ class Workload(Strict):
     trace: Trace | None = Field(None, description="Replay these recorded requests instead.")
     engine: Engine = Field(Engine(), description="Each engine's batching and caches.")
     router: Router = Field(Router(), description="The router's scorer weights.")
-    link_classes: dict[str, float] | None = Field(None, description="A fit with link classes: each class's share of the "
-                                                  "ordered pod pairs (summing to 1); default: its share of the campaign's "
-                                                  "pairs (kvcal.fleet.links).")
+    link_classes: dict[str, float] | None = Field(
+        None, description="A fit with link classes: each class's share of the ordered pod pairs (summing to 1); "
+        "default: its share of the campaign's pairs (kvcal.fleet.links).")
     slo: Slo = Field(Slo(), description="The TTFT objective that goodput counts.")
 
     @model_validator(mode="after")

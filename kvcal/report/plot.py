@@ -55,7 +55,8 @@ def plot_input(path: str | Path, output: str | Path, *, log_x: bool | None = Non
     fit, table = found.fitted(confidence=confidence, seed=seed), found.table
     log_x = crossover_near_short_end(fit) if log_x is None else log_x
     if fit.classes:
-        folder = Path(table.origin.path) if table is not None and table.origin.kind == "run-folder" and table.origin.path else None
+        origin = table.origin if table is not None else None
+        folder = Path(origin.path) if origin is not None and origin.kind == "run-folder" and origin.path else None
         return save(classes_figure(fit, folder, log_x=log_x), out)
     return save(figure_for(fit, table, log_x=log_x), out)
 

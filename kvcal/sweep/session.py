@@ -205,10 +205,10 @@ class ProbeSession:
                 prompts = PromptSource(config.seed, pair.vocab_size)
                 facts = pair.facts()
                 self.progress.on_phase("opening the sessions (the first pull of each, measured cold)")
-                cold = coldstart.open_sessions(ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading),
-                                        records, tokens=campaign.warmup_tokens(plan),
-                                        kvcal_created=facts.mode != "attach", cold_sessions=config.cold_sessions,
-                                        link_classes={p.name: p.link_class for p in config.pairs or ()})
+                opening = ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading)
+                cold = coldstart.open_sessions(opening, records, tokens=campaign.warmup_tokens(plan),
+                                               kvcal_created=facts.mode != "attach", cold_sessions=config.cold_sessions,
+                                               link_classes={p.name: p.link_class for p in config.pairs or ()})
                 self.meter.spent_ms += sum(r.ttft_ms or 0.0 for r in cold)
                 ctx = ProbeContext(pair, prompts, run, config, attempts, self.meter,
                                    disturbance.monitor_for(facts),  # primed here: the first probe's window starts now

@@ -90,8 +90,8 @@ def check_pairs(config: Any) -> None:
                 raise InputError(f"pair {pair.name}: --engine sim attaches to no engine; drop its URLs")
             continue
         if None in urls:
-            raise InputError(f"pair {pair.name}: give both producer_url and consumer_url (a campaign over pairs attaches "
-                             "to running engines)")
+            raise InputError(f"pair {pair.name}: give both producer_url and consumer_url (a campaign over pairs "
+                             "attaches to running engines)")
         if pair.sim is not None:
             raise InputError(f"pair {pair.name}: sim curves apply to --engine sim only")
         check_pair_urls(*urls)
@@ -111,7 +111,8 @@ def load_pairs_file(path: Path) -> list[dict[str, Any]]:
         raise InputError(f"--pairs {path} must hold 'pairs:', a list of mappings with name, class, producer_url "
                          "and consumer_url")
     if set(data) != {"pairs"}:
-        raise InputError(f"--pairs {path}: unknown top-level key(s) {', '.join(sorted(map(str, set(data) - {'pairs'})))}")
+        unknown = ", ".join(sorted(map(str, set(data) - {"pairs"})))
+        raise InputError(f"--pairs {path}: unknown top-level key(s) {unknown}")
     return [_underscored(p) for p in pairs]
 
 
