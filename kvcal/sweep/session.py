@@ -204,12 +204,8 @@ class ProbeSession:
                 done_before = sum(1 for p in plan if p.probe_id in self.done_ids)
                 prompts = PromptSource(config.seed, pair.vocab_size)
                 facts = pair.facts()
-                self.progress.on_phase("opening the sessions (the first pull of each, measured cold)")
-                opening = ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading)
-                cold = coldstart.open_sessions(opening, records, tokens=campaign.warmup_tokens(plan),
-                                               kvcal_created=facts.mode != "attach", cold_sessions=config.cold_sessions,
-                                               link_classes={p.name: p.link_class for p in config.pairs or ()})
-                self.meter.spent_ms += sum(r.ttft_ms or 0.0 for r in cold)
+                self._open_sessions(ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading),
+                                    records, campaign.warmup_tokens(plan), facts.mode != "attach")
                 ctx = ProbeContext(pair, prompts, run, config, attempts, self.meter,
                                    disturbance.monitor_for(facts),  # primed here: the first probe's window starts now
                                    load.reading)
@@ -241,6 +237,15 @@ class ProbeSession:
                     write_summary(run)
                     self.progress.on_complete(done, len(plan))
         return SweepOutcome(run.path, len(plan), done_before, measured, invalid, self.resume)
+
+    def _open_sessions(self, opening: ProbeContext, records: list[ProbeRecord], tokens: int, created: bool) -> None:
+        """Each pair's first pull, measured cold where kvcal created the session (kvcal.sweep.coldstart)."""
+        self.progress.on_phase("opening the sessions (the first pull of each, measured cold)")
+        config = self.config
+        cold = coldstart.open_sessions(opening, records, tokens=tokens, kvcal_created=created,
+                                       cold_sessions=config.cold_sessions,
+                                       link_classes={p.name: p.link_class for p in config.pairs or ()})
+        self.meter.spent_ms += sum(r.ttft_ms or 0.0 for r in cold)  # engine time, as every attempt's
 
     def _append_to_plan(self, plan: list[PlannedProbe]) -> None:
         manifest = self.manifest or self.run.manifest()
