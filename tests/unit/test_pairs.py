@@ -144,3 +144,20 @@ def test_a_version_3_run_json_loads_unchanged(tmp_path):
     manifest = RunFolder(tmp_path / "r").manifest()
     assert manifest.schema_ == "kvcal.run/4" and [p.probe_id for p in manifest.plan] == [e["probe_id"] for e in raw["plan"]]
     assert manifest.settings.pairs is None and manifest.settings.cold_sessions == 1
+
+
+def test_a_cold_pull_after_a_failed_handshake_is_kept_out_of_the_session_cost():
+    from kvcal.fit.sessions import session_cost
+    from kvcal.records import CurveFit, ProbeRecord
+
+    def cold(attempt, ttft, valid=True):
+        return ProbeRecord(probe_id=f"cold{attempt}-L256-pull-r0", plan_index=0, attempt=attempt, prefix_tokens=256,
+                           leg=Leg.PULL, rep=0, ttft_ms=ttft, bytes_moved=2048 * 256 if valid else 0, valid=valid,
+                           started_at="2026-01-01T00:00:00+00:00", session="cold", bytes_metric="consumer/x")
+
+    warm = CurveFit(model="affine", intercept_ms=20.0, per_token_us=0.0, per_token2_ns=0.0)
+    records = [cold(0, 520.0), cold(0, 25.0, valid=False), cold(1, 80.0)]  # the second pair's retry paid part
+    cost = session_cost(records, warm, 0.9)
+    assert cost.value_ms == 500.0 and cost.n_cold == 1 and cost.n_retried == 1 and cost.ci is None
+    assert cost.pulls_by_proof == {"consumer/x": 1}
+    assert session_cost([cold(1, 80.0)], warm, 0.9) is None
