@@ -12,9 +12,12 @@ import math
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from kvcal.records_cost import MeanCostSummary
+from kvcal.records_base import Record
+from kvcal.records_costmodel import CostModelDiagnostics, CostModelFit, Estimate  # noqa: F401  (re-exported)
+from kvcal.records_links import ClassDifference, Session, SessionCost
 from kvcal.records_v1 import upgrade_fit, upgrade_run
 from kvcal.settings import SweepConfig
 
@@ -26,14 +29,8 @@ MAX_BYTES_MOVED = 10**15  # a petabyte for one prefix
 MAX_QUEUE = 10**9
 
 PROBE_SCHEMA = "kvcal.probe/1"
-RUN_SCHEMA = "kvcal.run/3"
+RUN_SCHEMA = "kvcal.run/4"
 FIT_SCHEMA = "kvcal.fit/2"
-
-
-class Record(BaseModel):
-    """Base for on-disk records: strict keys, frozen after construction."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Leg(str, Enum):
@@ -68,6 +65,10 @@ class ProbeRecord(Record):
     metrics_delta: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(
         default_factory=dict, description="Raw engine counter deltas over the probe.")
     warmup: bool = Field(False, description="A discarded warm-up of a new (length, leg) shape; never fitted.")
+    pair: str | None = Field(None, max_length=200, description="Multi-pair campaign: the pair's name; None: one pair.")
+    link_class: str | None = Field(None, max_length=200, description="Multi-pair campaign: the pair's link class.")
+    session: Session | None = Field(None, description="Pulls: cold (first pull on a session kvcal created) or warm; "
+                                    "None for recompute probes, warm-ups and runs before sessions were recorded.")
     host_busy: float | None = Field(None, ge=0, allow_inf_nan=False, description="Share (0-1) of the engines' CPUs (or GPUs) other processes took "
                                     "since the previous probe; None where not measured (kvcal.sweep.disturbance).")
     load_state: str | None = Field(None, description="The load the sweep set up for this probe (idle, source-busy, computing-busy, both-busy); None in runs before load states.")
@@ -77,6 +78,11 @@ class ProbeRecord(Record):
     adaptive_reason: str | None = Field(None, description="Adaptive sweep: why that round chose this length and leg.")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @property
+    def off_curve(self) -> bool:
+        """A warm-up or a cold pull (kvcal.sweep.coldstart): recorded, never on the warm curves."""
+        return self.warmup or self.session == "cold"
 
 
 class RunSetup(Record):
@@ -143,16 +149,18 @@ class PlannedProbe(Record):
     load_state: str | None = Field(None, description="The load state of a loaded sweep (kvcal.sweep.load); None otherwise.")
     adaptive_round: int | None = Field(None, ge=0, description="Adaptive sweep: the round that chose the probe.")
     adaptive_reason: str | None = Field(None, description="Adaptive sweep: why that round chose it.")
+    pair: str | None = Field(None, max_length=200, description="Multi-pair campaign: the pair that serves the probe.")
+    link_class: str | None = Field(None, max_length=200, description="Multi-pair campaign: that pair's link class.")
 
 
 class RunManifest(Record):
     """``run.json``: resolved settings, setup and provenance of one sweep run.
 
-    ``kvcal.run/1`` (setup facts at the top level and in the provenance) and
-    ``kvcal.run/2`` (no pair facts) files are upgraded on read by :func:`kvcal.records_v1.upgrade_run`.
+    ``kvcal.run/1`` (setup facts at the top level and in the provenance), ``kvcal.run/2`` (no pair facts)
+    and ``kvcal.run/3`` (no pairs or sessions) files are upgraded on read by :func:`kvcal.records_v1.upgrade_run`.
     """
 
-    schema_: Literal["kvcal.run/3"] = Field(RUN_SCHEMA, alias="schema")
+    schema_: Literal["kvcal.run/4"] = Field(RUN_SCHEMA, alias="schema")
     name: str
     created_at: str
     settings: SweepConfig = Field(description="The resolved sweep settings (flags merged over the campaign file).")
@@ -195,49 +203,6 @@ class CurveFit(Record):
     def coefficients(self) -> tuple[float, float, float]:
         """(intercept_ms, per_token_us, per_token2_ns), the order :mod:`kvcal.cost_curve` takes."""
         return self.intercept_ms, self.per_token_us, self.per_token2_ns
-
-
-class Estimate(Record):
-    """A fitted constant and its bootstrap interval (``ci`` None when no interval was computed)."""
-
-    value: float
-    ci: list[float] | None = Field(None, description="[low, high] at the fit's confidence.")
-
-
-class CostModelDiagnostics(Record):
-    """How well the data separate the cost model's constants (see kvcal.fit.costmodel)."""
-
-    condition_number: float | None = Field(None, description="Condition of the column-scaled design with T free: huge when F and T are collinear (one pull size).")
-    n_pull_sizes: int = Field(0, description="Distinct pulled token counts.")
-    busy_source_pull_share: float | None = Field(None, description="Share of pulls whose source queue was busy.")
-    busy_computing_pull_share: float | None = Field(None, description="Share of pulls whose computing pod was busy.")
-    busy_computing_share: float | None = Field(None, description="Share of all requests whose computing pod was busy.")
-    counts: dict[str, int] = Field(default_factory=dict, description="Requests per measured class, e.g. 'pull/source-busy'.")
-
-
-class CostModelFit(Record):
-    """The router's ``costModel`` constants fitted under load, each with its interval.
-
-    Model (ms): ttft = base + recompute_shape(uncached) + q*busy(c)
-    + pulled*(F + S*busy(s) + Q*busy(c) + T*delta), with recompute_shape and T from the
-    idle curves; busy(x) = waiting queue of x >= busyQueueThreshold, as measured.
-    """
-
-    transferFixedMs: Estimate = Field(description="F: fixed cost of a pull above the request's base, ms.")
-    sourceWaitMs: Estimate = Field(description="S: extra pull cost when the source's queue is busy, ms.")
-    requeueMs: Estimate = Field(description="Q: extra pull cost when the computing pod's queue is busy, ms.")
-    prefillMicrosecondsPerToken: Estimate = Field(description="P: recompute cost per uncached token (idle curve), us.")
-    transferMicrosecondsPerToken: Estimate = Field(description="T: pull cost per pulled token (idle curve), us.")
-    busyQueueThreshold: int = Field(ge=1, description="Waiting requests at or above which a pod counts as busy.")
-    base_ms: Estimate = Field(description="base: the request's fixed cost, ms.")
-    busy_computing_ms: Estimate = Field(description="q: extra cost of any request on a busy computing pod, ms.")
-    design: Literal["designed", "observational"]
-    confidence: float
-    n_requests: int
-    n_resamples: int
-    diagnostics: CostModelDiagnostics = Field(default_factory=CostModelDiagnostics)
-    inputs: list[str] = Field(default_factory=list, description="Observational fits: the per-request files, the EPP log and the idle fit read.")
-    warnings: list[str] = Field(default_factory=list)
 
 
 class FitSettings(Record):
@@ -367,6 +332,12 @@ class FitResult(Record):
     unresolved_slow: SlowMode | None = Field(None, description="Slow pulls the robust fit set aside, too few to tell a stall from a mode: the break-even is the robust one and its interval reaches up to the mean cost with them (kvcal.fit.modes).")
     time_trends: list[TimeTrend] = Field(default_factory=list, description="Significant drifts of the residuals in time order.")
     mean_cost: MeanCostSummary | None = Field(None, description="Each leg's mean cost (what the router pays) over its curve; None in older files: the curves.")
+    session_cost: SessionCost | None = Field(
+        None, description="What a fresh session adds to the first pull (cold probes); None where none was measured.")
+    classes: dict[str, "ClassFit"] | None = Field(None, description="Multi-class campaign: each link class's own fit; "
+                                                  "None for one class (docs/method.md, link classes).")
+    class_difference: ClassDifference | None = Field(
+        None, description="Multi-class campaign: whether the classes' pull curves differ (pool them when not).")
     kvcal_version: str
     created_at: str
 
@@ -396,3 +367,20 @@ class FitResult(Record):
             if value is not None and not 0 < value <= MAX_TOKENS:
                 raise ValueError(f"{name} must lie within 1-{MAX_TOKENS} tokens, got {value}")
         return self
+
+
+class ClassFit(Record):
+    """One link class of a multi-pair campaign: the contract's figures and the class's whole fit (emit reads it)."""
+
+    pairs: list[str] = Field(description="The campaign's pairs of this class.")
+    break_even_tokens: float | None
+    break_even_ci: list[float] | None
+    pull_fixed_ms: float = Field(allow_inf_nan=False, description="The warm pull curve's fixed cost.")
+    pull_us_per_token: float = Field(allow_inf_nan=False, description="The warm pull curve's cost per token.")
+    session_cost_ms: float | None = Field(description="What a fresh session adds to a first pull; None if unmeasured.")
+    session_cost_ci: list[float] | None = Field(description="Its interval; None with fewer than two cold samples.")
+    fit: FitResult = Field(description="The class's own fit (its probes alone), as one-class fit.json holds it.")
+
+
+FitResult.model_rebuild()
+

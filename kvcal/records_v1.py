@@ -1,4 +1,4 @@
-"""Reading ``kvcal.run/1`` and ``kvcal.fit/1`` files: their loose setup facts become a ``RunSetup``.
+"""Reading ``kvcal.run/1``-``/3`` and ``kvcal.fit/1`` files: their loose setup facts become a ``RunSetup``.
 
 Version 1 kept a run's setup in three places: top-level keys of run.json (model,
 engine, transport, block_size, kv_bytes_per_token), the host provenance (hardware,
@@ -16,6 +16,8 @@ from kvcal.settings import SweepConfig
 
 RUN_V1 = "kvcal.run/1"
 RUN_V2 = "kvcal.run/2"  # no pair facts: they are read from provenance.engine
+RUN_V3 = "kvcal.run/3"  # no pairs or sessions: its plan and settings read as they are
+RUN_CURRENT = "kvcal.run/4"
 FIT_V1 = "kvcal.fit/1"
 _SOURCE_KINDS = ("run-folder", "probe-csv", "llmd-table", "sim", "test")
 _BOOTSTRAP_KEYS = ("n_resamples", "seed", "method", "methods", "no_crossover_share", "status_shares", "quadratic_share",
@@ -24,14 +26,16 @@ _BOOTSTRAP_KEYS = ("n_resamples", "seed", "method", "methods", "no_crossover_sha
 
 
 def upgrade_run(data: Any) -> Any:
-    """A run.json dict in the version 3 shape (other values pass through for validation to judge)."""
+    """A run.json dict in the current shape (other values pass through for validation to judge)."""
+    if isinstance(data, dict) and data.get("schema") == RUN_V3:
+        return {**data, "schema": RUN_CURRENT}  # version 4 only adds optional fields
     if not isinstance(data, dict) or data.get("schema") not in (RUN_V1, RUN_V2):
         return data
     old = dict(data)
     provenance = _dict(old.get("provenance"))
     if old.get("schema") == RUN_V1:
         old["setup"] = setup_v1(old, _dict(old.get("settings")), provenance, created_at=old.get("created_at"))
-    return {"schema": "kvcal.run/3", "name": old.get("name"), "created_at": old.get("created_at"),
+    return {"schema": RUN_CURRENT, "name": old.get("name"), "created_at": old.get("created_at"),
             "settings": old.get("settings"), "setup": old.get("setup"), "pair": pair_facts(_dict(provenance.get("engine"))),
             "provenance": provenance, "plan": old.get("plan")}
 

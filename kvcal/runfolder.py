@@ -126,6 +126,14 @@ class RunFolder:
         return bool(raw) and not raw.endswith(b"\n") and _is_torn(raw[raw.rfind(b"\n") + 1:])
 
 
+def run_folders_in(path: Path) -> list[Path]:
+    """``path`` itself when it is a run folder, else the run folders directly inside it, sorted (a campaign over pairs
+    swept one folder a pair, as ``kvcal k8s-job --pairs`` does); [] for neither."""
+    if RunFolder.is_run_folder(path):
+        return [path]
+    return sorted(p for p in path.iterdir() if RunFolder.is_run_folder(p)) if path.is_dir() else []
+
+
 def valid_probes(records: Iterable[ProbeRecord]) -> list[ProbeRecord]:
     return [r for r in records if r.valid and r.ttft_ms is not None]
 
@@ -138,8 +146,8 @@ def pulls_by_proof(records: Iterable[ProbeRecord]) -> tuple[tuple[str, int], ...
 
 def export_interchange(run: RunFolder, output: Path | None) -> int:
     """Write the valid probes as the interchange CSV (``output`` None: stdout); return the row count."""
-    # One row per probe, its last valid attempt, warm-ups left out: the rows fit would use.
-    valid = [r for r in valid_probes(run.read_probes()) if not r.warmup]
+    # One row per probe, its last valid attempt, warm-ups and cold pulls left out: the rows fit would use.
+    valid = [r for r in valid_probes(run.read_probes()) if not r.off_curve]
     last = {r.probe_id: (line, r) for line, r in enumerate(valid)}
     # In time order, (started_at, line in probes.jsonl): a reader ranks the 1 s stamps by row, so ties keep their order.
     rows = [r for _, r in sorted(last.values(), key=lambda lr: (lr[1].started_at, lr[0]))]

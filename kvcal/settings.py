@@ -110,6 +110,12 @@ class SweepConfig(BaseModel):
                                       json_schema_extra={"campaign_file_only": True})
     load_settle_timeout_s: float = Field(60.0, gt=0, description="How long to wait for the queues to reach a load state.",
                                       json_schema_extra={"campaign_file_only": True})
+    pairs: list["PairSpec"] | None = Field(
+        None, description="A campaign over several pairs (kvcal sweep --pairs FILE): their probes interleaved in one "
+        "seeded order, each tagged with its pair and class.", json_schema_extra={"campaign_file_only": True})
+    cold_sessions: int = Field(
+        1, ge=1, le=100, description="Launch mode: cold samples of the session cost (the first pull on a fresh "
+        "session); the consumer is restarted between them.", json_schema_extra={"launch_only": True})
     adaptive: bool = Field(False, description="Choose each round of probes from the fit so far (docs/method.md, adaptive campaigns).")
     target_width: float = Field(0.10, gt=0, lt=10, description="Adaptive: stop once the break-even interval's (upper - lower) / break-even is at most this.",
                                       json_schema_extra={"adaptive_rule": True})
@@ -145,9 +151,23 @@ class SweepConfig(BaseModel):
             raise ValueError("a load state is listed twice")
         return value
 
+    @model_validator(mode="after")
+    def _pairs_alone(self) -> "SweepConfig":
+        if self.pairs is None:
+            return self
+        if self.producer_url is not None or self.consumer_url is not None:
+            raise ValueError("--pairs names each pair's URLs; drop --producer-url/--consumer-url")
+        names = [p.name for p in self.pairs]
+        if len(set(names)) != len(names):
+            twice = ", ".join(sorted({n for n in names if names.count(n) > 1}))
+            raise ValueError(f"a pair name is listed twice in pairs: {twice}")
+        if self.adaptive or self.load_states != ["idle"]:
+            raise ValueError("a campaign over pairs is a planned idle sweep: drop --adaptive and --load-states")
+        return self
+
     @property
     def attach(self) -> bool:
-        return self.producer_url is not None or self.consumer_url is not None
+        return self.producer_url is not None or self.consumer_url is not None or self.pairs is not None
 
     def engine_arg(self, *names: str) -> str | None:
         """The value of an engine argument (``--name value`` or ``--name=value``) in ``engine_args``, or None."""
@@ -158,6 +178,37 @@ class SweepConfig(BaseModel):
         if self.engine == "sim":
             return self.model or "sim"
         return self.model or "tiny-llama"
+
+
+_ATTACH_KEYS = ("producer_url", "consumer_url", "producer_p2p_host", "producer_p2p_port", "dp_ranks")
+_PAIR_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+
+
+class PairSpec(BaseModel):
+    """One pair of a multi-pair campaign: its name, its link class and the attach settings of its engines.
+
+    The attach keys are SweepConfig's own fields (one declaration, one set of bounds).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)
+
+    name: str = Field(pattern=_PAIR_NAME, description="The pair's name (tags its probes; letters, digits, . _ -).")
+    link_class: str = Field(alias="class", pattern=_PAIR_NAME, description="The link class, e.g. same-node, tcp.")
+    producer_url: str | None = SweepConfig.model_fields["producer_url"]
+    consumer_url: str | None = SweepConfig.model_fields["consumer_url"]
+    producer_p2p_host: str | None = SweepConfig.model_fields["producer_p2p_host"]
+    producer_p2p_port: int | None = SweepConfig.model_fields["producer_p2p_port"]
+    dp_ranks: int = SweepConfig.model_fields["dp_ranks"]
+    sim: SimSettings | None = Field(None, description="--engine sim: the pair's true curves (default: the campaign's).")
+
+    _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
+
+    def attach_settings(self) -> dict[str, Any]:
+        """The SweepConfig fields this pair sets (its engines' URLs and side channel)."""
+        return {key: getattr(self, key) for key in _ATTACH_KEYS}
+
+
+SweepConfig.model_rebuild()
 
 
 def arg_value(args: tuple[str, ...] | list[str], *names: str) -> str | None:

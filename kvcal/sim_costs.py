@@ -30,6 +30,7 @@ class SimCosts(BaseModel):
     recompute_per_token2_ns: float = Field(0.012, ge=0, description="Recompute's quadratic (attention) cost per token^2.")
     pull_intercept_ms: float = Field(20.0, ge=0, description="The pull's fixed cost (handshake, producer round trip).")
     pull_per_token_us: float = Field(3.0, ge=0, description="The pull's cost per token (bytes over the link).")
+    session_ms: float = Field(0.0, ge=0, description="The first pull on a fresh session pays this much more.")
     noise_cv: float = Field(0.05, ge=0, le=2, description="Coefficient of variation of the lognormal noise on every probe.")
     outlier_rate: float = Field(0.0, ge=0, le=1, description="Share of probes slowed by outlier_factor (scheduler hiccups).")
     outlier_factor: float = Field(3.0, ge=1, description="How much an outlier probe is slowed.")

@@ -9,6 +9,11 @@ python=${PYTHON:-python3}
 extra=${KVCAL_EXTRA:-cpu}
 stamp=".venv/.kvcal-setup-$extra-$(cat pyproject.toml scripts/setup.sh | sha1sum | cut -c1-12)"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
+# tests/integration/test_link_classes.py makes network namespaces joined by tbf-limited veths (ip, tc: iproute2);
+# without them (or without root) it skips and says why.
+if ! command -v tc >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  { apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null; } || echo "kvcal: iproute2 not installed" >&2
+fi
 if [ -f "$stamp" ]; then
   exit 0
 fi

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from kvcal.cli.options import byte_size
+from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
 from kvcal.emit.options import DEFAULT_MARGIN, DEFAULT_RULE, FORMATS, P2P_PORT, RULES, EmitOptions
 
@@ -30,6 +30,8 @@ EPILOG = """Examples:
   kvcal emit-config runs/r --format json --deltas epp.log    # what the threshold costs over the router's own deltas
 
   kvcal emit-config runs/r --rule upper --margin 0.25        # the earlier rule: the interval's upper end x 1.25
+
+  kvcal emit-config runs/fleet --format json --class-mix same-node=0.7,tcp=0.3   # one threshold over link classes
 
 Formats: plugin (the p2p-source-producer entry), helm (patch a values file), affinity
 (prefix-cache-affinity-filter's peakPrefillThroughput), costmodel (ONLY for a router build
@@ -85,6 +87,10 @@ def emit_config(
                                              "fitted curves outside the measured range (below its shortest length, or "
                                              "beyond its longest), "
                                              "e.g. kvcal emit-config RUN --format env --allow-extrapolation."),
+    class_mix: Optional[str] = typer.Option(
+        None, "--class-mix", help="A fit with link classes: the fleet's share of pod pairs per class, "
+        "CLASS=SHARE,... summing to 1 (default: each class's share of the campaign's pairs), "
+        "e.g. --class-mix same-node=0.7,tcp=0.3."),
     allow_disturbed: bool = typer.Option(False, "--allow-disturbed", help="Emit even when the sweep measured a busy host "
                                          "(other processes took the engines' cores), e.g. kvcal emit-config RUN --allow-disturbed."),
 ) -> None:
@@ -99,6 +105,7 @@ def emit_config(
         deployment=deployment, transport=transport, p2p_port=p2p_port,
         cpu_bytes_to_use=byte_size(cpu_bytes_to_use, "--cpu-bytes-to-use"), model=model, chunk_size=chunk_size,
         with_costmodel=with_costmodel, allow_extrapolation=allow_extrapolation, allow_disturbed=allow_disturbed,
+        class_mix=parse_class_mix(class_mix),
     )
     from kvcal.emit.formats import emit  # the fit stack loads only when the command runs (fast --help)
 

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from kvcal.cli.output import print_sanity, print_warning, stdout, warn, warn_each
 from kvcal.cli.render_costmodel import render_cost_model
+from kvcal.cli.render_links import render_links
 from kvcal.errors import InputError
 
 if TYPE_CHECKING:  # annotations only: kvcal --help must not build the typed records
@@ -141,6 +142,7 @@ def render(result: FitResult) -> None:
     if result.pull_bandwidth_gbps is not None:
         stdout.print(f"pull bandwidth at the longest length: {result.pull_bandwidth_gbps:.2f} GB/s")
     stdout.print(f"recompute model: {result.recompute.selection}")
+    render_links(result)
     boot = result.bootstrap
     if boot.no_crossover_share is not None:
         stdout.print(f"bootstrap: {boot.n_resamples} resamples ({boot.method}, seed {boot.seed}); "

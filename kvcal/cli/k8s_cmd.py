@@ -9,6 +9,7 @@ import typer
 
 from kvcal.cli.options import int_list
 from kvcal.cli.output import info
+from kvcal.errors import InputError
 
 EPILOG = """Examples:
 
@@ -23,8 +24,15 @@ Arguments after `--` are passed to `kvcal sweep` unchanged."""
 
 def k8s_job(
     image: str = typer.Option(..., "--image", help="Container image with kvcal installed (no GPU or vLLM needed in it)."),
-    producer_url: str = typer.Option(..., "--producer-url", help="Producer engine base URL as seen in-cluster, e.g. http://10.0.3.17:8200."),
-    consumer_url: str = typer.Option(..., "--consumer-url", help="Consumer engine base URL as seen in-cluster."),
+    producer_url: Optional[str] = typer.Option(
+        None, "--producer-url", help="Producer engine base URL as seen in-cluster, e.g. http://10.0.3.17:8200."),
+    consumer_url: Optional[str] = typer.Option(None, "--consumer-url", help="Consumer engine base URL as seen in-cluster."),
+    pairs: Optional[Path] = typer.Option(
+        None, "--pairs", help="YAML 'pairs: [{name, class, producer_url, consumer_url, ...}]' (kvcal sweep --pairs' "
+        "file): an Indexed Job, one pod a pair, each into its folder of --pvc, then kvcal fit over them all and "
+        "emit-config. Not with --producer-url/--consumer-url."),
+    parallelism: int = typer.Option(
+        1, "--parallelism", help="--pairs: pods at once (1: pairs that share an engine would slow each other's probes)."),
     model: str = typer.Option(..., "--model", help="Model name the engines serve."),
     name: str = typer.Option("kvcal-calibrate", "--name", help="Job name (a DNS label); also the run folder name."),
     namespace: str = typer.Option("default", "--namespace", "-n", help="Namespace of the Job (usually the engines')."),
@@ -47,18 +55,64 @@ def k8s_job(
     from kvcal.outputs import check_output, write_file
 
     check_output(output, "--output")
+    pair_specs = _pairs(pairs, producer_url, consumer_url)
+    if pair_specs:
+        producer_url, consumer_url = pair_specs[0].producer_url, pair_specs[0].consumer_url
     spec = JobSpec(
-        image=image, producer_url=producer_url, consumer_url=consumer_url, model=model, name=name, namespace=namespace,
+        image=image, producer_url=str(producer_url), consumer_url=str(consumer_url), model=model, name=name,
+        namespace=namespace,
         transport=transport, run_name=run_name, prefix_lengths=tuple(int_list(prefix_lengths, "--prefix-lengths") or ()), reps=reps,
         producer_p2p_host=producer_p2p_host, producer_p2p_port=producer_p2p_port, pvc=pvc, cpu=cpu, memory=memory,
         ttl_seconds=ttl, service_account=service_account, extra_args=tuple(sweep_args or ()),
     )
-    text = render_job(spec)
+    if pair_specs:
+        from kvcal.emit.k8s_pairs import PairsJobSpec, render_pairs_job
+
+        text = render_pairs_job(PairsJobSpec(spec, tuple(pair_specs), parallelism))
+    else:
+        text = render_job(spec)
     if output is None:
         typer.echo(text, nl=False)
         return
     write_file(output, text, f"-o {output}")
     info(f"kvcal: wrote {output}; apply with: kubectl apply -f {output}")
+
+
+def _pairs(path: Optional[Path], producer_url: Optional[str], consumer_url: Optional[str]) -> list:
+    """The pairs of --pairs FILE (checked as kvcal sweep checks them), or [] for the one-pair Job."""
+    if path is None:
+        if producer_url is None or consumer_url is None:
+            raise InputError("give --producer-url and --consumer-url, or --pairs FILE")
+        return []
+    if producer_url is not None or consumer_url is not None:
+        raise InputError("--pairs names each pair's URLs; drop --producer-url/--consumer-url")
+    from pydantic import ValidationError
+
+    from kvcal.settings import PairSpec
+    from kvcal.sweep.validate import load_pairs_file
+
+    specs = []
+    for entry in load_pairs_file(path):
+        try:
+            specs.append(PairSpec.model_validate(entry))
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            raise InputError(f"--pairs {path}: pair {entry.get('name', '?')}: {where}: {first.get('msg')}") from None
+    from kvcal.emit.k8s import validate_url
+
+    for spec in specs:  # each pair's URLs as the one-pair Job checks its own, named by the pair
+        try:
+            urls = [validate_url(str(url), flag) for url, flag in ((spec.producer_url, "producer_url"),
+                                                                   (spec.consumer_url, "consumer_url"))]
+        except InputError as err:
+            raise InputError(f"--pairs {path}: pair {spec.name}: {err}") from None
+        if urls[0] == urls[1]:
+            raise InputError(f"--pairs {path}: pair {spec.name}: producer and consumer are the same engine")
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise InputError(f"--pairs {path}: a pair name is listed twice")
+    return specs
 
 
 def register(app: typer.Typer) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from kvcal.errors import InputError
 
 
@@ -47,3 +49,29 @@ def byte_size(text: str | None, flag: str) -> int | None:
     if not value >= 1 or value != value or value == float("inf"):
         raise InputError(f"{flag} must be at least 1 byte (got {text!r})")
     return int(value)
+
+
+SHARE_TOLERANCE = 1e-6  # shares written to 6 places (1/3 as 0.333333) still sum to 1
+
+
+def parse_class_mix(text: str | None) -> dict[str, float] | None:
+    """``CLASS=SHARE,...``: each share in [0, 1], each class once, the shares summing to 1."""
+    if text is None:
+        return None
+    mix: dict[str, float] = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        try:
+            share = float(value)
+        except ValueError:
+            share = math.nan
+        if not sep or not name or not 0 <= share <= 1:
+            raise InputError(f"--class-mix: {item!r} is not CLASS=SHARE with a share between 0 and 1 "
+                             "(e.g. --class-mix same-node=0.7,tcp=0.3)")
+        if name in mix:
+            raise InputError(f"--class-mix names {name} twice")
+        mix[name] = share
+    if abs(sum(mix.values()) - 1) > SHARE_TOLERANCE:
+        raise InputError(f"--class-mix shares sum to {sum(mix.values()):.6g}; they must sum to 1")
+    return mix

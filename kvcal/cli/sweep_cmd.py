@@ -2,7 +2,8 @@
 
 The command's options are generated from :class:`~kvcal.settings.SweepConfig`'s fields, one per field that is
 not campaign-file-only, in the fields' order (name, type and help from the field), then its own ``--resume``,
-``--config`` and ``--dry-run``; a renamed or added field changes its flag here with nothing else to edit.
+``--config``, ``--dry-run`` and ``--pairs`` (a file read into the campaign-file-only ``pairs``
+setting); a renamed or added field changes its flag here with nothing else to edit.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from kvcal.cli.output import info
 from kvcal.cli.progress_view import progress_for_terminal
 from kvcal.errors import InputError
 from kvcal.settings import SweepConfig, adaptive_rule_fields, flag_fields, flag_help, flag_of
-from kvcal.sweep.validate import load_campaign_file, resolve_config
+from kvcal.sweep.validate import load_campaign_file, load_pairs_file, resolve_config
 
 
 EPILOG = """Examples:
@@ -45,6 +46,10 @@ EPILOG = """Examples:
   kvcal sweep --engine sim --adaptive --target-width 0.05 --seed 3   # probes where they shrink the interval
 
   kvcal sweep --adaptive --target-width 0.10 --max-engine-seconds 600
+
+  kvcal sweep --pairs pairs.yaml --model M --name fleet      # every pair of pairs.yaml, fitted per link class
+
+  kvcal sweep --engine sim --cold-sessions 4                 # 4 session-cost samples (consumer restarted)
 """
 
 
@@ -106,47 +111,27 @@ def sweep(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (--name, or the newest in --output-dir); repeats no finished probe."),
     config: Optional[Path] = typer.Option(None, "--config", help="Campaign YAML holding any of these settings; flags override it."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the engine commands and the probe plan; run nothing."),
+    pairs: Optional[Path] = typer.Option(
+        None, "--pairs", help="YAML 'pairs: [{name, class, producer_url, consumer_url, ...}]' (each pair's keys: the "
+        "attach flags): one campaign over every pair, probes interleaved in one seeded order, one run folder, fitted "
+        "per class. Not with --producer-url/--consumer-url."),
     **given: Any,
 ) -> None:
     """Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."""
     from kvcal.sweep.adaptive_run import AdaptiveOutcome
-    from kvcal.sweep.runner import plan_dry_run, run_sweep
+    from kvcal.sweep.runner import run_sweep
 
     flags = {name: None if _left_out(name, value) else value for name, value in given.items()}
     for name, parse in PARSERS.items():
         flags[name] = parse(flags[name], flag_of(name))
+    if pairs is not None:
+        flags["pairs"] = load_pairs_file(pairs)
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
     steering = [flag_of(name) for name in adaptive_rule_fields() if flags.get(name) is not None]
     if steering and not settings.adaptive:
         raise InputError(f"{', '.join(steering)} steer an adaptive sweep, and this one is a fixed ladder; add --adaptive")
     if dry_run:
-        plan = plan_dry_run(settings, resume=resume)
-        typer.echo(f"# run folder: {plan.run_dir}")
-        for command in plan.commands:
-            typer.echo(command)
-        lengths = sorted({p.prefix_tokens for p in plan.plan})
-        if settings.adaptive:
-            from kvcal.sweep.adaptive_run import adaptive_preview
-
-            low, high, seed_round, rules = adaptive_preview(settings, lengths)
-            typer.echo(f"# adaptive: lengths {low}-{high} tokens, rounds chosen from each refit; {rules.describe()}")
-            typer.echo("# seed round (shuffled when run):")
-            for choice in seed_round:
-                typer.echo(f"{choice.prefix_tokens}\t{choice.leg.value}\tx{choice.count}")
-            return
-        left = " left to run" if resume else ""
-        if not plan.plan:
-            typer.echo("# nothing left to run: every probe of the plan has a valid record")
-        else:
-            typer.echo(f"# {len(plan.plan)} probes{left} over lengths {','.join(map(str, lengths))}, in this order:")
-        if not resume and settings.prefix_lengths is None and settings.load_states == ["idle"] and lengths:
-            from kvcal.sweep.reach import dry_run_note
-
-            if note := dry_run_note(lengths, settings.block_size):
-                typer.echo(f"# {note}")
-        for probe in plan.plan:
-            state = f"\t{probe.load_state}" if probe.load_state else ""
-            typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}{state}")
+        _print_dry_run(settings, resume)
         return
     outcome = run_sweep(settings, resume=resume, progress=progress_for_terminal())
     info(
@@ -161,6 +146,39 @@ def sweep(
         if outcome.reach_note:
             info(f"kvcal: {outcome.reach_note}")
     info(f"next: kvcal fit {outcome.run_dir} && kvcal plot {outcome.run_dir} -o {outcome.run_dir}/fit.png")
+
+
+def _print_dry_run(settings: SweepConfig, resume: bool) -> None:
+    """The run folder, the engine commands and the plan (its length, leg, rep, load state and pair), in order."""
+    from kvcal.sweep.runner import plan_dry_run
+
+    plan = plan_dry_run(settings, resume=resume)
+    typer.echo(f"# run folder: {plan.run_dir}")
+    for command in plan.commands:
+        typer.echo(command)
+    lengths = sorted({p.prefix_tokens for p in plan.plan})
+    if settings.adaptive:
+        from kvcal.sweep.adaptive_run import adaptive_preview
+
+        low, high, seed_round, rules = adaptive_preview(settings, lengths)
+        typer.echo(f"# adaptive: lengths {low}-{high} tokens, rounds chosen from each refit; {rules.describe()}")
+        typer.echo("# seed round (shuffled when run):")
+        for choice in seed_round:
+            typer.echo(f"{choice.prefix_tokens}\t{choice.leg.value}\tx{choice.count}")
+        return
+    left = " left to run" if resume else ""
+    if not plan.plan:
+        typer.echo("# nothing left to run: every probe of the plan has a valid record")
+    else:
+        typer.echo(f"# {len(plan.plan)} probes{left} over lengths {','.join(map(str, lengths))}, in this order:")
+    if not resume and settings.prefix_lengths is None and settings.load_states == ["idle"] and lengths:
+        from kvcal.sweep.reach import dry_run_note
+
+        if note := dry_run_note(lengths, settings.block_size):
+            typer.echo(f"# {note}")
+    for probe in plan.plan:
+        state = "".join(f"\t{v}" for v in (probe.load_state, probe.pair) if v)
+        typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}{state}")
 
 
 # typer reads a command's options off its signature: the settings' flags, in SweepConfig's order, then the

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvcal.emit.affinity import peak_prefill, render_affinity
+from kvcal.emit.classes import MixThreshold, mix_threshold
 from kvcal.emit.costmodel import COSTMODEL_FLOOR_TOKENS, LOAD_DEPENDENT_COST_KEYS, costmodel_values, render_costmodel
 from kvcal.emit import helm
 from kvcal.emit.engine import engine_spec, render_vllm
@@ -71,6 +72,7 @@ class _Render:
     origin: str
     notes: list[str]
     warnings: list[str]
+    mix: MixThreshold | None = None  # a fit with link classes: the common threshold and each class's
 
     @property
     def threshold(self) -> Threshold:
@@ -91,7 +93,10 @@ def _render_env(r: _Render) -> EmitResult:
 
 
 def _render_json(r: _Render) -> EmitResult:
-    return r.result(render_json(r.threshold, _affinity_json(r.fit, r.ctx, r.options.chunk_size, r.warnings)))
+    extra = _affinity_json(r.fit, r.ctx, r.options.chunk_size, r.warnings)
+    if r.mix is not None:
+        extra["classes"] = r.mix.classes_json()
+    return r.result(render_json(r.threshold, extra))
 
 
 def _render_plugin(r: _Render) -> EmitResult:
@@ -150,13 +155,16 @@ def _emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
     origin = "" if isinstance(source, FitResult) else str(source)
     ctx = run_context(fit)
     needs_threshold, render = RENDERERS[options.format]
-    t = None
-    if needs_threshold:  # affinity needs only the recompute curve
+    t = mix = None
+    if needs_threshold and (fit.classes or options.class_mix is not None):  # one threshold over the link classes
+        mix = mix_threshold(fit, options)
+        t = mix.threshold
+    elif needs_threshold:  # affinity needs only the recompute curve
         t = compute_threshold(fit, rule=options.rule, margin=options.margin, block_size=options.block_size,
                               allow_extrapolation=options.allow_extrapolation, allow_disturbed=options.allow_disturbed,
                               deltas=deltas)
     notes = [*t.steps, cost_note(t, deltas)] if t else []
-    return render(_Render(fit, ctx, t, options, origin, notes, list(t.warnings) if t else []))
+    return render(_Render(fit, ctx, t, options, origin, notes, list(t.warnings) if t else [], mix))
 
 
 def cost_note(t: Threshold, deltas: Deltas | None) -> str:

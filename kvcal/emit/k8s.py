@@ -228,11 +228,6 @@ def _comment(text: str) -> str:
 
 def render_job(spec: JobSpec) -> str:
     """The manifest as YAML, with a header saying how to apply it and read the result."""
-    yaml = YAML(typ="rt")
-    yaml.width = 4096
-    yaml.indent(mapping=2, sequence=4, offset=2)
-    buf = io.StringIO()
-    yaml.dump(job_manifest(spec), buf)
     storage = f"PVC {_comment(spec.pvc)}" if spec.pvc else "an emptyDir (lost with the pod: pass --pvc to keep the run folder)"
     head = (
         f"# kvcal k8s-job: in-cluster calibration of {_comment(spec.model)} over {_comment(spec.transport)}; "
@@ -240,4 +235,14 @@ def render_job(spec: JobSpec) -> str:
         f"# kubectl apply -f job.yaml && kubectl -n {_comment(spec.namespace)} logs -f job/{_comment(spec.name)}\n"
         "# The last lines of the log are the emit-config JSON; exit 3 means P2P is not recommended here.\n"
     )
-    return head + buf.getvalue()
+    return head + dump_yaml([job_manifest(spec)])
+
+
+def dump_yaml(documents: list[dict[str, Any]]) -> str:
+    """Manifests as YAML documents (``---`` between them), scripts as literal blocks."""
+    yaml = YAML(typ="rt")
+    yaml.width = 4096
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    buf = io.StringIO()
+    yaml.dump_all(documents, buf)
+    return buf.getvalue()

@@ -64,6 +64,7 @@ class EmitOptions:
     with_costmodel: bool = False
     allow_extrapolation: bool = False
     allow_disturbed: bool = False
+    class_mix: dict[str, float] | None = None  # CLASS -> share (kvcal.emit.classes); None: the campaign's pairs
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:

@@ -132,6 +132,17 @@ class EnginePair(ABC):
         """What the pair is (mode, device, each role's placement); what the sweep decides by and run.json keeps."""
         return PairFacts(engine=self.name)
 
+    def members(self) -> dict[str | None, "EnginePair"]:
+        """The pairs a campaign sweeps, by name: this one, unnamed (a multi-pair set names each)."""
+        return {None: self}
+
+    def select(self, name: str | None) -> None:
+        """Serve the next :meth:`measure` on the named member (one pair serves everything itself)."""
+
+    def restart_consumer(self) -> None:
+        """Stop and start the consumer, so that its next pull opens a fresh session (``--cold-sessions``)."""
+        raise InputError(f"the {self.name} pair cannot restart its consumer; use --cold-sessions 1")
+
     def load_target(self, role: Role) -> LoadTarget:
         """The producer or consumer as a target of background load (load states other than idle)."""
         raise InputError(f"the {self.name} engine pair cannot run background load; use --load-states idle")

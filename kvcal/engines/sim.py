@@ -65,6 +65,7 @@ class SimPair(EnginePair):
         self.python_hash_seed = python_hash_seed
         self.started = False
         self.warmed = False
+        self.session_open = False  # the first pull on a fresh session pays costs.session_ms
         self.streams: dict[str, int] = {"producer": 0, "consumer": 0}
         self._lock = threading.Lock()
 
@@ -76,12 +77,17 @@ class SimPair(EnginePair):
 
     def start(self) -> None:
         self.started = True
+        self.session_open = False
 
     def stop(self) -> None:
         self.started = False
 
     def warm_up(self, token_ids: list[int]) -> None:
         self.warmed = True
+        self.session_open = True  # the warm-up pays the handshake, as a real pair's does
+
+    def restart_consumer(self) -> None:
+        self.session_open = False
 
     def _noisy(self, value_ms: float) -> float:
         sigma = math.sqrt(math.log1p(self.costs.noise_cv**2))
@@ -101,6 +107,9 @@ class SimPair(EnginePair):
                 return LegMeasurement(ttft_ms=self._noisy(self.costs.recompute_ms(n)) + wait, bytes_moved=0)
             wait += (self.costs.requeue_ms if computing_busy else 0.0) + (self.costs.source_wait_ms if source_busy else 0.0)
             moved = (n // self._block_size) * self._block_size * self._kv_bytes_per_token
+            if not self.session_open:
+                wait += self.costs.session_ms
+                self.session_open = True
             return LegMeasurement(ttft_ms=self._noisy(self.costs.pull_ms(n)) + wait, bytes_moved=moved, producer_ttft_ms=None)
         return LegMeasurement(ttft_ms=self._noisy(self.costs.recompute_ms(n)) + wait, bytes_moved=0)
 

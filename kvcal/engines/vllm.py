@@ -228,6 +228,15 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
         self._engine_facts = facts
         self._profile_read = False  # the engines may name a different model folder than the settings
 
+    def restart_consumer(self) -> None:
+        """Launch mode: a new consumer process, so its next pull opens a fresh NIXL session (--cold-sessions)."""
+        if self.settings.attach or len(self._servers) != len(ROLES):
+            raise InputError("--cold-sessions restarts a consumer kvcal launched; attached engines keep their sessions")
+        consumer = self._servers[ROLES.index(Role.CONSUMER)]
+        consumer.stop()
+        consumer.start()
+        wait_all_ready([consumer], self.settings.startup_timeout_s)
+
     def stop(self) -> None:
         stack, self._stack = self._stack, None
         if stack is not None:

@@ -100,7 +100,7 @@ def split_loaded(records: list[ProbeRecord], manifest: RunManifest) -> tuple[lis
     if loaded is None:
         return records, None
     idle = [r for r in records if probe_counts_as_idle(r, loaded.threshold)]
-    if not any(r.valid and not r.warmup for r in idle):
+    if not any(r.valid and not r.off_curve for r in idle):
         raise InputError(f"{manifest.name}: no valid probe measured idle: the idle curves (P, T) need the idle state; "
                          "sweep with --load-states including idle")
     return idle, loaded
@@ -110,7 +110,7 @@ def from_run_records(records: list[ProbeRecord], threshold: int = 1) -> LoadedPr
     """The designed experiment's probes (the last valid attempt of each probe id); None for an idle-only run."""
     chosen: dict[str, ProbeRecord] = {}
     for r in records:
-        if r.valid and not r.warmup and r.ttft_ms is not None and math.isfinite(r.ttft_ms) and r.ttft_ms > 0:
+        if r.valid and not r.off_curve and r.ttft_ms is not None and math.isfinite(r.ttft_ms) and r.ttft_ms > 0:
             chosen[r.probe_id] = r
     rows = list(chosen.values())
     if not any(r.load_state not in (None, "idle") for r in rows):

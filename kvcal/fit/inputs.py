@@ -21,12 +21,13 @@ from pathlib import Path
 
 from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError, KvcalError
+from kvcal.fit.classes import with_links
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import load_fit, looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.userfiles import check_input
 from kvcal.records import FIT_DEFAULTS, FitResult, RunManifest, RunSetup
-from kvcal.runfolder import RunFolder
+from kvcal.runfolder import RunFolder, run_folders_in
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,13 @@ class FitInput:
         """A fit of the probes made now (``kvcal fit``); InputError when no probes were found."""
         if self.table is None:
             raise InputError(f"{self.path}: no probes to fit (give a run folder, a probe CSV or an llm-d Job log)")
-        return fit_table(self.table, confidence=confidence, seed=seed, n_resamples=n_resamples,
-                         busy_queue_threshold=busy_queue_threshold)
+        result = fit_table(self.table, confidence=confidence, seed=seed, n_resamples=n_resamples,
+                           busy_queue_threshold=busy_queue_threshold)
+        origin = self.table.origin
+        if self.manifest is None or origin.kind != "run-folder" or origin.path is None:
+            return result
+        return with_links(result, Path(origin.path), busy_queue_threshold=busy_queue_threshold,
+                          n_resamples=n_resamples, seed=seed)
 
 
 def supplied_setup(*, model: str | None = None, transport: str | None = None, block_size: int | None = None) -> RunSetup:
@@ -93,15 +99,17 @@ def load_fit_input(path: str | Path, *, supplied: RunSetup | None = None, probes
 
 
 def _run_folder(folder: Path, probes: bool, stored_fit: bool = True) -> FitInput:
+    """A run folder, or a folder of run folders (a campaign over pairs swept one folder a pair), fitted as one run."""
     run = RunFolder(folder)
-    if not RunFolder.is_run_folder(folder):
+    folders = run_folders_in(folder)
+    if not folders:
         raise InputError(f"{folder}: not a run folder (no run.json)")
-    manifest = run.manifest()
+    manifest = RunFolder(folders[0]).manifest()
     fit = load_fit(run.fit_path) if stored_fit and run.fit_path.is_file() else None
     table = None
     if fit is None:
         table = load_probe_table(folder)
-    elif probes and run.has_probes():
+    elif probes and any(RunFolder(path).has_probes() for path in folders):
         table = _probes_or_none(folder)
     return FitInput(path=folder, setup=manifest.setup, table=table, fit=fit, manifest=manifest)
 

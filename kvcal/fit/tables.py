@@ -34,9 +34,9 @@ import numpy as np
 import pandas as pd
 
 from kvcal.errors import InputError
-from kvcal.records import FitSource, HostDisturbance, Leg, ProbeRecord, RunSetup
+from kvcal.records import FitSource, HostDisturbance, Leg, ProbeRecord, RunManifest, RunSetup
 from kvcal.fit.costmodel import LoadedProbes, split_loaded
-from kvcal.runfolder import RunFolder, pulls_by_proof
+from kvcal.runfolder import RunFolder, pulls_by_proof, run_folders_in
 from kvcal.fit.fields import MAX_INT, int_field, leg_field, parse_number, time_field, time_order
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
 from kvcal.fit.recipe import check_verdict, unstamped
@@ -149,37 +149,38 @@ def from_rows(rows: list[dict[str, Any]], *, setup: RunSetup | None = None, orig
 # --- run folder -------------------------------------------------------------------------------
 
 
-def _load_run_folder(folder: Path) -> ProbeTable:
-    run = RunFolder(folder)
-    if not RunFolder.is_run_folder(folder):
-        raise InputError(f"{folder}: not a run folder (no run.json)")
-    manifest = run.manifest()
-    if not run.has_probes():
-        raise InputError(f"{folder}: no probes recorded yet (probes.jsonl is missing or empty)")
-    notes: list[str] = []
-    if run.torn_tail():  # read_probes drops it; say so in fit.json too
-        notes.append(f"{run.probes_path.name}: the last line is torn (an interrupted write?) and was skipped")
-    chosen: dict[str, ProbeRecord] = {}
+def load_class_table(folder: Path, link_class: str) -> ProbeTable:
+    """A multi-pair run's probes of one link class (kvcal.fit.classes fits each class on its own)."""
+    return _load_run_folder(folder, link_class)
+
+
+def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
+    manifest, sourced, notes = _run_records(folder, link_class)
+    records = [r for _, r in sourced]
+    chosen: dict[tuple[int, str], ProbeRecord] = {}  # by (run folder, probe id): merged folders may share ids
     n_invalid = n_warmup = 0
-    records = run.read_probes()
     idle, loaded = split_loaded(records, manifest)  # probes under load feed the cost model, not the idle curves
-    line_of: dict[str, int] = {}  # a probe's place in probes.jsonl: breaks ties of started_at's 1 s stamps
+    source_of = {id(r): source for source, r in sourced}
+    line_of: dict[tuple[int, str], int] = {}  # a probe's place in probes.jsonl: breaks ties of started_at's 1 s stamps
     for line, record in enumerate(idle):
         if record.warmup:
             n_warmup += 1  # the sweep protocol's discarded warm-up: neither data nor a failure
             continue
+        if record.session == "cold":
+            continue  # the first pull on a fresh session: the session cost (kvcal.fit.sessions), not the warm curve
         usable = record.valid and record.ttft_ms is not None and math.isfinite(record.ttft_ms) and record.ttft_ms > 0
         if not usable:
             n_invalid += 1
             continue
-        chosen[record.probe_id] = record  # a later valid attempt of one probe id replaces an earlier one
-        line_of[record.probe_id] = line
+        key = (source_of[id(record)], record.probe_id)
+        chosen[key] = record  # a later valid attempt of one probe id replaces an earlier one
+        line_of[key] = line
     # Rank in time by (started_at, line): ISO-8601 UTC sorts in time, and probes stamped in one second keep file order.
-    timed = sorted(chosen.values(), key=lambda r: (r.started_at, line_of[r.probe_id]))
+    timed = [chosen[k] for k in sorted(chosen, key=lambda k: (chosen[k].started_at, line_of[k]))]
     rows = [{"prefix_tokens": r.prefix_tokens, "leg": r.leg.value, "ttft_ms": r.ttft_ms, "rep": r.rep,
              "bytes_moved": r.bytes_moved, "order": rank} for rank, r in enumerate(timed)]
     if not rows:
-        raise InputError(f"{run.probes_path}: no valid probes ({n_invalid} invalid excluded)")
+        raise InputError(f"{folder}: no valid probes ({n_invalid} invalid excluded)")
     if n_invalid:
         notes.append(f"{n_invalid} invalid probe record(s) excluded (see invalid_reason in probes.jsonl)")
     if n_warmup:
@@ -188,6 +189,30 @@ def _load_run_folder(folder: Path) -> ProbeTable:
     table = from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
                       n_invalid_excluded=n_invalid, warnings=notes, host=host)
     return replace(table, loaded=loaded, pulls_by_proof=pulls_by_proof(chosen.values()), order_source="started_at")
+
+
+def _run_records(folder: Path, link_class: str | None) -> tuple[RunManifest, list[tuple[int, ProbeRecord]], list[str]]:
+    """The first run's manifest and every record (of ``link_class``) of the run folder, or of the run folders in
+    ``folder`` (a campaign over pairs swept one folder a pair: the k8s Job's), each with its folder's index."""
+    folders = run_folders_in(folder)
+    if not folders:
+        raise InputError(f"{folder}: not a run folder (no run.json)")
+    manifests = [RunFolder(path).manifest() for path in folders]
+    differ = {(m.setup.model, m.setup.block_size, m.setup.kv_bytes_per_token) for m in manifests}
+    if len(differ) > 1:
+        raise InputError(f"{folder}: its run folders measured different setups (model, block size, KV bytes per "
+                         f"token: {sorted(differ, key=str)}); fit them apart")
+    sourced: list[tuple[int, ProbeRecord]] = []
+    notes = []
+    for index, path in enumerate(folders):
+        run = RunFolder(path)
+        if not run.has_probes():
+            raise InputError(f"{path}: no probes recorded yet (probes.jsonl is missing or empty)")
+        if run.torn_tail():  # read_probes drops it; say so in fit.json too
+            where = run.probes_path.name if path == folder else f"{path.name}/{run.probes_path.name}"
+            notes.append(f"{where}: the last line is torn (an interrupted write?) and was skipped")
+        sourced += [(index, r) for r in run.read_probes() if link_class is None or r.link_class == link_class]
+    return manifests[0], sourced, notes
 
 
 # --- probe CSV --------------------------------------------------------------------------------

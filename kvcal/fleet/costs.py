@@ -14,13 +14,14 @@ With the recompute curve r(n) = a_r + b_r n + c_r n^2 and the pull curve p(n) (m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kvcal.cost_curve import break_even_tokens
 from kvcal.emit.costmodel import costmodel_values
 from kvcal.fit.mean_cost import mean_scales
+from kvcal.fleet.links import LinkClass, link_classes
 from kvcal.records import FitResult
 
 
@@ -52,6 +53,11 @@ class FleetCosts:
     source_wait_ms: float = 0.0
     requeue_ms: float = 0.0
     busy_queue: int = 1_000_000_000
+    links: dict[str, LinkClass] | None = None  # a fit with link classes: each class's pull (kvcal.fleet.links)
+
+    def for_link(self, link: LinkClass | None) -> "FleetCosts":
+        """These costs with the pull of ``link``'s class (None: the fit's one pull)."""
+        return self if link is None else replace(self, pull=link.pull)
 
     def prefill_ms(self, done: int, take: int) -> float:
         _, b, c = self.recompute
@@ -88,7 +94,7 @@ def leg_cost(fit: FitResult, leg: str, coefficients: tuple[float, float, float])
 
 def point_costs(fit: FitResult) -> FleetCosts:
     return FleetCosts(leg_cost(fit, "recompute", fit.recompute.coefficients),
-                      leg_cost(fit, "pull", fit.pull.coefficients), **_loaded_terms(fit))
+                      leg_cost(fit, "pull", fit.pull.coefficients), **_loaded_terms(fit), links=link_classes(fit))
 
 
 def resampled_costs(fit: FitResult, count: int) -> list[FleetCosts]:
@@ -105,7 +111,7 @@ def resampled_costs(fit: FitResult, count: int) -> list[FleetCosts]:
     # Evenly spaced in the order of their break-even, so that a few resamples span the interval rather than a random part of it.
     order = usable[np.argsort([_crossing(r[i], p[i]) for i in usable])]
     picks = order[np.linspace(0, len(order) - 1, min(count, len(order))).round().astype(int)]
-    extra = _loaded_terms(fit)
+    extra = {**_loaded_terms(fit), "links": link_classes(fit)}
     return [FleetCosts(leg_cost(fit, "recompute", tuple(r[i])), leg_cost(fit, "pull", tuple(p[i])), **extra)
             for i in picks]
 

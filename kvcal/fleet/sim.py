@@ -21,6 +21,7 @@ import numpy as np
 
 from kvcal.fleet.cache import FleetIndex, PodCache
 from kvcal.fleet.costs import FleetCosts
+from kvcal.fleet.links import PairLinks
 from kvcal.fleet.host import SharedHost
 from kvcal.fleet.router import Policy, Route, route
 from kvcal.fleet.traffic import Session, Traffic, TurnRequest
@@ -108,6 +109,8 @@ class FleetSim:
         self.events: list = []
         self.seq = 0
         self.open: dict[int, float] = {}  # request id -> arrival, for requests in the window still without a first token
+        self.links = PairLinks(costs.links, workload.link_classes, pods, seed) if costs.links else None
+        self.link_costs = {name: costs.for_link(link) for name, link in (costs.links or {}).items()}
 
     def push(self, at_ms: float, kind: int, item: object = None) -> None:
         self.seq += 1
@@ -159,9 +162,10 @@ class FleetSim:
             source = self.pods[r.source]
             source.cache.touch(req.session.key)
             begin = max(now, source.link_free_ms)
-            source.link_free_ms = begin + self.costs.link_ms(r.delta)
+            costs, session_ms = self._pull_costs(r.source, r.pod)
+            source.link_free_ms = begin + costs.link_ms(r.delta)
             busy = self.costs.busy_queue
-            delay_ms = (begin - now) + self.costs.transfer_ms(r.delta) + \
+            delay_ms = (begin - now) + costs.transfer_ms(r.delta) + session_ms + \
                 (self.queues[r.source] >= busy) * self.costs.source_wait_ms + (pod.queue() >= busy) * self.costs.requeue_ms
             req.done = r.cached + r.delta
             if in_window:
@@ -209,8 +213,15 @@ class FleetSim:
     def _post_read(self, req: TurnRequest, source_id: int, tokens: int, now: float) -> None:
         source = self.pods[source_id]
         begin = max(now, source.link_free_ms)
-        source.link_free_ms = begin + self.costs.link_ms(tokens)
-        self.push(begin + self.costs.transfer_ms(tokens), LANDED, req)
+        costs, session_ms = self._pull_costs(source_id, req.pod)
+        source.link_free_ms = begin + costs.link_ms(tokens)
+        self.push(begin + costs.transfer_ms(tokens) + session_ms, LANDED, req)
+
+    def _pull_costs(self, source: int, dest: int) -> tuple[FleetCosts, float]:
+        """The pull's curve (its pair's link class, else the fit's one) and the session cost of a pair's first pull."""
+        if self.links is None:
+            return self.costs, 0.0
+        return self.link_costs[self.links.class_of[(source, dest)]], self.links.session_ms(source, dest)
 
     def _landed(self, now: float, req: TurnRequest) -> None:
         """A hand-off's read is done: vLLM learns it at the end of the step in progress and schedules it in the next."""

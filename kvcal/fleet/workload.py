@@ -154,6 +154,9 @@ class Workload(Strict):
     trace: Trace | None = Field(None, description="Replay these recorded requests instead.")
     engine: Engine = Field(Engine(), description="Each engine's batching and caches.")
     router: Router = Field(Router(), description="The router's scorer weights.")
+    link_classes: dict[str, float] | None = Field(
+        None, description="A fit with link classes: each class's share of the ordered pod pairs (summing to 1); "
+        "default: its share of the campaign's pairs (kvcal.fleet.links).")
     slo: Slo = Field(Slo(), description="The TTFT objective that goodput counts.")
 
     @model_validator(mode="after")
@@ -165,6 +168,10 @@ class Workload(Strict):
                              "not both")
         if self.warmup_s >= self.duration_s:
             raise ValueError(f"warmup_s ({self.warmup_s:g}) must be shorter than duration_s ({self.duration_s:g})")
+        shares = self.link_classes
+        if shares is not None and (not shares or any(not 0 <= v <= 1 for v in shares.values())
+                                   or abs(sum(shares.values()) - 1) > 1e-6):
+            raise ValueError("link_classes: each class's share of the pod pairs lies in 0-1 and they sum to 1")
         return self
 
     def with_overrides(self, *, rate: float | None = None, duration_s: float | None = None) -> "Workload":

@@ -31,13 +31,15 @@ from kvcal.cost_curve import cost_ms
 from kvcal.fit.costmodel import coef_samples
 from kvcal.report.plot_load import cost_model_line, draw_by_state
 from kvcal.records import FIT_DEFAULTS, FitResult, SlowMode
-from kvcal.fit.tables import ProbeTable
+from kvcal.fit.tables import ProbeTable, load_class_table
 
 log = logging.getLogger(__name__)
 
 FORMATS = (".png", ".svg")
 LEG_COLORS = {"recompute": "tab:red", "pull": "tab:blue"}
 LEG_STYLE = {"recompute": ("-", "o"), "pull": ("--", "^")}
+CLASS_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:brown", "tab:olive", "tab:cyan", "tab:pink",
+                "tab:gray", "tab:orange") * 10  # one a link class
 
 
 def plot_input(path: str | Path, output: str | Path, *, log_x: bool | None = None, confidence: float = FIT_DEFAULTS.confidence,
@@ -49,9 +51,36 @@ def plot_input(path: str | Path, output: str | Path, *, log_x: bool | None = Non
     out = Path(output)
     if out.suffix.lower() not in FORMATS:
         raise InputError(f"{out}: the plot format is chosen by extension; use .png or .svg")
-    fit, table = load_for_plot(path, confidence=confidence, seed=seed)
-    figure = figure_for(fit, table, log_x=crossover_near_short_end(fit) if log_x is None else log_x)
-    return save(figure, out)
+    found = load_fit_input(path)
+    fit, table = found.fitted(confidence=confidence, seed=seed), found.table
+    log_x = crossover_near_short_end(fit) if log_x is None else log_x
+    if fit.classes:
+        origin = table.origin if table is not None else None
+        folder = Path(origin.path) if origin is not None and origin.kind == "run-folder" and origin.path else None
+        return save(classes_figure(fit, folder, log_x=log_x), out)
+    return save(figure_for(fit, table, log_x=log_x), out)
+
+
+def classes_figure(fit: FitResult, folder: Path | None, *, log_x: bool = False) -> Figure:
+    """A fit with link classes: each class's probes, curves and saving together, one colour a class."""
+    figure = Figure(figsize=(8.0, 7.0), layout="constrained")
+    top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+    assert fit.classes is not None
+    tops = [grid(cls.fit, log_x=log_x) for cls in fit.classes.values()]
+    n = np.geomspace(min(g[0] for g in tops), max(g[-1] for g in tops), 200) if log_x else \
+        np.linspace(0.0, max(g[-1] for g in tops), 200)
+    titles = []
+    for colour, (name, cls) in zip(CLASS_COLORS, fit.classes.items()):
+        table = load_class_table(folder, name) if folder is not None else None
+        label = f"{name} ({len(cls.pairs)} pair{'s' if len(cls.pairs) != 1 else ''})"
+        draw_run(top, cls.fit, table, color=colour, label=label, log_x=log_x, n=n)
+        draw_saving(bottom, cls.fit, table, color=colour, label=name, log_x=log_x, n=n)
+        be = "none" if cls.break_even_tokens is None else f"{cls.break_even_tokens:.0f}"
+        titles.append(f"{name} {be}")
+    _label_axes(top, bottom, log_x, legend_size="x-small")
+    figure.suptitle(f"{default_title(fit).split(':')[0]}: link classes, break-even {', '.join(titles)} tokens",
+                    fontsize="medium")
+    return figure
 
 
 SHORT_END = 0.05  # of the drawn length axis: a crossover (or its interval's top) below it is a sliver on a linear axis
@@ -88,15 +117,19 @@ def figure_for(fit: FitResult, table: ProbeTable | None = None, *, log_x: bool =
         title = (title or default_title(fit)) + ("\n" + cost_model_line(fit) if fit.cost_model else "")
     draw_run(top, fit, table, log_x=log_x)
     draw_saving(bottom, fit, table, log_x=log_x)
+    _label_axes(top, bottom, log_x, legend_size="small")
+    figure.suptitle(title or default_title(fit), fontsize="medium")
+    return figure
+
+
+def _label_axes(top: Axes, bottom: Axes, log_x: bool, *, legend_size: str) -> None:
     top.set_ylabel("time to first token (ms)")
-    top.legend(loc="upper left", fontsize="small")
+    top.legend(loc="upper left", fontsize=legend_size)
     bottom.set_xlabel("prefix length (tokens)" + (", log scale" if log_x else ""))
     bottom.set_ylabel("pull saving (% of recompute)")
     if log_x:
         bottom.set_xscale("log")
         top.set_yscale("log")  # log-log: the curves' crossing stays visible beside a 100x longer prefix
-    figure.suptitle(title or default_title(fit), fontsize="medium")
-    return figure
 
 
 def default_title(fit: FitResult) -> str:

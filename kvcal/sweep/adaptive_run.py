@@ -176,7 +176,7 @@ def _table(run: RunFolder) -> ProbeTable | None:
     try:
         return load_probe_table(run.path)
     except InputError:
-        if any(r.valid for r in run.read_probes()):
+        if any(r.valid and not r.off_curve for r in run.read_probes()):
             raise
         return None
 

@@ -111,7 +111,8 @@ def build_loaded_plan(lengths: list[int], reps: int, seed: int, states: list[str
 def plan_for(config: SweepConfig, lengths: list[int]) -> list[PlannedProbe]:
     """The idle plan of old when only idle is asked for, else the loaded block design."""
     if not is_loaded(config):
-        return build_plan(lengths, config.reps, config.seed)
+        pairs = [(p.name, p.link_class) for p in config.pairs or ()]
+        return build_plan(lengths, config.reps, config.seed, pairs)
     return build_loaded_plan(lengths, config.reps, config.seed, list(config.load_states))
 
 

@@ -90,11 +90,11 @@ def expected_bytes(planned: PlannedProbe, kv_bytes_per_token: int | None) -> int
 
 def probe_until_valid(ctx: ProbeContext, planned: PlannedProbe, done: int, total: int) -> ProbeRecord:
     """Measure ``planned`` until an attempt passes its gate; raise after ``max_attempts`` failures in a row."""
-    expected = expected_bytes(planned, ctx.pair.kv_bytes_per_token)
+    ctx.pair.select(planned.pair)
     first_attempt = ctx.attempts.get(planned.probe_id, 0)
     reasons = []
     for attempt in range(first_attempt, first_attempt + ctx.config.max_attempts):
-        record = _attempt(ctx, planned, attempt, expected)
+        record = attempt_once(ctx, planned, attempt)
         ctx.run.append_probe(record)
         ctx.attempts[planned.probe_id] = attempt + 1
         ctx.progress.on_probe(record, done + (1 if record.valid else 0), total)
@@ -102,14 +102,21 @@ def probe_until_valid(ctx: ProbeContext, planned: PlannedProbe, done: int, total
             return record
         log.warning("probe %s attempt %d invalid: %s", planned.probe_id, attempt, record.invalid_reason)
         reasons.append(record.invalid_reason or "")
+    raise gave_up(ctx, planned.probe_id, reasons)
+
+
+def gave_up(ctx: ProbeContext, probe_id: str, reasons: list[str]) -> EngineError | GateError:
+    """The error that ends a run after ``max_attempts`` failed attempts of one probe, in a row."""
     what, fix = (("failed", "fix the engine") if all(r.startswith("request failed") for r in reasons)
                  else ("failed its gate", "fix the cause"))
     error = EngineError if what == "failed" else GateError
-    raise error(f"probe {planned.probe_id} {what} {ctx.config.max_attempts} times in a row ({reasons[-1]}); "
-                f"every finished probe is kept in {ctx.run.probes_path}; {fix} and rerun with --resume")
+    return error(f"probe {probe_id} {what} {ctx.config.max_attempts} times in a row ({reasons[-1]}); "
+                 f"every finished probe is kept in {ctx.run.probes_path}; {fix} and rerun with --resume")
 
 
-def _attempt(ctx: ProbeContext, planned: PlannedProbe, attempt: int, expected: int | None) -> ProbeRecord:
+def attempt_once(ctx: ProbeContext, planned: PlannedProbe, attempt: int, *, session: str = "warm") -> ProbeRecord:
+    """One attempt of ``planned`` on the selected pair; a pull is recorded with ``session`` (recompute: None)."""
+    expected = expected_bytes(planned, ctx.pair.kv_bytes_per_token)
     loaded = ctx.load_reading().record_fields()  # the queues just before this attempt
     started_at = utc_now()
     if ctx.monitor is not None:
@@ -129,7 +136,9 @@ def _attempt(ctx: ProbeContext, planned: PlannedProbe, attempt: int, expected: i
     shared = dict(probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,
                   prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep, expected_bytes=expected,
                   invalid_reason=reason, started_at=started_at, host_busy=host_busy, **loaded,
-                  adaptive_round=planned.adaptive_round, adaptive_reason=planned.adaptive_reason)
+                  adaptive_round=planned.adaptive_round, adaptive_reason=planned.adaptive_reason,
+                  pair=planned.pair, link_class=planned.link_class,
+                  session=session if planned.leg is Leg.PULL else None)
     if measured is None:
         return checked_record(ttft_ms=None, bytes_moved=None, valid=False, **shared)
     engine_ms = measured.ttft_ms + (measured.producer_ttft_ms or 0.0)

@@ -33,7 +33,7 @@ def leg_medians(records: list[ProbeRecord]) -> dict[int, tuple[float, float]]:
     """Length -> (recompute, pull) median TTFT over valid idle probes, for lengths both legs measured."""
     by: dict[tuple[int, Leg], list[float]] = {}
     for r in records:
-        if r.valid and r.ttft_ms is not None and r.load_state in (None, "idle"):
+        if r.valid and not r.off_curve and r.ttft_ms is not None and r.load_state in (None, "idle"):
             by.setdefault((r.prefix_tokens, r.leg), []).append(r.ttft_ms)
     medians = {}
     for (n, leg), values in by.items():

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kvcal.engines.base import EnginePair
+from kvcal.engines.pairset import PairSet
 from kvcal.engines.sim import SimPair
 from kvcal.engines.vllm import pair_from_config
 from kvcal.errors import InputError
@@ -47,7 +48,20 @@ def default_run_name(config: SweepConfig) -> str:
 
 
 def make_pair(config: SweepConfig, run: RunFolder) -> EnginePair:
-    """The engine pair named by the config."""
+    """The engine pair named by the config (a campaign over pairs: each of them, behind one PairSet)."""
+    if config.pairs is None:
+        return _one_pair(config, run)
+    members = {}
+    for index, spec in enumerate(config.pairs):
+        if config.engine == "sim":  # each simulated pair draws its own noise, on its own curves when it has them
+            update: dict[str, object] = {"seed": config.seed + index, "sim": spec.sim or config.sim}
+        else:
+            update = spec.attach_settings()
+        members[spec.name] = _one_pair(config.model_copy(update={**update, "pairs": None}), run)
+    return PairSet(members, {spec.name: spec.link_class for spec in config.pairs})
+
+
+def _one_pair(config: SweepConfig, run: RunFolder) -> EnginePair:
     if config.engine == "sim":
         sim = config.sim
         return SimPair(sim.costs, block_size=config.block_size, max_model_len=sim.max_model_len, seed=config.seed,

@@ -21,7 +21,7 @@ from kvcal.engines.base import EnginePair
 from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError
 from kvcal.records import ProbeRecord, RunManifest
-from kvcal.sweep import disturbance, reach, warmup
+from kvcal.sweep import coldstart, disturbance, reach, warmup
 from kvcal.settings import SweepConfig
 from kvcal.sweep.load import LoadController, is_loaded, plan_for
 from kvcal.sweep.lock import claim_run_folder
@@ -73,8 +73,9 @@ class Campaign(Protocol):
 
 
 def explicit_lengths(config: SweepConfig) -> bool:
-    """Lengths the user chose (or a loaded design): measured as given, never grown (kvcal.sweep.reach)."""
-    return config.prefix_lengths is not None or is_loaded(config)
+    """Lengths the user chose (or a loaded design, or a campaign over pairs): measured as given, never grown
+    (kvcal.sweep.reach grows one pair's ladder)."""
+    return config.prefix_lengths is not None or is_loaded(config) or config.pairs is not None
 
 
 def lengths_for(config: SweepConfig, pair: EnginePair) -> list[int]:
@@ -202,9 +203,9 @@ class ProbeSession:
                     run.write_manifest(self.manifest)
                 done_before = sum(1 for p in plan if p.probe_id in self.done_ids)
                 prompts = PromptSource(config.seed, pair.vocab_size)
-                self.progress.on_phase("warming the pair (discarded)")
-                pair.warm_up(prompts.tokens(campaign.warmup_tokens(plan)))
                 facts = pair.facts()
+                self._open_sessions(ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading),
+                                    records, campaign.warmup_tokens(plan), facts.mode != "attach")
                 ctx = ProbeContext(pair, prompts, run, config, attempts, self.meter,
                                    disturbance.monitor_for(facts),  # primed here: the first probe's window starts now
                                    load.reading)
@@ -236,6 +237,15 @@ class ProbeSession:
                     write_summary(run)
                     self.progress.on_complete(done, len(plan))
         return SweepOutcome(run.path, len(plan), done_before, measured, invalid, self.resume)
+
+    def _open_sessions(self, opening: ProbeContext, records: list[ProbeRecord], tokens: int, created: bool) -> None:
+        """Each pair's first pull, measured cold where kvcal created the session (kvcal.sweep.coldstart)."""
+        self.progress.on_phase("opening the sessions (the first pull of each, measured cold)")
+        config = self.config
+        cold = coldstart.open_sessions(opening, records, tokens=tokens, kvcal_created=created,
+                                       cold_sessions=config.cold_sessions,
+                                       link_classes={p.name: p.link_class for p in config.pairs or ()})
+        self.meter.spent_ms += sum(r.ttft_ms or 0.0 for r in cold)  # engine time, as every attempt's
 
     def _append_to_plan(self, plan: list[PlannedProbe]) -> None:
         manifest = self.manifest or self.run.manifest()

@@ -24,7 +24,7 @@ def write_summary(run: RunFolder, records: Iterable[ProbeRecord] | None = None) 
 def summarize(records: Iterable[ProbeRecord]) -> pd.DataFrame:
     """Per (prefix_tokens, leg): counts, TTFT statistics, median bytes moved, and the valid probes
     counted by the counter that proved their bytes (``pull_proofs``: ``counter=n; ...``)."""
-    records = list(records)
+    records = [r for r in records if r.session != "cold"]  # cold pulls: the session cost, not the warm curve
     columns = ["prefix_tokens", "leg", "n_valid", "n_invalid", "median_ttft_ms", "mean_ttft_ms",
                "std_ttft_ms", "min_ttft_ms", "max_ttft_ms", "median_bytes_moved", "pull_proofs"]
     if not records:

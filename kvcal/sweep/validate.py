@@ -52,6 +52,7 @@ def check_settings(config: Any) -> None:
         return flag_for(model, field)
 
     check_run_name(config.name)
+    check_pairs(config)
     where = Path(config.output_dir)
     while not where.exists() and where != where.parent:
         where = where.parent
@@ -77,6 +78,42 @@ def check_settings(config: Any) -> None:
         if stray:
             naming = " or ".join(sorted(name for name, t in transports.items() if t.pull_names_producer))
             raise InputError(f"{', '.join(flag(f) for f in stray)} apply to --transport {naming} only")
+
+
+def check_pairs(config: Any) -> None:
+    """Each pair of a campaign over pairs: vLLM pairs attach (both URLs, well formed, two engines); simulated pairs
+    name no URL (they would be ignored) and vLLM pairs no sim curves."""
+    for pair in config.pairs or ():
+        urls = (pair.producer_url, pair.consumer_url)
+        if config.engine == "sim":
+            if any(urls):
+                raise InputError(f"pair {pair.name}: --engine sim attaches to no engine; drop its URLs")
+            continue
+        if None in urls:
+            raise InputError(f"pair {pair.name}: give both producer_url and consumer_url (a campaign over pairs "
+                             "attaches to running engines)")
+        if pair.sim is not None:
+            raise InputError(f"pair {pair.name}: sim curves apply to --engine sim only")
+        check_pair_urls(*urls)
+
+
+def load_pairs_file(path: Path) -> list[dict[str, Any]]:
+    """``kvcal sweep --pairs FILE``: YAML ``pairs: [{name, class, producer_url, consumer_url, ...}]`` (dashes or
+    underscores in keys); each entry is checked as a :class:`kvcal.settings.PairSpec` with the other settings."""
+    if not path.exists() and not path.is_symlink():
+        raise InputError(f"--pairs {path} does not exist")
+    try:
+        data = load_pyyaml(read_text(path, f"--pairs {path}"), f"--pairs {path}")
+    except yaml.YAMLError as err:
+        raise InputError(f"--pairs {path} is not valid YAML: {describe(err)}") from None
+    pairs = data.get("pairs") if isinstance(data, dict) else None
+    if not isinstance(pairs, list) or not pairs or not all(isinstance(p, dict) for p in pairs):
+        raise InputError(f"--pairs {path} must hold 'pairs:', a list of mappings with name, class, producer_url "
+                         "and consumer_url")
+    if set(data) != {"pairs"}:
+        unknown = ", ".join(sorted(map(str, set(data) - {"pairs"})))
+        raise InputError(f"--pairs {path}: unknown top-level key(s) {unknown}")
+    return [_underscored(p) for p in pairs]
 
 
 def check_resume(stored: Any, requested: Any) -> None:
@@ -141,6 +178,6 @@ def resolve_config(file_settings: dict[str, Any], flag_settings: dict[str, Any])
         where = ".".join(str(p) for p in loc)
         hint = " (unknown setting)" if first.get("type") == "extra_forbidden" else ""
         message = str(first.get("msg", "")).removeprefix("Value error, ")  # pydantic's prefix for a validator's own words
-        raise InputError(f"setting '{where}': {message}{hint}") from None
+        raise InputError(f"setting '{where}': {message}{hint}" if where else f"{message}{hint}") from None
     check_settings(config)
     return config

@@ -38,14 +38,15 @@ class WarmupProbes:
 
     def __init__(self, on: bool) -> None:
         self.on = on
-        self._seen: set[tuple[int, Leg]] = set()  # a resumed run restarts the engines: shapes are new again
+        self._seen: set[tuple[str | None, int, Leg]] = set()  # a resumed run restarts the engines: shapes are new again
 
     def before(self, pair: EnginePair, planned: PlannedProbe, tokens: list[int]) -> ProbeRecord | None:
-        key = (planned.prefix_tokens, planned.leg)
+        key = (planned.pair, planned.prefix_tokens, planned.leg)
         if not self.on or key in self._seen:
             return None
         self._seen.add(key)
         started_at = utc_now()
+        pair.select(planned.pair)
         try:
             m = pair.measure(planned.leg, tokens)
             ttft, moved = m.ttft_ms, m.bytes_moved
@@ -53,4 +54,5 @@ class WarmupProbes:
             ttft = moved = None  # the planned probe that follows meets the same failure and reports it
         return checked_record(probe_id=f"{planned.probe_id}-warmup", plan_index=planned.plan_index, attempt=0,
                            prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep, ttft_ms=ttft,
-                           bytes_moved=moved, valid=False, invalid_reason=REASON, started_at=started_at, warmup=True)
+                           bytes_moved=moved, valid=False, invalid_reason=REASON, started_at=started_at, warmup=True,
+                           pair=planned.pair, link_class=planned.link_class)

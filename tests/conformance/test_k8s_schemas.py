@@ -76,6 +76,29 @@ def test_k8s_job_manifests_pass_strict_validation(case: str, version: str) -> No
         strictly_valid(document, version)
 
 
+PAIRS_FILE = """pairs:
+  - {name: n1, class: same-node, producer_url: "http://10.0.3.17:8200", consumer_url: "http://10.0.3.18:8200"}
+  - {name: x1, class: tcp, producer_url: "http://10.0.3.17:8200", consumer_url: "http://10.0.4.9:8200",
+     producer_p2p_host: 10.0.3.17}
+"""
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("transport", ["p2p-tier", "nixl-pd"])
+def test_the_indexed_job_over_pairs_passes_strict_validation(transport: str, version: str, tmp_path) -> None:
+    pairs = tmp_path / "pairs.yaml"
+    pairs.write_text(PAIRS_FILE)
+    done = subprocess.run([KVCAL, "k8s-job", "--image", "ghcr.io/example/kvcal:0.1", "--model", "m", "--pairs", str(pairs),
+                           "--pvc", "kvcal-results", "--transport", transport, "--parallelism", "2", "--", "--seed", "3"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    documents = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert [d["kind"] for d in documents] == ["ConfigMap", "Job"]
+    assert documents[1]["spec"]["completionMode"] == "Indexed" and documents[1]["spec"]["completions"] == 2
+    for document in documents:
+        strictly_valid(document, version)
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("transport, options", [("p2p-tier", ["--cpu-bytes-to-use", "88GiB"]), ("p2p-tier", []),
                                                 ("nixl-pd", [])])

@@ -46,14 +46,14 @@ def test_cli_adaptive_reaches_the_target_and_kvcal_fit_agrees(tmp_path, kvcal, w
     assert (high - low) / fit["break_even_tokens"] <= width
     assert [low, high] == state.final_break_even_ci
     assert low <= TRUTH <= high
-    valid = [r for r in run.read_probes() if r.valid]
+    valid = [r for r in run.read_probes() if r.valid and r.session != "cold"]  # cold: the session cost's samples
     assert fit["n_probes"] == len(valid) == state.n_probes
 
 
 def test_every_probe_says_which_round_chose_it_and_why(tmp_path):
     outcome = run_sweep(adaptive_config(tmp_path, target_width=0.15))
     run = RunFolder(outcome.run_dir)
-    records = run.read_probes()
+    records = [r for r in run.read_probes() if r.session != "cold"]
     assert all(r.adaptive_round is not None and r.adaptive_reason for r in records)
     assert {r.adaptive_round for r in records} == set(range(outcome.rounds))
     assert all(r.adaptive_reason.startswith("seed") for r in records if r.adaptive_round == 0)
@@ -99,13 +99,13 @@ def test_a_pull_that_never_wins_settles_the_campaign_at_the_longest_length(tmp_p
 def test_resume_finishes_the_round_then_carries_on_without_repeating_a_probe(tmp_path):
     config = adaptive_config(tmp_path)
     with pytest.raises(Crash):
-        run_sweep(config, pair_factory=crashing_factory(13))
+        run_sweep(config, pair_factory=crashing_factory(2 + 13))  # 2: the opening calls (kvcal.sweep.coldstart)
     run = RunFolder(tmp_path / "run")
     before = run.read_probes()
-    assert len(before) == 13 and read_state(run).stop_reason is None
+    assert len(before) == 1 + 13 and read_state(run).stop_reason is None
     outcome = run_sweep(config, resume=True)
     after = run.read_probes()
-    assert after[:13] == before and outcome.done_before == 13 and outcome.resumed
+    assert after[:14] == before and outcome.done_before == 13 and outcome.resumed
     assert len({r.probe_id for r in after}) == len(after)
     assert outcome.stop_reason == "target-width"
 

@@ -178,7 +178,9 @@ def test_a_disturbed_sweep_is_marked_in_fit_json_and_refused(kvcal, tmp_path, mo
 
     monkeypatch.setattr(disturbance, "monitor_for", lambda description: Busy())
     run_sweep(SweepConfig(engine="sim", prefix_lengths=[256, 1024, 4096], reps=2, output_dir=tmp_path, name="run"))
-    assert all(r.host_busy == 0.42 for r in RunFolder(tmp_path / "run").read_probes())
+    records = RunFolder(tmp_path / "run").read_probes()
+    # the cold first pull runs before the monitor is primed (kvcal/sweep/coldstart.py): not measured
+    assert all(r.host_busy == 0.42 for r in records if r.session != "cold")
     res = kvcal("fit", tmp_path / "run")
     assert res.code == 0 and "DISTURBED HOST" in res.out and "42%" in res.out
     fit = FitResult.model_validate_json((tmp_path / "run" / "fit.json").read_text())

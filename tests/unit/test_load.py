@@ -31,6 +31,14 @@ class Crash(RuntimeError):
     pass
 
 
+OPENING_CALLS = 2  # the consumer's first request and the cold first pull (kvcal/sweep/coldstart.py)
+
+
+def planned(records):
+    """The plan's probes: the cold first pulls (the session cost's samples) left out."""
+    return [r for r in records if r.session != "cold"]
+
+
 def owned_pairs(fail_after: int | None = None, error: BaseException = Crash("engine died")):
     """A factory of sim pairs that remembers them; measure raises ``error`` after ``fail_after`` calls."""
     pairs: list[SimPair] = []
@@ -83,7 +91,7 @@ def test_config_rejects_repeated_states_and_keeps_idle_by_default():
 
 def test_loaded_sim_records_state_and_measured_queues(tmp_path):
     outcome = run_sweep(loaded_config(tmp_path, busy_queue_threshold=2))
-    records = RunFolder(outcome.run_dir).read_probes()
+    records = planned(RunFolder(outcome.run_dir).read_probes())
     assert len(records) == 32 and all(r.valid for r in records)
     for r in records:
         assert r.load_state in LOAD_STATES
@@ -100,7 +108,7 @@ def test_loaded_sim_records_state_and_measured_queues(tmp_path):
 
 def test_idle_only_run_is_todays_plan_with_idle_records(tmp_path):
     outcome = run_sweep(loaded_config(tmp_path, load_states=["idle"]))
-    records = RunFolder(outcome.run_dir).read_probes()
+    records = planned(RunFolder(outcome.run_dir).read_probes())
     assert {r.load_state for r in records} == {"idle"}
     assert {(r.source_waiting, r.computing_waiting) for r in records} == {(None, None)}
     assert all(not r.probe_id.startswith("idle-") for r in records)
@@ -169,14 +177,14 @@ def test_stream_join_detaches_even_when_never_started():
 
 def test_resume_with_load_states_repeats_nothing_and_finishes_every_state(tmp_path):
     config = loaded_config(tmp_path)
-    factory, _ = owned_pairs(fail_after=11)
+    factory, _ = owned_pairs(fail_after=OPENING_CALLS + 11)
     with pytest.raises(Crash):
         run_sweep(config, pair_factory=factory)
     run = RunFolder(tmp_path / "run")
-    before = run.read_probes()
+    before = planned(run.read_probes())
     assert len(before) == 11
     outcome = run_sweep(config, resume=True)
-    after = run.read_probes()
+    after = planned(run.read_probes())
     assert after[:11] == before and outcome.done_before == 11 and outcome.measured == 21
     assert len({r.probe_id for r in after}) == len(after) == 32
     assert Counter(r.load_state for r in after) == {s: 8 for s in LOAD_STATES}
@@ -195,7 +203,7 @@ def test_cli_loaded_sim_sweep_and_dry_run(tmp_path, kvcal):
                 "--prefix-lengths", "256,1024", "--reps", "1", "--config", campaign, "--output-dir", tmp_path,
                 "--name", "cli", "--background-concurrency", "2", "--busy-queue-threshold", "2")
     assert res.code == 0, res.err
-    records = RunFolder(tmp_path / "cli").read_probes()
+    records = planned(RunFolder(tmp_path / "cli").read_probes())
     assert {r.computing_waiting for r in records if r.load_state == "computing-busy"} == {2}
     bad = kvcal("sweep", "--engine", "sim", "--load-states", "idle,busy", "--output-dir", tmp_path)
     assert bad.code != 0 and "--load-states" in bad.err and "Traceback" not in bad.err
@@ -279,7 +287,7 @@ def test_streams_are_added_until_a_busy_queue_reaches_the_threshold(tmp_path):
         return pair
 
     outcome = run_sweep(loaded_config(tmp_path, load_states=["computing-busy"], reps=1), pair_factory=factory)
-    records = RunFolder(outcome.run_dir).read_probes()
+    records = planned(RunFolder(outcome.run_dir).read_probes())
     assert all(r.computing_waiting >= 1 for r in records)  # 3 streams would leave the queue empty
     seen["max"] = max(r.computing_waiting for r in records)
     assert seen["max"] < 10 and target.active == 0

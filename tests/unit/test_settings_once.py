@@ -90,7 +90,9 @@ def test_every_sweep_flag_is_a_config_field_with_its_declared_flag():
     """A renamed SweepConfig field (or a renamed parameter) fails here instead of silently dropping its flag."""
     from kvcal.settings import flag_fields
 
-    options = {name: flag for name, flag in _sweep_options().items() if name not in ("resume", "config", "dry_run")}
+    # --pairs reads a file into the campaign-file-only pairs setting (kvcal.sweep.validate.load_pairs_file)
+    own = ("resume", "config", "dry_run", "pairs")
+    options = {name: flag for name, flag in _sweep_options().items() if name not in own}
     assert set(options) == set(flag_fields())
     for name, flag in options.items():
         assert flag == flag_of(name), name
@@ -99,7 +101,7 @@ def test_every_sweep_flag_is_a_config_field_with_its_declared_flag():
 ATTACH = {"producer_url": "http://10.0.0.1:8000", "consumer_url": "http://10.0.0.2:8000"}
 # What the engines kvcal launches are given, which an attached sweep and the k8s Job refuse.
 LAUNCH_ONLY_FLAGS = ("--share-gpu", "--cpu-bytes-to-use", "--producer-gpus", "--consumer-gpus", "--producer-cpus",
-                     "--consumer-cpus", "--engine-arg", "--python-hash-seed")
+                     "--consumer-cpus", "--engine-arg", "--python-hash-seed", "--cold-sessions")
 
 
 def test_attach_refuses_exactly_the_settings_the_job_refuses():
@@ -117,11 +119,12 @@ ATTACH_ODD = {"engine": "vllm", "reps": 2, "seed": 5, "name": "r", "max_attempts
               "load_settle_timeout_s": 9.0, "adaptive": True, "target_width": 0.2, "max_probes": 40,
               "max_engine_seconds": 60.0, "prefix_lengths": [256, 512]}
 NOT_FOR_VLLM = {"sim"}  # the simulated pair's curves: refused with --engine vllm, attached or launched
+BESIDE_URLS = {"pairs"}  # each pair names its own URLs: refused beside --producer-url (test_pairs.py)
 
 
 def test_attach_accepts_every_setting_that_is_not_launch_only(tmp_path):
     allowed = [name for name in SweepConfig.model_fields
-               if name not in marked(SweepConfig, "launch_only") and name not in NOT_FOR_VLLM]
+               if name not in marked(SweepConfig, "launch_only") and name not in NOT_FOR_VLLM | BESIDE_URLS]
     odd = {**ODD, **ATTACH_ODD, "output_dir": tmp_path}
     assert set(allowed) <= set(odd), "a new setting needs an odd value here"
     for name in allowed:

@@ -62,9 +62,14 @@ def test_gates_reject_empty_pulls_and_busy_controls():
 def test_sweep_records_every_probe_with_proof_of_bytes(tmp_path):
     outcome = run_sweep(sim_config(tmp_path))
     run = RunFolder(outcome.run_dir)
-    records = run.read_probes()
+    everything = run.read_probes()
+    cold = [r for r in everything if r.session == "cold"]  # the first pull on the fresh session, measured (coldstart.py)
+    assert [r.probe_id for r in cold] == ["cold0-L256-pull-r0"] and everything[0] is cold[0] and cold[0].valid
+    records = [r for r in everything if r.session != "cold"]
     assert len(records) == outcome.total == 16
     assert all(r.valid for r in records)
+    assert {r.session for r in records if r.leg is Leg.PULL} == {"warm"}
+    assert {r.session for r in records if r.leg is Leg.RECOMPUTE} == {None} and {r.pair for r in everything} == {None}
     for r in records:
         assert (r.bytes_moved > 0) if r.leg is Leg.PULL else (r.bytes_moved == 0)
         if r.leg is Leg.PULL:
@@ -85,8 +90,10 @@ def test_flaky_pulls_are_retried_and_recorded(tmp_path):
     invalid = [r for r in records if not r.valid]
     assert invalid, "a 30% failure rate over 8 pulls should fail at least once"
     assert all(r.leg is Leg.PULL and "moved no bytes" in r.invalid_reason for r in invalid)
-    assert outcome.invalid_attempts == len(invalid)
-    assert len({r.probe_id for r in records if r.valid}) == 16
+    assert outcome.invalid_attempts == len([r for r in invalid if r.session != "cold"])  # the plan's own retries
+    assert len({r.probe_id for r in records if r.valid and r.session != "cold"}) == 16
+    cold = [r for r in records if r.session == "cold"]  # a failed first pull is retried, still cold (coldstart.py)
+    assert cold[-1].valid and all(not r.valid for r in cold[:-1]) and [r.attempt for r in cold] == list(range(len(cold)))
 
 
 def test_persistent_gate_failure_fails_the_run_and_keeps_probes(tmp_path):
@@ -127,30 +134,38 @@ def crashing_factory(after: int):
     return faulty_factory(lambda n: n > after, Crash("engine died"))
 
 
+OPENING_CALLS = 2  # the consumer's first request (discarded) and the cold first pull (recorded): coldstart.py
+
+
+def planned_records(records):
+    return [r for r in records if r.session != "cold"]
+
+
 def test_resume_repeats_no_finished_probe(tmp_path):
     config = sim_config(tmp_path)
     with pytest.raises(Crash):
-        run_sweep(config, pair_factory=crashing_factory(5))
+        run_sweep(config, pair_factory=crashing_factory(OPENING_CALLS + 5))
     run = RunFolder(tmp_path / "run")
     before = run.read_probes()
-    assert len(before) == 5
+    assert len(planned_records(before)) == 5 and before[0].probe_id == "cold0-L256-pull-r0"
     outcome = run_sweep(config, resume=True)
     after = run.read_probes()
     assert outcome.done_before == 5 and outcome.measured == 11
-    assert after[:5] == before
+    assert after[:6] == before
     ids = [r.probe_id for r in after]
-    assert len(ids) == len(set(ids)) == 16
+    assert len(ids) == len(set(ids)) == 16 + 2  # the restarted pair's fresh session is a new cold sample
+    assert [r.probe_id for r in after if r.session == "cold"] == ["cold0-L256-pull-r0", "cold1-L256-pull-r0"]
 
 
 def test_resume_drops_a_torn_last_line_but_rejects_corruption(tmp_path):
     config = sim_config(tmp_path)
     with pytest.raises(Crash):
-        run_sweep(config, pair_factory=crashing_factory(3))
+        run_sweep(config, pair_factory=crashing_factory(OPENING_CALLS + 3))
     run = RunFolder(tmp_path / "run")
     with open(run.probes_path, "a") as handle:
         handle.write('{"schema": "kvcal.probe/1", "probe_id": "L2')
     outcome = run_sweep(config, resume=True)
-    assert outcome.done_before == 3 and len(run.read_probes()) == 16
+    assert outcome.done_before == 3 and len(planned_records(run.read_probes())) == 16
 
     lines = run.probes_path.read_text().splitlines()
     lines[4] = "this is not json"
@@ -184,7 +199,7 @@ def test_cli_sweep_export_and_dry_run(tmp_path, kvcal):
     assert not any(tmp_path.glob("*/run.json"))
     done = kvcal("sweep", "--config", campaign, "--output-dir", tmp_path, "--name", "r", "--reps", "2")
     assert done.code == 0, done.err
-    assert len(RunFolder(tmp_path / "r").read_probes()) == 8
+    assert len(planned_records(RunFolder(tmp_path / "r").read_probes())) == 8
     exported = kvcal("export", tmp_path / "r", "-o", tmp_path / "p.csv")
     assert exported.code == 0
     rows = (tmp_path / "p.csv").read_text().splitlines()
@@ -228,8 +243,11 @@ def refusing_factory(refusals: int):
 
 
 def test_a_refused_request_is_an_invalid_attempt_that_is_retried(tmp_path):
-    outcome = run_sweep(sim_config(tmp_path), pair_factory=refusing_factory(1))
-    records = RunFolder(outcome.run_dir).read_probes()
+    from kvcal.errors import EngineError
+
+    refused = faulty_factory(lambda n: n == OPENING_CALLS + 1, EngineError("consumer answered HTTP 500"))
+    outcome = run_sweep(sim_config(tmp_path), pair_factory=refused)
+    records = planned_records(RunFolder(outcome.run_dir).read_probes())
     assert records[0].valid is False and records[0].ttft_ms is None
     assert "request failed: consumer answered HTTP 500" in records[0].invalid_reason
     assert records[1].probe_id == records[0].probe_id and records[1].valid

@@ -1,0 +1,154 @@
+"""One ``minCachedTokenDelta`` for a fleet whose pairs fall into several link classes (``--class-mix``).
+
+The router has one threshold for every pair. With a fit per link class (``kvcal fit`` on a
+``kvcal sweep --pairs`` run) it is the one that costs least over the fleet's mix of pairs:
+
+    common = argmin_T  sum_c share_c * excess_c(T)
+    excess_c(T) = mean over n of [ pull_c(n) - min(pull_c(n), recompute_c(n))   if n >= T
+                                   recompute_c(n) - min(pull_c(n), recompute_c(n)) if n < T ]
+
+on each class's fitted mean curves, n log-uniform over the lengths the classes measured (the
+ladder's own spacing), T on block multiples from the shortest measured length up: the mean
+time a request of that class loses, against choosing per length, when the router uses T. Each class's own threshold is the
+one-class rule's (:func:`class_threshold`, the one place this module asks for it), and the
+common one's cost to each class is stated beside it. The shares default to each class's
+share of the campaign's pairs. The session cost (a pair's first pull) is reported, not in
+the sum: it is paid once per pair, whatever the threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvcal.cost_curve import cost_ms
+from kvcal.emit.options import EmitOptions
+from kvcal.emit.threshold import Threshold, compute_threshold, resolve_block_size
+from kvcal.errors import InputError, KvcalError, NotRecommended
+from kvcal.fit.mean_cost import mean_curves
+from kvcal.records import ClassFit, FitResult
+
+GRID_POINTS = 512  # lengths the excess is averaged over (log-uniform); its error is far below the curves' own
+MAX_CANDIDATES = 4096  # thresholds tried; beyond it the step grows by whole blocks
+
+
+@dataclass(frozen=True)
+class ClassThreshold:
+    """One class under the common threshold: its share, own threshold (or why none) and what each costs it."""
+
+    name: str
+    share: float
+    fit: ClassFit
+    own: Threshold | None
+    refused: str | None
+    cost_at_common_ms: float
+    cost_at_own_ms: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"share": round(self.share, 6), "pull_fixed_ms": self.fit.pull_fixed_ms,
+                "pull_us_per_token": self.fit.pull_us_per_token, "session_cost_ms": self.fit.session_cost_ms,
+                "session_cost_ci": self.fit.session_cost_ci, "break_even_tokens": self.fit.break_even_tokens,
+                "threshold": self.own.min_cached_token_delta if self.own else None, "refused": self.refused,
+                "cost_at_common_ms": round(self.cost_at_common_ms, 4),
+                "cost_at_own_ms": None if self.cost_at_own_ms is None else round(self.cost_at_own_ms, 4)}
+
+
+@dataclass(frozen=True)
+class MixThreshold:
+    threshold: Threshold
+    classes: tuple[ClassThreshold, ...]
+
+    def classes_json(self) -> dict[str, Any]:
+        """``--format json``'s ``classes`` block (no router release reads it yet: docs/method.md)."""
+        return {c.name: c.as_json() for c in self.classes}
+
+
+def class_threshold(fit: FitResult, options: EmitOptions) -> tuple[Threshold | None, str | None]:
+    """A class's own threshold by the one-class rule, or why it has none (the only call of that rule here)."""
+    try:
+        return compute_threshold(fit, rule=options.rule, margin=options.margin, block_size=options.block_size,
+                                 allow_extrapolation=options.allow_extrapolation,
+                                 allow_disturbed=options.allow_disturbed), None
+    except KvcalError as err:
+        if err.exit_code != 3:
+            raise
+        return None, str(err)
+
+
+def mix_threshold(fit: FitResult, options: EmitOptions) -> MixThreshold:
+    """The common threshold over the mix (module docstring); NotRecommended when pulling helps no mix of these."""
+    if not fit.classes:
+        raise InputError("--class-mix needs a fit with link classes (kvcal fit on a kvcal sweep --pairs run)")
+    shares = resolve_mix(fit.classes, options.class_mix)
+    block, _ = resolve_block_size(fit, options.block_size)
+    grid = _length_grid(fit.classes)
+    candidates = _candidates(block, int(grid[0]), int(grid[-1]) + block)
+    excess = {name: _excess(cls.fit, grid, candidates) for name, cls in fit.classes.items()}
+    total = sum(shares[name] * excess[name] for name in fit.classes)
+    best = int(np.argmin(total))
+    common = int(candidates[best])
+    if common > grid[-1]:
+        raise NotRecommended("no threshold: over this class mix recomputing costs least at every measured length; "
+                             "measure longer prefixes (kvcal sweep --pairs FILE --prefix-lengths ...) or change "
+                             "the mix")
+    rows = []
+    for name, cls in fit.classes.items():
+        own, refused = class_threshold(cls.fit, options)
+        at_own = None if own is None else float(_excess(cls.fit, grid, np.array([own.min_cached_token_delta]))[0])
+        rows.append(ClassThreshold(name, shares[name], cls, own, refused, float(excess[name][best]), at_own))
+    mix = ", ".join(f"{n}={s:.3g}" for n, s in shares.items())
+    steps = [f"class mix {mix}: the threshold that costs the mix least "
+             f"on the classes' fitted curves, lengths {grid[0]:.0f}-{grid[-1]:.0f} log-uniform"]
+    steps += [_class_line(row, common) for row in rows]
+    steps.append(f"minCachedTokenDelta = {common}")
+    threshold = Threshold(min_cached_token_delta=common, status="class-mix", break_even_tokens=None, break_even_ci=None,
+                          margin=options.margin, block_size=block, steps=tuple(steps))
+    return MixThreshold(threshold, tuple(rows))
+
+
+def resolve_mix(classes: dict[str, ClassFit], given: dict[str, float] | None) -> dict[str, float]:
+    """The shares by class: ``--class-mix`` (every class named in it must be the fit's) or the campaign's pairs."""
+    if given is None:
+        counts = {name: max(len(cls.pairs), 1) for name, cls in classes.items()}
+        return {name: count / sum(counts.values()) for name, count in counts.items()}
+    unknown = sorted(set(given) - set(classes))
+    if unknown:
+        raise InputError(f"--class-mix names class(es) {', '.join(unknown)} the fit does not have "
+                         f"(its classes: {', '.join(classes)})")
+    return {name: given.get(name, 0.0) for name in classes}
+
+
+def _length_grid(classes: dict[str, ClassFit]) -> np.ndarray:
+    low = min(cls.fit.measured_range[0] for cls in classes.values())
+    high = max(cls.fit.measured_range[1] for cls in classes.values())
+    return np.geomspace(low, max(high, low + 1), GRID_POINTS)
+
+
+def _candidates(block: int, shortest: int, top: int) -> np.ndarray:
+    """Block multiples from the shortest measured length up: below it the excess is flat (no length measured
+    there), so a smaller threshold would be the curves' extrapolation, not a choice the data made."""
+    step = block * max(1, math.ceil(top / block / MAX_CANDIDATES))
+    start = block * math.ceil(shortest / block)
+    return np.arange(start, top + step, step)
+
+
+def _excess(fit: FitResult, grid: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """Mean ms a request of this class loses at each threshold, against the better leg at every length (mean costs:
+    what the router pays, as the one-class rule decides)."""
+    recompute, pull = mean_curves(fit)
+    gain = cost_ms(recompute, grid) - cost_ms(pull, grid)  # > 0: pulling wins
+    lost_recomputing = np.concatenate([[0.0], np.cumsum(np.maximum(gain, 0.0))])  # below T the router recomputes
+    lost_pulling = np.concatenate([[0.0], np.cumsum(np.maximum(-gain, 0.0))])
+    below = np.searchsorted(grid, thresholds, side="left")
+    return (lost_recomputing[below] + lost_pulling[-1] - lost_pulling[below]) / len(grid)
+
+
+def _class_line(row: ClassThreshold, common: int) -> str:
+    own = (f"own threshold {row.own.min_cached_token_delta}" if row.own else f"no threshold of its own ({row.refused})")
+    at_own = "" if row.cost_at_own_ms is None else f", {row.cost_at_own_ms:.3g} ms at its own"
+    session = "" if row.fit.session_cost_ms is None else f"; session cost {row.fit.session_cost_ms:.0f} ms per new pair"
+    return (f"class {row.name} (share {row.share:.3g}): {own}; at the common {common} it loses "
+            f"{row.cost_at_common_ms:.3g} ms a request against choosing per length{at_own}{session}")

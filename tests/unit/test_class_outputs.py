@@ -1,0 +1,80 @@
+"""What reads a fit with link classes: emit-config (one threshold over the mix, each class's own and its cost), plot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvcal.fit import fit_and_write
+from kvcal.settings import SweepConfig
+from kvcal.sweep.runner import run_sweep
+
+NEAR = {"pull_intercept_ms": 20.0, "pull_per_token_us": 3.0}
+FAR = {"pull_intercept_ms": 30.0, "pull_per_token_us": 12.0, "session_ms": 400.0}
+
+
+@pytest.fixture(scope="module")
+def classes_run(tmp_path_factory):
+    """A three-pair campaign (near: 2 pairs, far: 1) on simulated pairs, fitted."""
+    root = tmp_path_factory.mktemp("classes")
+    pairs = [{"name": "a", "class": "near", "sim": NEAR}, {"name": "b", "class": "near", "sim": NEAR},
+             {"name": "c", "class": "far", "sim": FAR}]
+    config = SweepConfig.model_validate(dict(engine="sim", prefix_lengths=[256, 512, 1024, 2048, 4096], reps=3,
+                                             output_dir=root, name="run", pairs=pairs))
+    outcome = run_sweep(config)
+    fit, _ = fit_and_write(outcome.run_dir, n_resamples=200)
+    return outcome.run_dir, fit
+
+
+def emitted(kvcal, run, *args):
+    result = kvcal("emit-config", run, "--format", "json", *args)
+    assert result.code == 0, result.err
+    return json.loads(result.out), result.err
+
+
+def test_the_default_mix_is_the_campaigns_pairs_and_the_json_names_every_class(classes_run, kvcal):
+    run, fit = classes_run
+    out, err = emitted(kvcal, run)
+    near, far = out["classes"]["near"], out["classes"]["far"]
+    assert near["share"] == pytest.approx(2 / 3) and far["share"] == pytest.approx(1 / 3)
+    for block in (near, far):
+        assert {"pull_fixed_ms", "pull_us_per_token", "session_cost_ms", "threshold", "cost_at_common_ms"} <= set(block)
+    assert far["session_cost_ms"] == pytest.approx(400, rel=0.1) and far["pull_us_per_token"] == pytest.approx(12, rel=0.1)
+    assert fit.classes["near"].break_even_tokens < out["minCachedTokenDelta"] < fit.classes["far"].break_even_tokens
+    assert near["threshold"] < far["threshold"]
+    assert "class far (share 0.333)" in err and "at the common" in err
+
+
+def test_the_common_threshold_follows_the_mix(classes_run, kvcal):
+    run, fit = classes_run
+    thresholds = [emitted(kvcal, run, "--class-mix", f"near={1 - far:g},far={far:g}")[0]["minCachedTokenDelta"]
+                  for far in (0.0, 0.5, 1.0)]
+    assert thresholds == sorted(thresholds) and thresholds[0] < thresholds[-1] and thresholds[0] >= 256  # measured from 256
+    for share, threshold in ((0.0, thresholds[0]), (1.0, thresholds[-1])):
+        alone = fit.classes["far" if share else "near"].break_even_tokens
+        assert abs(threshold - alone) <= 64, "one class alone: its own break-even on the curves, to a block"
+
+
+def test_bad_class_mixes_exit_2(classes_run, kvcal, tmp_path):
+    run, _ = classes_run
+    for mix, says in (("near=0.5,mars=0.5", "does not have"), ("near=0.5,far=0.4", "sum to 1"),
+                      ("near=1.5", "between 0 and 1"), ("near", "CLASS=SHARE"), ("near=0.5,near=0.5", "twice")):
+        result = kvcal("emit-config", run, "--format", "json", "--class-mix", mix)
+        assert result.code == 2 and says in result.err and not result.out, (mix, result.err)
+    one = SweepConfig.model_validate(dict(engine="sim", prefix_lengths=[256, 4096], reps=2, output_dir=tmp_path, name="one"))
+    result = kvcal("emit-config", run_sweep(one).run_dir, "--class-mix", "near=1")
+    assert result.code == 2 and "needs a fit with link classes" in result.err
+
+
+def test_plot_draws_the_classes_together(classes_run, tmp_path):
+    from kvcal.report.plot import classes_figure, plot_input
+
+    run, fit = classes_run
+    figure = classes_figure(fit, run)
+    top = figure.axes[0]
+    labels = [text.get_text() for text in top.get_legend().get_texts()]
+    assert any(label.startswith("near (2 pairs): pull fit") for label in labels)
+    assert any(label.startswith("far (1 pair): pull fit") for label in labels)
+    assert "link classes" in figure._suptitle.get_text()
+    assert plot_input(run, tmp_path / "classes.png").stat().st_size > 0
