@@ -46,7 +46,20 @@ def adaptive_result_line(outcome) -> str:
         interval = f"; status {outcome.status}"
     return (f"kvcal: adaptive stop: {outcome.stop_reason} ({STOP_TEXT.get(outcome.stop_reason, '')}) after "
             f"{outcome.rounds} rounds, {outcome.engine_seconds:.2f} s engine time; final width "
-            f"{width_text(outcome.final_width)} (target {outcome.target_width:g}){interval}")
+            f"{width_text(outcome.final_width)}{_target_text(outcome)}{interval}{_threshold_text(outcome)}")
+
+
+def _target_text(outcome) -> str:
+    return f" (target {outcome.target_width:g})" if outcome.target_regret is None else ""
+
+
+def _threshold_text(outcome) -> str:
+    """emit-config's threshold and its expected regret, where the campaign asked for them."""
+    if outcome.threshold is None:
+        return ""
+    regret = "" if outcome.regret is None else f", expected regret {outcome.regret:.3%} of TTFT"
+    target = "" if outcome.target_regret is None else f" (target {outcome.target_regret:.3%})"
+    return f"; threshold {outcome.threshold}{regret}{target}"
 
 
 def _describe(record: ProbeRecord) -> str:

@@ -45,6 +45,8 @@ EPILOG = """Examples:
   kvcal sweep --engine sim --adaptive --target-width 0.05 --seed 3   # probes where they shrink the interval
 
   kvcal sweep --adaptive --target-width 0.10 --max-engine-seconds 600
+
+  kvcal sweep --engine sim --adaptive --target-regret 0.001   # stop once the threshold costs under 0.1 % of TTFT
 """
 
 
@@ -57,7 +59,8 @@ HELP = {
     "engine_args": "{} e.g. --engine-arg=--enforce-eager.",
     "warmup_probes": "{} e.g. kvcal sweep --warmup-probes --reps 3",
     "load_states": "Comma-separated, e.g. idle,source-busy,computing-busy,both-busy (fits the router's costModel). {}",
-    "adaptive": "Choose each round of probes from the fit so far and stop at --target-width (docs/method.md).",
+    "adaptive": "Choose each round of probes from the fit so far and stop at --target-width, or --target-regret "
+                "(docs/method.md).",
 }
 
 
@@ -148,7 +151,9 @@ def sweep(
             state = f"\t{probe.load_state}" if probe.load_state else ""
             typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}{state}")
         return
-    outcome = run_sweep(settings, resume=resume, progress=progress_for_terminal())
+    from kvcal.cli.regret_judge import emit_judge
+
+    outcome = run_sweep(settings, resume=resume, progress=progress_for_terminal(), judge=emit_judge)
     info(
         f"kvcal: {outcome.total} probes in {outcome.run_dir} "
         f"({outcome.measured} measured now, {outcome.done_before} kept from before, "
