@@ -29,6 +29,8 @@ def round_line(view) -> str:
         where = f"{view.status}, interval {width_text(view.width)}"
     else:
         where = "no fit yet"
+    if getattr(view, "threshold", None) is not None:
+        where += f", threshold {view.threshold}" + ("" if view.regret is None else f" (regret {view.regret:.3%})")
     then = f"stop: {STOP_TEXT[view.stop]}" if view.stop else f"next: {view.kind} round of {view.next_probes} probes"
     return (f"round {view.round}: {view.n_probes} probes, {view.engine_seconds:.2f} s engine time; {where}; "
             f"{view.rules}; {then}")

@@ -59,7 +59,8 @@ DEFAULT_MAX_PROBES = 400
 # 6 raised the pooled coverage from 0.84 to 0.91 for 6% more median engine time.
 MIN_STOP_DF = 6
 
-StopReason = Literal["target-regret", "target-width", "pull-wins-at-shortest", "recompute-wins-to-longest", "max-engine-seconds",
+StopReason = Literal["target-regret", "target-width", "pull-wins-at-shortest", "recompute-wins-to-longest",
+                     "max-engine-seconds",
                      "max-probes"]
 STOP_TEXT = {
     "target-regret": "the expected regret of emit-config's threshold reached the target",
@@ -147,7 +148,8 @@ def target_met(fit: FitResult, rules: StopRules, verdict: Verdict | None, *, wit
 
 
 def settled_reason(fit: FitResult, rules: StopRules, low: int, high: int, measured: set[int], *,
-                   min_df: int = MIN_STOP_DF, verdict: Verdict | None = None, with_mc: bool = True) -> StopReason | None:
+                   min_df: int = MIN_STOP_DF, verdict: Verdict | None = None,
+                   with_mc: bool = True) -> StopReason | None:
     """The stop rule a fit meets by itself (target or settled outside the range), or None; ``min_df`` the df floor.
 
     With emit-config's ``verdict``, a target counts only where it gives a threshold."""

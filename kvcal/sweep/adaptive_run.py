@@ -67,6 +67,8 @@ class RoundView:
     next_probes: int
     kind: str
     stop: str | None
+    threshold: int | None = None  # emit-config's threshold on this refit and its expected regret (share of TTFT)
+    regret: float | None = None
 
 
 def state_path(run: RunFolder) -> Path:
@@ -172,7 +174,8 @@ def adaptive_preview(config: SweepConfig, ladder: list[int]) -> tuple[int, int, 
 def _rules(config: SweepConfig, stored: StopRules | None) -> StopRules:
     """The stop rules: from the config; on resume the stored ones, except those set again now."""
     if stored is None:
-        return StopRules(target_width=config.target_width, target_regret=config.target_regret, max_probes=config.max_probes or DEFAULT_MAX_PROBES,
+        return StopRules(target_width=config.target_width, target_regret=config.target_regret,
+                         max_probes=config.max_probes or DEFAULT_MAX_PROBES,
                          max_engine_seconds=config.max_engine_seconds)
     given = {k: getattr(config, k) for k in adaptive_rule_fields() if k in config.model_fields_set and getattr(config, k) is not None}
     return stored.model_copy(update=given)
@@ -238,7 +241,7 @@ def _sig(value: float | None) -> float | None:
 def _view(summary: RoundSummary, rules: StopRules, next_probes: int, kind: str, stop: str | None) -> RoundView:
     return RoundView(summary.index, summary.n_probes_before, summary.engine_seconds_before, summary.status,
                      summary.break_even_tokens, summary.break_even_ci, summary.width, rules.describe(), next_probes,
-                     kind, stop)
+                     kind, stop, summary.threshold, summary.regret)
 
 
 def _finish(state: AdaptiveState, step: Step, stop: str, n_probes: int, engine_seconds: float) -> AdaptiveState:

@@ -336,7 +336,8 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
         prior=prior.label,
         curves={k: float(v) for k, v in c.model_dump().items() if isinstance(v, (int, float))},
         true_break_even_tokens=None if prior.truth is None else round(prior.truth, 1),
-        allowed_range=[prior.low, prior.high], target_width=target, target_regret=target_regret, confidence=FIT_DEFAULTS.confidence,
+        allowed_range=[prior.low, prior.high], target_width=target, target_regret=target_regret,
+        confidence=FIT_DEFAULTS.confidence,
         designs=designs, notes=notes,
     )
 

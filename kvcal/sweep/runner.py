@@ -119,7 +119,8 @@ def run_sweep(
 
     An adaptive campaign (``adaptive``, the stored setting on resume) returns an
     :class:`kvcal.sweep.adaptive_run.AdaptiveOutcome`; ``judge`` is emit-config's verdict on a fit, which its
-    targets must satisfy (:mod:`kvcal.sweep.regret_stop`; the emit stage sits above this one, so the caller hands it in).
+    targets must satisfy (:mod:`kvcal.sweep.regret_stop`; the emit stage sits above this one, so the caller hands
+    it in).
     """
     prepared, run, stored_plan = prepare_run(config, resume)
     campaign: Campaign
