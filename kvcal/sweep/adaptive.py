@@ -241,25 +241,32 @@ class Controller:
     def _design(self, fit: FitResult, verdict: Verdict | None, measured: dict[Leg, dict[int, int]], n_valid: int,
                 round_index: int) -> list[design.Choice]:
         """A round that narrows the break-even (regret: to first order Var(n*) times a constant, so the same score)."""
-        refused = verdict is not None and verdict.threshold is None
-        if refused and target_met(fit, self.rules.model_copy(update={"target_regret": None}), None) is not None:
+        if self._wants_proof(fit, verdict):
             proof = win_proof(fit, self.grid, design.PAIR)
             if proof:
                 return [design.Choice(n, leg, count, why) for n, leg, count, why in proof]
         width, target = relative_width(fit), self.rules.target_width
-        if self.rules.target_regret is not None:
-            regret = None if verdict is None or verdict.regret is None else verdict.regret + (
-                verdict.regret_mc_error or 0.0)
+        if self.rules.target_regret is not None and verdict is not None and verdict.regret is not None:
             # the squared width and the expected regret both scale as Var(n*): the regret's ratio to its target
-            # stands in for the squared width's
-            width = None if regret is None else math.sqrt(max(regret, 1e-12) / self.rules.target_regret)
-            target = 1.0
+            # stands in for the squared width's (without a regret, a refusal, the width's rule sizes the round)
+            regret = verdict.regret + (verdict.regret_mc_error or 0.0)
+            width, target = math.sqrt(max(regret, 1e-12) / self.rules.target_regret), 1.0
             return design.choose_batch(fit, measured, self.grid, design.batch_size(n_valid, width, target),
                                        round_index, FIT_SETTINGS["confidence"],
                                        enough=design.variance_share_to_target(width, target))
         return design.choose_batch(fit, measured, self.grid, design.batch_size(n_valid, width, target),
                                    round_index, FIT_SETTINGS["confidence"],
                                    enough=design.variance_share_to_target(width, target), target_width=target)
+
+    def _wants_proof(self, fit: FitResult, verdict: Verdict | None) -> bool:
+        """emit-config refuses a fit that has located the crossover: the width target met, or (a regret target,
+        which cannot be priced without a threshold) enough df and a break-even inside the range."""
+        if verdict is None or verdict.threshold is not None:
+            return False
+        if self.rules.target_regret is None:
+            return target_met(fit, self.rules, None) is not None
+        inside = fit.break_even_tokens is not None and self.low < fit.break_even_tokens < self.high
+        return inside and (fit.bootstrap.residual_df or 0) >= MIN_STOP_DF
 
     def _top_up(self, table: ProbeTable, fit: FitResult, verdict: Verdict | None, measured: dict[Leg, dict[int, int]],
                 round_index: int) -> list[design.Choice]:

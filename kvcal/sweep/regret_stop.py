@@ -5,7 +5,8 @@ bootstrap's figures move with its seed: a campaign that stopped at a width of 0.
 seed 0 refitted at 0.108 under another (issue 40). So each figure comes with its Monte
 Carlo error, ``MC_Z`` standard errors of the figure over the bootstrap's own draws, and a
 target counts as met only when the figure *plus* that error is within it: the stop then
-holds under another seed unless the seed lands beyond ``MC_Z`` standard errors.
+holds under another seed unless the seed lands beyond ``MC_Z`` standard errors (3, not 2:
+the stop is taken on a refit whose draws happen to run favourable).
 
 * the **width**'s error: each end of the interval is a quantile of the break-even draws;
   the standard error of the q-quantile of B draws is half the span of the order statistics
@@ -35,7 +36,10 @@ import numpy as np
 
 from kvcal.records import FitResult, Leg
 
-MC_Z = 2.0  # Monte Carlo standard errors a figure must clear its target by
+# Monte Carlo standard errors a figure must clear its target by. At 2 a campaign stopped at 0.0957 with an error of
+# 0.0039 (sim defaults, 10 % target, seed 0) and refitted under 10 other seeds at 0.0957-0.1007: a stop is taken on
+# the refit whose draws happen to run narrow, so the figure sits at the low end of its seed spread, not its middle.
+MC_Z = 3.0
 PROOF_SPAN = 2.0  # the win proof's length over the break-even: the pull's margin grows with the length
 
 
