@@ -296,7 +296,7 @@ def test_cli_plan_shows_no_relative_width_when_the_break_even_is_below_the_range
     assert out.code == 0, out.err
     lines = out.out.splitlines()
     header = next(line for line in lines if line.strip().startswith("design"))
-    start, end = header.index("width"), header.index("reached")
+    start, end = header.index("width"), header.index("regret")  # the columns between
     widths = {line.split()[0]: line[start:end].strip() for line in lines if line.startswith(("  adaptive ", "  ladder-3 "))}
     assert widths == {"adaptive": "-", "ladder-3": "-"}  # a width relative to a break-even near 0 says nothing
     assert "below the shortest" in out.out
