@@ -119,6 +119,10 @@ class SweepConfig(BaseModel):
     adaptive: bool = Field(False, description="Choose each round of probes from the fit so far (docs/method.md, adaptive campaigns).")
     target_width: float = Field(0.10, gt=0, lt=10, description="Adaptive: stop once the break-even interval's (upper - lower) / break-even is at most this.",
                                       json_schema_extra={"adaptive_rule": True})
+    target_regret: float | None = Field(
+        None, gt=0, lt=1, json_schema_extra={"adaptive_rule": True},
+        description="Adaptive: stop instead once the expected regret of emit-config's threshold is at most this "
+                    "fraction of the expected TTFT (0.001: 0.1 %).")
     max_probes: int | None = Field(None, ge=8, description="Adaptive: stop after this many valid probes (default 400).",
                                       json_schema_extra={"adaptive_rule": True})
     max_engine_seconds: float | None = Field(None, gt=0, description="Adaptive: stop once the probes' summed TTFT reaches this many seconds.",

@@ -21,6 +21,8 @@ Examples:
 
   kvcal plan --model glm-4.5 --hardware h200 --target-width 0.05
 
+  kvcal plan --model glm-4.5 --hardware h200 --target-regret 0.001   # adaptive stops on the threshold's regret
+
   kvcal plan --from results/my-run --target-width 0.10 --campaigns 20
 
   kvcal plan --from results/my-run/fit.json --noise-cv 0.08 --json
@@ -35,6 +37,9 @@ def plan(
     link: Optional[str] = typer.Option(None, "--link", "-l", help="Link profile; default: the accelerator's."),
     noise_cv: Optional[float] = typer.Option(None, "--noise-cv", help="Probe noise as a fraction of TTFT; default: the fit's, or 0.05."),
     target_width: float = typer.Option(0.10, "--target-width", help="Relative width (upper - lower) / break-even to reach."),
+    target_regret: Optional[float] = typer.Option(
+        None, "--target-regret", help="Adaptive campaigns stop instead once the expected regret of emit-config's "
+        "threshold is at most this fraction of TTFT (0 < R < 1), as kvcal sweep --adaptive --target-regret."),
     campaigns: int = typer.Option(10, "--campaigns", help="Simulated campaigns per design."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the first simulated campaign."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="KV block size in tokens; default: the fit's, or 64."),
@@ -44,6 +49,8 @@ def plan(
     """Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width."""
     from kvcal.sweep.campaign_plan import plan_campaigns, prior_from_fit, prior_from_profiles
 
+    if target_regret is not None and not 0 < target_regret < 1:
+        raise InputError(f"--target-regret must lie between 0 and 1 (exclusive), got {target_regret}; e.g. 0.001")
     if noise_cv is not None and not 0 < noise_cv < 2:
         raise InputError(f"--noise-cv must lie between 0 and 2, got {noise_cv}")
     for flag, value in (("--block-size", block_size), ("--max-model-len", max_model_len)):
@@ -58,7 +65,9 @@ def plan(
                                     max_model_len=max_model_len)
     else:
         raise InputError("no prior: give --from RUN_OR_FIT, or --model and --hardware (as for kvcal predict)")
-    result = plan_campaigns(prior, target_width, campaigns, seed)
+    from kvcal.cli.regret_judge import emit_judge
+
+    result = plan_campaigns(prior, target_width, campaigns, seed, target_regret=target_regret, judge=emit_judge)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
         warn_each(result.notes)
@@ -74,8 +83,9 @@ def _print(r) -> None:  # r: kvcal.sweep.campaign_plan.CampaignPlan
         f"{c['recompute_per_token2_ns']:.4g} ns/token^2; pull {c['pull_intercept_ms']:.4g} ms + "
         f"{c['pull_per_token_us']:.4g} us/token; noise {c['noise_cv']:.1%}; break-even {truth}")
     say(f"  lengths {r.allowed_range[0]}-{r.allowed_range[1]} tokens; target: {r.confidence:.0%} interval within "
-        f"{r.target_width:.0%} of the break-even")
-    rows = [["design", "probes", "engine time", "width", "reached", "coverage", "stopped on"]]
+        f"{r.target_width:.0%} of the break-even" + ("" if r.target_regret is None else
+                                                      f"; adaptive: expected regret <= {r.target_regret:.3%} of TTFT"))
+    rows = [["design", "probes", "engine time", "width", "regret", "reached", "coverage", "stopped on"]]
     low, high = r.allowed_range
     # A width relative to a break-even outside the range (near 0 when the pull always wins) reads as nonsense.
     inside = r.true_break_even_tokens is not None and low < r.true_break_even_tokens < high
@@ -86,7 +96,8 @@ def _print(r) -> None:  # r: kvcal.sweep.campaign_plan.CampaignPlan
         width = "-" if d.width_median is None or not inside else f"{d.width_median:.1%}"
         coverage = "-" if d.coverage is None else f"{d.coverage:.0%}"
         stops = ", ".join(f"{k} {v:.0%}" for k, v in d.stop_reasons.items() if k != "None") or "-"
-        rows.append([d.design, probes, engine, width, f"{d.reached_target_share:.0%}", coverage, stops])
+        regret = "-" if d.regret_median is None else f"{d.regret_median:.3%}"
+        rows.append([d.design, probes, engine, width, regret, f"{d.reached_target_share:.0%}", coverage, stops])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         say("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)))

@@ -29,6 +29,8 @@ def round_line(view) -> str:
         where = f"{view.status}, interval {width_text(view.width)}"
     else:
         where = "no fit yet"
+    if getattr(view, "threshold", None) is not None:
+        where += f", threshold {view.threshold}" + ("" if view.regret is None else f" (regret {view.regret:.3%})")
     then = f"stop: {STOP_TEXT[view.stop]}" if view.stop else f"next: {view.kind} round of {view.next_probes} probes"
     return (f"round {view.round}: {view.n_probes} probes, {view.engine_seconds:.2f} s engine time; {where}; "
             f"{view.rules}; {then}")
@@ -46,7 +48,20 @@ def adaptive_result_line(outcome) -> str:
         interval = f"; status {outcome.status}"
     return (f"kvcal: adaptive stop: {outcome.stop_reason} ({STOP_TEXT.get(outcome.stop_reason, '')}) after "
             f"{outcome.rounds} rounds, {outcome.engine_seconds:.2f} s engine time; final width "
-            f"{width_text(outcome.final_width)} (target {outcome.target_width:g}){interval}")
+            f"{width_text(outcome.final_width)}{_target_text(outcome)}{interval}{_threshold_text(outcome)}")
+
+
+def _target_text(outcome) -> str:
+    return f" (target {outcome.target_width:g})" if outcome.target_regret is None else ""
+
+
+def _threshold_text(outcome) -> str:
+    """emit-config's threshold and its expected regret, where the campaign asked for them."""
+    if outcome.threshold is None:
+        return ""
+    regret = "" if outcome.regret is None else f", expected regret {outcome.regret:.3%} of TTFT"
+    target = "" if outcome.target_regret is None else f" (target {outcome.target_regret:.3%})"
+    return f"; threshold {outcome.threshold}{regret}{target}"
 
 
 def _describe(record: ProbeRecord) -> str:

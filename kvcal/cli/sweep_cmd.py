@@ -50,6 +50,8 @@ EPILOG = """Examples:
   kvcal sweep --pairs pairs.yaml --model M --name fleet      # every pair of pairs.yaml, fitted per link class
 
   kvcal sweep --engine sim --cold-sessions 4                 # 4 session-cost samples (consumer restarted)
+
+  kvcal sweep --engine sim --adaptive --target-regret 0.001   # stop once the threshold costs under 0.1 % of TTFT
 """
 
 
@@ -62,7 +64,8 @@ HELP = {
     "engine_args": "{} e.g. --engine-arg=--enforce-eager.",
     "warmup_probes": "{} e.g. kvcal sweep --warmup-probes --reps 3",
     "load_states": "Comma-separated, e.g. idle,source-busy,computing-busy,both-busy (fits the router's costModel). {}",
-    "adaptive": "Choose each round of probes from the fit so far and stop at --target-width (docs/method.md).",
+    "adaptive": "Choose each round of probes from the fit so far and stop at --target-width, or --target-regret "
+                "(docs/method.md).",
 }
 
 
@@ -133,7 +136,9 @@ def sweep(
     if dry_run:
         _print_dry_run(settings, resume)
         return
-    outcome = run_sweep(settings, resume=resume, progress=progress_for_terminal())
+    from kvcal.cli.regret_judge import emit_judge
+
+    outcome = run_sweep(settings, resume=resume, progress=progress_for_terminal(), judge=emit_judge)
     info(
         f"kvcal: {outcome.total} probes in {outcome.run_dir} "
         f"({outcome.measured} measured now, {outcome.done_before} kept from before, "

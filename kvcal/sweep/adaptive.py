@@ -15,15 +15,16 @@ length are too few to trust an interval on; an interval that meets a rule on few
 gets a top-up round instead, :func:`kvcal.sweep.design.df_top_up`, which buys the
 missing df at lengths already measured, where each pair costs least):
 
-* ``target-width``: (upper - lower) / break-even + ``MC_Z`` x its Monte Carlo error <= target,
-  computed from fit.json's rounded ``break_even_ci`` and ``break_even_tokens`` (whatever the
-  status: a crossover just outside the allowed range is located as well as one inside). The
-  interval's ends are percentiles of 2,000 resamples, so another bootstrap seed moves them:
-  :func:`width_mc_error` estimates that spread from the samples themselves (a quantile's
-  sd, sqrt(q (1 - q) / B) over the samples' density there), and the campaign stops below the
-  target by ``MC_Z`` of it, so a refit with any seed keeps the width within the target
-  (a stop on the bare width left refits up to 8 % wider); ``adaptive.json`` records it
-  (``final_width_mc_error``);
+* ``target-regret`` (with ``--target-regret``, instead of the width): the expected regret of the
+  threshold emit-config's default rule chooses on this fit, plus its Monte Carlo error, is within
+  the target (a fraction of the expected TTFT; :mod:`kvcal.sweep.regret_stop`);
+* ``target-width``: (upper - lower) / break-even plus its Monte Carlo error <= target, computed
+  from fit.json's rounded ``break_even_ci`` and ``break_even_tokens`` (whatever the status: a
+  crossover just outside the allowed range is located as well as one inside);
+
+Either target stops a campaign only where emit-config gives a threshold on the fit (when the
+caller hands in its :data:`~kvcal.sweep.regret_stop.Judge`): a fit it refuses gets a win-proof
+round instead (:func:`kvcal.sweep.regret_stop.win_proof`).
 * ``pull-wins-at-shortest``: status pull-always-wins, the shortest allowed length
   measured, and the interval's upper bound at or below it;
 * ``recompute-wins-to-longest``: status recompute-always-wins, the longest allowed
@@ -39,13 +40,13 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 from pydantic import Field
 
 from kvcal.fit import fit_table
 from kvcal.fit.tables import ProbeTable
 from kvcal.records import FIT_DEFAULTS, FitResult, FitSettings, Leg, Record
 from kvcal.sweep import design
+from kvcal.sweep.regret_stop import Judge, Verdict, meets, width_mc_error, win_proof
 
 ADAPTIVE_SCHEMA = "kvcal.adaptive/1"
 FIT_SETTINGS = FIT_DEFAULTS.model_dump()  # kvcal fit's defaults, as keyword arguments: the contract
@@ -57,12 +58,12 @@ DEFAULT_MAX_PROBES = 400
 # 5% noise, 10% target, 30 campaigns each: benchmarks/adaptive_crossovers.py's setting)
 # 6 raised the pooled coverage from 0.84 to 0.91 for 6% more median engine time.
 MIN_STOP_DF = 6
-MC_Z = 2.0  # Monte Carlo sds of the width kept below the target: a refit with another seed exceeds it 1 time in 40
-MC_STEP = 0.02  # the quantile step over which the samples' density is read at each end
 
-StopReason = Literal["target-width", "pull-wins-at-shortest", "recompute-wins-to-longest", "max-engine-seconds",
+StopReason = Literal["target-regret", "target-width", "pull-wins-at-shortest", "recompute-wins-to-longest",
+                     "max-engine-seconds",
                      "max-probes"]
 STOP_TEXT = {
+    "target-regret": "the expected regret of emit-config's threshold reached the target",
     "target-width": "the break-even interval reached the target width",
     "pull-wins-at-shortest": "the pull wins at the shortest allowed length (interval below it)",
     "recompute-wins-to-longest": "the pull never wins up to the longest allowed length (interval above it)",
@@ -73,11 +74,14 @@ STOP_TEXT = {
 
 class StopRules(Record):
     target_width: float = Field(gt=0)
+    target_regret: float | None = Field(None, gt=0, lt=1, description="replaces the width as the target when set")
     max_probes: int = Field(DEFAULT_MAX_PROBES, ge=1)
     max_engine_seconds: float | None = Field(None, gt=0)
 
     def describe(self) -> str:
-        parts = [f"width <= {self.target_width:.3g}", f"{self.max_probes} probes"]
+        target = (f"width <= {self.target_width:.3g}" if self.target_regret is None
+                  else f"regret <= {self.target_regret:.3g} of TTFT")
+        parts = [target, f"{self.max_probes} probes"]
         if self.max_engine_seconds is not None:
             parts.append(f"{self.max_engine_seconds:g} s engine time")
         return "stop at " + " or ".join(parts)
@@ -94,6 +98,10 @@ class RoundSummary(Record):
     break_even_tokens: float | None = None
     break_even_ci: list[float] | None = None
     width: float | None = None
+    width_mc_error: float | None = None
+    threshold: int | None = Field(None, description="emit-config's threshold on this fit (None: refused or not asked)")
+    regret: float | None = Field(None, description="its expected regret, a fraction of the expected TTFT")
+    regret_mc_error: float | None = None
     probes: list[str] = Field(default_factory=list, description="probe ids the round planned")
 
 
@@ -107,10 +115,13 @@ class AdaptiveState(Record):
     rounds: list[RoundSummary] = Field(default_factory=list)
     stop_reason: StopReason | None = None
     final_width: float | None = None
-    final_width_mc_error: float | None = Field(None, description="Monte Carlo sd of final_width over bootstrap seeds.")
     final_break_even_tokens: float | None = None
     final_break_even_ci: list[float] | None = None
     final_status: str | None = None
+    final_width_mc_error: float | None = None
+    final_threshold: int | None = None
+    final_regret: float | None = None
+    final_regret_mc_error: float | None = None
     n_probes: int = 0
     engine_seconds: float = 0.0
 
@@ -125,29 +136,28 @@ def relative_width(fit: FitResult) -> float | None:
     return (high - low) / fit.break_even_tokens
 
 
-def width_mc_error(fit: FitResult) -> float | None:
-    """The Monte Carlo sd of :func:`relative_width` over bootstrap seeds, from the fit's own samples (the sd of a
-    percentile of B draws is sqrt(q (1 - q) / B) / density, the density read over ``MC_STEP`` of quantile)."""
-    samples = [v for v in fit.bootstrap.break_even_samples if v is not None and math.isfinite(v)]
-    if fit.break_even_ci is None or not fit.break_even_tokens or len(samples) < 100:
+def target_met(fit: FitResult, rules: StopRules, verdict: Verdict | None, *, with_mc: bool = True) -> StopReason | None:
+    """The target the figures meet (Monte Carlo error added unless ``with_mc`` is off), whatever emit-config says."""
+    if rules.target_regret is not None:
+        if verdict is not None and verdict.threshold is not None and meets(
+                verdict.regret, verdict.regret_mc_error if with_mc else 0.0, rules.target_regret):
+            return "target-regret"
         return None
-    values, n = np.asarray(samples), len(fit.bootstrap.break_even_samples)
-    ends = []
-    for q in ((1 - fit.confidence) / 2, (1 + fit.confidence) / 2):
-        lo, hi = max(q - MC_STEP, 0.0), min(q + MC_STEP, 1.0)
-        spread = float(np.quantile(values, hi) - np.quantile(values, lo)) / (hi - lo)
-        ends.append(math.sqrt(q * (1 - q) / n) * spread)
-    return math.hypot(*ends) / fit.break_even_tokens
+    error = width_mc_error(fit, FIT_SETTINGS["confidence"]) if with_mc else 0.0
+    return "target-width" if meets(relative_width(fit), error, rules.target_width) else None
 
 
 def settled_reason(fit: FitResult, rules: StopRules, low: int, high: int, measured: set[int], *,
-                   min_df: int = MIN_STOP_DF) -> StopReason | None:
-    """The stop rule a fit meets by itself (target or settled outside the range), or None; ``min_df`` the df floor."""
+                   min_df: int = MIN_STOP_DF, verdict: Verdict | None = None,
+                   with_mc: bool = True) -> StopReason | None:
+    """The stop rule a fit meets by itself (target or settled outside the range), or None; ``min_df`` the df floor.
+
+    With emit-config's ``verdict``, a target counts only where it gives a threshold."""
     if (fit.bootstrap.residual_df or 0) < min_df:
         return None  # two reps a length resample two values: too thin an interval to stop on
-    width = relative_width(fit)
-    if width is not None and width + MC_Z * (width_mc_error(fit) or 0.0) <= rules.target_width:
-        return "target-width"  # any status: a break-even a few % past an end is still placed
+    target = target_met(fit, rules, verdict, with_mc=with_mc)  # any status: a break-even a few % past an end is placed
+    if target is not None and (verdict is None or verdict.threshold is not None):
+        return target
     bounds = fit.bootstrap.break_even_ci_bounds or [None, None]
     if fit.status == "pull-always-wins" and low in measured and bounds[1] is not None and bounds[1] <= low:
         return "pull-wins-at-shortest"
@@ -165,16 +175,21 @@ class Step:
     stop: StopReason | None
     choices: list[design.Choice]
     kind: Literal["seed", "extend", "design"]
+    verdict: Verdict | None = None
 
 
 class Controller:
-    """The adaptive loop's decisions over a probe table (no I/O)."""
+    """The adaptive loop's decisions over a probe table (no I/O); ``judge``: emit-config's verdict on a fit."""
 
-    def __init__(self, low: int, high: int, block_size: int, rules: StopRules, *, screen_resamples: int | None = None):
+    def __init__(self, low: int, high: int, block_size: int, rules: StopRules, *, screen_resamples: int | None = None,
+                 judge: Judge | None = None):
+        if rules.target_regret is not None and judge is None:
+            raise ValueError("a regret target needs emit-config's judge")
         self.low, self.high = low, high
         self.grid = design.candidate_lengths(low, high, block_size)
         self.rules = rules
         self.screen_resamples = screen_resamples
+        self.judge = judge
 
     def fit(self, table: ProbeTable) -> FitResult:
         """The design's fit; with ``screen_resamples`` (simulations) a cheaper bootstrap, same seed and level."""
@@ -182,13 +197,20 @@ class Controller:
             return fit_table(table, **{**FIT_SETTINGS, "n_resamples": self.screen_resamples})
         return fit_table(table, **FIT_SETTINGS)
 
-    def _stop_fit(self, table: ProbeTable, fit: FitResult) -> tuple[FitResult, StopReason | None]:
+    def verdict(self, fit: FitResult | None) -> Verdict | None:
+        return None if fit is None or self.judge is None else self.judge(fit)
+
+    def _stop_fit(self, table: ProbeTable, fit: FitResult, verdict: Verdict | None
+                  ) -> tuple[FitResult, Verdict | None, StopReason | None]:
         """A stop is only ever decided on the standard fit: a screened fit that looks done is redone in full."""
-        reason = settled_reason(fit, self.rules, self.low, self.high, set(table.lengths))
-        if reason is None or not self.screen_resamples:
-            return fit, reason
+        lengths = set(table.lengths)
+        screened = bool(self.screen_resamples)
+        reason = settled_reason(fit, self.rules, self.low, self.high, lengths, verdict=verdict, with_mc=not screened)
+        if reason is None or not screened:
+            return fit, verdict, reason
         full = fit_table(table, **FIT_SETTINGS)
-        return full, settled_reason(full, self.rules, self.low, self.high, set(table.lengths))
+        full_verdict = self.verdict(full)
+        return full, full_verdict, settled_reason(full, self.rules, self.low, self.high, lengths, verdict=full_verdict)
 
     def step(self, table: ProbeTable | None, *, engine_seconds: float, round_index: int) -> Step:
         """Refit, apply the stop rules, and choose the next round (never past the probe budget)."""
@@ -197,35 +219,65 @@ class Controller:
         n_valid = len(table.probes)
         measured = _measured(table)
         fit = self.fit(table) if all(len(measured[leg]) >= 2 for leg in measured) else None
+        verdict = self.verdict(fit)
         if fit is not None:
-            checked, reason = self._stop_fit(table, fit)
+            checked, checked_verdict, reason = self._stop_fit(table, fit, verdict)
             if reason is not None:
-                return Step(checked, reason, [], "design")
+                return Step(checked, reason, [], "design", checked_verdict)
         if self.rules.max_engine_seconds is not None and engine_seconds >= self.rules.max_engine_seconds:
-            return Step(self.final(table, fit), "max-engine-seconds", [], "design")
+            return self._final_step(table, fit, verdict, "max-engine-seconds")
         room = self.rules.max_probes - n_valid
         if room <= 0:
-            return Step(self.final(table, fit), "max-probes", [], "design")
+            return self._final_step(table, fit, verdict, "max-probes")
         extend = design.extension(self.grid, _medians(table), fit.break_even_tokens if fit is not None else None)
         if extend or fit is None:
             kind, choices = "extend", extend or design.seed_design(self.grid)
-        elif top_up := self._top_up(table, fit, measured, round_index):
+        elif top_up := self._top_up(table, fit, verdict, measured, round_index):
             kind, choices = "design", top_up
         else:
-            width, target = relative_width(fit), self.rules.target_width
-            choices = design.choose_batch(fit, measured, self.grid, design.batch_size(n_valid, width, target),
-                                          round_index, FIT_SETTINGS["confidence"],
-                                          enough=design.variance_share_to_target(width, target),
-                                          target_width=target)
-            kind = "design"
-        return Step(fit, None, _within(choices, room), kind)
+            kind, choices = "design", self._design(fit, verdict, measured, n_valid, round_index)
+        return Step(fit, None, _within(choices, room), kind, verdict)
 
-    def _top_up(self, table: ProbeTable, fit: FitResult, measured: dict[Leg, dict[int, int]],
+    def _design(self, fit: FitResult, verdict: Verdict | None, measured: dict[Leg, dict[int, int]], n_valid: int,
+                round_index: int) -> list[design.Choice]:
+        """A round that narrows the break-even (regret: to first order Var(n*) times a constant, so the same score)."""
+        if self._wants_proof(fit, verdict):
+            proof = win_proof(fit, self.grid, design.PAIR)
+            if proof:
+                return [design.Choice(n, leg, count, why) for n, leg, count, why in proof]
+        width, target = relative_width(fit), self.rules.target_width
+        if self.rules.target_regret is not None and verdict is not None and verdict.regret is not None:
+            # the squared width and the expected regret both scale as Var(n*): the regret's ratio to its target
+            # stands in for the squared width's (without a regret, a refusal, the width's rule sizes the round)
+            regret = verdict.regret + (verdict.regret_mc_error or 0.0)
+            width, target = math.sqrt(max(regret, 1e-12) / self.rules.target_regret), 1.0
+            return design.choose_batch(fit, measured, self.grid, design.batch_size(n_valid, width, target),
+                                       round_index, FIT_SETTINGS["confidence"],
+                                       enough=design.variance_share_to_target(width, target))
+        return design.choose_batch(fit, measured, self.grid, design.batch_size(n_valid, width, target),
+                                   round_index, FIT_SETTINGS["confidence"],
+                                   enough=design.variance_share_to_target(width, target), target_width=target)
+
+    def _wants_proof(self, fit: FitResult, verdict: Verdict | None) -> bool:
+        """emit-config refuses a fit that has located the crossover: the width target met, or (a regret target,
+        which cannot be priced without a threshold) enough df and a break-even inside the range."""
+        if verdict is None or verdict.threshold is not None:
+            return False
+        if self.rules.target_regret is None:
+            return target_met(fit, self.rules, None) is not None
+        inside = fit.break_even_tokens is not None and self.low < fit.break_even_tokens < self.high
+        return inside and (fit.bootstrap.residual_df or 0) >= MIN_STOP_DF
+
+    def _top_up(self, table: ProbeTable, fit: FitResult, verdict: Verdict | None, measured: dict[Leg, dict[int, int]],
                 round_index: int) -> list[design.Choice]:
         """An interval that would stop the campaign but rests on too few df: the df, bought where they cost least."""
-        if settled_reason(fit, self.rules, self.low, self.high, set(table.lengths), min_df=0) is None:
+        if settled_reason(fit, self.rules, self.low, self.high, set(table.lengths), min_df=0, verdict=verdict) is None:
             return []
         return design.df_top_up(fit, measured, self.grid, MIN_STOP_DF, round_index)
+
+    def _final_step(self, table: ProbeTable, fit: FitResult | None, verdict: Verdict | None, stop: StopReason) -> Step:
+        final = self.final(table, fit)
+        return Step(final, stop, [], "design", verdict if final is fit else self.verdict(final))
 
     def final(self, table: ProbeTable, fit: FitResult | None) -> FitResult | None:
         """The standard fit for a campaign's last word (the screened one is only for choosing probes)."""

@@ -12,6 +12,7 @@ stopped by its budget can be given more).
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +23,9 @@ from kvcal.engines.base import EnginePair
 from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.sweep import design, reach
-from kvcal.sweep.adaptive import (DEFAULT_MAX_PROBES, AdaptiveState, Controller, RoundSummary, Step, StopRules,
-                                  relative_width, width_mc_error)
+from kvcal.sweep.adaptive import (DEFAULT_MAX_PROBES, FIT_SETTINGS, AdaptiveState, Controller, RoundSummary, Step,
+                                  StopRules, relative_width)
+from kvcal.sweep.regret_stop import Judge, width_mc_error
 from kvcal.settings import SweepConfig, adaptive_rule_fields
 from kvcal.sweep.plan import PlannedProbe, validate_prefix_lengths
 from kvcal.runfolder import RunFolder, atomic_write
@@ -44,6 +46,9 @@ class AdaptiveOutcome(SweepOutcome):
     rounds: int
     engine_seconds: float
     target_width: float
+    target_regret: float | None = None
+    regret: float | None = None
+    threshold: int | None = None
     reach_note: str | None = None  # a stop at an end of the allowed range: how far the model or the lengths allow
 
 
@@ -62,6 +67,8 @@ class RoundView:
     next_probes: int
     kind: str
     stop: str | None
+    threshold: int | None = None  # emit-config's threshold on this refit and its expected regret (share of TTFT)
+    regret: float | None = None
 
 
 def state_path(run: RunFolder) -> Path:
@@ -85,8 +92,9 @@ def write_state(run: RunFolder, state: AdaptiveState) -> None:
 class AdaptiveCampaign:
     """Rounds chosen from the fit so far: the seed round, then each refit's design, until a stop rule holds."""
 
-    def __init__(self, config: SweepConfig, run: RunFolder, *, requested: SweepConfig, resume: bool) -> None:
-        self.config, self.run, self.requested = config, run, requested
+    def __init__(self, config: SweepConfig, run: RunFolder, *, requested: SweepConfig, resume: bool,
+                 judge: Judge | None = None) -> None:
+        self.config, self.run, self.requested, self.judge = config, run, requested, judge
         self.state: AdaptiveState | None = read_state(run) if resume else None
         self.controller: Controller | None = None
         self._summary: RoundSummary | None = None
@@ -103,7 +111,9 @@ class AdaptiveCampaign:
         else:
             self.state = self.state.model_copy(update={"rules": _rules(self.requested, self.state.rules), "stop_reason": None})
         low, high = self.state.allowed_range
-        self.controller = Controller(low, high, self.config.block_size, self.state.rules)
+        if self.state.rules.target_regret is not None and self.judge is None:
+            raise InputError("--target-regret needs emit-config's threshold rule: run it through `kvcal sweep`")
+        self.controller = Controller(low, high, self.config.block_size, self.state.rules, judge=self.judge)
         return list(stored_plan or [])
 
     def warmup_tokens(self, plan: list[PlannedProbe]) -> int:
@@ -147,7 +157,8 @@ class AdaptiveCampaign:
             stop_reason=state.stop_reason or "", final_width=state.final_width,
             break_even_tokens=state.final_break_even_tokens, break_even_ci=state.final_break_even_ci,
             status=state.final_status, rounds=len(state.rounds), engine_seconds=state.engine_seconds,
-            target_width=state.rules.target_width,
+            target_width=state.rules.target_width, target_regret=state.rules.target_regret,
+            regret=state.final_regret, threshold=state.final_threshold,
             reach_note=reach.adaptive_stop_note(state.stop_reason or "", state.allowed_range,
                                                 explicit=self.config.prefix_lengths is not None,
                                                 block_size=self.config.block_size),
@@ -163,7 +174,8 @@ def adaptive_preview(config: SweepConfig, ladder: list[int]) -> tuple[int, int, 
 def _rules(config: SweepConfig, stored: StopRules | None) -> StopRules:
     """The stop rules: from the config; on resume the stored ones, except those set again now."""
     if stored is None:
-        return StopRules(target_width=config.target_width, max_probes=config.max_probes or DEFAULT_MAX_PROBES,
+        return StopRules(target_width=config.target_width, target_regret=config.target_regret,
+                         max_probes=config.max_probes or DEFAULT_MAX_PROBES,
                          max_engine_seconds=config.max_engine_seconds)
     given = {k: getattr(config, k) for k in adaptive_rule_fields() if k in config.model_fields_set and getattr(config, k) is not None}
     return stored.model_copy(update=given)
@@ -207,21 +219,37 @@ def _summary(step: Step, index: int, n_probes: int, engine_seconds: float) -> Ro
         index=index, kind=step.kind, n_probes_before=n_probes, engine_seconds_before=round(engine_seconds, 6),
         status=fit.status if fit else None, break_even_tokens=fit.break_even_tokens if fit else None,
         break_even_ci=fit.break_even_ci if fit else None, width=relative_width(fit) if fit else None,
+        **_judged(step),
     )
+
+
+def _judged(step: Step) -> dict[str, float | int | None]:
+    """The Monte Carlo error of the width and emit-config's threshold and regret, for a round and the final state."""
+    verdict = step.verdict
+    return {
+        "width_mc_error": _sig(width_mc_error(step.fit, FIT_SETTINGS["confidence"])) if step.fit else None,
+        "threshold": verdict.threshold if verdict else None,
+        "regret": _sig(verdict.regret) if verdict else None,
+        "regret_mc_error": _sig(verdict.regret_mc_error) if verdict else None,
+    }
+
+
+def _sig(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(f"{value:.4g}")
 
 
 def _view(summary: RoundSummary, rules: StopRules, next_probes: int, kind: str, stop: str | None) -> RoundView:
     return RoundView(summary.index, summary.n_probes_before, summary.engine_seconds_before, summary.status,
                      summary.break_even_tokens, summary.break_even_ci, summary.width, rules.describe(), next_probes,
-                     kind, stop)
+                     kind, stop, summary.threshold, summary.regret)
 
 
 def _finish(state: AdaptiveState, step: Step, stop: str, n_probes: int, engine_seconds: float) -> AdaptiveState:
     fit = step.fit
     return state.model_copy(update={
         "stop_reason": stop, "final_width": relative_width(fit) if fit else None,
-        "final_width_mc_error": width_mc_error(fit) if fit else None,
         "final_break_even_tokens": fit.break_even_tokens if fit else None,
         "final_break_even_ci": fit.break_even_ci if fit else None, "final_status": fit.status if fit else None,
         "n_probes": n_probes, "engine_seconds": round(engine_seconds, 6),
+        **{f"final_{key}": value for key, value in _judged(step).items()},
     })

@@ -6,7 +6,8 @@ simulators). A prior is a pair of cost curves with a noise level; it comes from 
 in memory on a simulated pair with exactly those curves (:class:`kvcal.engines.sim.SimPair`):
 
 * ``adaptive``: the :class:`kvcal.sweep.adaptive.Controller` that ``kvcal sweep
-  --adaptive`` uses, until its stop rule;
+  --adaptive`` uses, until its stop rule (the width, or with a regret target and emit-config's
+  judge, :mod:`kvcal.sweep.regret_stop`, the expected regret of its threshold);
 * ``ladder``: the default uniform ladder (``kvcal sweep`` without ``--adaptive``),
   whole passes over every length added one at a time until the standard fit's
   interval is as narrow as the target (at least 2 passes, so every length has reps).
@@ -39,10 +40,10 @@ from kvcal.estimate.profiles import load_profiles
 from kvcal.fit import fit_table, load_or_fit
 from kvcal.fit.bootstrap import t_quantile
 from kvcal.fit.tables import from_rows
-from kvcal.records import FitResult, Leg, Record, RunSetup
-from kvcal.records import FIT_DEFAULTS
+from kvcal.records import FIT_DEFAULTS, FitResult, Leg, Record, RunSetup
 from kvcal.sweep.adaptive import FIT_SETTINGS, Controller, StopRules, relative_width
 from kvcal.sweep.design import allowed_range
+from kvcal.sweep.regret_stop import Judge
 from kvcal.sweep.plan import default_prefix_lengths
 from kvcal.fit.ladder import lengths_below
 from kvcal.runfolder import RunFolder
@@ -82,6 +83,7 @@ class Campaign:
     stop: str | None
     covered: bool | None  # the truth inside the final interval (None without an interval)
     search_s: float = 0.0  # adaptive: engine time of the seed and the climb, spent finding the crossover
+    regret: float | None = None  # the expected regret of emit-config's threshold (with a judge), a share of TTFT
 
 
 class Summary(Record):
@@ -97,6 +99,7 @@ class Summary(Record):
     reached_target_share: float
     coverage: float | None
     stop_reasons: dict[str, float] = {}
+    regret_median: float | None = None
 
 
 class CampaignPlan(Record):
@@ -108,17 +111,18 @@ class CampaignPlan(Record):
     true_break_even_tokens: float | None
     allowed_range: list[int]
     target_width: float
+    target_regret: float | None = None
     confidence: float
     designs: list[Summary]
     notes: list[str]
 
 
 def _campaign(design: str, fit: FitResult | None, n_probes: int, engine_ms: float, stop: str | None,
-              truth: float | None, search_ms: float = 0.0) -> Campaign:
+              truth: float | None, search_ms: float = 0.0, regret: float | None = None) -> Campaign:
     ci = fit.break_even_ci if fit else None
     covered = None if ci is None or truth is None else bool(ci[0] <= truth <= ci[1])
     return Campaign(design, n_probes, engine_ms / 1e3, relative_width(fit) if fit else None,
-                    fit.break_even_tokens if fit else None, ci, stop, covered, search_ms / 1e3)
+                    fit.break_even_tokens if fit else None, ci, stop, covered, search_ms / 1e3, regret)
 
 
 def _setup(prior: Prior) -> RunSetup:
@@ -135,11 +139,13 @@ def _rows_from(pair: SimPair, n: int, leg: Leg, count: int, rep0: int) -> list[d
 
 
 def simulate_adaptive(prior: Prior, target: float, seed: int, *, max_probes: int = 2000,
-                      screen_resamples: int | None = SCREEN_RESAMPLES) -> Campaign:
+                      screen_resamples: int | None = SCREEN_RESAMPLES, target_regret: float | None = None,
+                      judge: Judge | None = None) -> Campaign:
     """One adaptive campaign on the prior's simulated pair, as ``kvcal sweep --adaptive`` would run it."""
     pair = SimPair(prior.costs, block_size=prior.block_size, seed=seed, max_model_len=prior.high + prior.block_size)
-    controller = Controller(prior.low, prior.high, prior.block_size,
-                            StopRules(target_width=target, max_probes=max_probes), screen_resamples=screen_resamples)
+    rules = StopRules(target_width=target, target_regret=target_regret, max_probes=max_probes)
+    controller = Controller(prior.low, prior.high, prior.block_size, rules, screen_resamples=screen_resamples,
+                            judge=judge)
     rows: list[dict] = []
     reps: dict[tuple[int, str], int] = {}
     engine_ms, search_ms, round_index = 0.0, 0.0, 0
@@ -147,7 +153,8 @@ def simulate_adaptive(prior: Prior, target: float, seed: int, *, max_probes: int
         table = from_rows(rows, setup=_setup(prior)) if rows else None
         step = controller.step(table, engine_seconds=engine_ms / 1e3, round_index=round_index)
         if step.stop:
-            return _campaign("adaptive", step.fit, len(rows), engine_ms, step.stop, prior.truth, search_ms)
+            regret = step.verdict.regret if step.verdict else None
+            return _campaign("adaptive", step.fit, len(rows), engine_ms, step.stop, prior.truth, search_ms, regret)
         for choice in step.choices:
             key = (choice.prefix_tokens, choice.leg.value)
             new = _rows_from(pair, choice.prefix_tokens, choice.leg, choice.count, reps.get(key, 0))
@@ -256,7 +263,8 @@ def oracle(prior: Prior, target: float, confidence: float = FIT_DEFAULTS.confide
     return Campaign(name, 2 * m, 2 * m * t_star / 1e3, target, n, None, "analytic", None)
 
 
-def summarize(design: str, runs: list[Campaign], target: float) -> Summary:
+def summarize(design: str, runs: list[Campaign], target: float, target_regret: float | None = None) -> Summary:
+    """Medians over the campaigns; "reached" reads the regret where a regret target is given."""
     probes = np.array([r.n_probes for r in runs], dtype=float)
     engine = np.array([r.engine_s for r in runs], dtype=float)
     widths = [r.width for r in runs if r.width is not None]
@@ -266,10 +274,21 @@ def summarize(design: str, runs: list[Campaign], target: float) -> Summary:
         probes_median=float(np.median(probes)), probes_p10_p90=[float(x) for x in np.quantile(probes, [0.1, 0.9])],
         engine_s_median=float(np.median(engine)), engine_s_p10_p90=[float(x) for x in np.quantile(engine, [0.1, 0.9])],
         width_median=float(np.median(widths)) if widths else None,
-        reached_target_share=float(np.mean([w is not None and w <= target for w in [r.width for r in runs]])),
+        reached_target_share=float(np.mean([_reached(r, target, target_regret) for r in runs])),
         coverage=float(np.mean(covered)) if covered else None,
         stop_reasons={k: float(np.mean([r.stop == k for r in runs])) for k in sorted({str(r.stop) for r in runs})},
+        regret_median=_median([r.regret for r in runs if r.regret is not None]),
     )
+
+
+def _reached(run: Campaign, target: float, target_regret: float | None) -> bool:
+    if target_regret is not None:
+        return run.regret is not None and run.regret <= target_regret
+    return run.width is not None and run.width <= target
+
+
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
 
 
 def coverage_note(campaigns: int, confidence: float) -> str | None:
@@ -281,15 +300,20 @@ def coverage_note(campaigns: int, confidence: float) -> str | None:
             f"{confidence * 100:g}%; give --campaigns {COVERAGE_CAMPAIGNS} or more to judge it")
 
 
-def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int = 0) -> CampaignPlan:
-    """Simulate ``campaigns`` adaptive and uniform campaigns on the prior and summarise each design."""
+def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int = 0, *,
+                   target_regret: float | None = None, judge: Judge | None = None) -> CampaignPlan:
+    """Simulate ``campaigns`` adaptive and uniform campaigns on the prior and summarise each design; with
+    ``target_regret`` (and emit-config's ``judge``) the adaptive ones stop on the regret, the others on the width."""
     if campaigns < 1:
         raise InputError(f"--campaigns must be at least 1, got {campaigns}")
     if not 0 < target < 10:
         raise InputError(f"--target-width must lie between 0 and 10, got {target}")
+    if target_regret is not None and not (0 < target_regret < 1 and judge is not None):
+        raise InputError(f"--target-regret must lie between 0 and 1 (exclusive), got {target_regret}")
     seeds = [seed + i for i in range(campaigns)]
     notes = list(prior.notes) + [note for note in [coverage_note(campaigns, FIT_DEFAULTS.confidence)] if note]
-    designs = [summarize("adaptive", [simulate_adaptive(prior, target, s) for s in seeds], target)]
+    runs = [simulate_adaptive(prior, target, s, target_regret=target_regret, judge=judge) for s in seeds]
+    designs = [summarize("adaptive", runs, target, target_regret)]
     inside = prior.truth is not None and prior.low < prior.truth < prior.high
     ladder = default_ladder(prior)
     if len(ladder) < 2:  # one length and no room below it within the range: a sweep could not fit it either
@@ -312,7 +336,8 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
         prior=prior.label,
         curves={k: float(v) for k, v in c.model_dump().items() if isinstance(v, (int, float))},
         true_break_even_tokens=None if prior.truth is None else round(prior.truth, 1),
-        allowed_range=[prior.low, prior.high], target_width=target, confidence=FIT_DEFAULTS.confidence,
+        allowed_range=[prior.low, prior.high], target_width=target, target_regret=target_regret,
+        confidence=FIT_DEFAULTS.confidence,
         designs=designs, notes=notes,
     )
 

@@ -19,6 +19,7 @@ from kvcal.engines.sim import SimPair
 from kvcal.engines.vllm import pair_from_config
 from kvcal.errors import InputError
 from kvcal.sweep.adaptive_run import AdaptiveCampaign
+from kvcal.sweep.regret_stop import Judge
 from kvcal.settings import SweepConfig
 from kvcal.sweep.load import plan_for
 from kvcal.sweep.plan import PlannedProbe
@@ -126,18 +127,22 @@ def run_sweep(
     resume: bool = False,
     pair_factory: PairFactory = make_pair,
     progress: SweepProgress | None = None,
+    judge: Judge | None = None,
 ) -> SweepOutcome:
     """Run (or resume) the campaign the settings ask for; every finished probe is on disk even if this raises.
 
     An adaptive campaign (``adaptive``, the stored setting on resume) returns an
-    :class:`kvcal.sweep.adaptive_run.AdaptiveOutcome`.
+    :class:`kvcal.sweep.adaptive_run.AdaptiveOutcome`; ``judge`` is emit-config's verdict on a fit, which its
+    targets must satisfy (:mod:`kvcal.sweep.regret_stop`; the emit stage sits above this one, so the caller hands
+    it in).
     """
     prepared, run, stored_plan = prepare_run(config, resume)
     campaign: Campaign
     if prepared.adaptive:
         if prepared.load_states != ["idle"]:
             raise InputError("--adaptive chooses lengths for the idle break-even; run --load-states as a planned sweep")
-        campaign = AdaptiveCampaign(prepared, run, requested=config, resume=stored_plan is not None)
+        campaign = AdaptiveCampaign(prepared, run, requested=config, resume=stored_plan is not None,
+                                     judge=judge)
     else:
         campaign = PlannedCampaign(prepared)
     session = ProbeSession(prepared, run, resume=resume, pair_factory=pair_factory, manifest_factory=build_manifest,

@@ -296,7 +296,7 @@ def test_cli_plan_shows_no_relative_width_when_the_break_even_is_below_the_range
     assert out.code == 0, out.err
     lines = out.out.splitlines()
     header = next(line for line in lines if line.strip().startswith("design"))
-    start, end = header.index("width"), header.index("reached")
+    start, end = header.index("width"), header.index("regret")  # the columns between
     widths = {line.split()[0]: line[start:end].strip() for line in lines if line.startswith(("  adaptive ", "  ladder-3 "))}
     assert widths == {"adaptive": "-", "ladder-3": "-"}  # a width relative to a break-even near 0 says nothing
     assert "below the shortest" in out.out
@@ -474,23 +474,25 @@ def test_plan_from_a_fit_with_a_negative_coefficient_says_why_it_cannot(tmp_path
 
 
 def test_the_width_monte_carlo_error_matches_the_spread_over_bootstrap_seeds():
-    from kvcal.sweep.adaptive import relative_width, width_mc_error
+    from kvcal.sweep.adaptive import relative_width
+    from kvcal.sweep.regret_stop import MC_Z, width_mc_error
 
     table = sim_table(SimCosts(), [256, 512, 1024, 2048, 4096], 3, seed=2)
     widths = [relative_width(fit_table(table, seed=seed, n_resamples=2000)) for seed in range(6)]
-    error = width_mc_error(fit_table(table, seed=0, n_resamples=2000))
-    assert error is not None and 0.4 < error / float(np.std(widths, ddof=1)) < 2.5
+    error = width_mc_error(fit_table(table, seed=0, n_resamples=2000), 0.9)  # MC_Z standard errors
+    assert error is not None and 0.4 < error / MC_Z / float(np.std(widths, ddof=1)) < 2.5
 
 
 def test_a_width_that_meets_the_target_only_within_its_monte_carlo_error_does_not_stop():
-    from kvcal.sweep.adaptive import MC_Z, StopRules, relative_width, settled_reason, width_mc_error
+    from kvcal.sweep.adaptive import StopRules, relative_width, settled_reason
+    from kvcal.sweep.regret_stop import width_mc_error
 
     table = sim_table(SimCosts(), [256, 512, 1024, 2048, 4096], 4, seed=2)
     fit = fit_table(table)
-    width, error = relative_width(fit), width_mc_error(fit)
-    assert error and error > 0
-    at = StopRules(target_width=width + 0.5 * MC_Z * error)
-    clear = StopRules(target_width=width + 1.01 * MC_Z * error)
+    width, error = relative_width(fit), width_mc_error(fit, 0.9)
+    assert width is not None and error and error > 0
+    at = StopRules(target_width=width + 0.5 * error)
+    clear = StopRules(target_width=width + 1.01 * error)
     measured = set(table.lengths)
     assert settled_reason(fit, at, 256, 4096, measured) is None
     assert settled_reason(fit, clear, 256, 4096, measured) == "target-width"

@@ -116,7 +116,7 @@ def test_attach_refuses_exactly_the_settings_the_job_refuses():
 ATTACH_ODD = {"engine": "vllm", "reps": 2, "seed": 5, "name": "r", "max_attempts": 4, "min_pull_fraction": 0.6,
               "warmup_probes": True, "load_states": ["idle", "source-busy"], "background_concurrency": 4,
               "busy_queue_threshold": 2, "background_prompt_tokens": 512, "background_max_tokens": 2,
-              "load_settle_timeout_s": 9.0, "adaptive": True, "target_width": 0.2, "max_probes": 40,
+              "load_settle_timeout_s": 9.0, "adaptive": True, "target_width": 0.2, "target_regret": 0.01, "max_probes": 40,
               "max_engine_seconds": 60.0, "prefix_lengths": [256, 512]}
 NOT_FOR_VLLM = {"sim"}  # the simulated pair's curves: refused with --engine vllm, attached or launched
 BESIDE_URLS = {"pairs"}  # each pair names its own URLs: refused beside --producer-url (test_pairs.py)
