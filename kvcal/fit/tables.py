@@ -28,6 +28,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from kvcal.fit.fields import MAX_INT, int_field, leg_field, parse_number, time_f
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
 from kvcal.fit.recipe import check_verdict, unstamped
 from kvcal.host_busy import resource_of, summarise
+from kvcal.instants import instant
 from kvcal.userfiles import read_text
 
 log = logging.getLogger(__name__)
@@ -88,8 +90,8 @@ class ProbeTable:
     def with_setup(self, setup: RunSetup) -> "ProbeTable":
         """The same probes under another setup (e.g. one the flags supplied); length warnings follow its block size."""
         warnings = tuple(w for w in self.warnings if w not in _length_warnings(self.probes, self.block_size))
-        return ProbeTable(self.probes, self.n_invalid_excluded, setup, self.origin,
-                          warnings + tuple(_length_warnings(self.probes, setup.block_size)))
+        # replace(): the time order's source, the duplicates and the rest travel with the probes
+        return replace(self, setup=setup, warnings=warnings + tuple(_length_warnings(self.probes, setup.block_size)))
 
     def leg(self, leg: str | Leg) -> pd.DataFrame:
         """The rows of one leg, sorted by length then rep."""
@@ -161,7 +163,8 @@ def _load_run_folder(folder: Path) -> ProbeTable:
         notes.append(f"{run.probes_path.name}: the last line is torn (an interrupted write?) and was skipped")
     chosen: dict[str, ProbeRecord] = {}
     n_invalid = n_warmup = 0
-    records = run.read_probes()
+    numbered = run.read_numbered_probes()
+    records = [record for _, record in numbered]
     idle, loaded = split_loaded(records, manifest)  # probes under load feed the cost model, not the idle curves
     line_of: dict[str, int] = {}  # a probe's place in probes.jsonl: breaks ties of started_at's 1 s stamps
     for line, record in enumerate(idle):
@@ -174,10 +177,13 @@ def _load_run_folder(folder: Path) -> ProbeTable:
             continue
         chosen[record.probe_id] = record  # a later valid attempt of one probe id replaces an earlier one
         line_of[record.probe_id] = line
-    # Rank in time by (started_at, line): ISO-8601 UTC sorts in time, and probes stamped in one second keep file order.
-    timed = sorted(chosen.values(), key=lambda r: (r.started_at, line_of[r.probe_id]))
+    when, unreadable = _start_times(chosen.values(), numbered, run.probes_path)
+    if unreadable:
+        notes.append(unreadable)
+    # Rank in time by (started_at as an instant, line): probes stamped in one second keep file order.
+    timed = sorted(chosen.values(), key=lambda r: (when.get(r.probe_id, 0.0), line_of[r.probe_id]))
     rows = [{"prefix_tokens": r.prefix_tokens, "leg": r.leg.value, "ttft_ms": r.ttft_ms, "rep": r.rep,
-             "bytes_moved": r.bytes_moved, "order": rank} for rank, r in enumerate(timed)]
+             "bytes_moved": r.bytes_moved, "order": rank if when else None} for rank, r in enumerate(timed)]
     if not rows:
         raise InputError(f"{run.probes_path}: no valid probes ({n_invalid} invalid excluded)")
     if n_invalid:
@@ -187,7 +193,26 @@ def _load_run_folder(folder: Path) -> ProbeTable:
     host = summarise(records, resource_of(manifest.pair))
     table = from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
                       n_invalid_excluded=n_invalid, warnings=notes, host=host)
-    return replace(table, loaded=loaded, pulls_by_proof=pulls_by_proof(chosen.values()), order_source="started_at")
+    return replace(table, loaded=loaded, pulls_by_proof=pulls_by_proof(chosen.values()),
+                   order_source="started_at" if when else None)
+
+
+def _start_times(chosen: Iterable[ProbeRecord], numbered: list[tuple[int, ProbeRecord]],
+                 path: Path) -> tuple[dict[str, float], str | None]:
+    """The chosen probes' started_at as instants by id; or none, and a warning naming the first line that cannot be read.
+
+    A run whose start times cannot all be read still fits: only what needs time order (drift, warm-up order) is off.
+    """
+    chosen = {record.probe_id: record for record in chosen}
+    line = {id(record): number for number, record in numbered}
+    when = {}
+    for probe_id, record in chosen.items():
+        try:
+            when[probe_id] = instant(record.started_at)
+        except ValueError as err:
+            return {}, (f"{path} line {line.get(id(record), '?')}: started_at {err}: the time analysis (drift, "
+                        "warm-up order) is off for this run")
+    return when, None
 
 
 # --- probe CSV --------------------------------------------------------------------------------
