@@ -78,10 +78,14 @@ class RunFolder:
     def append_probe(self, record: ProbeRecord) -> None:
         """Append one probe and make it durable before returning."""
         line = record.model_dump_json(by_alias=True) + "\n"
-        with open(self.probes_path, "a", encoding="utf-8") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(self.probes_path, "a", encoding="utf-8") as handle:
+                handle.write(line)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as err:  # a full disk: say which write failed, not the summary written after it
+            raise InputError(f"{self.probes_path}: cannot append probe {record.probe_id} ({err.strerror or err}); "
+                             "the probes before it are kept: free space and rerun with --resume") from None
 
     def read_probes(self, *, repair_torn_tail: bool = False) -> list[ProbeRecord]:
         """Every probe attempt in the log, in the order written.

@@ -11,6 +11,7 @@ them. Probes a campaign adds later are appended to run.json's plan before they r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -232,8 +233,15 @@ class ProbeSession:
                         plan += new
                         self._append_to_plan(plan)
                         campaign.appended(self, new)
-                finally:
+                except BaseException:
+                    # The error in flight is the one to report (a full disk names the append that failed);
+                    # a summary that cannot be written now must not replace it.
+                    with contextlib.suppress(Exception):
+                        write_summary(run)
+                    raise
+                else:
                     write_summary(run)
+                finally:
                     self.progress.on_complete(done, len(plan))
         return SweepOutcome(run.path, len(plan), done_before, measured, invalid, self.resume)
 
