@@ -197,6 +197,10 @@ class ProbeSession:
             load = LoadController(pair, config, lambda i: PromptSource(config.seed + 1 + i, pair.vocab_size).tokens,
                                   self.progress.on_phase)
             with pair, load:
+                if pair.block_size != config.block_size:
+                    # Attached engines report their own block size (a --block-size that contradicts it is refused
+                    # by the pair): the plan and run.json's settings take it, so run.json never holds two.
+                    config = self.config = config.model_copy(update={"block_size": pair.block_size})
                 plan = list(campaign.first_plan(self, stored_plan))
                 if stored_plan is None:
                     self.manifest = self.manifest_factory(config, run, pair, plan)
