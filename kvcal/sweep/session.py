@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kvcal.engines.base import EnginePair
+from kvcal.engines.deadline import STOP
 from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError
 from kvcal.records import ProbeRecord, RunManifest
@@ -219,6 +220,8 @@ class ProbeSession:
                 try:
                     while True:
                         for planned in [p for p in plan if p.probe_id not in self.done_ids]:
+                            if STOP.is_set():  # a signal whose KeyboardInterrupt was lost (kvcal/engines/deadline.py)
+                                raise KeyboardInterrupt("stopped by a signal")
                             load.enter(planned.load_state)
                             warm = warmups.before(pair, planned, prompts.tokens(planned.prefix_tokens))
                             if warm is not None:
