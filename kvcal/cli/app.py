@@ -144,6 +144,31 @@ def _pipe_checked(callback):
     return checked
 
 
+OUTPUT_PARAMETERS = {"output", "markdown", "plot", "output_dir"}  # paths a command writes: `-` is stdout there
+
+
+def _stdin_for_dash(callback):
+    """Wrap a command so that ``-`` for a file it reads is standard input (read once, kvcal/userfiles.py)."""
+    inputs = [p.name for p in inspect.signature(callback).parameters.values()
+              if "Path" in str(p.annotation) and p.name not in OUTPUT_PARAMETERS]
+    if not inputs:
+        return callback
+
+    @functools.wraps(callback)
+    def checked(*args, **kwargs):
+        from kvcal.userfiles import STDIN, stdin_copy
+
+        for name in inputs:
+            value = kwargs.get(name)
+            if isinstance(value, (list, tuple)):
+                kwargs[name] = type(value)(stdin_copy() if str(v) == STDIN else v for v in value)
+            elif value is not None and str(value) == STDIN:
+                kwargs[name] = stdin_copy()
+        return callback(*args, **kwargs)
+
+    return checked
+
+
 def _refuse_non_finite(callback):
     """Wrap a command so that nan or inf in any float flag is an input error naming the flag.
 
@@ -182,7 +207,7 @@ def reflow_prose(epilog: str | None) -> str | None:
 
 def _apply_shared_checks(typer_app: typer.Typer) -> None:
     for info in typer_app.registered_commands:
-        info.callback = _pipe_checked(_refuse_non_finite(info.callback))
+        info.callback = _pipe_checked(_stdin_for_dash(_refuse_non_finite(info.callback)))
         info.epilog = reflow_prose(info.epilog)
     for group in typer_app.registered_groups:
         _apply_shared_checks(group.typer_instance)
