@@ -70,3 +70,15 @@ def test_iso_and_epoch_read_as_one_instant(iso, epoch):
 def test_the_same_window_and_forms_hold_for_iso_and_epoch(text):
     with pytest.raises(InputError, match="started_at"):
         start_time(text, "probes.csv row 2")
+
+
+def test_a_drift_found_from_a_csvs_started_at_is_labelled_so_when_flags_give_the_setup(tmp_path):
+    """Before, a setup given by flags (--block-size) rebuilt the table without its time order's source: "from order"."""
+    from kvcal.fit.inputs import load_fit_input, supplied_setup
+    from kvcal.runfolder import RunFolder, export_interchange
+
+    run = _drifting_run(tmp_path / "run", mixed=True)
+    export_interchange(RunFolder(run), tmp_path / "p.csv")
+    table = load_fit_input(tmp_path / "p.csv", supplied=supplied_setup(block_size=64)).table
+    assert table.order_source == "started_at" and table.block_size == 64
+    assert {t.order_source for t in fit_table(table, n_resamples=0).time_trends} == {"started_at"}
