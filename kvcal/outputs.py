@@ -12,10 +12,14 @@ under it, so a second patch waits and builds on the first instead of undoing it)
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import logging
 import os
 import secrets
 import shutil
+import stat
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -23,6 +27,9 @@ from typing import BinaryIO
 
 from kvcal.errors import InputError
 
+log = logging.getLogger(__name__)
+
+STDOUT = "-"  # as an output path: standard output
 WRITER_WAIT_S = 60.0  # an in-place patch or a fit's write holds the lock for well under a second
 
 # What `kvcal sweep` owns in a run folder; only `kvcal fit` writes beside them (fit.json).
@@ -53,8 +60,9 @@ def check_output(path: Path | None, flag: str, inputs: Iterable[Path | None] = (
     """
     if path is None:
         return
-    if str(path) == "-":  # read as stdout by most tools; here it would make a file named '-'
-        raise InputError(f"{flag} -: this output goes to a file, not stdout; give a file name (./- for one named '-')")
+    if _is_stdout_file(path):  # `-`, /dev/stdout: the report moves to stderr (kvcal/cli/output.py)
+        _claim_stdout(flag)
+        return
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{flag} {path} is a folder; give a file name")
@@ -71,6 +79,25 @@ def check_output(path: Path | None, flag: str, inputs: Iterable[Path | None] = (
     # out.json -> run/probes.jsonl would replace the run's probes.
     for target in dict.fromkeys((path, Path(os.path.realpath(path)))):
         _refuse_inputs_and_records(target, path, flag, inputs, records)
+
+
+def is_stdout(path: str | Path | None) -> bool:
+    """``-``: the output goes to standard output (``./-`` names a file called '-')."""
+    return path is not None and str(path) == STDOUT
+
+
+_STDOUT_OWNER: list[str] = []  # the flag whose output goes to stdout in this process, if any
+
+
+def _claim_stdout(flag: str) -> None:
+    if _STDOUT_OWNER and _STDOUT_OWNER[0] != flag:
+        raise InputError(f"{_STDOUT_OWNER[0]} - and {flag} - both ask for standard output; send one of them to a file")
+    _STDOUT_OWNER[:] = [flag]
+
+
+def stdout_claimed() -> bool:
+    """Whether an output of this command goes to stdout: its report then goes to stderr, not into the data."""
+    return bool(_STDOUT_OWNER)
 
 
 def _refuse_inputs_and_records(target: Path, path: Path, flag: str, inputs: Iterable[Path | None],
@@ -129,7 +156,13 @@ def replacing(path: str | Path, what: str) -> Iterator[BinaryIO]:
     over it; the folder is fsynced after. Any failure removes the temporary file and
     leaves the old one untouched; an OSError becomes an InputError naming ``what``.
     A symbolic link is followed: the file it points to is replaced, the link stays.
+    ``-``, standard output under any name (``/dev/stdout``) and whatever is not a regular
+    file (a device, a FIFO) are written through, never replaced (see :func:`_written_through`).
     """
+    if written_through(path):
+        with _written_through(path, what) as handle:
+            yield handle
+        return
     target = Path(os.path.realpath(path))
     existed = target.exists()
     _make_folder(target.parent, what)
@@ -144,7 +177,8 @@ def replacing(path: str | Path, what: str) -> Iterator[BinaryIO]:
             shutil.copymode(target, tmp)
         os.replace(tmp, target)
     except BaseException as err:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only file system refuses even the unlink of a missing file
+            tmp.unlink(missing_ok=True)
         if isinstance(err, OSError):
             kept = "the old file is unchanged" if existed else "nothing was written"
             raise InputError(f"{what}: cannot write it ({err.strerror or err}); {kept}") from None
@@ -159,6 +193,9 @@ def writer_lock(path: str | Path, what: str, *, wait_s: float = WRITER_WAIT_S) -
     The lock is an ``flock`` on the folder itself: nothing is left behind, and the
     kernel releases it when the holder dies. Not re-entrant: take it once per write.
     """
+    if written_through(path):
+        yield  # written through, never replaced: there is no file of kvcal's to guard
+        return
     folder = Path(os.path.realpath(path)).parent
     _make_folder(folder, what)
     try:
@@ -168,11 +205,15 @@ def writer_lock(path: str | Path, what: str, *, wait_s: float = WRITER_WAIT_S) -
         return
     try:
         deadline = time.monotonic() + wait_s
+        waiting = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if not waiting:  # a wait of up to a minute says why it is quiet
+                    waiting = True
+                    log.warning("%s: another kvcal is writing in %s; waiting up to %.0f s for it", what, folder, wait_s)
                 if time.monotonic() > deadline:
                     raise InputError(f"{what}: another kvcal has been writing in {folder} for {wait_s:.0f} s; "
                                      "try again when it has finished") from None
@@ -197,3 +238,63 @@ def _fsync_folder(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def written_through(path: str | Path) -> bool:
+    """Whether a write to ``path`` goes into it as it is (stdout, a device, a FIFO) rather than replacing a file."""
+    return _is_stdout_file(path) or _is_special(path)
+
+
+def _is_stdout_file(path: str | Path) -> bool:
+    """``-``, or a name of the file standard output is open on (``/dev/stdout``, ``/proc/self/fd/1``)."""
+    if is_stdout(path):
+        return True
+    try:
+        mine, given = os.fstat(sys.stdout.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):  # no such path, or stdout closed or not a real file
+        return False
+    return (mine.st_dev, mine.st_ino) == (given.st_dev, given.st_ino)
+
+
+def _is_special(path: str | Path) -> bool:
+    """Whether ``path`` (links followed) exists and is not a regular file: a device, a FIFO, a socket."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+@contextlib.contextmanager
+def _written_through(path: str | Path, what: str) -> Iterator[BinaryIO]:
+    """Write into standard output, a device or a FIFO as it is: renaming a file over it would destroy it.
+
+    A failed write to stdout reaches the CLI's boundary as it is (a reader that left is
+    exit 141, a full disk exit 2); one to a device or FIFO is an InputError naming ``what``.
+    A FIFO without a reader is waited for, as a shell's ``>`` does, with a line saying so.
+    """
+    if _is_stdout_file(path):
+        sys.stdout.flush()  # what was printed before comes first
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+        return
+    try:
+        fd = _open_special(path, what)
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+    except OSError as err:
+        raise InputError(f"{what}: cannot write it ({err.strerror or err})") from None
+
+
+def _open_special(path: str | Path, what: str) -> int:
+    flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno != errno.ENXIO or not stat.S_ISFIFO(os.stat(path).st_mode):
+            raise
+        log.warning("%s is a FIFO with no reader yet; waiting for one", what)
+        return os.open(path, flags)
+    os.set_blocking(fd, True)
+    return fd

@@ -25,10 +25,12 @@ import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from kvcal.errors import InputError
+from kvcal.instants import instant
 from kvcal.outputs import write_file
 from kvcal.probe_checks import contradiction
 from kvcal.records import Leg, ProbeRecord, RunManifest
@@ -76,10 +78,14 @@ class RunFolder:
     def append_probe(self, record: ProbeRecord) -> None:
         """Append one probe and make it durable before returning."""
         line = record.model_dump_json(by_alias=True) + "\n"
-        with open(self.probes_path, "a", encoding="utf-8") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(self.probes_path, "a", encoding="utf-8") as handle:
+                handle.write(line)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as err:  # a full disk: say which write failed, not the summary written after it
+            raise InputError(f"{self.probes_path}: cannot append probe {record.probe_id} ({err.strerror or err}); "
+                             "the probes before it are kept: free space and rerun with --resume") from None
 
     def read_probes(self, *, repair_torn_tail: bool = False) -> list[ProbeRecord]:
         """Every probe attempt in the log, in the order written.
@@ -103,21 +109,31 @@ class RunFolder:
                     handle.write(b"\n")
                     handle.flush()
                     os.fsync(handle.fileno())
+        return [record for _, record in self._parse(raw)]
+
+    def read_numbered_probes(self) -> list[tuple[int, ProbeRecord]]:
+        """Every probe attempt with its line number in probes.jsonl (for messages that name the line)."""
+        raw = read_bytes(self.probes_path) if self.probes_path.exists() else b""
+        if raw and not raw.endswith(b"\n") and _is_torn(raw[raw.rfind(b"\n") + 1:]):
+            raw = raw[:raw.rfind(b"\n") + 1]  # the torn last line that read_probes drops
+        return self._parse(raw)
+
+    def _parse(self, raw: bytes) -> list[tuple[int, ProbeRecord]]:
         plan = {p.probe_id: p for p in self.manifest().plan} if self.manifest_path.is_file() else {}
         records = []
         for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
             if not line.strip():
                 continue
             try:
+                _refuse_repeated_keys(line)
                 record = ProbeRecord.model_validate_json(line)
-            except ValidationError as err:
-                raise InputError(
-                    f"{self.probes_path} line {number} is corrupt ({_first_error(err)}); "
-                    f"move the file aside or fix that line to resume"
-                ) from None
+            except (ValidationError, ValueError) as err:
+                reason = _first_error(err) if isinstance(err, ValidationError) else str(err)
+                raise InputError(f"{self.probes_path} line {number} is corrupt ({reason}); "
+                                 "move the file aside or fix that line to resume") from None
             if (reason := contradiction(record, plan)) is not None:
                 raise InputError(f"{self.probes_path} line {number} is refused: {reason}; fix or remove that line")
-            records.append(record)
+            records.append((number, record))
         return records
 
     def torn_tail(self) -> bool:
@@ -149,8 +165,10 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
     # One row per probe, its last valid attempt, warm-ups and cold pulls left out: the rows fit would use.
     valid = [r for r in valid_probes(run.read_probes()) if not r.off_curve]
     last = {r.probe_id: (line, r) for line, r in enumerate(valid)}
-    # In time order, (started_at, line in probes.jsonl): a reader ranks the 1 s stamps by row, so ties keep their order.
-    rows = [r for _, r in sorted(last.values(), key=lambda lr: (lr[1].started_at, lr[0]))]
+    # In time order, (started_at as an instant, line in probes.jsonl): a reader ranks the 1 s stamps by row, so ties
+    # keep their order. A start time that cannot be read leaves the column empty: the table then has no time order.
+    when = start_instants([r for _, r in last.values()])
+    rows = [r for _, r in sorted(last.values(), key=lambda lr: (when[lr[1].probe_id] if when else 0.0, lr[0]))]
     if len(rows) < len(valid):
         log.info("%d repeated records of one probe collapsed to the last, as fit does", len(valid) - len(rows))
     if any(r.load_state not in (None, "idle") for r in rows):
@@ -162,7 +180,7 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
     buffer = [INTERCHANGE_COLUMNS]
     for r in rows:
         buffer.append([r.prefix_tokens, r.leg.value, f"{r.ttft_ms:.4f}", r.rep, "" if r.bytes_moved is None else r.bytes_moved,
-                       r.started_at])
+                       r.started_at if when else ""])
     if output is None:
         csv.writer(sys.stdout, lineterminator="\n").writerows(buffer)
         return len(rows)
@@ -170,6 +188,17 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
     csv.writer(text).writerows(buffer)
     write_file(output, text.getvalue(), f"-o {output}")
     return len(rows)
+
+
+def start_instants(records: Iterable[ProbeRecord]) -> dict[str, float]:
+    """Each probe's started_at as epoch seconds, by probe id; empty when any cannot be read (see kvcal/instants.py)."""
+    out = {}
+    for record in records:
+        try:
+            out[record.probe_id] = instant(record.started_at)
+        except ValueError:
+            return {}
+    return out
 
 
 def completed_probe_ids(records: Iterable[ProbeRecord]) -> set[str]:
@@ -205,6 +234,20 @@ def _is_torn(last_line: bytes) -> bool:
     except (ValueError, RecursionError):
         return True
     return False
+
+
+def _refuse_repeated_keys(line: str) -> None:
+    """A key given twice in one record (the last would silently win): ValueError naming it."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in items]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"the key '{next(k for k in keys if keys.count(k) > 1)}' is given twice")
+        return dict(items)
+
+    try:
+        json.loads(line, object_pairs_hook=pairs)
+    except (json.JSONDecodeError, RecursionError):
+        pass  # not JSON at all: the record's own validation says how
 
 
 def _first_error(err: ValidationError) -> str:

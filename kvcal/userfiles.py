@@ -79,3 +79,37 @@ def check_input(path: str | Path, what: str | None = None, *, folder_ok: bool = 
     if problem is not None:
         raise InputError(f"{what or path}: {problem}")
     return path
+
+
+STDIN = "-"  # as an input path: standard input, read once
+_stdin_copy: list[Path] = []
+
+
+def stdin_copy() -> Path:
+    """Standard input, read once, as a file: every loader then reads it like any other (and may peek and reread).
+
+    The copy lies in a private temporary folder, removed at exit. A second ``-`` in one
+    command is refused: standard input can be read once.
+    """
+    if _stdin_copy:
+        raise InputError("- names standard input twice; it can be read once: give a file for the other")
+    import atexit
+    import shutil
+    import sys
+    import tempfile
+
+    stream = sys.stdin.buffer if sys.stdin is not None else None
+    data = stream.read(MAX_BYTES + 1) if stream is not None else b""
+    if len(data) > MAX_BYTES:
+        raise InputError(f"standard input: more than {MAX_BYTES:,} bytes is far too large for a kvcal input")
+    folder = Path(tempfile.mkdtemp(prefix="kvcal-stdin-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    copy = folder / "stdin"
+    copy.write_bytes(data)
+    _stdin_copy.append(copy)
+    return copy
+
+
+def is_stdin_copy(path: str | Path) -> bool:
+    """Whether ``path`` is the copy of standard input: nothing may be written beside it (it is removed at exit)."""
+    return bool(_stdin_copy) and Path(path).parent == _stdin_copy[0].parent

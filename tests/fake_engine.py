@@ -39,10 +39,12 @@ KV_BYTES_PER_TOKEN = 64
 class FakeEngine:
     """One engine: ``fault`` None behaves; otherwise that fault of :data:`FAULTS`."""
 
-    def __init__(self, role: str, fault: str | None = None, *, root: Path | None = None) -> None:
+    def __init__(self, role: str, fault: str | None = None, *, root: Path | str | None = None, block_size: int = 16,
+                 cache_dtype: str = "auto") -> None:
         self.role = role
         self.fault = fault
         self.root = str(root) if root else "fake-model"
+        self.block_size, self.cache_dtype = block_size, cache_dtype  # what vllm:cache_config_info reports
         self.done = 0
         self.bytes_read = 0.0
         self.streams = 0  # completion streams begun
@@ -103,7 +105,7 @@ class FakeEngine:
         return ("# TYPE vllm:request_success_total counter\n"
                 f'vllm:request_success_total{{engine="0"}} {self.done}\n'
                 "# TYPE vllm:cache_config_info gauge\n"
-                'vllm:cache_config_info{block_size="16",engine="0"} 1.0\n'
+                f'vllm:cache_config_info{{block_size="{self.block_size}",cache_dtype="{self.cache_dtype}",engine="0"}} 1.0\n'
                 "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
                 "# TYPE vllm:nixl_bytes_transferred histogram\n"
                 f"vllm:nixl_bytes_transferred_sum{self._labels()} {read}\n"

@@ -25,10 +25,12 @@ from __future__ import annotations
 import errno
 import functools
 import inspect
+import io
 import math
 import os
 import sys
 
+import rich.console
 import typer
 
 from kvcal import __version__
@@ -39,7 +41,7 @@ from kvcal.errors import InputError, KvcalError
 EXIT_INTERNAL = 70  # EX_SOFTWARE in sysexits.h
 DEBUG_ENV = "KVCAL_DEBUG"
 # A write to stdout or stderr that failed: a full disk or a dead terminal, not a bug of kvcal.
-WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG}
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG, errno.EBADF}
 
 ROOT_FLAGS = {"-h", "--help", "--version", "-v", "--verbose"}
 
@@ -125,6 +127,56 @@ def _flag_name(parameter: inspect.Parameter) -> str:
     return longs[0] if longs else "--" + parameter.name.replace("_", "-")
 
 
+class ReaderLeft(Exception):
+    """The reader of stdout left (``kvcal ... | head -1``): the command ends quietly with 141.
+
+    Not an OSError on purpose: typer turns a broken pipe into exit 1, which is compare's
+    "regression" code; this passes through it to :func:`main`.
+    """
+
+
+def _reader_left(*_: object) -> None:
+    raise ReaderLeft
+
+
+def _pipe_checked(callback):
+    """Wrap a command so that a write to a reader that left reaches :func:`main` as :class:`ReaderLeft`."""
+
+    @functools.wraps(callback)
+    def checked(*args, **kwargs):
+        try:
+            return callback(*args, **kwargs)
+        except BrokenPipeError:
+            raise ReaderLeft from None
+
+    return checked
+
+
+OUTPUT_PARAMETERS = {"output", "markdown", "plot", "output_dir"}  # paths a command writes: `-` is stdout there
+
+
+def _stdin_for_dash(callback):
+    """Wrap a command so that ``-`` for a file it reads is standard input (read once, kvcal/userfiles.py)."""
+    inputs = [p.name for p in inspect.signature(callback).parameters.values()
+              if "Path" in str(p.annotation) and p.name not in OUTPUT_PARAMETERS]
+    if not inputs:
+        return callback
+
+    @functools.wraps(callback)
+    def checked(*args, **kwargs):
+        from kvcal.userfiles import STDIN, stdin_copy
+
+        for name in inputs:
+            value = kwargs.get(name)
+            if isinstance(value, (list, tuple)):
+                kwargs[name] = type(value)(stdin_copy() if str(v) == STDIN else v for v in value)
+            elif value is not None and str(value) == STDIN:
+                kwargs[name] = stdin_copy()
+        return callback(*args, **kwargs)
+
+    return checked
+
+
 def _refuse_non_finite(callback):
     """Wrap a command so that nan or inf in any float flag is an input error naming the flag.
 
@@ -163,7 +215,7 @@ def reflow_prose(epilog: str | None) -> str | None:
 
 def _apply_shared_checks(typer_app: typer.Typer) -> None:
     for info in typer_app.registered_commands:
-        info.callback = _refuse_non_finite(info.callback)
+        info.callback = _pipe_checked(_stdin_for_dash(_refuse_non_finite(info.callback)))
         info.epilog = reflow_prose(info.epilog)
     for group in typer_app.registered_groups:
         _apply_shared_checks(group.typer_instance)
@@ -191,15 +243,14 @@ def not_utf8(args: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error becomes a short report on stderr and an exit code, never a traceback."""
     args = sys.argv[1:] if argv is None else list(argv)
-    for name in ("stdout", "stderr"):
-        if getattr(sys, name) is None:  # closed by the shell: what would go there is dropped, as the user asked
-            setattr(sys, name, open(os.devnull, "w"))
+    _guard_streams()
     if (problem := not_utf8(args)) is not None:
         error_line(problem)
         return 2
     try:
         target = _app_for(args)
         result = target(args=args, standalone_mode=False, prog_name="kvcal")
+        sys.stdout.flush()  # here, not at exit: a write that fails now is reported like any other
     except KvcalError as err:
         error_line(str(err))
         return err.exit_code
@@ -215,13 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         error_line("interrupted")
         return 130
-    except BrokenPipeError:
+    except (BrokenPipeError, ReaderLeft):
         # `kvcal ... | head`: the reader left; nothing more to say to it.
         _silence_stdout()
         return 141
     except OSError as err:
         if err.filename is None and err.errno in WRITE_ERRNOS:
             error_line(f"the output could not be written: {err.strerror or err}")
+            sys.stdout = open(os.devnull, "w")  # what is still pending there would fail again at exit
             return 2
         if err.filename is None:
             return _internal(err)
@@ -243,6 +295,58 @@ def _internal(err: BaseException) -> int:
     error_line(f"internal error: {type(err).__name__}: {detail} (a bug in kvcal; rerun with {DEBUG_ENV}=1 "
                "for the traceback and report it)")
     return EXIT_INTERNAL
+
+
+class _ClosedOutput(io.RawIOBase):
+    """Standard output that the shell closed (``kvcal ... >&-``): a command that prints fails with EBADF.
+
+    Dropping the output would end the command with 0 and nothing delivered; an error at
+    the first write ends it with 2 and one line (the boundary's WRITE_ERRNOS). Unbuffered,
+    so nothing is left pending to fail again at exit.
+    """
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+class _ClosedText(io.TextIOBase):
+    buffer = _ClosedOutput()
+    encoding = "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text) -> int:
+        return self.buffer.write(text)
+
+
+def _guard_streams() -> None:
+    """Closed standard streams: fds 0-2 held on /dev/null, so that a file kvcal opens never lands on them;
+    stdout refuses writes (see :class:`_ClosedOutput`), stderr drops them (there is nowhere left to say anything).
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            held = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+            if held != fd:
+                os.dup2(held, fd)
+                os.close(held)
+    if sys.stdout is None:
+        sys.stdout = _ClosedText()
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")
+    # Rich ends a command whose reader left with exit 1 (compare's "regression"); typer's help prints through rich.
+    rich.console.Console.on_broken_pipe = _reader_left
+    # An umask that takes the owner's own bits would leave run folders and files their owner cannot open.
+    mask = os.umask(0o022)
+    os.umask(mask & ~0o700)
+    if mask & 0o700:
+        print(f"kvcal: warning: umask {mask:04o} would make what kvcal writes unusable to you; "
+              f"writing with umask {mask & ~0o700:04o}", file=sys.stderr)
 
 
 def _silence_stdout() -> None:

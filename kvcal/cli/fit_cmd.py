@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
                                              "(p2p-tier or nixl-pd), recorded in the setup; a CSV or Job log only."),
         block_size: int | None = typer.Option(None, "--block-size", show_default=False, help="KV block size of the "
                                               "engines, recorded in the setup (lengths are checked against it); a CSV or Job log only."),
-        busy_queue_threshold: Optional[int] = typer.Option(None, "--busy-queue-threshold", help="Cost model: a pod is busy "
+        busy_queue_threshold: Optional[int] = typer.Option(None, "--busy-queue-threshold", min=1, help="Cost model: a pod is busy "
                                                            "when its measured waiting queue is at least this; default: the run's, else 1."),
         per_request: Optional[list[Path]] = typer.Option(None, "--per-request", help="inference-perf per_request_lifecycle_metrics.json "
                                                          "(repeatable): fit the costModel to production data instead of a run."),

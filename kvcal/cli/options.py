@@ -6,6 +6,8 @@ import math
 
 from kvcal.errors import InputError
 
+MAX_LISTED = 2**53  # the largest integer a float holds exactly
+
 
 def _number_list(text: str | None, flag: str, kind: type, what: str) -> list | None:
     if text is None:
@@ -16,9 +18,16 @@ def _number_list(text: str | None, flag: str, kind: type, what: str) -> list | N
     if text.strip() and not any(parts):
         raise InputError(f"{flag} lists no values, got {text!r} (e.g. {flag} 256,512,1024)")
     try:
-        return [kind(part) for part in parts if part]
+        values = [kind(part) for part in parts if part]
     except ValueError:
         raise InputError(f"{flag} must be comma-separated {what}, got {text!r}") from None
+    for value in values:
+        # Every count kvcal takes is used as a float somewhere: past 2**53 it is no longer the number given,
+        # and a 400-digit integer overflows there, after the work (a fleet simulation) has run.
+        if abs(value) > MAX_LISTED or not math.isfinite(value):
+            shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+            raise InputError(f"{flag}: {shown} is not a usable value (finite, at most {MAX_LISTED} in size)")
+    return values
 
 
 def int_list(text: str | None, flag: str) -> list[int] | None:

@@ -7,14 +7,35 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
+from kvcal.outputs import stdout_claimed
+
+
 def _on_terminal(stream) -> bool:
-    return stream is not None and stream.isatty()  # None: the shell closed it (`kvcal ... >&-`)
+    try:
+        return stream is not None and stream.isatty()  # None: the shell closed it (`kvcal ... >&-`)
+    except ValueError:  # a closed stream
+        return False
+
+
+class _ReportConsole(Console):
+    """The report on stdout, or on stderr when an output of the command goes to stdout (``-o -``)."""
+
+    @property
+    def file(self):
+        return sys.stderr if stdout_claimed() else sys.stdout
+
+    @file.setter
+    def file(self, value) -> None:
+        self._file = value
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError  # the CLI's boundary ends quietly with 141 (rich would exit 1, compare's code)
 
 
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; print them wide instead.
 # Markup off: what kvcal prints holds paths, run names and engine errors, and rich would drop
 # "[run]" from a path and fail on "[/x]"; the one styled word goes through print_warning().
-stdout = Console(soft_wrap=True, markup=False, width=None if _on_terminal(sys.stdout) else 200)
+stdout = _ReportConsole(soft_wrap=True, markup=False, width=None if _on_terminal(sys.stdout) else 200)
 stderr = Console(stderr=True, soft_wrap=True, markup=False, width=None if _on_terminal(sys.stderr) else 200)
 
 

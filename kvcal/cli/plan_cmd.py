@@ -30,6 +30,9 @@ Examples:
   kvcal plan --model llama-3.1-8b --hardware h100 --link tcp-100g --max-model-len 32768"""
 
 
+MAX_CAMPAIGNS = 200  # 10 campaigns took 17 s of CPU on the 2-core dev host (2026-12-07): 200 is minutes, 1e5 days
+MAX_PLAN_MODEL_LEN = 2**24  # 16.8M tokens, beyond any model's context; 1e8 took 89 s there and 1e9 did not end in 100 s
+
 def plan(
     source: Optional[Path] = typer.Option(None, "--from", help="An earlier run folder or fit.json: its fitted curves (and noise) are the prior."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model profile (as in kvcal predict), with --hardware."),
@@ -40,10 +43,10 @@ def plan(
     target_regret: Optional[float] = typer.Option(
         None, "--target-regret", help="Adaptive campaigns stop instead once the expected regret of emit-config's "
         "threshold is at most this fraction of TTFT (0 < R < 1), as kvcal sweep --adaptive --target-regret."),
-    campaigns: int = typer.Option(10, "--campaigns", help="Simulated campaigns per design."),
+    campaigns: int = typer.Option(10, "--campaigns", min=1, max=MAX_CAMPAIGNS, help="Simulated campaigns per design."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the first simulated campaign."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="KV block size in tokens; default: the fit's, or 64."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest prompt allowed; default: the model's (128K at most) or the fit's longest length."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", max=MAX_PLAN_MODEL_LEN, help="Longest prompt allowed; default: the model's (128K at most) or the fit's longest length."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (schema kvcal.plan/1)."),
 ) -> None:
     """Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width."""

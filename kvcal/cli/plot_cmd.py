@@ -35,9 +35,11 @@ def register(app: typer.Typer) -> None:
 
         Example: kvcal plot results/my-run -o my-run.png --log-x
         """
+        from kvcal.fit.fitting import check_confidence
         from kvcal.outputs import check_output
         from kvcal.report.plot import plot_input
 
+        check_confidence(confidence)  # also when the input is a fit.json and it goes unused: a bad flag is an error
         check_output(output, "--output", [input])
         written = plot_input(input, output, log_x=log_x, confidence=confidence, seed=seed)
         stdout.print(f"wrote {written}")

@@ -16,7 +16,7 @@ from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from kvcal.emit.router import DEFAULT_PREFIX_MATCH_PRODUCER, FoundNames
 from kvcal.errors import InputError
 from kvcal.outputs import exclusive_backup, write_file
-from kvcal.userfiles import read_text
+from kvcal.userfiles import is_stdin_copy, read_text
 from kvcal.yaml_guard import check_ruamel_text, describe
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,9 @@ PREFIX_PRODUCER_TYPE = DEFAULT_PREFIX_MATCH_PRODUCER
 
 
 def check_writable(path: Path) -> None:
+    if is_stdin_copy(path):
+        raise InputError("--in-place: --values - is standard input, which cannot be patched; drop --in-place and "
+                         "redirect stdout")
     mode = path.stat().st_mode
     if not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
         raise InputError(f"--in-place: {path} is read-only; make it writable or drop --in-place and redirect stdout")

@@ -184,6 +184,16 @@ def job_script(spec: JobSpec) -> str:
     ]) + "\n"
 
 
+def kubernetes_literal(text: str) -> str:
+    """``text`` as a container's command or args must hold it: every ``$`` doubled.
+
+    Kubernetes expands ``$(VAR)`` in command and args (a model named ``a$(HOME)b`` would
+    reach the sweep rewritten) and reduces ``$$`` to ``$``; doubling every ``$`` makes it
+    hand the shell the text byte for byte.
+    """
+    return text.replace("$", "$$")
+
+
 def job_manifest(spec: JobSpec) -> dict[str, Any]:
     """The Job as a plain mapping (what ``render_job`` dumps)."""
     labels = {"app.kubernetes.io/name": "kvcal", "app.kubernetes.io/component": "calibration", "kvcal.io/run": spec.run}
@@ -196,7 +206,7 @@ def job_manifest(spec: JobSpec) -> dict[str, Any]:
         "name": "kvcal",
         "image": spec.image,
         "command": ["/bin/sh", "-c"],
-        "args": [LiteralScalarString(job_script(spec))],
+        "args": [LiteralScalarString(kubernetes_literal(job_script(spec)))],
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "resources": {"requests": {"cpu": spec.cpu, "memory": spec.memory}, "limits": {"memory": spec.memory}},
         "volumeMounts": [{"name": "results", "mountPath": RESULTS_MOUNT}],

@@ -16,6 +16,13 @@ whole deadline, and a head sent a byte at a time not at all.
 Each client is used by one thread at a time (kvcal's clients are per engine and purpose,
 per thread for background load), so one request's watchdog never shuts a socket that
 another request of the same client is using.
+
+:data:`STOP` is the other way a request ends: kvcal's SIGINT/SIGTERM handler
+(:func:`kvcal.engines.process.sigterm_raises`) sets it, and every watchdog then shuts its
+request down at once (``interrupted``), and a new one ends before it starts. The
+handler's KeyboardInterrupt alone is not enough: raised while the main thread runs a
+finalizer (a response or generator collected mid-stream), Python prints it and drops it,
+and the sweep went on waiting for an endless stream.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from typing import Any
 import httpx
 
 CONNECT_TIMEOUT_S = 5.0
+STOP_POLL_S = 0.1  # how soon a watchdog sees STOP (and how long it may outlive its request)
+STOP = threading.Event()  # set by kvcal's signal handler: every request ends now (module docstring)
 
 _kept: "weakref.WeakKeyDictionary[httpx.Client, list[socket.socket]]" = weakref.WeakKeyDictionary()
 _kept_lock = threading.Lock()
@@ -56,9 +65,10 @@ class Deadline:
         self.expired = False
         self._kept = _client_sockets(client)
         self._sockets: list[socket.socket] = list(self._kept)
+        self.interrupted = False  # ended by STOP (a signal), not by the time
         self._lock = threading.Lock()
-        self._timer = threading.Timer(max(seconds, 0.0), self._expire)
-        self._timer.daemon = True
+        self._done = threading.Event()
+        self._timer = threading.Thread(target=self._watch, name="kvcal-deadline", daemon=True)
         self._ends_at = time.monotonic() + seconds
 
     def remaining(self) -> float:
@@ -85,6 +95,16 @@ class Deadline:
             if self.expired:
                 _shut(sock)
 
+    def _watch(self) -> None:
+        """Expire at the deadline or as soon as STOP is set, whichever comes first; nothing once the request ended."""
+        while not self._done.is_set():
+            left = self._ends_at - time.monotonic()
+            if STOP.is_set() or left <= 0:
+                self.interrupted = STOP.is_set()
+                self._expire()
+                return
+            self._done.wait(min(left, STOP_POLL_S))
+
     def _expire(self) -> None:
         with self._lock:
             self.expired = True
@@ -103,7 +123,7 @@ class Deadline:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
+        self._done.set()
 
 
 def _shut(sock: socket.socket) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kvcal.engines.deadline import Deadline
+from kvcal.engines.deadline import STOP, Deadline
 from kvcal.engines.metrics import MetricsPageError, Snapshot, parse_metrics
 from kvcal.errors import EngineError, InputError, one_line
 from kvcal.records import MAX_TOKENS
@@ -144,15 +144,18 @@ class EngineClient:
         what = f"{method} {path}"
         with Deadline(deadline_s, client) as deadline:
             try:
+                _stop_if_signalled()
                 with deadline.stream(client, method, path, **kwargs) as response:
                     yield response, deadline
             except httpx.HTTPError as err:
+                _stop_if_signalled()
                 if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout)):
                     raise self.fail(f"unreachable ({what})", f"{type(err).__name__}: {err}") from None
                 if deadline.expired or isinstance(err, httpx.TimeoutException):  # a read's timeout is what was left
                     raise self.fail(f"{what} ran past its {deadline_s:g} s deadline",
                                     "the engine did not finish its answer in time") from None
                 raise self.fail(f"{what} failed", f"{type(err).__name__}: {err}") from None
+            _stop_if_signalled()
             if deadline.expired:  # the socket was shut while the body ended cleanly
                 raise self.fail(f"{what} ran past its {deadline_s:g} s deadline", "the engine did not finish its answer in time")
 
@@ -296,3 +299,10 @@ def _shown(raw: bytes, err: Exception) -> str:
         where = ".".join(str(p) for p in first.get("loc", ())) or "the answer"
         return f"{where}: {first.get('msg', 'invalid')} ({raw[:120]!r})"
     return f"{err} ({raw[:120]!r})"
+
+
+def _stop_if_signalled() -> None:
+    """KeyboardInterrupt once kvcal's signal handler set STOP (kvcal/engines/deadline.py): a request it cut short
+    is the signal's doing, not the engine's error to retry."""
+    if STOP.is_set():
+        raise KeyboardInterrupt("stopped by a signal")

@@ -31,7 +31,7 @@ from types import FrameType
 import httpx
 import psutil
 
-from kvcal.engines.deadline import Deadline
+from kvcal.engines.deadline import STOP, Deadline
 from kvcal.engines.reaper import shared_reaper
 from kvcal.errors import EngineError
 
@@ -46,23 +46,33 @@ HEALTH_PROBE_S = 2.0
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """While active, SIGTERM raises KeyboardInterrupt so context managers unwind.
+    """While active, SIGTERM and SIGINT raise KeyboardInterrupt so context managers unwind, and set STOP.
 
-    Installed only where nobody handles SIGTERM yet (a caller's handler is left in
-    place) and only in the main thread (Python lets no other thread set handlers).
+    STOP (kvcal/engines/deadline.py) ends every engine request at once, the one blocked
+    now and any later one: should the KeyboardInterrupt be lost (raised inside a
+    finalizer, Python prints and drops it), the sweep still stops within a watchdog's
+    poll instead of reading an endless stream until the probe deadline.
+    Installed only where nobody handles the signal yet (a caller's handler is left in
+    place; an ignored SIGINT, a background job's, stays ignored) and only in the main
+    thread (Python lets no other thread set handlers).
     """
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def _raise(signum: int, frame: FrameType | None) -> None:
+        STOP.set()  # first: the KeyboardInterrupt below may be dropped
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, _raise)
+    defaults = ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler))
+    previous = {signum: signal.signal(signum, _raise) for signum, default in defaults if signal.getsignal(signum) == default}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if previous:
+            STOP.clear()  # the run has unwound; a later one in this process starts afresh
 
 
 def port_is_free(port: int, host: str = "0.0.0.0") -> bool:

@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from kvcal.engines.agreement import EngineIdentity, identity, refuse_mismatch, refuse_setting
 from kvcal.engines.base import EnginePair
 from kvcal.engines.http import EngineClient
 from kvcal.engines.metrics import MetricsPageError, Snapshot, info_labels
@@ -45,9 +46,6 @@ from kvcal.runfolder import RunFolder
 log = logging.getLogger(__name__)
 
 __all__ = ["VllmPair", "VllmSettings", "pair_from_config"]
-
-MAX_BLOCK_SIZE = 2**20
-"""A KV block of more tokens than this is no engine's (vLLM's are 16 to a few thousand)."""
 
 
 class VllmPair(UnderLoad, PairMeasurement, EnginePair):
@@ -207,6 +205,7 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
         Every read is typed and bounded (kvcal.engines.http) and ends by ``ready_by`` (monotonic): the startup timeout.
         """
         facts: dict[str, Any] = {}
+        found: dict[Role, EngineIdentity] = {}
         for role in ROLES:
             client = self._clients[role]
             served = client.models(timeout_s=_left(ready_by, client)).data
@@ -215,16 +214,19 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
             client.model = served[0].id
             try:
                 labels = info_labels(client.metrics_text(timeout_s=_left(ready_by, client)), "vllm:cache_config_info") or {}
+                found[role] = identity(client.base_url, served[0].root or served[0].id, labels)
             except MetricsPageError as err:
                 raise client.fail("GET /metrics sent a page that is not Prometheus text", err) from None
+            except ValueError as err:
+                raise client.fail("GET /metrics sent an impossible block size", err) from None
             if role is Role.CONSUMER:
                 facts = {"max_model_len": served[0].max_model_len, "root": served[0].root}
-                block = str(labels.get("block_size", ""))
-                if block.isdigit() and 0 < int(block) <= MAX_BLOCK_SIZE:
-                    facts["block_size"] = int(block)
-                elif block:
-                    raise client.fail("GET /metrics sent an impossible block size",
-                                      f"vllm:cache_config_info block_size={block[:40]!r}")
+                if found[role].block_size is not None:
+                    facts["block_size"] = found[role].block_size
+        if self.settings.attach:  # launched engines are started alike by kvcal itself
+            refuse_mismatch(found[Role.PRODUCER], found[Role.CONSUMER])
+            if self.settings.block_size_given:
+                refuse_setting(found[Role.CONSUMER], self.settings.block_size)
         self._engine_facts = facts
         self._profile_read = False  # the engines may name a different model folder than the settings
 

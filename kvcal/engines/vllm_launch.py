@@ -89,6 +89,7 @@ class VllmSettings:
     producer_side_port: int | None = None  # the transport's side channel (NIXL / P2P)
     consumer_side_port: int | None = None
     block_size: int = _sweep_default("block_size")
+    block_size_given: bool = False  # the user set it: attached engines that report another are refused
     max_model_len: int | None = None  # None: the tiny model's 8192, else vLLM's default
     load_format: str | None = None  # None: 'dummy' for the tiny model, vLLM's default otherwise
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -122,6 +123,7 @@ def settings_from_config(config: SweepConfig, **more: Any) -> VllmSettings:
     values = {name: getattr(config, SWEEP_NAMES.get(name, name)) for name in VllmSettings.__dataclass_fields__
               if SWEEP_NAMES.get(name, name) in SweepConfig.model_fields}
     values["extra_args"] = tuple(values["extra_args"])
+    values["block_size_given"] = "block_size" in config.model_fields_set
     values["python_hash_seed"] = str(values["python_hash_seed"])
     values["share_gpu"] = tuple(values["share_gpu"]) if values.get("share_gpu") else None
     values["producer_p2p_port"] = values.get("producer_p2p_port") or P2P_PORT  # None: a run.json from before the default

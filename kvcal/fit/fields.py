@@ -7,18 +7,17 @@ naming the row); the time order of a CSV (``order`` or ``started_at``) becomes e
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from kvcal.errors import InputError
+from kvcal.instants import instant
 from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS
 
 LEGS = ("recompute", "pull")  # the leg column's values
 TIME_COLUMNS = ("order", "started_at")  # time order: an integer rank, or a start time (ISO 8601 or epoch seconds)
-MAX_EPOCH_S = 4.1e9  # the year 2100
 MAX_INT, MAX_MS = 2**53, MAX_TTFT_MS  # far above any real count or TTFT, far below overflow; one rule with kvcal.records
 
 
@@ -47,18 +46,9 @@ def time_order(path: Path, frame: pd.DataFrame, rows: list[dict[str, Any]]) -> s
 def start_time(text: str, where: str) -> float:
     """started_at as epoch seconds: ISO 8601 (a time without a zone is read as UTC) or a number of seconds."""
     try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            stamp = datetime.fromisoformat(text)
-        except ValueError:
-            raise InputError(f"{where}: started_at '{text}' is neither ISO 8601 nor epoch seconds") from None
-        if stamp.tzinfo is None:
-            stamp = stamp.replace(tzinfo=timezone.utc)
-        return stamp.timestamp()
-    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_EPOCH_S:
-        raise InputError(f"{where}: started_at {text} is not a plausible epoch time in seconds")
-    return seconds
+        return instant(text)
+    except ValueError as err:
+        raise InputError(f"{where}: started_at {err}") from None
 
 
 def int_field(value: str, name: str, where: str, *, positive: bool = False) -> int:

@@ -81,9 +81,13 @@ def _fast_break_even(recompute: LegFit, paid: PullCost) -> float | None:
 MAX_RESAMPLES = 1_000_000  # a percentile interval settles long before; past it the bootstrap's memory is tens of GB
 
 
-def _check_settings(confidence: float, seed: int, n_resamples: int) -> None:
+def check_confidence(confidence: float) -> None:
     if not 0.0 < confidence < 1.0:
         raise InputError(f"--confidence must lie between 0 and 1 (exclusive), got {confidence}")
+
+
+def _check_settings(confidence: float, seed: int, n_resamples: int) -> None:
+    check_confidence(confidence)
     if seed < 0:
         raise InputError(f"--seed must be non-negative, got {seed}")
     if not 0 <= n_resamples <= MAX_RESAMPLES:

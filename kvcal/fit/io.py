@@ -12,7 +12,7 @@ from kvcal.errors import InputError
 from kvcal.outputs import write_file, writer_lock
 from kvcal.records import FIT_SCHEMA, FitResult
 from kvcal.records_v1 import FIT_V1
-from kvcal.userfiles import read_text
+from kvcal.userfiles import is_stdin_copy, read_text
 
 FIT_SCHEMAS = (FIT_V1, FIT_SCHEMA)
 
@@ -54,6 +54,8 @@ def load_fit(path: str | Path) -> FitResult:
 def default_output(path: str | Path) -> Path:
     """Where ``kvcal fit`` writes without --output: ``<run>/fit.json``, else ``<input stem>.fit.json`` beside it."""
     p = Path(path)
+    if is_stdin_copy(p):
+        raise InputError("the probes came from standard input: give --output for fit.json (- for stdout)")
     return p / "fit.json" if p.is_dir() else p.with_name(f"{p.stem}.fit.json")
 
 

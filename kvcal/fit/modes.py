@@ -26,7 +26,9 @@ The test, on one leg's log ratios ``e_i = log(ttft_i / fast_i)`` to the robust c
    is below the interval's lower tail, (1 - confidence) / 2 (:func:`stall_posterior`).
    A point share over 5 % is not enough: a 3 % stall rate leaves 2 or more stalls in 18
    probes (11 %) in 1 campaign of 10, and at 2 of 18 the posterior still gives a share of
-   5 % or less 0.12 (at 3 of 18, 0.026; a 3 % stall rate leaves 3 or more in 1 of 60).
+   5 % or less 0.12 (at 3 of 18, 0.026; a 3 % stall rate leaves 3 or more in 1 of 60);
+   (d) the slow component holds at most half the probes: a minority *below* the bulk is
+   low outliers, not a fast path (the roles would be swapped).
 
 The pull's **mean cost** is its fast curve times ``m = 1 + share x (ratio - 1)``
 (:class:`MeanCost`). A mode in the **pull** leg makes the leg's curve that mean cost: the
@@ -83,6 +85,10 @@ def detect(fit: LegFit, confidence: float = FIT_DEFAULTS.confidence) -> tuple[Sl
     n_slow = int(slow.sum())
     separation = (mixture.mu_s - mixture.mu_f) / mixture.sd
     if n_slow < MIN_SLOW_PROBES or separation < MIN_SEPARATION_SD:
+        return None
+    if 2 * n_slow > data.n_probes:
+        # The "fast" component is a minority below the bulk: low outliers (one probe at a third of the time), not a
+        # fast path with most probes slow; called a mode, it read "17 of 18 probes took 3.3x the fast time".
         return None
     if stall_posterior(n_slow, data.n_probes) >= (1.0 - confidence) / 2:
         return None  # the share may still be a stall's: the slow probes are set aside, unresolved (pull_cost)

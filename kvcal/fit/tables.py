@@ -34,11 +34,12 @@ import numpy as np
 import pandas as pd
 
 from kvcal.errors import InputError
-from kvcal.records import FitSource, HostDisturbance, Leg, ProbeRecord, RunManifest, RunSetup
+from kvcal.records import FitSource, HostDisturbance, Leg, ProbeRecord, RunSetup
 from kvcal.fit.costmodel import LoadedProbes, split_loaded
-from kvcal.runfolder import RunFolder, pulls_by_proof, run_folders_in
+from kvcal.runfolder import pulls_by_proof
 from kvcal.fit.fields import MAX_INT, int_field, leg_field, parse_number, time_field, time_order
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
+from kvcal.fit.run_records import run_records, start_times
 from kvcal.fit.recipe import check_verdict, unstamped
 from kvcal.host_busy import resource_of, summarise
 from kvcal.userfiles import read_text
@@ -88,8 +89,8 @@ class ProbeTable:
     def with_setup(self, setup: RunSetup) -> "ProbeTable":
         """The same probes under another setup (e.g. one the flags supplied); length warnings follow its block size."""
         warnings = tuple(w for w in self.warnings if w not in _length_warnings(self.probes, self.block_size))
-        return ProbeTable(self.probes, self.n_invalid_excluded, setup, self.origin,
-                          warnings + tuple(_length_warnings(self.probes, setup.block_size)))
+        # replace(): the time order's source, the duplicates and the rest travel with the probes
+        return replace(self, setup=setup, warnings=warnings + tuple(_length_warnings(self.probes, setup.block_size)))
 
     def leg(self, leg: str | Leg) -> pd.DataFrame:
         """The rows of one leg, sorted by length then rep."""
@@ -155,7 +156,7 @@ def load_class_table(folder: Path, link_class: str) -> ProbeTable:
 
 
 def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
-    manifest, sourced, notes = _run_records(folder, link_class)
+    manifest, sourced, notes, where = run_records(folder, link_class)
     records = [r for _, r in sourced]
     chosen: dict[tuple[int, str], ProbeRecord] = {}  # by (run folder, probe id): merged folders may share ids
     n_invalid = n_warmup = 0
@@ -175,10 +176,13 @@ def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
         key = (source_of[id(record)], record.probe_id)
         chosen[key] = record  # a later valid attempt of one probe id replaces an earlier one
         line_of[key] = line
-    # Rank in time by (started_at, line): ISO-8601 UTC sorts in time, and probes stamped in one second keep file order.
-    timed = [chosen[k] for k in sorted(chosen, key=lambda k: (chosen[k].started_at, line_of[k]))]
+    when, unreadable = start_times(chosen, where)
+    if unreadable:
+        notes.append(unreadable)
+    # Rank in time by (started_at as an instant, line): probes stamped in one second keep file order.
+    timed = [chosen[k] for k in sorted(chosen, key=lambda k: (when.get(k, 0.0), line_of[k]))]
     rows = [{"prefix_tokens": r.prefix_tokens, "leg": r.leg.value, "ttft_ms": r.ttft_ms, "rep": r.rep,
-             "bytes_moved": r.bytes_moved, "order": rank} for rank, r in enumerate(timed)]
+             "bytes_moved": r.bytes_moved, "order": rank if when else None} for rank, r in enumerate(timed)]
     if not rows:
         raise InputError(f"{folder}: no valid probes ({n_invalid} invalid excluded)")
     if n_invalid:
@@ -188,31 +192,8 @@ def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
     host = summarise(records, resource_of(manifest.pair))
     table = from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
                       n_invalid_excluded=n_invalid, warnings=notes, host=host)
-    return replace(table, loaded=loaded, pulls_by_proof=pulls_by_proof(chosen.values()), order_source="started_at")
-
-
-def _run_records(folder: Path, link_class: str | None) -> tuple[RunManifest, list[tuple[int, ProbeRecord]], list[str]]:
-    """The first run's manifest and every record (of ``link_class``) of the run folder, or of the run folders in
-    ``folder`` (a campaign over pairs swept one folder a pair: the k8s Job's), each with its folder's index."""
-    folders = run_folders_in(folder)
-    if not folders:
-        raise InputError(f"{folder}: not a run folder (no run.json)")
-    manifests = [RunFolder(path).manifest() for path in folders]
-    differ = {(m.setup.model, m.setup.block_size, m.setup.kv_bytes_per_token) for m in manifests}
-    if len(differ) > 1:
-        raise InputError(f"{folder}: its run folders measured different setups (model, block size, KV bytes per "
-                         f"token: {sorted(differ, key=str)}); fit them apart")
-    sourced: list[tuple[int, ProbeRecord]] = []
-    notes = []
-    for index, path in enumerate(folders):
-        run = RunFolder(path)
-        if not run.has_probes():
-            raise InputError(f"{path}: no probes recorded yet (probes.jsonl is missing or empty)")
-        if run.torn_tail():  # read_probes drops it; say so in fit.json too
-            where = run.probes_path.name if path == folder else f"{path.name}/{run.probes_path.name}"
-            notes.append(f"{where}: the last line is torn (an interrupted write?) and was skipped")
-        sourced += [(index, r) for r in run.read_probes() if link_class is None or r.link_class == link_class]
-    return manifests[0], sourced, notes
+    return replace(table, loaded=loaded, pulls_by_proof=pulls_by_proof(chosen.values()),
+                   order_source="started_at" if when else None)
 
 
 # --- probe CSV --------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from kvcal.errors import InputError
-from kvcal.outputs import replacing
+from kvcal.outputs import replacing, written_through
 from kvcal.fit import curve_ms, load_fit_input
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.costmodel import coef_samples
@@ -49,7 +49,7 @@ def plot_input(path: str | Path, output: str | Path, *, log_x: bool | None = Non
     ``log_x`` None: a log length axis when :func:`crossover_near_short_end`, else linear.
     """
     out = Path(output)
-    if out.suffix.lower() not in FORMATS:
+    if out.suffix.lower() not in FORMATS and not written_through(out):  # stdout, a device, a FIFO: PNG
         raise InputError(f"{out}: the plot format is chosen by extension; use .png or .svg")
     found = load_fit_input(path)
     fit, table = found.fitted(confidence=confidence, seed=seed), found.table

@@ -11,6 +11,7 @@ them. Probes a campaign adds later are appended to run.json's plan before they r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kvcal.engines.base import EnginePair
+from kvcal.engines.deadline import STOP
 from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError
 from kvcal.records import ProbeRecord, RunManifest
@@ -197,6 +199,10 @@ class ProbeSession:
             load = LoadController(pair, config, lambda i: PromptSource(config.seed + 1 + i, pair.vocab_size).tokens,
                                   self.progress.on_phase)
             with pair, load:
+                if pair.block_size != config.block_size:
+                    # Attached engines report their own block size (a --block-size that contradicts it is refused
+                    # by the pair): the plan and run.json's settings take it, so run.json never holds two.
+                    config = self.config = config.model_copy(update={"block_size": pair.block_size})
                 plan = list(campaign.first_plan(self, stored_plan))
                 if stored_plan is None:
                     self.manifest = self.manifest_factory(config, run, pair, plan)
@@ -215,6 +221,8 @@ class ProbeSession:
                 try:
                     while True:
                         for planned in [p for p in plan if p.probe_id not in self.done_ids]:
+                            if STOP.is_set():  # a signal whose KeyboardInterrupt was lost (kvcal/engines/deadline.py)
+                                raise KeyboardInterrupt("stopped by a signal")
                             load.enter(planned.load_state)
                             warm = warmups.before(pair, planned, prompts.tokens(planned.prefix_tokens))
                             if warm is not None:
@@ -233,8 +241,15 @@ class ProbeSession:
                         plan += new
                         self._append_to_plan(plan)
                         campaign.appended(self, new)
-                finally:
+                except BaseException:
+                    # The error in flight is the one to report (a full disk names the append that failed);
+                    # a summary that cannot be written now must not replace it.
+                    with contextlib.suppress(Exception):
+                        write_summary(run)
+                    raise
+                else:
                     write_summary(run)
+                finally:
                     self.progress.on_complete(done, len(plan))
         return SweepOutcome(run.path, len(plan), done_before, measured, invalid, self.resume)
 

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -217,8 +218,11 @@ def test_an_interrupt_stops_a_sweep_waiting_on_an_endless_stream(tmp_path, signu
     stderr = tmp_path / "stderr.txt"
     with FakeEngine("producer", root=model) as producer, FakeEngine("consumer", "endless-stream", root=model) as consumer:
         with open(stderr, "w") as sink:
+            # SIGINT at its default in kvcal whatever this process inherited: a shell without job control starts
+            # background jobs with SIGINT ignored, and kvcal (as every program) leaves an ignored SIGINT ignored.
             proc = subprocess.Popen(_attach_sweep(tmp_path, campaign, producer, consumer, "--prefix-lengths", "64"),
-                                    stdout=subprocess.DEVNULL, stderr=sink, stdin=subprocess.DEVNULL)
+                                    stdout=subprocess.DEVNULL, stderr=sink, stdin=subprocess.DEVNULL,
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             # The consumer's stream has begun: kvcal is blocked reading it (or it ended, which fails below).
             began = _wait_for(lambda: consumer.streams > 0 or proc.poll() is not None, STREAM_WAIT_S)
@@ -231,3 +235,60 @@ def test_an_interrupt_stops_a_sweep_waiting_on_an_endless_stream(tmp_path, signu
             proc.kill()
             proc.wait()
     assert code not in (0, 70) and code != -signum  # kvcal's own handler ended it, cleanly
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
+@pytest.mark.parametrize("producer_kw, consumer_kw, named", [
+    ({"block_size": 64}, {"block_size": 16}, "block size 64 against 16"),
+    ({"cache_dtype": "fp8"}, {"cache_dtype": "auto"}, "KV cache dtype fp8 against auto"),
+    ({"root": "other-model"}, {}, "model other-model against "),
+])
+def test_attached_engines_that_disagree_are_refused_naming_both(tmp_path, producer_kw, consumer_kw, named):
+    """Before, a producer with block size 64 and a consumer with 16 ran to exit 0 (only the consumer's page was read)."""
+    model, campaign = _attach_setup(tmp_path, probe_timeout_s=2)
+    with FakeEngine("producer", **{"root": model, **producer_kw}) as producer, \
+            FakeEngine("consumer", **{"root": model, **consumer_kw}) as consumer:
+        done = subprocess.run(_attach_sweep(tmp_path, campaign, producer, consumer, "--prefix-lengths", "64"),
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2, done.stderr
+    assert producer.url in last and consumer.url in last and named in last
+    assert not (tmp_path / "runs" / "r" / "probes.jsonl").exists()
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
+def test_run_json_never_holds_a_block_size_that_contradicts_the_engines(tmp_path):
+    from kvcal.records import RunManifest
+
+    model, campaign = _attach_setup(tmp_path, probe_timeout_s=2)
+    with FakeEngine("producer", root=model) as producer, FakeEngine("consumer", root=model) as consumer:
+        given = subprocess.run(_attach_sweep(tmp_path, campaign, producer, consumer, "--block-size", "64"),
+                               capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert given.returncode == 2 and "--block-size 64 contradicts the engines" in given.stderr, given.stderr
+        left_out = subprocess.run(_attach_sweep(tmp_path, campaign, producer, consumer, "--prefix-lengths", "64",
+                                                "--reps", "1"),
+                                  capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert left_out.returncode not in (2, 70), left_out.stderr  # the fakes' 64 B/token may fail the byte gate (5)
+    manifest = RunManifest.model_validate_json((tmp_path / "runs" / "r" / "run.json").read_text())
+    assert manifest.settings.block_size == manifest.setup.block_size == 16
+
+
+def test_a_signal_whose_keyboard_interrupt_is_lost_still_ends_a_request_blocked_on_an_endless_stream():
+    """Python drops a KeyboardInterrupt raised while a finalizer runs: the handler's STOP ends the read anyway.
+
+    Here the handler's flag is set from another thread and no KeyboardInterrupt is raised at all (the lost case);
+    before, nothing but the 600 s probe deadline ended the stream (issue 40, item 9)."""
+    from kvcal.engines.deadline import STOP
+    from kvcal.engines.process import sigterm_raises
+
+    with FakeEngine("consumer", "endless-stream") as engine, sigterm_raises():
+        setter = threading.Timer(0.5, STOP.set)
+        setter.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                _client(engine, timeout_s=600.0).stream_completion([1, 2, 3])
+            with pytest.raises(KeyboardInterrupt):  # and no later request starts
+                _client(engine, timeout_s=600.0).metrics()
+        finally:
+            setter.cancel()
+    assert not STOP.is_set()  # cleared once the run unwound

@@ -272,3 +272,13 @@ def test_probes_stamped_in_one_second_keep_their_file_order_through_fit_and_expo
 def test_a_drift_among_probes_stamped_in_one_second_is_found_in_file_order(tmp_path):
     fit = fit_table(load_probe_table(_tied_run(tmp_path / "drift", warm=False, drift=0.3)), n_resamples=0)
     assert {t.leg for t in fit.time_trends} == {"recompute", "pull"}
+
+
+@pytest.mark.parametrize("leg", ["pull", "recompute"])
+def test_one_low_outlier_is_never_a_slow_mode_with_the_roles_swapped(leg):
+    """One probe at a third of the time among 18 once read "17 of 18 probes took 3.3x the fast time"."""
+    for seed in range(4):
+        rows = _rows(sim_table(COSTS, LADDER, 3, seed=seed))
+        [r for r in rows if r["leg"] == leg][seed]["ttft_ms"] *= 0.3
+        fit = fit_table(from_rows(rows), n_resamples=0)
+        assert fit.slow_modes == [], [(m.leg, m.n_slow, m.n_probes) for m in fit.slow_modes]

@@ -160,3 +160,29 @@ def test_p2p_tier_names_the_producer_pods_listener_by_default() -> None:
     assert "--producer-p2p-host" not in k8s.sweep_command(spec(transport="nixl-pd"))
     argv = k8s.sweep_command(spec(transport="p2p-tier", producer_p2p_host="10.9.9.9"))
     assert argv[argv.index("--producer-p2p-host") + 1] == "10.9.9.9"
+
+
+def _kubernetes_expansion(text: str, env: dict[str, str]) -> str:
+    """What the kubelet does to a container's args (k8s.io/kubernetes third_party/forked/golang/expansion)."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text) and text[i + 1] == "$":
+            out.append("$")
+            i += 2
+        elif text[i] == "$" and i + 1 < len(text) and text[i + 1] == "(" and ")" in text[i:]:
+            end = text.index(")", i)
+            name = text[i + 2:end]
+            out.append(env.get(name, text[i:end + 1]))
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+@pytest.mark.parametrize("model", ["a$(PYTHONUNBUFFERED)b", "m$$(HOME)", "cost$5"])
+def test_kubernetes_expansion_of_args_hands_the_shell_the_model_byte_for_byte(model) -> None:
+    job = yaml.safe_load(k8s.render_job(spec(model=model)))
+    expanded = _kubernetes_expansion(container(job)["args"][0], {"PYTHONUNBUFFERED": "1", "HOME": "/root"})
+    sweep = shlex.split(expanded.strip().split("\n")[1])
+    assert sweep[sweep.index("--model") + 1] == model
