@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -24,9 +24,9 @@ MAX_TTFT_MS = 86_400_000.0  # one day for one first token
 MAX_BYTES_MOVED = 10**15  # a petabyte for one prefix
 MAX_QUEUE = 10**9
 
-PROBE_SCHEMA = "kvcal.probe/1"
-RUN_SCHEMA = "kvcal.run/3"
-FIT_SCHEMA = "kvcal.fit/2"
+PROBE_SCHEMA: Final = "kvcal.probe/1"
+RUN_SCHEMA: Final = "kvcal.run/3"
+FIT_SCHEMA: Final = "kvcal.fit/2"
 
 
 class Record(BaseModel):
@@ -184,7 +184,7 @@ class CurveFit(Record):
     robust_f_scale: float | None = Field(None, description="Huber threshold in relative units; None when the fit was plain weighted least squares.")
 
     @model_validator(mode="after")
-    def _finite_curve(self) -> "CurveFit":
+    def _finite_curve(self) -> CurveFit:
         for name in ("intercept_ms", "per_token_us", "per_token2_ns"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
@@ -376,7 +376,7 @@ class FitResult(Record):
         return upgrade_fit(data)
 
     @model_validator(mode="after")
-    def _plausible(self) -> "FitResult":
+    def _plausible(self) -> FitResult:
         """What emit-config and compare act on must be a number kvcal could have written (a hand-edited file may not be)."""
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must lie between 0 and 1, got {self.confidence}")

@@ -151,7 +151,7 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
         rows = [r for r in rows if probe_counts_as_idle(r, threshold)]
     if not rows:
         raise InputError(f"{run.path} has no valid probes to export")
-    buffer = [INTERCHANGE_COLUMNS]
+    buffer: list[list[object]] = [list(INTERCHANGE_COLUMNS)]
     for r in rows:
         buffer.append([r.prefix_tokens, r.leg.value, f"{r.ttft_ms:.4f}", r.rep, "" if r.bytes_moved is None else r.bytes_moved,
                        r.started_at])

@@ -101,7 +101,7 @@ class SweepConfig(BaseModel):
     sim: SimSettings = Field(default_factory=SimSettings, description="Simulated pair curves (engine sim).",
                                       json_schema_extra={"campaign_file_only": True})
     load_states: list[LoadState] = Field(
-        default_factory=lambda: ["idle"], description="Load states to probe under; idle alone is the plain idle sweep.")
+        default_factory=lambda: list[LoadState](["idle"]), description="Load states to probe under; idle alone is the plain idle sweep.")
     background_concurrency: int | None = Field(None, ge=1, le=256, description="Background request streams per busy engine; default: busy_queue_threshold + 2.")
     busy_queue_threshold: int = Field(1, ge=1, description="Waiting requests at or above which an engine counts as busy.")
     background_prompt_tokens: int | None = Field(None, gt=0, description="Prompt length of background requests; default: min(4096, the model's limit).",
@@ -118,7 +118,10 @@ class SweepConfig(BaseModel):
     max_engine_seconds: float | None = Field(None, gt=0, description="Adaptive: stop once the probes' summed TTFT reaches this many seconds.",
                                               json_schema_extra={"adaptive_rule": True})
 
-    _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
 
     @field_validator("transport")
     @classmethod

@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # inference-perf's own venv (cached in ~/.cache/kvcal) for the test that runs it; without it that test skips
 bash scripts/inference_perf_env.sh >/dev/null || true
+# Lint and types over kvcal/ (pyproject.toml [tool.ruff], [tool.mypy]): fast, and first, so a slip fails in seconds
+.venv/bin/ruff check --quiet
+.venv/bin/mypy
 .venv/bin/python -m pytest "$@"
 if [ "${KVCAL_NEWEST_DEPS:-1}" != 0 ]; then
   bash scripts/newest_deps.sh -q

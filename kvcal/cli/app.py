@@ -28,6 +28,7 @@ import inspect
 import math
 import os
 import sys
+from typing import TYPE_CHECKING, cast
 
 import typer
 
@@ -35,6 +36,9 @@ from kvcal import __version__
 from kvcal.cli import commands
 from kvcal.cli.output import error_line
 from kvcal.errors import InputError, KvcalError
+
+if TYPE_CHECKING:
+    import click
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE in sysexits.h
 DEBUG_ENV = "KVCAL_DEBUG"
@@ -100,12 +104,12 @@ def lists_commands_only(args: list[str]) -> bool:
     return all(arg in ROOT_FLAGS for arg in args)
 
 
-def _click_exception_class() -> type[Exception]:
+def _click_exception_class() -> type[click.ClickException]:
     """The ClickException class of the click that typer actually uses (vendored or not)."""
     for cls in typer.BadParameter.__mro__:
         if cls.__name__ == "ClickException":
-            return cls
-    return typer.BadParameter  # pragma: no cover - every typer release derives from ClickException
+            return cast("type[click.ClickException]", cls)
+    return cast("type[click.ClickException]", typer.BadParameter)  # pragma: no cover - every typer release derives from it
 
 
 ClickException = _click_exception_class()
@@ -158,7 +162,8 @@ def _apply_shared_checks(typer_app: typer.Typer) -> None:
         info.callback = _refuse_non_finite(info.callback)
         info.epilog = reflow_prose(info.epilog)
     for group in typer_app.registered_groups:
-        _apply_shared_checks(group.typer_instance)
+        if group.typer_instance is not None:
+            _apply_shared_checks(group.typer_instance)
 
 
 def not_utf8(args: list[str]) -> str | None:
@@ -221,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         where = err.filename if err.filename2 is None else f"{err.filename} -> {err.filename2}"
         error_line(f"{where}: {err.strerror or err}")
         return 2
-    except Exception as err:  # noqa: BLE001 - the boundary: nothing may escape as a traceback
+    except Exception as err:
         return _internal(err)
     return result if isinstance(result, int) else 0
 

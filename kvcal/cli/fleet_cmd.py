@@ -77,7 +77,7 @@ def _progress():
 
     def report(done: int, total: int, label: str) -> None:
         now = time.monotonic()
-        if now - last[0] >= 2.0 or done == total and now - started >= 2.0:
+        if now - last[0] >= 2.0 or (done == total and now - started >= 2.0):
             last[0] = now
             info(f"kvcal: fleet run {done}/{total} ({label}), {now - started:.0f} s")
     return report

@@ -7,6 +7,7 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
+
 def _on_terminal(stream) -> bool:
     return stream is not None and stream.isatty()  # None: the shell closed it (`kvcal ... >&-`)
 

@@ -34,14 +34,15 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
+from kvcal.fit.ladder import pull_floor
 from kvcal.fit.wins import pooled_win_z
 from kvcal.records import FIT_DEFAULTS, FitResult
-from kvcal.fit.ladder import pull_floor
 from kvcal.settings import DEFAULT_BLOCK_SIZE
 
 log = logging.getLogger(__name__)

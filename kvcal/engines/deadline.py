@@ -32,7 +32,7 @@ import httpx
 
 CONNECT_TIMEOUT_S = 5.0
 
-_kept: "weakref.WeakKeyDictionary[httpx.Client, list[socket.socket]]" = weakref.WeakKeyDictionary()
+_kept: weakref.WeakKeyDictionary[httpx.Client, list[socket.socket]] = weakref.WeakKeyDictionary()
 _kept_lock = threading.Lock()
 
 
@@ -98,7 +98,7 @@ class Deadline:
             self.watch(response.extensions.get("network_stream"))
             yield response
 
-    def __enter__(self) -> "Deadline":
+    def __enter__(self) -> Deadline:
         self._timer.start()
         return self
 

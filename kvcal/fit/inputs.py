@@ -24,9 +24,9 @@ from kvcal.errors import InputError, KvcalError
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import load_fit, looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
-from kvcal.userfiles import check_input
 from kvcal.records import FIT_DEFAULTS, FitResult, RunManifest, RunSetup
 from kvcal.runfolder import RunFolder
+from kvcal.userfiles import check_input
 
 log = logging.getLogger(__name__)
 

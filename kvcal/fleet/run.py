@@ -11,8 +11,21 @@ import numpy as np
 from kvcal import __version__
 from kvcal.errors import InputError
 from kvcal.fleet.result import Figure, FleetResult, FleetRow, LoadResult
-from kvcal.fleet.study import (BEST_RULE, PolicyRuns, Progress, auto_thresholds, best_of_run, block_of, break_even_of,
-                               cost_sets, idle_threshold, policies, recommend, run_policies, to_block)
+from kvcal.fleet.study import (
+    BEST_RULE,
+    PolicyRuns,
+    Progress,
+    auto_thresholds,
+    best_of_run,
+    block_of,
+    break_even_of,
+    cost_sets,
+    idle_threshold,
+    policies,
+    recommend,
+    run_policies,
+    to_block,
+)
 from kvcal.fleet.workload import Workload, load_workload
 from kvcal.records import FitResult
 

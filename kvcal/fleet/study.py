@@ -11,8 +11,8 @@ it were the break-even: the same interval bound, margin and block rounding.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -22,7 +22,10 @@ from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml, refuse_bool_num
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
 
 
 class Dist(Strict):
@@ -43,7 +46,7 @@ class Dist(Strict):
         return data
 
     @model_validator(mode="after")
-    def _parameters(self) -> "Dist":
+    def _parameters(self) -> Dist:
         needs = {"constant": ("value",), "uniform": ("min", "max"), "exponential": ("mean",), "lognormal": ("mean", "cv")}
         given = {k for k in ("value", "min", "max", "mean", "cv") if getattr(self, k) is not None}
         want = set(needs[self.dist])
@@ -76,7 +79,7 @@ class Arrival(Strict):
     concurrency: int | None = Field(None, ge=1, le=1_000_000, description="Sessions kept active: a new one starts as one ends.")
 
     @model_validator(mode="after")
-    def _one(self) -> "Arrival":
+    def _one(self) -> Arrival:
         if (self.rate is None) == (self.concurrency is None):
             raise ValueError("give exactly one of rate (sessions per second) or concurrency (active sessions)")
         return self
@@ -139,14 +142,14 @@ class Workload(Strict):
     slo: Slo = Field(Slo(), description="The TTFT objective that goodput counts.")
 
     @model_validator(mode="after")
-    def _source(self) -> "Workload":
+    def _source(self) -> Workload:
         if self.trace is None and (self.arrival is None or self.sessions is None):
             raise ValueError("give arrival and sessions, or a trace to replay")
         if self.warmup_s >= self.duration_s:
             raise ValueError(f"warmup_s ({self.warmup_s:g}) must be shorter than duration_s ({self.duration_s:g})")
         return self
 
-    def with_overrides(self, *, rate: float | None = None, duration_s: float | None = None) -> "Workload":
+    def with_overrides(self, *, rate: float | None = None, duration_s: float | None = None) -> Workload:
         """``--rate`` replaces the arrival (a closed loop becomes an open stream); ``--duration`` the length."""
         update: dict = {}
         if rate is not None:
