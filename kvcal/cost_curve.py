@@ -24,6 +24,7 @@ curves with the same :func:`real_roots`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,7 @@ def real_roots(c0: float, c1: float, c2: float) -> list[float]:
     return sorted(roots)
 
 
-def break_even_tokens(recompute: np.ndarray, pull: np.ndarray) -> np.ndarray:
+def break_even_tokens(recompute: np.ndarray | Sequence[float], pull: np.ndarray | Sequence[float]) -> np.ndarray:
     """Break-even in tokens for physical coefficients (..., 3) of each leg; inf where the pull never wins."""
     recompute = np.asarray(recompute, dtype=float)
     pull = np.asarray(pull, dtype=float)

@@ -56,11 +56,11 @@ def resource_of(pair: PairFacts | Mapping[str, Any]) -> str | None:
 
 def summarise(records: Iterable[ProbeRecord], resource: str | None = None) -> HostDisturbance | None:
     """The run's disturbance from its valid probes' ``host_busy`` (None when nothing was measured)."""
-    measured = [r for r in records if r.valid and r.host_busy is not None]
+    measured = [(r, r.host_busy) for r in records if r.valid and r.host_busy is not None]
     if not measured:
         return None
-    values = sorted(r.host_busy for r in measured)  # type: ignore[misc]
-    over = [r for r in measured if r.host_busy > PROBE_BOUND]  # type: ignore[operator]
+    values = sorted(busy for _, busy in measured)
+    over = [r for r, busy in measured if busy > PROBE_BOUND]
     mid = len(values) // 2
     median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
     return HostDisturbance(

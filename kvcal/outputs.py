@@ -109,7 +109,7 @@ def _refuse_inputs_and_records(target: Path, path: Path, flag: str, inputs: Iter
         if _same(target, given) or (given.is_dir() and _inside(target, given) and target.name in records):
             raise InputError(f"{flag} {path} is an input of this command; write the output elsewhere")
     folder = target.parent
-    if target.name in records and (folder / "run.json").is_file() or folder.name == "logs" and (folder.parent / "run.json").is_file():
+    if (target.name in records and (folder / "run.json").is_file()) or (folder.name == "logs" and (folder.parent / "run.json").is_file()):
         raise InputError(f"{flag} {path} is a record of the run in {folder}; write the output elsewhere")
 
 

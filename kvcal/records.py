@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from kvcal.records_cost import MeanCostSummary
 from kvcal.records_base import Record
+from kvcal.records_cost import MeanCostSummary
 from kvcal.records_costmodel import CostModelDiagnostics, CostModelFit, Estimate  # noqa: F401  (re-exported)
 from kvcal.records_links import ClassDifference, Session, SessionCost
 from kvcal.records_v1 import upgrade_fit, upgrade_run
@@ -28,9 +28,9 @@ MAX_TTFT_MS = 86_400_000.0  # one day for one first token
 MAX_BYTES_MOVED = 10**15  # a petabyte for one prefix
 MAX_QUEUE = 10**9
 
-PROBE_SCHEMA = "kvcal.probe/1"
-RUN_SCHEMA = "kvcal.run/4"
-FIT_SCHEMA = "kvcal.fit/2"
+PROBE_SCHEMA: Final = "kvcal.probe/1"
+RUN_SCHEMA: Final = "kvcal.run/4"
+FIT_SCHEMA: Final = "kvcal.fit/2"
 
 
 class Leg(str, Enum):
@@ -193,7 +193,7 @@ class CurveFit(Record):
     robust_f_scale: float | None = Field(None, description="Huber threshold in relative units; None when the fit was plain weighted least squares.")
 
     @model_validator(mode="after")
-    def _finite_curve(self) -> "CurveFit":
+    def _finite_curve(self) -> CurveFit:
         for name in ("intercept_ms", "per_token_us", "per_token2_ns"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
@@ -334,7 +334,7 @@ class FitResult(Record):
     mean_cost: MeanCostSummary | None = Field(None, description="Each leg's mean cost (what the router pays) over its curve; None in older files: the curves.")
     session_cost: SessionCost | None = Field(
         None, description="What a fresh session adds to the first pull (cold probes); None where none was measured.")
-    classes: dict[str, "ClassFit"] | None = Field(None, description="Multi-class campaign: each link class's own fit; "
+    classes: dict[str, ClassFit] | None = Field(None, description="Multi-class campaign: each link class's own fit; "
                                                   "None for one class (docs/method.md, link classes).")
     class_difference: ClassDifference | None = Field(
         None, description="Multi-class campaign: whether the classes' pull curves differ (pool them when not).")
@@ -349,7 +349,7 @@ class FitResult(Record):
         return upgrade_fit(data)
 
     @model_validator(mode="after")
-    def _plausible(self) -> "FitResult":
+    def _plausible(self) -> FitResult:
         """What emit-config and compare act on must be a number kvcal could have written (a hand-edited file may not be)."""
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must lie between 0 and 1, got {self.confidence}")

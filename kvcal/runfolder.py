@@ -128,8 +128,8 @@ class RunFolder:
                 _refuse_repeated_keys(line)
                 record = ProbeRecord.model_validate_json(line)
             except (ValidationError, ValueError) as err:
-                reason = _first_error(err) if isinstance(err, ValidationError) else str(err)
-                raise InputError(f"{self.probes_path} line {number} is corrupt ({reason}); "
+                why = _first_error(err) if isinstance(err, ValidationError) else str(err)
+                raise InputError(f"{self.probes_path} line {number} is corrupt ({why}); "
                                  "move the file aside or fix that line to resume") from None
             if (reason := contradiction(record, plan)) is not None:
                 raise InputError(f"{self.probes_path} line {number} is refused: {reason}; fix or remove that line")
@@ -177,7 +177,7 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
         rows = [r for r in rows if probe_counts_as_idle(r, threshold)]
     if not rows:
         raise InputError(f"{run.path} has no valid probes to export")
-    buffer = [INTERCHANGE_COLUMNS]
+    buffer: list[list[object]] = [list(INTERCHANGE_COLUMNS)]
     for r in rows:
         buffer.append([r.prefix_tokens, r.leg.value, f"{r.ttft_ms:.4f}", r.rep, "" if r.bytes_moved is None else r.bytes_moved,
                        r.started_at if when else ""])

@@ -101,7 +101,7 @@ class SweepConfig(BaseModel):
     sim: SimSettings = Field(default_factory=SimSettings, description="Simulated pair curves (engine sim).",
                                       json_schema_extra={"campaign_file_only": True})
     load_states: list[LoadState] = Field(
-        default_factory=lambda: ["idle"], description="Load states to probe under; idle alone is the plain idle sweep.")
+        default_factory=lambda: list[LoadState](["idle"]), description="Load states to probe under; idle alone is the plain idle sweep.")
     background_concurrency: int | None = Field(None, ge=1, le=256, description="Background request streams per busy engine; default: busy_queue_threshold + 2.")
     busy_queue_threshold: int = Field(1, ge=1, description="Waiting requests at or above which an engine counts as busy.")
     background_prompt_tokens: int | None = Field(None, gt=0, description="Prompt length of background requests; default: min(4096, the model's limit).",
@@ -110,7 +110,7 @@ class SweepConfig(BaseModel):
                                       json_schema_extra={"campaign_file_only": True})
     load_settle_timeout_s: float = Field(60.0, gt=0, description="How long to wait for the queues to reach a load state.",
                                       json_schema_extra={"campaign_file_only": True})
-    pairs: list["PairSpec"] | None = Field(
+    pairs: list[PairSpec] | None = Field(
         None, description="A campaign over several pairs (kvcal sweep --pairs FILE): their probes interleaved in one "
         "seeded order, each tagged with its pair and class.", json_schema_extra={"campaign_file_only": True})
     cold_sessions: int = Field(
@@ -128,7 +128,10 @@ class SweepConfig(BaseModel):
     max_engine_seconds: float | None = Field(None, gt=0, description="Adaptive: stop once the probes' summed TTFT reaches this many seconds.",
                                               json_schema_extra={"adaptive_rule": True})
 
-    _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
 
     @field_validator("transport")
     @classmethod
@@ -156,7 +159,7 @@ class SweepConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _pairs_alone(self) -> "SweepConfig":
+    def _pairs_alone(self) -> SweepConfig:
         if self.pairs is None:
             return self
         if self.producer_url is not None or self.consumer_url is not None:
@@ -188,6 +191,11 @@ _ATTACH_KEYS = ("producer_url", "consumer_url", "producer_p2p_host", "producer_p
 _PAIR_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 
+def _as_in_sweep(name: str) -> Any:
+    """The attach flag's own field (type, bounds, default, description): a pair's key is declared once, there."""
+    return SweepConfig.model_fields[name]
+
+
 class PairSpec(BaseModel):
     """One pair of a multi-pair campaign: its name, its link class and the attach settings of its engines.
 
@@ -198,14 +206,17 @@ class PairSpec(BaseModel):
 
     name: str = Field(pattern=_PAIR_NAME, description="The pair's name (tags its probes; letters, digits, . _ -).")
     link_class: str = Field(alias="class", pattern=_PAIR_NAME, description="The link class, e.g. same-node, tcp.")
-    producer_url: str | None = SweepConfig.model_fields["producer_url"]
-    consumer_url: str | None = SweepConfig.model_fields["consumer_url"]
-    producer_p2p_host: str | None = SweepConfig.model_fields["producer_p2p_host"]
-    producer_p2p_port: int | None = SweepConfig.model_fields["producer_p2p_port"]
-    dp_ranks: int = SweepConfig.model_fields["dp_ranks"]
+    producer_url: str | None = _as_in_sweep("producer_url")
+    consumer_url: str | None = _as_in_sweep("consumer_url")
+    producer_p2p_host: str | None = _as_in_sweep("producer_p2p_host")
+    producer_p2p_port: int | None = _as_in_sweep("producer_p2p_port")
+    dp_ranks: int = _as_in_sweep("dp_ranks")
     sim: SimSettings | None = Field(None, description="--engine sim: the pair's true curves (default: the campaign's).")
 
-    _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
 
     def attach_settings(self) -> dict[str, Any]:
         """The SweepConfig fields this pair sets (its engines' URLs and side channel)."""

@@ -23,7 +23,10 @@ class SimCosts(BaseModel):
     """True cost curves of the simulated pair: recompute quadratic, pull affine (ms at n tokens)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
 
     recompute_intercept_ms: float = Field(5.0, ge=0, description="Recompute's fixed cost.")
     recompute_per_token_us: float = Field(25.0, ge=0, description="Recompute's linear cost per token.")
@@ -39,7 +42,7 @@ class SimCosts(BaseModel):
     busy_computing_ms: float = Field(0.0, ge=0, description="Load states: every probe on a busy computing pod gains this much.")
 
     @model_validator(mode="after")
-    def _each_leg_costs_something(self) -> "SimCosts":
+    def _each_leg_costs_something(self) -> SimCosts:
         # All-zero coefficients made every probe 0 ms: the sweep recorded them and the fit
         # then refused them all as invalid, a run with nothing in it.
         for leg, coef in (("recompute", self.recompute_coef), ("pull", self.pull_coef)):

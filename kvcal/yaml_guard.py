@@ -23,7 +23,8 @@ Works on PyYAML and ruamel.yaml nodes alike (same ``tag``/``value`` shape).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kvcal.errors import InputError
 

@@ -13,6 +13,9 @@ bash scripts/inference_perf_env.sh >/dev/null || true
 bash scripts/browser_env.sh || true
 # Debian's prometheus for kvcal observe's real-server test; without root or apt that test skips
 bash scripts/prometheus_env.sh || true
+# Lint and types over kvcal/ (pyproject.toml [tool.ruff], [tool.mypy]): fast, and first, so a slip fails in seconds
+.venv/bin/ruff check --quiet
+.venv/bin/mypy
 .venv/bin/python -m pytest "$@"
 if [ "${KVCAL_NEWEST_DEPS:-1}" != 0 ]; then
   bash scripts/newest_deps.sh -q

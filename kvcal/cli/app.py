@@ -29,6 +29,7 @@ import io
 import math
 import os
 import sys
+from typing import TYPE_CHECKING, cast
 
 import rich.console
 import typer
@@ -37,6 +38,9 @@ from kvcal import __version__
 from kvcal.cli import commands
 from kvcal.cli.output import error_line
 from kvcal.errors import InputError, KvcalError
+
+if TYPE_CHECKING:
+    import click
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE in sysexits.h
 DEBUG_ENV = "KVCAL_DEBUG"
@@ -110,12 +114,12 @@ def lists_commands_only(args: list[str]) -> bool:
     return all(arg in ROOT_FLAGS for arg in args)
 
 
-def _click_exception_class() -> type[Exception]:
+def _click_exception_class() -> type[click.ClickException]:
     """The ClickException class of the click that typer actually uses (vendored or not)."""
     for cls in typer.BadParameter.__mro__:
         if cls.__name__ == "ClickException":
-            return cls
-    return typer.BadParameter  # pragma: no cover - every typer release derives from ClickException
+            return cast("type[click.ClickException]", cls)
+    return cast("type[click.ClickException]", typer.BadParameter)  # pragma: no cover - every typer release derives from it
 
 
 ClickException = _click_exception_class()
@@ -218,7 +222,8 @@ def _apply_shared_checks(typer_app: typer.Typer) -> None:
         info.callback = _pipe_checked(_stdin_for_dash(_refuse_non_finite(info.callback)))
         info.epilog = reflow_prose(info.epilog)
     for group in typer_app.registered_groups:
-        _apply_shared_checks(group.typer_instance)
+        if group.typer_instance is not None:
+            _apply_shared_checks(group.typer_instance)
 
 
 def not_utf8(args: list[str]) -> str | None:
@@ -273,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         if err.filename is None and err.errno in WRITE_ERRNOS:
             error_line(f"the output could not be written: {err.strerror or err}")
-            sys.stdout = open(os.devnull, "w")  # what is still pending there would fail again at exit
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - kept open for the exit; what is still pending there would fail again at exit
             return 2
         if err.filename is None:
             return _internal(err)
@@ -281,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         where = err.filename if err.filename2 is None else f"{err.filename} -> {err.filename2}"
         error_line(f"{where}: {err.strerror or err}")
         return 2
-    except Exception as err:  # noqa: BLE001 - the boundary: nothing may escape as a traceback
+    except Exception as err:
         return _internal(err)
     return result if isinstance(result, int) else 0
 
@@ -338,9 +343,9 @@ def _guard_streams() -> None:
     if sys.stdout is None:
         sys.stdout = _ClosedText()
     if sys.stderr is None:
-        sys.stderr = open(os.devnull, "w")
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - stderr for the life of the process
     # Rich ends a command whose reader left with exit 1 (compare's "regression"); typer's help prints through rich.
-    rich.console.Console.on_broken_pipe = _reader_left
+    rich.console.Console.on_broken_pipe = _reader_left  # type: ignore[method-assign,assignment]  # rich's hook
     # An umask that takes the owner's own bits would leave run folders and files their owner cannot open.
     mask = os.umask(0o022)
     os.umask(mask & ~0o700)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, cast
 
 import typer
 from rich import box
@@ -15,6 +15,8 @@ from kvcal.cli.render_links import render_links
 from kvcal.errors import InputError
 
 if TYPE_CHECKING:  # annotations only: kvcal --help must not build the typed records
+    from rich.console import JustifyMethod
+
     from kvcal.records import CurveFit, FitResult
 
 EPILOG = """Examples:
@@ -100,8 +102,8 @@ def register(app: typer.Typer) -> None:
 
 def _warn_if_sweep_alive(path: Path) -> None:
     """A run whose sweep still holds its lock is fitted as far as it got; say so, with how far."""
-    from kvcal.sweep.lock import live_sweep
     from kvcal.runfolder import RunFolder, completed_probe_ids
+    from kvcal.sweep.lock import live_sweep
 
     if not RunFolder.is_run_folder(path):
         return
@@ -118,7 +120,7 @@ def render(result: FitResult) -> None:
     table = Table(title=f"kvcal fit: {result.source.path or 'input'}", title_justify="left", box=box.SIMPLE_HEAD)
     for name, justify in (("leg", "left"), ("model", "left"), ("coefficient", "left"), ("value", "right"),
                           (f"{level} interval", "right"), ("noise", "right")):
-        table.add_column(name, justify=justify)
+        table.add_column(name, justify=cast("JustifyMethod", justify))
     for leg in ("recompute", "pull"):
         curve: CurveFit = getattr(result, leg)
         noise = f"{curve.noise_cv:.1%}" if curve.noise_cv is not None else "-"

@@ -107,7 +107,7 @@ def _progress():
 
     def report(done: int, total: int, label: str) -> None:
         now = time.monotonic()
-        if now - last[0] >= PROGRESS_EVERY_S or done == total and now - started >= PROGRESS_EVERY_S:
+        if now - last[0] >= PROGRESS_EVERY_S or (done == total and now - started >= PROGRESS_EVERY_S):
             last[0] = now
             info(f"kvcal: fleet run {done}/{total} ({label}), {now - started:.0f} s")
     return report

@@ -42,9 +42,9 @@ def predict(
     as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON (schema kvcal.estimate.predict/1)."),
 ) -> None:
     """Predict KV bytes per token, prefill FLOPs, the recompute and pull curves, the break-even and the link's floor."""
+    from kvcal.estimate.hfconfig import load_model
     from kvcal.estimate.predict import PredictSettings
     from kvcal.estimate.predict import predict as run_predict
-    from kvcal.estimate.hfconfig import load_model
     from kvcal.estimate.profiles import load_profiles
 
     settings = PredictSettings(

@@ -87,7 +87,8 @@ def show_profile(
     from kvcal.estimate.profiles import load_profiles, match_profile, model_summary
 
     profiles = load_profiles()
-    for kind, table in (("model", profiles.models), ("accelerator", profiles.accelerators), ("link", profiles.links)):
+    tables = (("model", profiles.models), ("accelerator", profiles.accelerators), ("link", profiles.links))
+    for kind, table in tables:  # noqa: B007 - kind is read after the loop: the table that matched
         found = match_profile(table, name)
         if found is not None:
             break

@@ -11,10 +11,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 if TYPE_CHECKING:  # annotations only: kvcal --help must not build the typed records
+    from rich.progress import TaskID
+
     from kvcal.records import ProbeRecord
 
 
-def progress_for_terminal() -> "RichProgress | PlainProgress":
+def progress_for_terminal() -> RichProgress | PlainProgress:
     return RichProgress() if sys.stderr.isatty() else PlainProgress()
 
 
@@ -112,7 +114,7 @@ class RichProgress:
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[last]}", markup=False),
             console=self._console, transient=False,
         )
-        self._task = None
+        self._task: TaskID | None = None
 
     def on_phase(self, message: str) -> None:
         self._console.log(f"{message}...")

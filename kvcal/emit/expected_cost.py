@@ -69,7 +69,9 @@ def _measured_means(w: Working, rec: np.ndarray, pull: np.ndarray, crossing: flo
     lengths, corrections = [], []
     for r in rows:
         fitted_r, fitted_p = float(cost_ms(rec, r.prefix_tokens)), float(cost_ms(pull, r.prefix_tokens))
-        measured = ((r.recompute_ms if r.recompute_misfit else fitted_r) - (r.pull_ms if r.pull_misfit else fitted_p))
+        measured_r = r.recompute_ms if r.recompute_misfit and r.recompute_ms is not None else fitted_r
+        measured_p = r.pull_ms if r.pull_misfit and r.pull_ms is not None else fitted_p
+        measured = measured_r - measured_p
         fitted = fitted_r - fitted_p
         flip = (r.recompute_misfit or r.pull_misfit) and (measured > 0) != (fitted > 0)
         lengths.append(float(r.prefix_tokens))

@@ -20,28 +20,53 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kvcal.emit import helm
 from kvcal.emit.affinity import peak_prefill, render_affinity
 from kvcal.emit.classes import MixThreshold, mix_threshold
 from kvcal.emit.costmodel import COSTMODEL_FLOOR_TOKENS, LOAD_DEPENDENT_COST_KEYS, costmodel_values, render_costmodel
-from kvcal.emit import helm
-from kvcal.emit.engine import engine_spec, render_vllm
 from kvcal.emit.deltas import read_deltas
-from kvcal.emit.regret import Deltas
+from kvcal.emit.engine import engine_spec, render_vllm
 from kvcal.emit.helm_files import read_names
-from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
-from kvcal.emit.router import (ALPHA_FLAG, ALPHA_NOTE, DEFAULT_PREFIX_MATCH_PRODUCER, PLUGIN_PARAMETERS, PLUGIN_TYPE, plugin_names,
-                               render_env, render_json, render_plugin)
-from kvcal.emit.run_context import RunContext, run_context
 from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
+from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
+from kvcal.emit.regret import Deltas
+from kvcal.emit.router import (
+    ALPHA_FLAG,
+    ALPHA_NOTE,
+    PLUGIN_PARAMETERS,
+    PLUGIN_TYPE,
+    plugin_names,
+    render_env,
+    render_json,
+    render_plugin,
+)
+from kvcal.emit.run_context import RunContext, run_context
 from kvcal.emit.threshold import Threshold, check_threshold, compute_threshold, resolve_block_size, round_up
 from kvcal.errors import InputError
 from kvcal.fit.inputs import load_fit_input
 from kvcal.records import FitResult
 from kvcal.settings import DEFAULT_BLOCK_SIZE
 
-__all__ = ["FORMATS", "TRANSPORTS", "DEFAULT_MARGIN", "DEFAULT_BLOCK_SIZE", "PLUGIN_TYPE", "PLUGIN_PARAMETERS",
-           "LOAD_DEPENDENT_COST_KEYS", "EmitOptions", "EmitResult", "Threshold", "compute_threshold", "check_threshold",
-           "resolve_block_size", "validate_block_size", "validate_margin", "canonical_transport", "load_input", "emit"]
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_MARGIN",
+    "FORMATS",
+    "LOAD_DEPENDENT_COST_KEYS",
+    "PLUGIN_PARAMETERS",
+    "PLUGIN_TYPE",
+    "TRANSPORTS",
+    "EmitOptions",
+    "EmitResult",
+    "Threshold",
+    "canonical_transport",
+    "check_threshold",
+    "compute_threshold",
+    "emit",
+    "load_input",
+    "resolve_block_size",
+    "validate_block_size",
+    "validate_margin",
+]
 
 log = logging.getLogger(__name__)
 

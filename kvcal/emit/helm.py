@@ -32,11 +32,24 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from kvcal.emit.affinity import AFFINITY_KEY, AFFINITY_TYPE
+from kvcal.emit.helm_files import check_writable, folded_config_problem, found_names, read_threshold, write_in_place  # noqa: F401 (read_threshold: re-exported)
 from kvcal.emit.helm_flags import expect_flag, set_alpha_flag
-from kvcal.emit.helm_files import (check_writable, folded_config_problem, found_names, read_threshold,  # noqa: F401 (read_threshold: re-exported)
-                                    write_in_place)
-from kvcal.emit.helm_text import (Embedded, compose, find_embedded, get_key, lookup_path, node_at, plugins_node, problem,
-                                  rt_yaml, safe_load, scalar, set_path, unified_diff, write_back)
+from kvcal.emit.helm_text import (
+    Embedded,
+    compose,
+    find_embedded,
+    get_key,
+    lookup_path,
+    node_at,
+    plugins_node,
+    problem,
+    rt_yaml,
+    safe_load,
+    scalar,
+    set_path,
+    unified_diff,
+    write_back,
+)
 from kvcal.emit.router import PLUGIN_PARAMETERS, PLUGIN_TYPE, plugin_names
 from kvcal.errors import InputError, KvcalError
 from kvcal.outputs import writer_lock
@@ -157,7 +170,7 @@ def _intend(doc: Any, spec: PluginSpec, add_plugin: bool) -> str:
             entry["parameters"][COST_MODEL_KEY] = copy.deepcopy(spec.cost_model)
         plugins.insert(_insert_index(plugins, producer), entry)
         action = "added-plugin"
-    if action != "no-plugin" and spec.peak_prefill_throughput is not None:
+    if action != "no-plugin" and spec.peak_prefill_throughput is not None and isinstance(plugins, list):
         for entry in plugins:
             if isinstance(entry, dict) and entry.get("type") == AFFINITY_TYPE:
                 _params(entry)[AFFINITY_KEY] = spec.peak_prefill_throughput
@@ -224,10 +237,11 @@ def patch_values_text(text: str, spec: PluginSpec, *, add_plugin: bool = False, 
         if emb.node.style == ">":  # ruamel also marks the folds with \a inside the value: the parse error would name that
             raise InputError(folded_config_problem(name, emb.where))
         inner_root = compose(emb.node.value, f"{name}: embedded config {emb.where}")
-        if plugins_node(inner_root) is None:
+        plugin_list = plugins_node(inner_root)
+        if plugin_list is None:
             notes.append(f"{emb.where}: not an EndpointPickerConfig (no plugins list); left as is")
             continue
-        olds = tuple(scalar(get_key(get_key(e, "parameters"), KEY)) for e in _p2p_entries(plugins_node(inner_root)))
+        olds = tuple(scalar(get_key(get_key(e, "parameters"), KEY)) for e in _p2p_entries(plugin_list))
         configs.append((emb, inner_root, olds))
         allowed = set(PLUGIN_PARAMETERS) | ({COST_MODEL_KEY} if spec.cost_model is not None else set())
         extra = _unknown_parameters(inner_root, allowed)
@@ -258,12 +272,13 @@ def patch_values_text(text: str, spec: PluginSpec, *, add_plugin: bool = False, 
         changes.append(ConfigChange(emb.where, action, olds))
         if emb.active is False:
             warnings.append(f"{emb.where} is patched but pluginsConfigFile selects another file: the router will not read it")
-        if spec.peak_prefill_throughput is not None and plugins_node(inner_root) is not None \
-                and _entries(plugins_node(inner_root), AFFINITY_TYPE):
+        plugin_list = plugins_node(inner_root)
+        if spec.peak_prefill_throughput is not None and plugin_list is not None \
+                and _entries(plugin_list, AFFINITY_TYPE):
             notes.append(f"{emb.where}: {AFFINITY_TYPE} {AFFINITY_KEY} -> {spec.peak_prefill_throughput}")
         if action == "added-plugin":
             loaded = safe_load(inner)
-            producer, profile, name_notes = _names(loaded, spec, emb.where)
+            producer, _profile, name_notes = _names(loaded, spec, emb.where)
             notes.extend(f"{emb.where}: {n}" for n in name_notes)
             names = [p.get("name") or p.get("type") for p in (loaded.get("plugins") or []) if isinstance(p, dict)]
             if producer not in names:

@@ -134,7 +134,8 @@ def found_names(config: Any, where: str = "") -> FoundNames:
         return FoundNames(where=where)
     plugins = [p for p in config.get("plugins") or [] if isinstance(p, dict)]
     entry = next((p for p in plugins if p.get("type") == PLUGIN_TYPE), None)
-    params = entry.get("parameters") if entry is not None and isinstance(entry.get("parameters"), dict) else {}
+    raw = entry.get("parameters") if entry is not None else None
+    params: dict[str, Any] = raw if isinstance(raw, dict) else {}
     producer = params.get("prefixMatchInfoProducerName")
     if not isinstance(producer, str):
         candidates = [p for p in plugins if str(p.get("type", "")).endswith("prefix-cache-producer")]
@@ -157,7 +158,7 @@ def read_names(path: Path) -> FoundNames:
     if not configs:
         raise InputError(broken[0] if broken else f"--values {path} has no embedded EPP config "
                          "(router.epp.pluginsCustomConfig or inferenceExtension.pluginsCustomConfig)")
-    active, fname, config = sorted(configs, key=lambda c: not c[0])[0]
+    _active, fname, config = sorted(configs, key=lambda c: not c[0])[0]
     return found_names(config, f"{path} [{fname}]")
 
 

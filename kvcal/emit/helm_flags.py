@@ -85,7 +85,7 @@ def _set_one(text: str, path: tuple[Any, ...], name: str) -> tuple[str | None, s
         return _splice(text, flags, f"{{{ALPHA_FLAG}: true}}"), "added (flags was null)"
     if not isinstance(flags, MappingNode):
         return None, f"{FLAGS_KEY} is not a mapping of flag: value"
-    value = dict((scalar(k), v) for k, v in flags.value).get(ALPHA_FLAG)
+    value = {scalar(k): v for k, v in flags.value}.get(ALPHA_FLAG)
     if value is not None:
         if not isinstance(value, ScalarNode):
             return None, f"{ALPHA_FLAG} is not a plain value"

@@ -19,7 +19,8 @@ from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from kvcal.errors import InputError
-from kvcal.yaml_guard import describe as problem, guarded_compose
+from kvcal.yaml_guard import describe as problem
+from kvcal.yaml_guard import guarded_compose
 
 
 @dataclass
@@ -176,14 +177,15 @@ def safe_load(text: str) -> Any:
 def write_back(work: str, plans: list[tuple[Embedded, str, str]], notes: list[str]) -> str:
     lines = work.split("\n")
     mapped = [(emb, old, new, literal_lines(lines, emb)) for emb, old, new in plans if old != new]
-    if all(m is not None for *_, m in mapped):
-        for emb, old, new, (start, indent) in sorted(mapped, key=lambda m: m[3][0], reverse=True):
+    placed = [(emb, old, new, at) for emb, old, new, at in mapped if at is not None]
+    if len(placed) == len(mapped):
+        for _emb, old, new, (start, indent) in sorted(placed, key=lambda m: m[3][0], reverse=True):
             lines = apply_line_edits(lines, start, indent, split_lines(old), split_lines(new))
         return "\n".join(lines)
     # An embedded config that is not a block literal: round-trip the whole file, making each a literal.
     yaml = rt_yaml(YAML(typ="rt").compose(work))
     doc = yaml.load(work)
-    for emb, old, new, m in mapped:
+    for emb, _old, new, m in mapped:
         set_path(doc, emb.path, LiteralScalarString(new))
         if m is None:
             notes.append(f"{emb.where} was not a block literal: rewrote it as one (the file was re-serialized; review the diff)")

@@ -23,7 +23,6 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
-
 from urllib.parse import urlsplit
 
 from ruamel.yaml import YAML

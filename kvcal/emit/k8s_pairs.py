@@ -107,7 +107,7 @@ def pairs_manifests(spec: PairsJobSpec) -> list[dict[str, Any]]:
 def render_pairs_job(spec: PairsJobSpec) -> str:
     """The ConfigMap and the Indexed Job as YAML, with a header saying how to apply them and read the result."""
     job = spec.job
-    head = (f"# kvcal k8s-job --pairs: {len(spec.pairs)} pairs of {len(set(p.link_class for p in spec.pairs))} link "
+    head = (f"# kvcal k8s-job --pairs: {len(spec.pairs)} pairs of {len({p.link_class for p in spec.pairs})} link "
             f"class(es), one pod a pair, into PVC {_comment(str(job.pvc))} at {RESULTS_MOUNT}/{_comment(job.run)}.\n"
             f"# kubectl apply -f job.yaml && kubectl -n {_comment(job.namespace)} wait --for=condition=complete "
             f"job/{_comment(job.name)} --timeout=24h\n"

@@ -100,10 +100,10 @@ def _sig(value: float) -> float:
 def draws(fit: FitResult) -> tuple[np.ndarray, np.ndarray] | None:
     """Each bootstrap draw's mean-cost coefficients (recompute, pull), (B, 3) each; None without samples."""
     legs = [fit.bootstrap.leg_samples(leg) for leg in ("recompute", "pull")]
-    if any(not samples for samples in legs):
-        return None
     arrays = []
     for samples in legs:
+        if not samples:
+            return None
         columns = [samples.get(name) or [] for name in ("intercept_ms", "per_token_us", "per_token2_ns")]
         if len({len(c) for c in columns}) != 1 or not columns[0]:
             return None

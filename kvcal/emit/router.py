@@ -79,7 +79,7 @@ def plugin_names(*, prefix_match_producer: str | None, prefill_profile: str | No
             profile = P2P_GUIDE_PREFILL_PROFILE if shape == "p2p" else PLUGIN_DEFAULT_PREFILL_PROFILE
             notes.append(f"prefillProfileName {profile}: the default for a {'single-profile P2P' if shape == 'p2p' else 'prefill/decode'} "
                          f"deployment ({why}); --prefill-profile or --values to change it")
-    return PluginNames(producer, profile, tuple(notes))
+    return PluginNames(producer, profile or PLUGIN_DEFAULT_PREFILL_PROFILE, tuple(notes))  # set above; for the types
 
 
 def plugin_parameters(t: Threshold, names: PluginNames) -> dict[str, Any]:

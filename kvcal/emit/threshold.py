@@ -23,20 +23,36 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from kvcal.emit.expected_cost import expected_cost_threshold
 from kvcal.emit.limits import DEFAULT_MARGIN, RULES, validate_margin
 from kvcal.emit.regret import Deltas, Figures, RegretModel, draws, log_uniform
 from kvcal.emit.rule_upper import upper_threshold
-from kvcal.emit.threshold_parts import (Working, check_threshold, disturbance_gate, fmt, refuse_never_or_tie,
-                                        resolve_block_size, round_up, slow_mode_line)
+from kvcal.emit.threshold_parts import (
+    Working,
+    check_threshold,
+    disturbance_gate,
+    fmt,
+    refuse_never_or_tie,
+    resolve_block_size,
+    round_up,
+    slow_mode_line,
+)
 from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
 from kvcal.records import FitResult
 
-__all__ = ["Threshold", "compute_threshold", "check_threshold", "resolve_block_size", "round_up", "fmt",
-           "recipe_threshold"]
+__all__ = [
+    "Threshold",
+    "check_threshold",
+    "compute_threshold",
+    "fmt",
+    "recipe_threshold",
+    "resolve_block_size",
+    "round_up",
+]
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +152,8 @@ def compute_threshold(fit: FitResult, *, rule: str = "expected-cost", margin: fl
     check_threshold(threshold, w.block)
     log.info("threshold %s (%s): %s (block %s)", fit.status, rule, threshold, w.block)
     w.steps.append(f"minCachedTokenDelta = {threshold}")
-    ci = tuple(fit.break_even_ci) if fit.break_even_ci and len(fit.break_even_ci) == 2 else None
+    ci = ((float(fit.break_even_ci[0]), float(fit.break_even_ci[1]))
+          if fit.break_even_ci and len(fit.break_even_ci) == 2 else None)
     model = regret_model(fit, deltas)
     price = model.figures if model is not None else (lambda _t: Figures())
     upper = _quiet(fit, "upper", w.block, allow_extrapolation, deltas)

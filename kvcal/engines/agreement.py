@@ -11,8 +11,8 @@ over several pairs calls it once per pair.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from kvcal.errors import InputError
 

@@ -16,7 +16,6 @@ from typing import Any, Literal
 from kvcal.errors import InputError
 from kvcal.records import MAX_BYTES_MOVED, Leg, PairFacts, RunSetup
 
-
 MAX_KV_BYTES_PER_TOKEN = 16 * 2**20
 """More KV bytes than any model keeps per token, summed over its layers: OPT-175B's fp16
 multi-head cache is 4.7 MB a token (96 layers x 12,288 x 2 x 2 B), the largest published;
@@ -97,7 +96,7 @@ class EnginePair(ABC):
     @abstractmethod
     def kv_bytes_per_token(self) -> int | None: ...
 
-    def __enter__(self) -> "EnginePair":
+    def __enter__(self) -> EnginePair:
         self.start()
         return self
 
@@ -132,7 +131,7 @@ class EnginePair(ABC):
         """What the pair is (mode, device, each role's placement); what the sweep decides by and run.json keeps."""
         return PairFacts(engine=self.name)
 
-    def members(self) -> dict[str | None, "EnginePair"]:
+    def members(self) -> dict[str | None, EnginePair]:
         """The pairs a campaign sweeps, by name: this one, unnamed (a multi-pair set names each)."""
         return {None: self}
 

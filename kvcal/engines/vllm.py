@@ -28,7 +28,18 @@ from kvcal.engines.base import EnginePair
 from kvcal.engines.http import EngineClient
 from kvcal.engines.metrics import MetricsPageError, Snapshot, info_labels
 from kvcal.engines.process import ServerProcess, sigterm_raises, wait_all_ready
-from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings, check_shm, default_cache_dir, looks_local, settings_from_config
+from kvcal.engines.tinymodel import ensure_tiny_model
+from kvcal.engines.transports import get_transport
+from kvcal.engines.transports.base import Role
+from kvcal.engines.vllm_launch import (
+    ROLES,
+    LaunchPlan,
+    VllmSettings,
+    check_shm,
+    default_cache_dir,
+    looks_local,
+    settings_from_config,
+)
 from kvcal.engines.vllm_load import UnderLoad
 from kvcal.engines.vllm_measure import PairMeasurement
 from kvcal.engines.vllm_setup import vllm_setup
@@ -36,12 +47,8 @@ from kvcal.errors import EngineError, InputError
 from kvcal.estimate.hfconfig import model_profile_from_config
 from kvcal.estimate.profiles import ModelProfile, kv_bytes_per_token
 from kvcal.records import PairFacts, RoleFacts, RunSetup
-from kvcal.engines.tinymodel import ensure_tiny_model
-from kvcal.engines.transports import get_transport
-from kvcal.engines.transports.base import Role
-
-from kvcal.settings import SweepConfig
 from kvcal.runfolder import RunFolder
+from kvcal.settings import SweepConfig
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +100,7 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
             if self.settings.model is None and not self.settings.attach:
                 ensure_tiny_model(self.cache_dir / "models")
             config: Path | None = Path(model) / "config.json"
-            if not _is_file(config):
+            if config is None or not _is_file(config):
                 config = None
                 with contextlib.suppress(Exception):  # hub id: only what is cached here, never a download
                     from huggingface_hub import try_to_load_from_cache
@@ -114,8 +121,9 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
     @property
     def max_model_len(self) -> int:
         value = self._engine_facts.get("max_model_len") or self.plan.max_model_len()
-        if value is None and self._model_profile() is not None:
-            value = self._model_profile().max_position_embeddings
+        profile = self._model_profile() if value is None else None
+        if profile is not None:
+            value = profile.max_position_embeddings
         if value is None:
             raise EngineError("max model length unknown before the engines start; pass --max-model-len")
         return int(value)

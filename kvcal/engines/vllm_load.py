@@ -33,7 +33,7 @@ class UnderLoad:
     _loaded: bool
     _last_reading: dict
 
-    def load_target(self, role: Role) -> "VllmLoadTarget":
+    def load_target(self, role: Role) -> VllmLoadTarget:
         client = self._client(TransportRole(role))  # type: ignore[attr-defined]
         return VllmLoadTarget(role, client.base_url, client.served_model(), self.settings.request_timeout_s)  # type: ignore[attr-defined]
 

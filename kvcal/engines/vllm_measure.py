@@ -52,6 +52,8 @@ from kvcal.errors import EngineError
 from kvcal.records import Leg
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from kvcal.engines.http import EngineClient
     from kvcal.engines.process import ServerProcess
     from kvcal.engines.transports.base import Transport
@@ -68,15 +70,16 @@ DP_RANK_HEADER = "X-data-parallel-rank"
 class PairMeasurement:
     """Leg measurement for a pair that provides ``settings``, ``transport``, ``plan``, ``_servers`` and ``_client``."""
 
-    settings: "VllmSettings"
-    transport: "Transport"
-    plan: "LaunchPlan"
-    _servers: "list[ServerProcess]"
+    settings: VllmSettings
+    transport: Transport
+    plan: LaunchPlan
+    run_dir: Path
+    _servers: list[ServerProcess]
     _last_reading: dict[Role, Snapshot]
     _loaded: bool  # background load running (kvcal.engines.vllm_load.UnderLoad)
-    _clients: "dict[Role, EngineClient]"
+    _clients: dict[Role, EngineClient]
 
-    def _client(self, role: Role) -> "EngineClient":
+    def _client(self, role: Role) -> EngineClient:
         if role not in self._clients:
             raise EngineError("the vLLM pair is not started")
         return self._clients[role]
@@ -250,7 +253,7 @@ class _Background:
     def _run(self) -> None:
         try:
             self._value = self._call()
-        except BaseException as err:  # noqa: BLE001 - handed to the caller in result()
+        except BaseException as err:
             self._error = err
 
     def result(self) -> Any:
@@ -278,7 +281,7 @@ def exposes_ref(snapshot: Snapshot, ref: MetricRef) -> bool:
 def has_own_counter(snapshot: Snapshot, metric: BytesMetric) -> bool:
     """Whether the engine has the transport's own counter (``candidates[0]``), sampled yet or not (see BytesMetric)."""
     own = metric.candidates[0]
-    declared = getattr(snapshot, "declared", frozenset())
+    declared: frozenset[str] = getattr(snapshot, "declared", frozenset())
     prefix = metric.family_prefix
     return (exposes_ref(snapshot, own) or own.name in declared
             or (prefix is not None and any(name.startswith(prefix) for name in (*snapshot, *declared))))

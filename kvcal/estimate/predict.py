@@ -17,6 +17,7 @@ recompute(n) >= pull(n), is solved exactly piece by piece with the quadratic for
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -126,7 +127,7 @@ def solve_break_even(cost: CostModel, upper_tokens: float) -> tuple[Status, floa
     if cost.difference_ms(1.0) >= 0:
         return "pull-always-wins", None
     edges = [1.0, *[float(b) for b in cost.breakpoints() if 1 < b < upper_tokens], float(upper_tokens)]
-    for lo, hi in zip(edges, edges[1:]):
+    for lo, hi in itertools.pairwise(edges):
         poly = cost.difference_poly((lo + hi) / 2)
         for root in real_roots(*poly):
             if lo <= root <= hi and cost.difference_ms(min(hi, root + max(1e-6, root * 1e-9))) >= 0:

@@ -9,14 +9,14 @@ per token, prefill FLOPs) live in :mod:`kvcal.estimate.profiles`, which re-expor
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from kvcal.errors import InputError
 
-MODEL_SCHEMA = "kvcal.model/1"
-HARDWARE_SCHEMA = "kvcal.hardware/1"
+MODEL_SCHEMA: Final = "kvcal.model/1"
+HARDWARE_SCHEMA: Final = "kvcal.hardware/1"
 
 #: Bytes per KV element, by canonical dtype name.
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -89,7 +89,7 @@ class Attention(Spec):
     indexer: Indexer | None = Field(None, description="Sparse-attention indexer, if any (its keys are extra per-token state).")
 
     @model_validator(mode="after")
-    def _fields_match_kind(self) -> "Attention":
+    def _fields_match_kind(self) -> Attention:
         if self.kind is AttentionKind.MLA:
             need = {"kv_lora_rank": self.kv_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim,
                     "qk_nope_head_dim": self.qk_nope_head_dim, "v_head_dim": self.v_head_dim}
@@ -138,7 +138,7 @@ class Mlp(Spec):
     moe: Moe | None = Field(None, description="Mixture-of-experts block; null for a dense model.")
 
     @model_validator(mode="after")
-    def _dense_width_given(self) -> "Mlp":
+    def _dense_width_given(self) -> Mlp:
         if (self.moe is None or self.first_dense_layers) and self.intermediate_size is None:
             raise ValueError("intermediate_size is required for dense layers")
         return self
@@ -170,7 +170,7 @@ class ModelProfile(Spec):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ModelProfile":
+    def _consistent(self) -> ModelProfile:
         normalize_kv_dtype(self.kv_dtype)
         for part in (self.attention.sliding_window, self.attention.indexer):
             if part is not None and part.layers > self.layers:
@@ -198,9 +198,9 @@ class HardwareSpec(Spec):
     cited: ClassVar[tuple[str, ...]] = ()
 
     @model_validator(mode="after")
-    def _every_figure_cited(self) -> "HardwareSpec":
+    def _every_figure_cited(self) -> HardwareSpec:
         # Each kind declares sources after its own figures: a field of this base would dump before them.
-        sources = getattr(self, "sources")
+        sources: dict[str, Any] = getattr(self, "sources", {})  # each kind declares it (see above)
         missing = [f for f in self.cited if getattr(self, f) is not None and not str(sources.get(f, "")).strip()]
         if missing:
             raise ValueError(f"sources must cite {', '.join(missing)}")
@@ -251,7 +251,7 @@ class Link(HardwareSpec):
         return self.nominal_gbit_s * 1e9 / 8
 
 
-HardwareProfile = Annotated[Union[Accelerator, Link], Field(discriminator="kind")]
+HardwareProfile = Annotated[Accelerator | Link, Field(discriminator="kind")]
 _HARDWARE_ADAPTER: TypeAdapter[Any] = TypeAdapter(HardwareProfile)
 
 

@@ -42,8 +42,6 @@ import yaml
 from pydantic import ValidationError
 
 from kvcal.errors import InputError
-from kvcal.userfiles import read_text
-from kvcal.yaml_guard import describe, load_pyyaml
 from kvcal.estimate.profile_schema import (  # re-exported: kvcal.estimate.profiles is the public face of profiles
     DTYPE_BYTES,
     HARDWARE_SCHEMA,
@@ -61,6 +59,8 @@ from kvcal.estimate.profile_schema import (  # re-exported: kvcal.estimate.profi
     hardware_adapter,
     normalize_kv_dtype,
 )
+from kvcal.userfiles import read_text
+from kvcal.yaml_guard import describe, load_pyyaml
 
 __all__ = [
     "DTYPE_BYTES", "HARDWARE_SCHEMA", "MODEL_SCHEMA", "PROFILES_ENV", "Accelerator", "Attention", "AttentionKind",
@@ -134,17 +134,17 @@ def matmul_params_per_token(model: ModelProfile) -> int:
     if a.kind is AttentionKind.MLA:
         q_in = a.q_lora_rank or h
         q = (h * a.q_lora_rank if a.q_lora_rank else 0) + q_in * a.num_heads * a.qk_dim
-        kv = h * a.kv_elements_per_layer + int(a.kv_lora_rank) * a.num_heads * (int(a.qk_nope_head_dim) + a.v_dim)
+        kv = h * a.kv_elements_per_layer + (a.kv_lora_rank or 0) * a.num_heads * ((a.qk_nope_head_dim or 0) + a.v_dim)
         attn = q + kv + a.num_heads * a.v_dim * h
     else:
-        attn = 2 * h * a.num_heads * a.qk_dim + 2 * h * int(a.num_kv_heads) * a.qk_dim
+        attn = 2 * h * a.num_heads * a.qk_dim + 2 * h * (a.num_kv_heads or a.num_heads) * a.qk_dim
     total = model.layers * attn
     if a.indexer is not None:
         idx = a.indexer
         total += idx.layers * ((a.q_lora_rank or h) * idx.n_heads * idx.head_dim + h * idx.head_dim + h * idx.n_heads)
     dense_layers = model.layers if mlp.moe is None else mlp.first_dense_layers
     if dense_layers:
-        total += dense_layers * 3 * h * int(mlp.intermediate_size)
+        total += dense_layers * 3 * h * (mlp.intermediate_size or 0)
     if mlp.moe is not None:
         moe = mlp.moe
         per_layer = (moe.experts_per_token + moe.shared_experts) * 3 * h * moe.expert_intermediate_size + h * moe.experts

@@ -21,17 +21,34 @@ from typing import Any
 
 import numpy as np
 
-from kvcal.fit.breakeven import break_even_tokens, classify
 from kvcal.cost_curve import cost_ms
+from kvcal.fit.breakeven import break_even_tokens, classify
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.inputs import FitInput, load_fit_input
 from kvcal.fit.io import default_output, dumps, load_fit, looks_like_json, write_fit
 from kvcal.fit.mean_cost import mean_curves, mean_scales
 from kvcal.records import FIT_DEFAULTS, CurveFit, FitResult, RunSetup
 
-__all__ = ["fit_table", "fit_input", "fit_and_write", "load_fit", "load_or_fit", "load_fit_input", "FitInput", "write_fit",
-           "dumps", "default_output", "curve_ms", "looks_like_json", "break_even_tokens", "classify", "FitResult", "CurveFit",
-           "mean_curves", "mean_scales"]
+__all__ = [
+    "CurveFit",
+    "FitInput",
+    "FitResult",
+    "break_even_tokens",
+    "classify",
+    "curve_ms",
+    "default_output",
+    "dumps",
+    "fit_and_write",
+    "fit_input",
+    "fit_table",
+    "load_fit",
+    "load_fit_input",
+    "load_or_fit",
+    "looks_like_json",
+    "mean_curves",
+    "mean_scales",
+    "write_fit",
+]
 
 
 def curve_ms(curve: CurveFit, n: Any) -> np.ndarray:

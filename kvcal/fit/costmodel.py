@@ -47,7 +47,15 @@ import numpy as np
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import CHUNK_ELEMENTS, t_expansion
 from kvcal.fit.breakeven import interval
-from kvcal.records import FIT_DEFAULTS, CostModelDiagnostics, CostModelFit, Estimate, FitResult, ProbeRecord, RunManifest
+from kvcal.records import (
+    FIT_DEFAULTS,
+    CostModelDiagnostics,
+    CostModelFit,
+    Estimate,
+    FitResult,
+    ProbeRecord,
+    RunManifest,
+)
 from kvcal.runfolder import probe_counts_as_idle
 
 log = logging.getLogger(__name__)
@@ -196,7 +204,7 @@ def diagnostics(data: LoadedProbes, bs: np.ndarray, bc: np.ndarray) -> tuple[Cos
         counts[key] = counts.get(key, 0) + 1
     diag = CostModelDiagnostics(
         condition_number=float(f"{cond:.4g}"),
-        n_pull_sizes=int(len(sizes)),
+        n_pull_sizes=len(sizes),
         busy_source_pull_share=float(bs[pulled].mean()) if n_pulls else None,
         busy_computing_pull_share=float(bc[pulled].mean()) if n_pulls else None,
         busy_computing_share=float(bc.mean()) if len(bc) else None,
@@ -294,7 +302,7 @@ def fit_cost_model(data: LoadedProbes, idle: IdleCurves, *, threshold: int = 1, 
         busyQueueThreshold=int(threshold),
         base_ms=estimates["base_ms"],
         busy_computing_ms=estimates["busy_computing_ms"],
-        design=data.design,  # type: ignore[arg-type]
+        design=data.design,
         confidence=confidence,
         n_requests=len(data),
         n_resamples=n_resamples,

@@ -75,7 +75,7 @@ class LegData:
     n_ref: float  # tokens; u = n / n_ref
 
     @classmethod
-    def from_frame(cls, name: str, rows: pd.DataFrame, n_ref: float) -> "LegData":
+    def from_frame(cls, name: str, rows: pd.DataFrame, n_ref: float) -> LegData:
         rows = rows.sort_values(["prefix_tokens", "rep"], kind="stable")
         n = rows["prefix_tokens"].to_numpy(dtype=np.int64)
         y = rows["ttft_ms"].to_numpy(dtype=float)
@@ -277,7 +277,7 @@ def f_threshold(n_probes: int) -> float | None:
     return float(stats.f.isf(2 * SELECTION_ALPHA, 1, df)) if df >= 1 else None
 
 
-def f_statistic(wsse_affine: np.ndarray, wsse_quadratic: np.ndarray, n_probes: int) -> np.ndarray:
+def f_statistic(wsse_affine: np.ndarray | float, wsse_quadratic: np.ndarray | float, n_probes: int) -> np.ndarray:
     """F = (WSSE_a - WSSE_q) / (WSSE_q / (N - 3)); inf where the quadratic fits exactly."""
     df = n_probes - MODEL_PARAMS["quadratic"]
     num = np.maximum(np.asarray(wsse_affine) - np.asarray(wsse_quadratic), 0.0)

@@ -30,7 +30,7 @@ def time_order(path: Path, frame: pd.DataFrame, rows: list[dict[str, Any]]) -> s
     if name is None:
         return None  # no time column, or one left empty in every row (a table written without time order)
     stamps = []
-    for (index, raw), row in zip(frame.iterrows(), rows):
+    for (index, raw), _row in zip(frame.iterrows(), rows):
         where = f"{path} row {int(index) + 2}"
         text = raw[name].strip()
         if not text:

@@ -7,13 +7,15 @@ import math
 
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import residual_df, run_bootstrap
-from kvcal.fit.costmodel import fit_cost_model, idle_curves
-from kvcal.fit.drift import describe as describe_trend, time_trends
-from kvcal.fit.modes import describe as describe_mode, describe_unresolved, PullCost, pull_cost, too_few_probes
 from kvcal.fit.breakeven import break_even_tokens
+from kvcal.fit.costmodel import fit_cost_model, idle_curves
 from kvcal.fit.curves import LegData, LegFit, fit_leg
+from kvcal.fit.drift import describe as describe_trend
+from kvcal.fit.drift import time_trends
 from kvcal.fit.guards import annotate, exclude_warmup
 from kvcal.fit.mean_cost import summarise as summarise_mean_cost
+from kvcal.fit.modes import PullCost, describe_unresolved, pull_cost, too_few_probes
+from kvcal.fit.modes import describe as describe_mode
 from kvcal.fit.result import build_result
 from kvcal.fit.tables import ProbeTable
 from kvcal.records import FIT_DEFAULTS, FitResult

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcal.fit.wins import per_length, pull_won_from
 from kvcal.fit.breakeven import RECOMPUTE_ALWAYS
 from kvcal.fit.curves import LegFit
 from kvcal.fit.drift import describe as describe_trend
 from kvcal.fit.hygiene import WARMUP_NOTE, warmup_test
-from kvcal.fit.modes import TOO_FEW_NOTE, describe as describe_mode, describe_unresolved
+from kvcal.fit.modes import TOO_FEW_NOTE, describe_unresolved
+from kvcal.fit.modes import describe as describe_mode
 from kvcal.fit.tables import ProbeTable
+from kvcal.fit.wins import per_length, pull_won_from
 from kvcal.records import FitResult
 
 SHOW_PROBES = 5

@@ -25,9 +25,9 @@ from kvcal.fit.classes import with_links
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import load_fit, looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
-from kvcal.userfiles import check_input
 from kvcal.records import FIT_DEFAULTS, FitResult, RunManifest, RunSetup
 from kvcal.runfolder import RunFolder, run_folders_in
+from kvcal.userfiles import check_input
 
 log = logging.getLogger(__name__)
 

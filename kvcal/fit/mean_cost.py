@@ -130,17 +130,18 @@ def summarise(legs: dict[str, LegData], coefs: dict[str, np.ndarray], pull_mode:
     rec, pull = (leg_mean(legs[name], np.asarray(coefs[name], dtype=float), z) for name in ("recompute", "pull"))
     rows = []
     for n in sorted(set(rec.lengths.tolist()) | set(pull.lengths.tolist())):
-        values = {}
+        ms: dict[str, float | None] = {}
+        misfit: dict[str, bool] = {}
         for name, leg in (("recompute", rec), ("pull", pull)):
             hit = np.flatnonzero(leg.lengths == n)
             if not hit.size:
-                values[name], values[f"{name}_misfit"] = None, False
+                ms[name], misfit[name] = None, False
                 continue
             k = int(hit[0])
             mean_ms = float(cost_ms(coefs[name], float(n))) * leg.bulk * math.exp(float(leg.offsets[k]))
-            values[name], values[f"{name}_misfit"] = float(f"{mean_ms:.6g}"), bool(leg.misfit[k])
-        rows.append(MeanLength(prefix_tokens=int(n), recompute_ms=values["recompute"], pull_ms=values["pull"],
-                               recompute_misfit=values["recompute_misfit"], pull_misfit=values["pull_misfit"]))
+            ms[name], misfit[name] = float(f"{mean_ms:.6g}"), bool(leg.misfit[k])
+        rows.append(MeanLength(prefix_tokens=int(n), recompute_ms=ms["recompute"], pull_ms=ms["pull"],
+                               recompute_misfit=misfit["recompute"], pull_misfit=misfit["pull"]))
     m_r, m_p = (1.0, 1.0) if medians else scales(rec, pull, pull_mode)
     return MeanCostSummary(recompute_scale=_sig(m_r), pull_scale=_sig(m_p),
                            recompute_scale_se=_sig(rec.scale_se), pull_scale_se=_sig(pull.scale_se), per_length=rows)

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from kvcal import __version__
+from kvcal.cost_curve import COEFS, cost_ms
 from kvcal.fit.bootstrap import BootstrapResult
 from kvcal.fit.breakeven import STATUSES, break_even_tokens, classify, classify_many, interval, status_warning
-from kvcal.cost_curve import COEFS, cost_ms
 from kvcal.fit.curves import LegFit
-from kvcal.records import BootstrapSummary, CurveFit, FitResult
 from kvcal.fit.tables import ProbeTable
+from kvcal.records import BootstrapSummary, CurveFit, FitResult
 
 MEASURED_DISAGREE_MIN = 0.05  # a fitted winner contradicting the medians is reported when they differ by > 5%
 
@@ -46,7 +46,7 @@ def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: Boots
 
     ci: list[float] | None = None
     boot_summary: dict[str, Any] = {"n_resamples": 0, "seed": seed}
-    coef_ci: dict[str, dict[str, list[float]]] = {"recompute": {}, "pull": {}}
+    coef_ci: dict[str, dict[str, list[float | None]]] = {"recompute": {}, "pull": {}}
     if boot is not None:
         low, high = interval(boot.break_even, confidence)
         if boot.break_even_upper is not None:  # a stall or a mode: the union of the fast and the mean-cost intervals
@@ -95,7 +95,7 @@ def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: Boots
         pull=_curve(pull, coef_ci["pull"]),
         block_size=table.block_size,
         warnings=warnings,
-        n_probes=int(len(table.probes)),
+        n_probes=len(table.probes),
         n_invalid_excluded=table.n_invalid_excluded,
         smallest_pull_win_tokens=smallest_pull_win(table),
         pull_bandwidth_gbps=pull_bandwidth_gbps(table),
@@ -108,7 +108,7 @@ def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: Boots
     )
 
 
-def _curve(fit: LegFit, ci: dict[str, list[float]]) -> CurveFit:
+def _curve(fit: LegFit, ci: dict[str, list[float | None]]) -> CurveFit:
     chosen = fit.chosen_fit
     alternatives = {
         m: {**dict(zip(COEFS, (sig6(v) for v in f.coef))), "wsse": sig6(f.wsse), "n_params": f.n_params}

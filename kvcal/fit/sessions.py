@@ -30,7 +30,8 @@ def session_cost(records: Iterable[ProbeRecord], pull: CurveFit, confidence: flo
     first_tries = [r for r in cold if r.attempt == 0]
     if not first_tries:
         return None
-    excess = np.array([r.ttft_ms - float(cost_ms(pull.coefficients, r.prefix_tokens)) for r in first_tries])
+    excess = np.array([float(r.ttft_ms or 0.0) - float(cost_ms(pull.coefficients, r.prefix_tokens))
+                       for r in first_tries])  # ttft_ms is set: cold holds only valid, timed pulls
     mean = float(excess.mean())
     interval = None
     if len(excess) >= 2:

@@ -34,14 +34,14 @@ import numpy as np
 import pandas as pd
 
 from kvcal.errors import InputError
-from kvcal.records import FitSource, HostDisturbance, Leg, ProbeRecord, RunSetup
 from kvcal.fit.costmodel import LoadedProbes, split_loaded
-from kvcal.runfolder import pulls_by_proof
 from kvcal.fit.fields import MAX_INT, int_field, leg_field, parse_number, time_field, time_order
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
-from kvcal.fit.run_records import run_records, start_times
 from kvcal.fit.recipe import check_verdict, unstamped
+from kvcal.fit.run_records import run_records, start_times
 from kvcal.host_busy import resource_of, summarise
+from kvcal.records import FitSource, HostDisturbance, Leg, ProbeRecord, RunSetup
+from kvcal.runfolder import pulls_by_proof
 from kvcal.userfiles import read_text
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class ProbeTable:
     def kv_bytes_per_token(self) -> int | None:
         return self.setup.kv_bytes_per_token
 
-    def with_setup(self, setup: RunSetup) -> "ProbeTable":
+    def with_setup(self, setup: RunSetup) -> ProbeTable:
         """The same probes under another setup (e.g. one the flags supplied); length warnings follow its block size."""
         warnings = tuple(w for w in self.warnings if w not in _length_warnings(self.probes, self.block_size))
         # replace(): the time order's source, the duplicates and the rest travel with the probes
@@ -227,8 +227,8 @@ def _load_csv(path: Path, text: str) -> ProbeTable:
         flags = frame["valid"].str.strip().str.lower()
         bad = ~flags.isin(["true", "false", "1", "0", "yes", "no"])
         if bad.any():
-            row = int(np.argmax(bad.to_numpy())) + 2
-            raise InputError(f"{path} row {row}: valid must be true or false, got '{frame['valid'].iloc[row - 2]}'")
+            line = int(np.argmax(bad.to_numpy())) + 2
+            raise InputError(f"{path} row {line}: valid must be true or false, got '{frame['valid'].iloc[line - 2]}'")
         keep = flags.isin(["true", "1", "yes"]).to_numpy()
         n_invalid = int((~keep).sum())
         frame = frame[keep]

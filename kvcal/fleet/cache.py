@@ -38,7 +38,7 @@ class FleetIndex:
 class PodCache:
     """One pod's two tiers; ``charge`` is what an entry occupies (its tokens past a shared system prompt)."""
 
-    __slots__ = ("pod", "index", "gpu", "cpu", "gpu_cap", "cpu_cap", "gpu_used", "cpu_used")
+    __slots__ = ("cpu", "cpu_cap", "cpu_used", "gpu", "gpu_cap", "gpu_used", "index", "pod")
 
     def __init__(self, pod: int, index: FleetIndex, gpu_tokens: int, cpu_tokens: int) -> None:
         self.pod, self.index = pod, index

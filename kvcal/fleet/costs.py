@@ -55,7 +55,7 @@ class FleetCosts:
     busy_queue: int = 1_000_000_000
     links: dict[str, LinkClass] | None = None  # a fit with link classes: each class's pull (kvcal.fleet.links)
 
-    def for_link(self, link: LinkClass | None) -> "FleetCosts":
+    def for_link(self, link: LinkClass | None) -> FleetCosts:
         """These costs with the pull of ``link``'s class (None: the fit's one pull)."""
         return self if link is None else replace(self, pull=link.pull)
 

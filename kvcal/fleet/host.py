@@ -10,7 +10,8 @@ event loop drops the stale ends (an end is valid only at the pod's ``step_due``)
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 
 class Stepping(Protocol):

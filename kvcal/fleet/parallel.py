@@ -18,8 +18,9 @@ import multiprocessing
 import os
 import signal
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kvcal.errors import InputError
 

@@ -6,11 +6,11 @@ calibration's bootstrap resamples) and the interval at the fit's confidence over
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FLEET_SCHEMA = "kvcal.fleet/1"
+FLEET_SCHEMA: Final = "kvcal.fleet/1"
 
 
 class Figure(BaseModel):

@@ -7,7 +7,7 @@ then the study's size against its cap (said on stderr before the first run), the
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -17,8 +17,20 @@ from kvcal.fleet.choose import BEST_RULE, RECOMMENDED_RULE, Candidate, Choice, c
 from kvcal.fleet.result import Figure, FleetResult, FleetRow, LoadResult
 from kvcal.fleet.settings import FleetConfig
 from kvcal.fleet.size import check_cap, check_completes, study_size
-from kvcal.fleet.study import (PolicyRuns, Progress, Study, Tick, auto_thresholds, block_of, by_policy, cost_sets,
-                               idle_threshold, plan_runs, policies, run_all)
+from kvcal.fleet.study import (
+    PolicyRuns,
+    Progress,
+    Study,
+    Tick,
+    auto_thresholds,
+    block_of,
+    by_policy,
+    cost_sets,
+    idle_threshold,
+    plan_runs,
+    policies,
+    run_all,
+)
 from kvcal.fleet.workload import Workload, load_workload
 from kvcal.records import FitResult
 

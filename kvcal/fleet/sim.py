@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
 
 import numpy as np
 
 from kvcal.fleet.cache import FleetIndex, PodCache
 from kvcal.fleet.costs import FleetCosts
-from kvcal.fleet.links import PairLinks
 from kvcal.fleet.host import SharedHost
+from kvcal.fleet.links import PairLinks
 from kvcal.fleet.router import Policy, Route, route
 from kvcal.fleet.traffic import Session, Traffic, TurnRequest
 from kvcal.fleet.workload import Workload
@@ -33,9 +34,25 @@ TICK_EVERY_EVENTS = 1 << 16  # on_tick's period: rare enough to cost nothing, of
 
 
 class Pod:
-    __slots__ = ("id", "cache", "waiting", "pending", "decoding", "step_no", "busy", "finishing", "link_free_ms",
-                 "busy_ms", "prefilling", "kv_held", "to_post", "landed", "step_due", "step_version",
-                 "work_left_ms")
+    __slots__ = (
+        "busy",
+        "busy_ms",
+        "cache",
+        "decoding",
+        "finishing",
+        "id",
+        "kv_held",
+        "landed",
+        "link_free_ms",
+        "pending",
+        "prefilling",
+        "step_due",
+        "step_no",
+        "step_version",
+        "to_post",
+        "waiting",
+        "work_left_ms",
+    )
 
     def __init__(self, pod: int, cache: PodCache) -> None:
         self.id, self.cache = pod, cache
@@ -120,7 +137,7 @@ class FleetSim:
         for at_ms, kind, item in self.traffic.initial_events():
             self.push(at_ms, kind, item)
         self.push(self.start_ms, SAMPLE)
-        handlers = {ARRIVE: self._arrive, READY: self._ready, STEP_END: self._step_end, SAMPLE: self._sample,
+        handlers: dict[int, Callable[[float, Any], None]] = {ARRIVE: self._arrive, READY: self._ready, STEP_END: self._step_end, SAMPLE: self._sample,
                     NEW_SESSION: self._new_session, LANDED: self._landed, SHARED_STEP_END: self._shared_step_end}
         events, end, tick, count = self.events, self.end_ms, self.on_tick, 0
         while events:

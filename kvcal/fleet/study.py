@@ -10,8 +10,8 @@ sees the same sessions: common random numbers, which the paired comparison of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 from pydantic import ValidationError
@@ -28,7 +28,7 @@ ARRIVE, NEW_SESSION = 0, 4  # kvcal.fleet.sim's event kinds
 
 
 class Session:
-    __slots__ = ("id", "key", "sys_key", "sys_tokens", "turns_left", "history", "rng", "turn")
+    __slots__ = ("history", "id", "key", "rng", "sys_key", "sys_tokens", "turn", "turns_left")
 
     def __init__(self, sid: int, sys_id: int, sys_tokens: int, turns: int, rng: np.random.Generator) -> None:
         self.id, self.key, self.sys_key = sid, ("s", sid), ("p", sys_id)
@@ -37,7 +37,7 @@ class Session:
 
 
 class TurnRequest:
-    __slots__ = ("rid", "session", "arrival_ms", "prompt", "output", "done", "pod", "met_slo", "counted", "admitted", "hand_to")
+    __slots__ = ("admitted", "arrival_ms", "counted", "done", "hand_to", "met_slo", "output", "pod", "prompt", "rid", "session")
 
     def __init__(self, rid: int, session: Session, arrival_ms: float, prompt: int, output: int) -> None:
         self.rid, self.session, self.arrival_ms, self.prompt, self.output = rid, session, arrival_ms, prompt, output
@@ -133,7 +133,7 @@ class Traffic:
         assert arrival is not None
         if arrival.rate is not None:
             return [(self.arrival_rng.exponential(1e3 / arrival.rate), NEW_SESSION, None)]
-        return [(float(self.arrival_rng.uniform(0, 1e3)), NEW_SESSION, None) for _ in range(arrival.concurrency)]
+        return [(float(self.arrival_rng.uniform(0, 1e3)), NEW_SESSION, None) for _ in range(arrival.concurrency or 0)]
 
     def _replay(self) -> list:
         assert self.trace is not None and self.w.trace is not None

@@ -23,7 +23,10 @@ class Strict(BaseModel):
     # strict: a number written as a string ("3") is refused, as a bool is, rather than read as a number.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
-    _no_bool_numbers = model_validator(mode="before")(classmethod(refuse_bool_numbers))
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        return refuse_bool_numbers(cls, data)
 
 
 class Dist(Strict):
@@ -44,7 +47,7 @@ class Dist(Strict):
         return data
 
     @model_validator(mode="after")
-    def _parameters(self) -> "Dist":
+    def _parameters(self) -> Dist:
         needs = {"constant": ("value",), "uniform": ("min", "max"), "exponential": ("mean",), "lognormal": ("mean", "cv")}
         given = {k for k in ("value", "min", "max", "mean", "cv") if getattr(self, k) is not None}
         want = set(needs[self.dist])
@@ -59,11 +62,11 @@ class Dist(Strict):
         if self.dist == "constant":
             return float(self.value)  # type: ignore[arg-type]
         if self.dist == "uniform":
-            return float(rng.uniform(self.min, self.max))  # type: ignore[arg-type]
+            return float(rng.uniform(self.min, self.max))
         if self.dist == "exponential":
             return float(rng.exponential(self.mean)) if self.mean else 0.0
-        sigma2 = math.log1p(self.cv**2)  # type: ignore[operator]
-        mu = math.log(max(self.mean, 1e-9)) - sigma2 / 2  # type: ignore[arg-type]
+        sigma2 = math.log1p((self.cv or 0.0) ** 2)  # a lognormal's cv and mean are required by its validator
+        mu = math.log(max(self.mean or 0.0, 1e-9)) - sigma2 / 2
         return float(rng.lognormal(mu, math.sqrt(sigma2)))
 
     def expected(self) -> float:
@@ -90,7 +93,7 @@ class Arrival(Strict):
     concurrency: int | None = Field(None, ge=1, le=1_000_000, description="Sessions kept active: a new one starts as one ends.")
 
     @model_validator(mode="after")
-    def _one(self) -> "Arrival":
+    def _one(self) -> Arrival:
         if (self.rate is None) == (self.concurrency is None):
             raise ValueError("give exactly one of rate (sessions per second) or concurrency (active sessions)")
         return self
@@ -160,7 +163,7 @@ class Workload(Strict):
     slo: Slo = Field(Slo(), description="The TTFT objective that goodput counts.")
 
     @model_validator(mode="after")
-    def _source(self) -> "Workload":
+    def _source(self) -> Workload:
         if self.trace is None and (self.arrival is None or self.sessions is None):
             raise ValueError("give arrival and sessions, or a trace to replay")
         if self.trace is not None and (self.arrival is not None or self.sessions is not None):
@@ -174,7 +177,7 @@ class Workload(Strict):
             raise ValueError("link_classes: each class's share of the pod pairs lies in 0-1 and they sum to 1")
         return self
 
-    def with_overrides(self, *, rate: float | None = None, duration_s: float | None = None) -> "Workload":
+    def with_overrides(self, *, rate: float | None = None, duration_s: float | None = None) -> Workload:
         """``--rate`` replaces the arrival (a closed loop becomes an open stream); ``--duration`` the length."""
         update: dict = {}
         if rate is not None:

@@ -54,7 +54,7 @@ def bytes_check(fit: FitResult, observed: Observed) -> Check:
     name, tolerance = "bytes_per_pulled_token", f"{BYTES_TOLERANCE:.0%} of the fit's KV bytes per token"
     kv = fit.setup.kv_bytes_per_token if fit.setup is not None else None
     predicted = [float(kv), float(kv)] if kv else None
-    if predicted is None:
+    if predicted is None or kv is None:
         return _unknown(name, observed, None, tolerance, "the fit does not record its KV bytes per token")
     if observed.value is None:
         return _unknown(name, observed, predicted, tolerance, observed.missing or "not observed")

@@ -110,7 +110,7 @@ class PrometheusClient:
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> "PrometheusClient":
+    def __enter__(self) -> PrometheusClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

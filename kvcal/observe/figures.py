@@ -22,8 +22,17 @@ import numpy as np
 
 from kvcal.observe.client import PrometheusClient, Series
 from kvcal.observe.result import Figures, Observed
-from kvcal.observe.series import (LOOKBACK_S, History, Increase, Window, bucket_counts, by_pod, gauge_readings,
-                                  histogram_quantile, summed)
+from kvcal.observe.series import (
+    LOOKBACK_S,
+    History,
+    Increase,
+    Window,
+    bucket_counts,
+    by_pod,
+    gauge_readings,
+    histogram_quantile,
+    summed,
+)
 
 QUERIES = {
     "prompt_tokens": "vllm:prompt_tokens_total",
@@ -154,13 +163,13 @@ def _share(part: Increase | None, total: Increase | None, what: str) -> Observed
 
 
 def _bytes_per_token(parts: list[PodParts]) -> Observed:
-    with_bytes = [p for p in parts if p.pulled_bytes is not None and p.pulled is not None]
+    with_bytes = [(p.pulled_bytes, p.pulled) for p in parts if p.pulled_bytes is not None and p.pulled is not None]
     if not with_bytes:
         return Observed(value=None, samples=0, missing=f"no P2P read counter ({QUERIES['tier_p2p_bytes']}) nor NIXL "
                         f"histogram ({QUERIES['nixl_bytes']}) is exposed: P2P is not enabled on these pods")
-    moved = sum(p.pulled_bytes.value for p in with_bytes)
-    pulled = sum(p.pulled.value for p in with_bytes)
-    samples = sum(p.pulled_bytes.samples for p in with_bytes)
+    moved = sum(moved_bytes.value for moved_bytes, _ in with_bytes)
+    pulled = sum(tokens.value for _, tokens in with_bytes)
+    samples = sum(moved_bytes.samples for moved_bytes, _ in with_bytes)
     if pulled <= 0:
         return Observed(value=None, samples=samples, missing="no prompt token was pulled from a peer in the window")
     return Observed(value=moved / pulled, samples=samples)

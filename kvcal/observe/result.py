@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-OBSERVE_SCHEMA = "kvcal.observe/1"
+OBSERVE_SCHEMA: Final = "kvcal.observe/1"
 FIGURE_NAMES = ("pull_share", "local_hit_share", "computed_share", "bytes_per_pulled_token", "ttft_p50_ms",
                 "ttft_p90_ms", "ttft_p99_ms", "queue_p90", "requests_per_s")
 

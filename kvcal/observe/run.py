@@ -122,7 +122,8 @@ def load_prediction(config: ObserveConfig) -> Prediction:
         except ValueError as err:
             raise InputError(f"{config.fleet_path} is not a kvcal fleet --json result: "
                              f"{str(err).splitlines()[0]}") from None
-        fleet_row(fleet, deployed)
+        if deployed is not None:  # checked above: --fleet comes with a deployed threshold
+            fleet_row(fleet, deployed)
     fit = load_input(config.fit_path) if config.fit_path is not None else None
     return Prediction(fit=fit, fleet=fleet, deployed=deployed)
 

@@ -76,7 +76,7 @@ class History:
     created: dict[tuple, tuple[tuple[float, float], ...]]
 
     @classmethod
-    def of(cls, groups: Iterable[list[Series]], created: list[Series]) -> "History":
+    def of(cls, groups: Iterable[list[Series]], created: list[Series]) -> History:
         seen: dict[str, float] = {}
         for group in groups:
             for series in group:

@@ -35,17 +35,20 @@ never gated on: the break-even is the quantity production depends on.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from scipy.stats import norm
 
 from kvcal.errors import InputError
 from kvcal.records import CurveFit, FitResult
-from kvcal.report.deployed import DeployedCheck, as_tokens as _as_tokens, deployed_check, pair as _pair
+from kvcal.report.deployed import DeployedCheck, deployed_check
+from kvcal.report.deployed import as_tokens as _as_tokens
+from kvcal.report.deployed import pair as _pair
 from kvcal.report.runs import LoadedRun
 
 log = logging.getLogger(__name__)
@@ -150,17 +153,18 @@ def compare_runs(
 
 def _break_even_verdict(base: FitResult, cur: FitResult, tol: float, confidence: float, rng: np.random.Generator):
     bs, cs = base.status, cur.status
-    row_kw = dict(quantity="break-even", unit="tokens", baseline=base.break_even_tokens, current=cur.break_even_tokens,
-                  baseline_ci=_pair(base.break_even_ci), current_ci=_pair(cur.break_even_ci))
+    make_row = functools.partial(Row, quantity="break-even", unit="tokens", baseline=base.break_even_tokens,
+                                 current=cur.break_even_tokens, baseline_ci=_pair(base.break_even_ci),
+                                 current_ci=_pair(cur.break_even_ci))
     if cs == "recompute-always-wins" and bs != cs:
-        row = Row(**row_kw, note=f"status {bs} -> {cs}")
+        row = make_row(note=f"status {bs} -> {cs}")
         return row, True, "status", f"REGRESSION: pull no longer wins at any measured length (was {bs})", []
     if bs == cs and bs != "crossover":
         why = "pull never wins in either run" if bs == "recompute-always-wins" else "pull wins at every length in both runs"
-        row = Row(**row_kw, note=f"no break-even in either run ({bs})")
+        row = make_row(note=f"no break-even in either run ({bs})")
         return row, False, "none", f"OK: {why}; no break-even to compare, coefficients compared below", []
     if bs == "recompute-always-wins":
-        row = Row(**row_kw, note=f"status {bs} -> {cs}")
+        row = make_row(note=f"status {bs} -> {cs}")
         return row, False, "none", "OK: pull now wins where it never did; consider enabling P2P with a new threshold", []
 
     b_point, c_point = _be_point(base), _be_point(cur)
@@ -181,7 +185,7 @@ def _break_even_verdict(base: FitResult, cur: FitResult, tol: float, confidence:
     if bs != cs:
         side, fit = ("baseline", base) if bs != "crossover" else ("current", cur)
         status_note = f"status {bs} -> {cs}; the {side} counted at {_be_point_text(fit)}"
-    row = Row(**row_kw, change_rel=ratio - 1.0, change_ci=change_ci, significant=significant, note=status_note)
+    row = make_row(change_rel=ratio - 1.0, change_ci=change_ci, significant=significant, note=status_note)
     regression = moved and significant is not False
     direction = "none" if not regression else ("up" if ratio > 1 else "down")
     pct = f"{(ratio - 1) * 100:+.1f}%"

@@ -190,16 +190,17 @@ def plot_history(entries: list[HistoryEntry]):
     x = np.arange(len(entries))
     fits = [e.run.fit for e in entries]
     crossing = [i for i, f in enumerate(fits) if f.status == "crossover" and f.break_even_tokens is not None]
-    be = np.array([fits[i].break_even_tokens for i in crossing], dtype=float)
-    lo = np.array([(fits[i].break_even_ci or [fits[i].break_even_tokens] * 2)[0] for i in crossing], dtype=float)
-    hi = np.array([(fits[i].break_even_ci or [fits[i].break_even_tokens] * 2)[1] for i in crossing], dtype=float)
+    points = [float(fits[i].break_even_tokens or 0.0) for i in crossing]  # crossing: break-even not None
+    be = np.array(points, dtype=float)
+    lo = np.array([(fits[i].break_even_ci or [p, p])[0] for i, p in zip(crossing, points)], dtype=float)
+    hi = np.array([(fits[i].break_even_ci or [p, p])[1] for i, p in zip(crossing, points)], dtype=float)
     open_above = ~np.isfinite(hi)
     hi = np.where(open_above, be * 3.0, hi)  # an interval open above is drawn to 3x and marked
     ax_be.errorbar(x[crossing], be, yerr=np.vstack([be - lo, hi - be]), fmt="o-", color="tab:purple", capsize=4,
                    label="break-even")
-    for i, is_open in zip(crossing, open_above):
+    for i, point, is_open in zip(crossing, points, open_above):
         if is_open:
-            ax_be.annotate("interval open above", (i, fits[i].break_even_tokens * 3.0), fontsize=7, ha="center")
+            ax_be.annotate("interval open above", (i, point * 3.0), fontsize=7, ha="center")
     for i, fit in enumerate(fits):
         if fit.status != "crossover":
             ax_be.annotate(fit.status, (i, 0), xycoords=("data", "axes fraction"), xytext=(0, 4),

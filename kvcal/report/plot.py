@@ -24,14 +24,14 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from kvcal.errors import InputError
-from kvcal.outputs import replacing, written_through
-from kvcal.fit import curve_ms, load_fit_input
 from kvcal.cost_curve import cost_ms
+from kvcal.errors import InputError
+from kvcal.fit import curve_ms, load_fit_input
 from kvcal.fit.costmodel import coef_samples
-from kvcal.report.plot_load import cost_model_line, draw_by_state
-from kvcal.records import FIT_DEFAULTS, FitResult, SlowMode
 from kvcal.fit.tables import ProbeTable, load_class_table
+from kvcal.outputs import replacing, written_through
+from kvcal.records import FIT_DEFAULTS, FitResult, SlowMode
+from kvcal.report.plot_load import cost_model_line, draw_by_state
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def default_title(fit: FitResult) -> str:
 def grid(fit: FitResult, *, log_x: bool = False, points: int = 200) -> np.ndarray:
     """Lengths to draw the curves at: the measured range, stretched to show an extrapolated break-even."""
     low, high = fit.measured_range
-    ends = [high]
+    ends: list[float] = [high]
     if fit.break_even_tokens is not None:
         ends.append(fit.break_even_tokens)
     if fit.break_even_ci:
@@ -198,11 +198,11 @@ def draw_run(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, color
             fast = ~slow & ~aside
             ax.plot(rows["prefix_tokens"][fast], rows["ttft_ms"][fast], marker, color=c, ms=4, alpha=0.6, ls="none",
                     label=f"{prefix}{leg} probes")
-            if slow.any():
+            if slow.any() and mode is not None:
                 ax.plot(rows["prefix_tokens"][slow], rows["ttft_ms"][slow], marker, color=c, mfc="none", ms=7,
                         ls="none", label=f"{prefix}{leg} slow mode ({mode.share:.0%} of probes, {mode.ratio:.2g}x)")
-            if aside.any():
-                held = fit.unresolved_slow
+            held = fit.unresolved_slow
+            if aside.any() and held is not None:
                 ax.plot(rows["prefix_tokens"][aside], rows["ttft_ms"][aside], "x", color=c, ms=8, mew=1.5, ls="none",
                         label=f"{prefix}{leg} set aside ({held.n_slow} of {held.n_probes}, {held.ratio:.2g}x): "
                               "a stall or a slow mode, too few to tell")

@@ -11,5 +11,5 @@ def fmt_value(value: float | None, unit: str = "") -> str:
     return f"{value:.4g}"
 
 
-def fmt_ci(ci: tuple[float, float] | None, unit: str = "") -> str:
+def fmt_ci(ci: tuple[float, ...] | None, unit: str = "") -> str:
     return "—" if ci is None else f"[{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}]"

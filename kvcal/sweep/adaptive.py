@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from kvcal.fit import fit_table
 from kvcal.fit.tables import ProbeTable
@@ -48,7 +48,7 @@ from kvcal.records import FIT_DEFAULTS, FitResult, FitSettings, Leg, Record
 from kvcal.sweep import design
 from kvcal.sweep.regret_stop import Judge, Verdict, meets, width_mc_error, win_proof
 
-ADAPTIVE_SCHEMA = "kvcal.adaptive/1"
+ADAPTIVE_SCHEMA: Final = "kvcal.adaptive/1"
 FIT_SETTINGS = FIT_DEFAULTS.model_dump()  # kvcal fit's defaults, as keyword arguments: the contract
 DEFAULT_MAX_PROBES = 400
 # Residual df of the weaker leg before an interval may stop a campaign (the seed has 2). A
@@ -125,7 +125,7 @@ class AdaptiveState(Record):
     n_probes: int = 0
     engine_seconds: float = 0.0
 
-    model_config = {"extra": "forbid", "frozen": True, "populate_by_name": True}
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 def relative_width(fit: FitResult) -> float | None:
@@ -161,9 +161,9 @@ def settled_reason(fit: FitResult, rules: StopRules, low: int, high: int, measur
     bounds = fit.bootstrap.break_even_ci_bounds or [None, None]
     if fit.status == "pull-always-wins" and low in measured and bounds[1] is not None and bounds[1] <= low:
         return "pull-wins-at-shortest"
-    if fit.status == "recompute-always-wins" and high in measured and fit.bootstrap.n_resamples:
-        if bounds[0] is None or bounds[0] >= high:
-            return "recompute-wins-to-longest"
+    if (fit.status == "recompute-always-wins" and high in measured and fit.bootstrap.n_resamples
+            and (bounds[0] is None or bounds[0] >= high)):
+        return "recompute-wins-to-longest"
     return None
 
 
@@ -230,6 +230,7 @@ class Controller:
         if room <= 0:
             return self._final_step(table, fit, verdict, "max-probes")
         extend = design.extension(self.grid, _medians(table), fit.break_even_tokens if fit is not None else None)
+        kind: Literal["seed", "extend", "design"]
         if extend or fit is None:
             kind, choices = "extend", extend or design.seed_design(self.grid)
         elif top_up := self._top_up(table, fit, verdict, measured, round_index):

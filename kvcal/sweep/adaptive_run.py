@@ -22,13 +22,21 @@ from pydantic import ValidationError
 from kvcal.engines.base import EnginePair
 from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
-from kvcal.sweep import design, reach
-from kvcal.sweep.adaptive import (DEFAULT_MAX_PROBES, FIT_SETTINGS, AdaptiveState, Controller, RoundSummary, Step,
-                                  StopRules, relative_width)
-from kvcal.sweep.regret_stop import Judge, width_mc_error
-from kvcal.settings import SweepConfig, adaptive_rule_fields
-from kvcal.sweep.plan import PlannedProbe, validate_prefix_lengths
 from kvcal.runfolder import RunFolder, atomic_write
+from kvcal.settings import SweepConfig, adaptive_rule_fields
+from kvcal.sweep import design, reach
+from kvcal.sweep.adaptive import (
+    DEFAULT_MAX_PROBES,
+    FIT_SETTINGS,
+    AdaptiveState,
+    Controller,
+    RoundSummary,
+    Step,
+    StopRules,
+    relative_width,
+)
+from kvcal.sweep.plan import PlannedProbe, validate_prefix_lengths
+from kvcal.sweep.regret_stop import Judge, width_mc_error
 from kvcal.sweep.session import ProbeSession, SweepOutcome
 
 log = logging.getLogger(__name__)
@@ -149,7 +157,7 @@ class AdaptiveCampaign:
     def finished(self, session: ProbeSession) -> None:
         return None
 
-    def outcome(self, base: SweepOutcome) -> "AdaptiveOutcome":
+    def outcome(self, base: SweepOutcome) -> AdaptiveOutcome:
         state = self.state
         assert state is not None
         return AdaptiveOutcome(

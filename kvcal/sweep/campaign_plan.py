@@ -28,25 +28,25 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from scipy import stats
 from scipy.optimize import nnls
 
 from kvcal.engines.sim import SimCosts, SimPair
 from kvcal.errors import InputError
-from kvcal.estimate.predict import PredictSettings, build_cost_model
 from kvcal.estimate.hfconfig import load_model
+from kvcal.estimate.predict import PredictSettings, build_cost_model
 from kvcal.estimate.profiles import load_profiles
 from kvcal.fit import fit_table, load_or_fit
 from kvcal.fit.bootstrap import t_quantile
+from kvcal.fit.ladder import lengths_below
 from kvcal.fit.tables import from_rows
 from kvcal.records import FIT_DEFAULTS, FitResult, Leg, Record, RunSetup
+from kvcal.runfolder import RunFolder
 from kvcal.sweep.adaptive import FIT_SETTINGS, Controller, StopRules, relative_width
 from kvcal.sweep.design import allowed_range
-from kvcal.sweep.regret_stop import Judge
 from kvcal.sweep.plan import default_prefix_lengths
-from kvcal.fit.ladder import lengths_below
-from kvcal.runfolder import RunFolder
+from kvcal.sweep.regret_stop import Judge
 
 PLAN_SCHEMA = "kvcal.plan/1"
 DEFAULT_LIMIT = 65536  # a prior fit whose run does not say its model limit: kvcal sweep's sim default
@@ -98,7 +98,7 @@ class Summary(Record):
     width_median: float | None
     reached_target_share: float
     coverage: float | None
-    stop_reasons: dict[str, float] = {}
+    stop_reasons: dict[str, float] = Field(default_factory=dict)
     regret_median: float | None = None
 
 
@@ -211,7 +211,7 @@ def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: l
 
     def reached(k: int, resamples: int | None) -> bool:
         width = relative_width(fit(k, resamples)[0])
-        return width is not None and width <= target
+        return width is not None and target is not None and width <= target
 
     if target is None:
         result, n, engine_ms = fit(reps, None)

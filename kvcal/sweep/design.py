@@ -45,13 +45,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import t_quantile
-from kvcal.records import FitResult, Leg
 from kvcal.fit.ladder import pull_floor
+from kvcal.records import FitResult, Leg
 
 GRID_RATIO = 2 ** 0.25
 # The seed's second length is 2x the shortest; the climb then looks 4x longer while the
@@ -283,7 +284,7 @@ def choose_batch(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list
                 break
             if target_width is not None and 2.0 * math.sqrt(squared_width) <= target_width * centre:
                 break
-        best = None
+        best: tuple[float, Any, int, float, float, np.ndarray] | None = None
         for leg, state in legs.items():
             cut, w = _pair_cut(state, invs[leg], at_targets[leg], at_cand[leg], cand, slope2)
             gained = np.where(np.isin(cand, sorted(lengths[leg])), PAIR, PAIR - 1)
@@ -293,6 +294,7 @@ def choose_batch(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list
             k = int(np.argmax(score))
             if best is None or score[k] > best[0]:
                 best = (score[k], state, k, cut[k] / max(totals[leg], 1e-300), w[k], at_cand[leg][k])
+        assert best is not None  # legs is never empty
         _, state, k, share, w_k, f_k = best
         state.info = state.info + w_k * np.outer(f_k, f_k)
         n_k = int(cand[k])

@@ -118,7 +118,7 @@ class GpuMonitor:
         self._at = -1e9
         self._nvml: Any = None
         with contextlib.suppress(Exception):
-            import pynvml  # type: ignore[import-not-found]
+            import pynvml
 
             pynvml.nvmlInit()
             self._nvml = pynvml

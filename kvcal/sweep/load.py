@@ -41,6 +41,7 @@ request fails ends the run with an EngineError at the next probe.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -158,7 +159,7 @@ class BackgroundStream:
         while not self._stop.is_set():
             try:
                 self.target.serve_background(self.tokens(), self.max_tokens, self._stop)
-            except BaseException as err:  # noqa: BLE001 - reported to the owner, which ends the run
+            except BaseException as err:
                 if not self._stop.is_set():
                     self.error = err
                 return
@@ -197,7 +198,7 @@ class LoadController:
         self._per_role: dict[Role, int] = {}
         self._probe_reads: dict[Role, list[bool]] = {}
 
-    def __enter__(self) -> "LoadController":
+    def __enter__(self) -> LoadController:
         if self.loaded:
             self._targets = {role: self.pair.load_target(role) for role in ("producer", "consumer")}
         return self
@@ -234,7 +235,7 @@ class LoadController:
         for _ in range(count):
             prompts = self._prompt_maker(self._stream_count)
             self._stream_count += 1
-            stream = BackgroundStream(self._targets[role], lambda p=prompts: p(n_tokens),
+            stream = BackgroundStream(self._targets[role], functools.partial(prompts, n_tokens),
                                       self.config.background_max_tokens, f"kvcal-load-{role}-{self._stream_count}")
             self.streams.append(stream)
             stream.start()

@@ -24,15 +24,15 @@ import numpy as np
 
 from kvcal.engines.base import EnginePair, LegMeasurement
 from kvcal.errors import EngineError, GateError
+from kvcal.probe_checks import checked_record
+from kvcal.provenance import utc_now
 from kvcal.records import Leg, ProbeRecord
+from kvcal.runfolder import RunFolder
 from kvcal.settings import SweepConfig
 from kvcal.sweep.disturbance import HostMonitor
 from kvcal.sweep.load import LoadReading
 from kvcal.sweep.plan import PlannedProbe
-from kvcal.probe_checks import checked_record
 from kvcal.sweep.progress import SweepProgress
-from kvcal.provenance import utc_now
-from kvcal.runfolder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,7 @@ def attempt_once(ctx: ProbeContext, planned: PlannedProbe, attempt: int, *, sess
         ctx.monitor.before_probe()
     began = time.perf_counter()
     measured: LegMeasurement | None
+    reason: str | None
     try:
         measured = ctx.pair.measure(planned.leg, ctx.prompts.tokens(planned.prefix_tokens))
     except EngineError as err:

@@ -29,6 +29,7 @@ from kvcal.fit.ladder import floor_reason, lengths_below, lengths_to_add_above, 
 from kvcal.records import Leg, PlannedProbe, ProbeRecord
 from kvcal.sweep.plan import build_plan
 
+
 def leg_medians(records: list[ProbeRecord]) -> dict[int, tuple[float, float]]:
     """Length -> (recompute, pull) median TTFT over valid idle probes, for lengths both legs measured."""
     by: dict[tuple[int, Leg], list[float]] = {}

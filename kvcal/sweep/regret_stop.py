@@ -29,8 +29,8 @@ little more than one at the crossover, until the pull wins there measurably.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -18,20 +18,27 @@ from kvcal.engines.pairset import PairSet
 from kvcal.engines.sim import SimPair
 from kvcal.engines.vllm import pair_from_config
 from kvcal.errors import InputError
-from kvcal.sweep.adaptive_run import AdaptiveCampaign
-from kvcal.sweep.regret_stop import Judge
+from kvcal.provenance import host_provenance, utc_now
+from kvcal.records import RunManifest
+from kvcal.runfolder import RunFolder, completed_probe_ids
 from kvcal.settings import SweepConfig
+from kvcal.sweep import reach
+from kvcal.sweep.adaptive_run import AdaptiveCampaign
 from kvcal.sweep.load import plan_for
+from kvcal.sweep.lock import no_run_to_resume
 from kvcal.sweep.plan import PlannedProbe
 from kvcal.sweep.probe import gate  # noqa: F401  (the gate is part of the sweep's public face)
 from kvcal.sweep.progress import NullProgress, SweepProgress
-from kvcal.sweep import reach
-from kvcal.sweep.lock import no_run_to_resume
-from kvcal.records import RunManifest
-from kvcal.provenance import host_provenance, utc_now
-from kvcal.runfolder import RunFolder, completed_probe_ids
-from kvcal.sweep.session import (Campaign, PairFactory, PlannedCampaign, ProbeSession, SweepOutcome, explicit_lengths,
-                                 lengths_for)
+from kvcal.sweep.regret_stop import Judge
+from kvcal.sweep.session import (
+    Campaign,
+    PairFactory,
+    PlannedCampaign,
+    ProbeSession,
+    SweepOutcome,
+    explicit_lengths,
+    lengths_for,
+)
 from kvcal.sweep.validate import check_resume
 
 

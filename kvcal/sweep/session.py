@@ -23,14 +23,14 @@ from kvcal.engines.deadline import STOP
 from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError
 from kvcal.records import ProbeRecord, RunManifest
-from kvcal.sweep import coldstart, disturbance, reach, warmup
+from kvcal.runfolder import RunFolder, attempts_so_far, completed_probe_ids
 from kvcal.settings import SweepConfig
+from kvcal.sweep import coldstart, disturbance, reach, warmup
 from kvcal.sweep.load import LoadController, is_loaded, plan_for
 from kvcal.sweep.lock import claim_run_folder
 from kvcal.sweep.plan import PlannedProbe, default_prefix_lengths, validate_prefix_lengths
 from kvcal.sweep.probe import ProbeContext, PromptSource, probe_until_valid
 from kvcal.sweep.progress import SweepProgress
-from kvcal.runfolder import RunFolder, attempts_so_far, completed_probe_ids
 from kvcal.sweep.summary import write_summary
 
 log = logging.getLogger(__name__)
@@ -52,25 +52,25 @@ class SweepOutcome:
 class Campaign(Protocol):
     """Where a session's probes come from; the session does everything else."""
 
-    def check_lengths(self, pair: EnginePair) -> None:
+    def check_lengths(self, pair: EnginePair) -> object:
         """Refuse lengths the pair cannot serve (called before start-up too, when the limit is already known)."""
 
-    def first_plan(self, session: "ProbeSession", stored_plan: list[PlannedProbe] | None) -> list[PlannedProbe]:
+    def first_plan(self, session: ProbeSession, stored_plan: list[PlannedProbe] | None) -> list[PlannedProbe]:
         """The plan to start from, once the pair runs: the stored one on resume."""
 
     def warmup_tokens(self, plan: list[PlannedProbe]) -> int:
         """The length of the discarded prompt that warms the pair."""
 
-    def round_ends_after(self, session: "ProbeSession") -> bool:
+    def round_ends_after(self, session: ProbeSession) -> bool:
         """Whether to stop the probes under way after this one (and ask :meth:`next_probes`)."""
 
-    def next_probes(self, session: "ProbeSession", plan: list[PlannedProbe]) -> list[PlannedProbe]:
+    def next_probes(self, session: ProbeSession, plan: list[PlannedProbe]) -> list[PlannedProbe]:
         """Probes to append once the plan so far is measured; none ends the campaign."""
 
-    def appended(self, session: "ProbeSession", probes: list[PlannedProbe]) -> None:
+    def appended(self, session: ProbeSession, probes: list[PlannedProbe]) -> None:
         """``probes`` are now in run.json's plan (a campaign may record why it chose them)."""
 
-    def finished(self, session: "ProbeSession") -> None:
+    def finished(self, session: ProbeSession) -> None:
         """Every probe is measured and none is to be added (not called when the loop fails)."""
 
 
@@ -95,16 +95,16 @@ class PlannedCampaign:
     def check_lengths(self, pair: EnginePair) -> None:
         lengths_for(self.config, pair)
 
-    def first_plan(self, session: "ProbeSession", stored_plan: list[PlannedProbe] | None) -> list[PlannedProbe]:
+    def first_plan(self, session: ProbeSession, stored_plan: list[PlannedProbe] | None) -> list[PlannedProbe]:
         return stored_plan if stored_plan is not None else plan_for(self.config, lengths_for(self.config, session.pair))
 
     def warmup_tokens(self, plan: list[PlannedProbe]) -> int:
         return min(p.prefix_tokens for p in plan)
 
-    def round_ends_after(self, session: "ProbeSession") -> bool:
+    def round_ends_after(self, session: ProbeSession) -> bool:
         return False
 
-    def next_probes(self, session: "ProbeSession", plan: list[PlannedProbe]) -> list[PlannedProbe]:
+    def next_probes(self, session: ProbeSession, plan: list[PlannedProbe]) -> list[PlannedProbe]:
         """The default design's probes below its shortest length while the pull wins there (kvcal.sweep.reach)."""
         config = self.config
         if explicit_lengths(config):
@@ -118,10 +118,10 @@ class PlannedCampaign:
         session.progress.on_start(len(plan) + len(probes), len(plan))
         return probes
 
-    def appended(self, session: "ProbeSession", probes: list[PlannedProbe]) -> None:
+    def appended(self, session: ProbeSession, probes: list[PlannedProbe]) -> None:
         return None
 
-    def finished(self, session: "ProbeSession") -> None:
+    def finished(self, session: ProbeSession) -> None:
         """A default design that met the floor or the model's limit without a crossover says so."""
         config = self.config
         if explicit_lengths(config):

@@ -27,7 +27,6 @@ from kvcal.urls import check_pair_urls
 from kvcal.userfiles import read_text
 from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml
 
-
 # What --resume may be given beside the stored settings: where the run is, and nothing that changes it.
 RESUME_LOCATORS = ("output_dir", "name")
 

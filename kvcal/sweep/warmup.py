@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from kvcal.engines.base import EnginePair
 from kvcal.errors import EngineError
-from kvcal.records import Leg, PairFacts, ProbeRecord
-from kvcal.sweep.plan import PlannedProbe
 from kvcal.probe_checks import checked_record
 from kvcal.provenance import utc_now
+from kvcal.records import Leg, PairFacts, ProbeRecord
+from kvcal.sweep.plan import PlannedProbe
 
 REASON = "warm-up probe: the first of its (length, leg), discarded by the sweep protocol"
 
@@ -51,7 +51,7 @@ class WarmupProbes:
             m = pair.measure(planned.leg, tokens)
             ttft, moved = m.ttft_ms, m.bytes_moved
         except EngineError:
-            ttft = moved = None  # the planned probe that follows meets the same failure and reports it
+            ttft, moved = None, None  # the planned probe that follows meets the same failure and reports it
         return checked_record(probe_id=f"{planned.probe_id}-warmup", plan_index=planned.plan_index, attempt=0,
                            prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep, ttft_ms=ttft,
                            bytes_moved=moved, valid=False, invalid_reason=REASON, started_at=started_at, warmup=True,

@@ -9,8 +9,8 @@ import importlib
 import pkgutil
 from typing import Any
 
-from kvcal.errors import InputError
 from kvcal.engines.transports.base import Transport
+from kvcal.errors import InputError
 
 _NOT_TRANSPORTS = {"base"}
 

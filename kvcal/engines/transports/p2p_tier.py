@@ -44,6 +44,7 @@ from typing import Any
 
 from kvcal.engines.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
 from kvcal.settings import P2P_PORT  # declared with the sweep's settings, which default to it
+
 DEFAULT_CPU_BYTES = 8 * 1024**3
 """CPU tier per engine when nothing sets it: fits a sweep's prefixes; size a deployment's to its pods."""
 KV_EVENTS_ENDPOINT = "tcp://*:5556"
