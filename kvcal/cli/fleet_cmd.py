@@ -65,7 +65,7 @@ def fleet(
                                        "kvcal may use). The result is the same for any N."),
     ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Run the runs as Ray tasks: auto (the "
                                       "cluster this machine is in), local (start one here) or an address "
-                                      "(ray://HOST:10001). Needs pip install 'kvcal[ray]'; same result as --jobs."),
+                                      "(ray://HOST:10001). Needs pip install 'kvcal\\[ray]'; same result as --jobs."),
 ) -> None:
     """Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to use."""
     from kvcal.fleet.settings import make_config
