@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvcal.sim_costs import SimCosts
-from tests.factories import sim_run
+from factories import sim_run
 
 SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
 BASELINE = Path(__file__).resolve().parents[2] / "results" / "baselines" / "cpu-tiny"
