@@ -68,7 +68,7 @@ def plan(
                                     max_model_len=max_model_len)
     else:
         raise InputError("no prior: give --from RUN_OR_FIT, or --model and --hardware (as for kvcal predict)")
-    from kvcal.cli.regret_judge import emit_judge
+    from kvcal.emit.judge import emit_judge
 
     result = plan_campaigns(prior, target_width, campaigns, seed, target_regret=target_regret, judge=emit_judge)
     if as_json:

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from kvcal.cli.regret_judge import emit_judge
+from kvcal.emit.judge import emit_judge
 from kvcal.emit.threshold import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
