@@ -38,6 +38,7 @@ from kvcal.cost_curve import break_even_tokens, cost_ms
 from kvcal.emit.regret import Deltas
 from kvcal.emit.threshold_parts import Working, fmt, ladder_down, ladder_up, round_up
 from kvcal.errors import NoThreshold
+from kvcal.fit.ladder import pull_floor
 from kvcal.fit.mean_cost import mean_curves, mean_scales
 from kvcal.fit.wins import pull_lost_measurably
 from kvcal.records import FitResult, LengthSummary
@@ -113,6 +114,10 @@ def _in_range(w: Working, crossing: float, allow_extrapolation: bool) -> float:
         w.warnings.append(f"--allow-extrapolation: the mean costs cross at {fmt(crossing)} tokens, below the shortest "
                           f"measured length ({w.n_min}); confirm it with `kvcal sweep --prefix-lengths {down}`")
         return crossing
+    if w.n_min <= pull_floor(w.block):
+        w.steps.append(f"the crossing lies below the shortest measured length, {w.n_min} tokens, which is the floor "
+                       f"(two blocks of {w.block}: a one-block pull moves nothing): the threshold rests there")
+        return float(w.n_min)
     w.steps.append(f"the crossing lies below the shortest measured length: raised to {w.n_min} (below it rests on "
                    "the curves alone; --allow-extrapolation trusts them)")
     w.warnings.append(f"the pull won on mean costs at every measured length down to {w.n_min} tokens, so the true "

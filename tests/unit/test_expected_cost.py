@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from factories import make_fit, sim_table
+from factories import make_curve, make_fit, sim_table
 from kvcal.emit import formats as em
 from kvcal.emit.deltas import read_deltas
 from kvcal.emit.threshold import compute_threshold, regret_model
@@ -127,6 +127,17 @@ def test_a_crossing_below_the_range_is_raised_to_its_shortest_length():
     fit = make_fit(measured_range=[2048, 16384])
     assert compute_threshold(fit).min_cached_token_delta == 2048
     assert compute_threshold(fit, allow_extrapolation=True).min_cached_token_delta == 704
+    assert any("--prefix-lengths" in w and "lower this threshold" in w for w in compute_threshold(fit).warnings)
+
+
+def test_a_crossing_below_the_floor_rests_there_without_asking_for_shorter_lengths():
+    # the committed CPU baseline: the pull wins from 128 tokens (two blocks of 64), nothing shorter can be pulled
+    fit = make_fit(measured_range=[128, 8192], block_size=64, recompute=make_curve(14.09, 17.2, 5.56),
+                   pull=make_curve(14.94, 1.98))
+    t = compute_threshold(fit)
+    assert t.min_cached_token_delta == 128
+    assert not any("lower this threshold" in w for w in t.warnings)
+    assert any("which is the floor" in s for s in t.steps)
 
 
 @pytest.mark.parametrize("text", ["1000\n2000\n3000\n", "delta,count\n1000,5\n2000,1\n", "[1000, 2000]",

@@ -121,7 +121,8 @@ def test_a_thousand_probe_run_stays_under_two_megabytes(tmp_path):
 def test_a_probes_tooltip_says_its_record():
     html = build_page(ReportConfig(Path("r.html"), run=BASELINE))
     tips = re.findall(r'<path class="probe"[^>]*><title>([^<]*)</title>', html)
-    assert len(tips) == 66
+    probes = [json.loads(line) for line in (BASELINE / "probes.jsonl").read_text().splitlines() if line.strip()]
+    assert len(tips) == sum(1 for p in probes if p["valid"]) > 0  # one point per valid probe
     assert any("pull, rep" in t and "bytes moved" in t and "proved by" in t and "host load" in t for t in tips)
 
 

@@ -21,7 +21,8 @@ from kvcal.engines.sim import SimCosts
 import factories
 
 REPO = Path(__file__).resolve().parents[2]
-BASELINE = REPO / "results" / "baselines" / "cpu-tiny"
+# the CPU baseline as committed on 2026-12-02, in the version 1 formats (results/baselines/cpu-tiny is newer)
+BASELINE = REPO / "tests" / "fixtures" / "runs" / "cpu-tiny-v1"
 CONTRACT_KEYS = {"model", "engine", "transport", "block_size", "kv_bytes_per_token", "kv_dtype", "accelerator",
                  "device_count", "python_hash_seed", "kv_transfer_config", "created_at"}
 
