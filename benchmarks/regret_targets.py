@@ -27,7 +27,8 @@ from kvcal.engines.sim import SimPair
 from kvcal.fit import fit_table
 from kvcal.fit.tables import from_rows
 from kvcal.records import FIT_DEFAULTS, Leg, RunSetup
-from kvcal.sweep.campaign_plan import Prior, default_ladder, simulate_adaptive
+from kvcal.sweep.lengths.priors import Prior
+from kvcal.sweep.lengths.simulate_designs import default_ladder, simulate_adaptive
 from kvcal.sweep.regret_stop import meets
 
 

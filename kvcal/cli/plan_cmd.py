@@ -50,7 +50,8 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (schema kvcal.plan/1)."),
 ) -> None:
     """Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width."""
-    from kvcal.sweep.campaign_plan import plan_campaigns, prior_from_fit, prior_from_profiles
+    from kvcal.sweep.lengths.priors import prior_from_fit, prior_from_profiles
+    from kvcal.sweep.lengths.simulate_designs import plan_campaigns
 
     if target_regret is not None and not 0 < target_regret < 1:
         raise InputError(f"--target-regret must lie between 0 and 1 (exclusive), got {target_regret}; e.g. 0.001")
@@ -78,7 +79,7 @@ def plan(
     _print(result)
 
 
-def _print(r) -> None:  # r: kvcal.sweep.campaign_plan.CampaignPlan
+def _print(r) -> None:  # r: kvcal.sweep.lengths.simulate_designs.CampaignPlan
     c = r.curves
     truth = f"{r.true_break_even_tokens:,.0f} tokens" if r.true_break_even_tokens is not None else "none in range"
     say(f"prior: {r.prior}")

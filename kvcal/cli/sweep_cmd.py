@@ -176,7 +176,7 @@ def _print_dry_run(settings: SweepConfig, resume: bool) -> None:
     else:
         typer.echo(f"# {len(plan.plan)} probes{left} over lengths {','.join(map(str, lengths))}, in this order:")
     if not resume and settings.prefix_lengths is None and settings.load_states == ["idle"] and lengths:
-        from kvcal.sweep.reach import dry_run_note
+        from kvcal.sweep.lengths.grow_below import dry_run_note
 
         if note := dry_run_note(lengths, settings.block_size):
             typer.echo(f"# {note}")

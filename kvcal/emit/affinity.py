@@ -23,7 +23,7 @@ import numpy as np
 
 from kvcal.emit.run_context import RunContext
 from kvcal.errors import InputError
-from kvcal.fit import curve_ms
+from kvcal.fit.entry import curve_ms
 from kvcal.records import FitResult
 
 AFFINITY_TYPE = "prefix-cache-affinity-filter"
@@ -51,8 +51,8 @@ class PeakPrefill:
     @property
     def notes(self) -> tuple[str, ...]:
         n = self.chunk_size
-        return (f"{AFFINITY_KEY} = {n} tokens / recompute({n}) {self.recompute_ms:,.1f} ms = {self.tokens_per_s:,} tokens/s "
-                f"(chunk size: {self.chunk_source})",)
+        return (f"{AFFINITY_KEY} = {n} tokens / recompute({n}) {self.recompute_ms:,.1f} ms = "
+                f"{self.tokens_per_s:,} tokens/s (chunk size: {self.chunk_source})",)
 
     def as_json(self) -> dict[str, Any]:
         return {AFFINITY_KEY: self.tokens_per_s, "peak_prefill_chunk_size": self.chunk_size,

@@ -22,7 +22,7 @@ from typing import Any
 from kvcal.emit.costmodel_loaded import loaded_values, render_loaded_costmodel
 from kvcal.emit.router import PLUGIN_TYPE
 from kvcal.errors import InputError, NotRecommended
-from kvcal.fit import curve_ms as fit_curve_ms
+from kvcal.fit.entry import curve_ms as fit_curve_ms
 from kvcal.records import CurveFit, FitResult
 
 COSTMODEL_FLOOR_TOKENS = 256

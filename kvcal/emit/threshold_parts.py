@@ -15,7 +15,7 @@ from typing import Any
 
 from kvcal.emit.limits import validate_block_size
 from kvcal.errors import KvcalError, NoThreshold, NotRecommended
-from kvcal.fit.ladder import pull_floor
+from kvcal.fit.ladder_steps import pull_floor
 from kvcal.fit.wins import pooled_win_z
 from kvcal.records import FitResult
 from kvcal.settings import DEFAULT_BLOCK_SIZE
@@ -107,7 +107,7 @@ def interval_open_above(fit: FitResult) -> bool:
 
 
 def ladder_down(floor: int, block: int) -> str:
-    # never under two blocks: a one-block pull moves nothing (kvcal.sweep.reach)
+    # never under two blocks: a one-block pull moves nothing (kvcal.sweep.lengths.grow_below)
     lengths = sorted({max(pull_floor(block), round_up(floor / 2**k, block)) for k in range(5, -1, -1)})
     return ",".join(str(n) for n in lengths)
 

@@ -11,72 +11,19 @@ Public API (other stages call these; names and signatures are stable):
 * :func:`curve_ms` - evaluate a fitted curve in ms;
 * :func:`mean_curves`, :func:`mean_scales` - each leg's mean cost (what the router pays) over its fitted curve.
 
-The method is described in ``docs/method.md``; each submodule's docstring gives its formulas.
+Each name is imported on first use (:mod:`kvcal.lazy`), as in every other stage. The method is described in
+``docs/method.md``; each submodule's docstring gives its formulas.
 """
 
-from __future__ import annotations
+from kvcal.lazy import public_api
 
-from pathlib import Path
-from typing import Any
-
-import numpy as np
-
-from kvcal.cost_curve import cost_ms
-from kvcal.fit.breakeven import break_even_tokens, classify
-from kvcal.fit.fitting import fit_table
-from kvcal.fit.inputs import FitInput, load_fit_input
-from kvcal.fit.io import default_output, dumps, load_fit, looks_like_json, write_fit
-from kvcal.fit.mean_cost import mean_curves, mean_scales
-from kvcal.records import FIT_DEFAULTS, CurveFit, FitResult, RunSetup
-
-__all__ = [
-    "CurveFit",
-    "FitInput",
-    "FitResult",
-    "break_even_tokens",
-    "classify",
-    "curve_ms",
-    "default_output",
-    "dumps",
-    "fit_and_write",
-    "fit_input",
-    "fit_table",
-    "load_fit",
-    "load_fit_input",
-    "load_or_fit",
-    "looks_like_json",
-    "mean_curves",
-    "mean_scales",
-    "write_fit",
-]
-
-
-def curve_ms(curve: CurveFit, n: Any) -> np.ndarray:
-    """A fitted curve's t(n) in ms at lengths n (tokens); see :mod:`kvcal.cost_curve`."""
-    return cost_ms(curve.coefficients, n)
-
-
-def fit_input(path: str | Path, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples,
-              supplied: RunSetup | None = None, busy_queue_threshold: int | None = None) -> FitResult:
-    """Fit the probes of any input now (a fit.json's own probes, when they can be found).
-
-    A loaded run also yields the router's cost model, busy classified against
-    ``busy_queue_threshold`` (default: the run's).
-    """
-    source = load_fit_input(path, supplied=supplied, stored_fit=False)
-    return source.fresh_fit(confidence=confidence, seed=seed, n_resamples=n_resamples,
-                            busy_queue_threshold=busy_queue_threshold)
-
-
-def load_or_fit(path: str | Path, **kw: Any) -> FitResult:
-    """An input's existing fit (a fit.json, a run folder's fit.json), else a fit of its probes made now."""
-    return load_fit_input(path, probes=False).fitted(**kw)
-
-
-def fit_and_write(path: str | Path, output: str | Path | None = None, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed,
-                  n_resamples: int = FIT_DEFAULTS.n_resamples, supplied: RunSetup | None = None,
-                  busy_queue_threshold: int | None = None) -> tuple[FitResult, Path]:
-    """What ``kvcal fit`` does: fit the input and write fit.json (``output`` or :func:`default_output`)."""
-    result = fit_input(path, confidence=confidence, seed=seed, n_resamples=n_resamples, supplied=supplied,
-                       busy_queue_threshold=busy_queue_threshold)
-    return result, write_fit(result, output or default_output(path))
+_API = {
+    "CurveFit": "kvcal.records", "FitResult": "kvcal.records", "FitInput": "kvcal.fit.inputs",
+    "load_fit_input": "kvcal.fit.inputs", "break_even_tokens": "kvcal.fit.breakeven", "classify": "kvcal.fit.breakeven",
+    "fit_table": "kvcal.fit.fitting", "curve_ms": "kvcal.fit.entry", "fit_input": "kvcal.fit.entry",
+    "load_or_fit": "kvcal.fit.entry", "fit_and_write": "kvcal.fit.entry", "default_output": "kvcal.fit.io",
+    "dumps": "kvcal.fit.io", "load_fit": "kvcal.fit.io", "looks_like_json": "kvcal.fit.io", "write_fit": "kvcal.fit.io",
+    "mean_curves": "kvcal.fit.mean_cost", "mean_scales": "kvcal.fit.mean_cost",
+}
+__all__ = list(_API)
+__getattr__ = public_api(__name__, _API)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvcal.cost_curve import break_even_tokens
-from kvcal.fit.ladder import floor_reason, lengths_to_add_above, lengths_to_add_below, pull_floor
+from kvcal.fit.ladder_steps import floor_reason, lengths_to_add_above, lengths_to_add_below, pull_floor
 from kvcal.settings import DEFAULT_BLOCK_SIZE
 
 __all__ = ["STATUSES", "break_even_tokens", "classify", "classify_many", "interval", "status_warning"]

@@ -2,7 +2,7 @@
 per-length wins, the host-disturbance summary and the llm-d recipe's verdict in ``fit.json``.
 
 Each guard's reasoning lives in its own module (:mod:`hygiene`, :mod:`wins`,
-:mod:`kvcal.sweep.disturbance`, :mod:`recipe`); this one only applies them in order.
+:mod:`kvcal.sweep.host_monitors`, :mod:`recipe`); this one only applies them in order.
 """
 
 from __future__ import annotations

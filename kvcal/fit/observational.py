@@ -42,8 +42,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvcal.errors import InputError
-from kvcal.fit import load_or_fit
 from kvcal.fit.costmodel import LoadedProbes, fit_cost_model, idle_curves
+from kvcal.fit.entry import load_or_fit
 from kvcal.records import FIT_DEFAULTS, MAX_TOKENS, FitResult, FitSource
 
 log = logging.getLogger(__name__)

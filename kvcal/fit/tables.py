@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvcal.disturbance_bounds import resource_of, summarise
 from kvcal.errors import InputError
 from kvcal.fit.costmodel import LoadedProbes, split_loaded
 from kvcal.fit.fields import MAX_INT, int_field, leg_field, parse_number, time_field, time_order
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
 from kvcal.fit.recipe import check_verdict, unstamped
 from kvcal.fit.run_records import run_records, start_times
-from kvcal.host_busy import resource_of, summarise
 from kvcal.records import FitSource, HostDisturbance, Leg, ProbeRecord, RunSetup
 from kvcal.runfolder import pulls_by_proof
 from kvcal.userfiles import read_text

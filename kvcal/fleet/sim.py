@@ -7,7 +7,7 @@ each step carries every decoding request one token and prefill chunks from the h
 its queue up to ``max_num_batched_tokens``; a request's first token comes at the end of
 the step that finishes its prefill. Costs: :mod:`kvcal.fleet.costs`; caches:
 :mod:`kvcal.fleet.cache`; the router: :mod:`kvcal.fleet.router`; engines that share a host:
-:mod:`kvcal.fleet.host`.
+:mod:`kvcal.fleet.shared_host`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import numpy as np
 
 from kvcal.fleet.cache import FleetIndex, PodCache
 from kvcal.fleet.costs import FleetCosts
-from kvcal.fleet.host import SharedHost
 from kvcal.fleet.links import PairLinks
 from kvcal.fleet.router import Policy, Route, route
+from kvcal.fleet.shared_host import SharedHost
 from kvcal.fleet.traffic import Session, Traffic, TurnRequest
 from kvcal.fleet.workload import Workload
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvcal.fit import curve_ms
+from kvcal.fit.entry import curve_ms
 from kvcal.page.run_data import ProbePoint
 from kvcal.page.svg import Band, Chart, Line, Mark, Point, Points, Style
 from kvcal.records import FitResult

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from statistics import median
 
-from kvcal.fit import curve_ms
+from kvcal.fit.entry import curve_ms
 from kvcal.page.fit_chart import draw_fit, draw_threshold, fit_chart
 from kvcal.page.html import bullets, cell, esc, figure, fmt, key_values, paragraph, section, table, tag
 from kvcal.page.provenance import disturbance_section, provenance_section

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from kvcal.emit.threshold import regret_model
 from kvcal.errors import InputError
-from kvcal.fit import curve_ms
+from kvcal.fit.entry import curve_ms
 from kvcal.records import FitResult
 
 REGRET_TOLERANCE_PCT = 0.5

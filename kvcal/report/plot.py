@@ -26,8 +26,9 @@ from matplotlib.figure import Figure
 
 from kvcal.cost_curve import cost_ms
 from kvcal.errors import InputError
-from kvcal.fit import curve_ms, load_fit_input
 from kvcal.fit.costmodel import coef_samples
+from kvcal.fit.entry import curve_ms
+from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.tables import ProbeTable, load_class_table
 from kvcal.outputs import replacing, written_through
 from kvcal.records import FIT_DEFAULTS, FitResult, SlowMode

@@ -14,8 +14,8 @@ _API = {
     "load_campaign_file": "kvcal.sweep.validate", "RunFolder": "kvcal.runfolder",
     "SweepOutcome": "kvcal.sweep.session", "ProbeSession": "kvcal.sweep.session",
     "AdaptiveOutcome": "kvcal.sweep.adaptive_run", "SweepProgress": "kvcal.sweep.progress",
-    "plan_campaigns": "kvcal.sweep.campaign_plan", "prior_from_fit": "kvcal.sweep.campaign_plan",
-    "prior_from_profiles": "kvcal.sweep.campaign_plan",
+    "plan_campaigns": "kvcal.sweep.lengths.simulate_designs", "prior_from_fit": "kvcal.sweep.lengths.priors",
+    "prior_from_profiles": "kvcal.sweep.lengths.priors",
 }
 __all__ = list(_API)
 __getattr__ = public_api(__name__, _API)

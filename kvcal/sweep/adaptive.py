@@ -2,7 +2,7 @@
 
 This module holds the decisions and the state kept in ``adaptive.json``; it does no
 I/O with engines. :mod:`kvcal.sweep.adaptive_run` drives a real (or simulated) pair
-through it; :mod:`kvcal.sweep.campaign_plan` and the benchmark drive an in-memory
+through it; :mod:`kvcal.sweep.lengths.simulate_designs` and the benchmark drive an in-memory
 simulated pair through the same :class:`Controller`.
 
 Every stop decision rests on the very fit ``kvcal fit RUN`` computes by default
@@ -12,7 +12,7 @@ that stopped on ``target-width`` gives the same interval when the user refits it
 Stop rules, checked after each round's refit, in this order (the first three only once
 the weaker leg's residual degrees of freedom reach MIN_STOP_DF: the seed's two reps a
 length are too few to trust an interval on; an interval that meets a rule on fewer df
-gets a top-up round instead, :func:`kvcal.sweep.design.df_top_up`, which buys the
+gets a top-up round instead, :func:`kvcal.sweep.lengths.adaptive_design.df_top_up`, which buys the
 missing df at lengths already measured, where each pair costs least):
 
 * ``target-regret`` (with ``--target-regret``, instead of the width): the expected regret of the
@@ -42,10 +42,10 @@ from typing import Final, Literal
 
 from pydantic import ConfigDict, Field
 
-from kvcal.fit import fit_table
+from kvcal.fit.fitting import fit_table
 from kvcal.fit.tables import ProbeTable
 from kvcal.records import FIT_DEFAULTS, FitResult, FitSettings, Leg, Record
-from kvcal.sweep import design
+from kvcal.sweep.lengths import adaptive_design
 from kvcal.sweep.regret_stop import Judge, Verdict, meets, width_mc_error, win_proof
 
 ADAPTIVE_SCHEMA: Final = "kvcal.adaptive/1"
@@ -173,7 +173,7 @@ class Step:
 
     fit: FitResult | None
     stop: StopReason | None
-    choices: list[design.Choice]
+    choices: list[adaptive_design.Choice]
     kind: Literal["seed", "extend", "design"]
     verdict: Verdict | None = None
 
@@ -186,7 +186,7 @@ class Controller:
         if rules.target_regret is not None and judge is None:
             raise ValueError("a regret target needs emit-config's judge")
         self.low, self.high = low, high
-        self.grid = design.candidate_lengths(low, high, block_size)
+        self.grid = adaptive_design.candidate_lengths(low, high, block_size)
         self.rules = rules
         self.screen_resamples = screen_resamples
         self.judge = judge
@@ -215,7 +215,7 @@ class Controller:
     def step(self, table: ProbeTable | None, *, engine_seconds: float, round_index: int) -> Step:
         """Refit, apply the stop rules, and choose the next round (never past the probe budget)."""
         if table is None or table.probes.empty:
-            return Step(None, None, design.seed_design(self.grid), "seed")
+            return Step(None, None, adaptive_design.seed_design(self.grid), "seed")
         n_valid = len(table.probes)
         measured = _measured(table)
         fit = self.fit(table) if all(len(measured[leg]) >= 2 for leg in measured) else None
@@ -229,10 +229,10 @@ class Controller:
         room = self.rules.max_probes - n_valid
         if room <= 0:
             return self._final_step(table, fit, verdict, "max-probes")
-        extend = design.extension(self.grid, _medians(table), fit.break_even_tokens if fit is not None else None)
+        extend = adaptive_design.extension(self.grid, _medians(table), fit.break_even_tokens if fit is not None else None)
         kind: Literal["seed", "extend", "design"]
         if extend or fit is None:
-            kind, choices = "extend", extend or design.seed_design(self.grid)
+            kind, choices = "extend", extend or adaptive_design.seed_design(self.grid)
         elif top_up := self._top_up(table, fit, verdict, measured, round_index):
             kind, choices = "design", top_up
         else:
@@ -240,24 +240,24 @@ class Controller:
         return Step(fit, None, _within(choices, room), kind, verdict)
 
     def _design(self, fit: FitResult, verdict: Verdict | None, measured: dict[Leg, dict[int, int]], n_valid: int,
-                round_index: int) -> list[design.Choice]:
+                round_index: int) -> list[adaptive_design.Choice]:
         """A round that narrows the break-even (regret: to first order Var(n*) times a constant, so the same score)."""
         if self._wants_proof(fit, verdict):
-            proof = win_proof(fit, self.grid, design.PAIR)
+            proof = win_proof(fit, self.grid, adaptive_design.PAIR)
             if proof:
-                return [design.Choice(n, leg, count, why) for n, leg, count, why in proof]
+                return [adaptive_design.Choice(n, leg, count, why) for n, leg, count, why in proof]
         width, target = relative_width(fit), self.rules.target_width
         if self.rules.target_regret is not None and verdict is not None and verdict.regret is not None:
             # the squared width and the expected regret both scale as Var(n*): the regret's ratio to its target
             # stands in for the squared width's (without a regret, a refusal, the width's rule sizes the round)
             regret = verdict.regret + (verdict.regret_mc_error or 0.0)
             width, target = math.sqrt(max(regret, 1e-12) / self.rules.target_regret), 1.0
-            return design.choose_batch(fit, measured, self.grid, design.batch_size(n_valid, width, target),
+            return adaptive_design.choose_batch(fit, measured, self.grid, adaptive_design.batch_size(n_valid, width, target),
                                        round_index, FIT_SETTINGS["confidence"],
-                                       enough=design.variance_share_to_target(width, target))
-        return design.choose_batch(fit, measured, self.grid, design.batch_size(n_valid, width, target),
+                                       enough=adaptive_design.variance_share_to_target(width, target))
+        return adaptive_design.choose_batch(fit, measured, self.grid, adaptive_design.batch_size(n_valid, width, target),
                                    round_index, FIT_SETTINGS["confidence"],
-                                   enough=design.variance_share_to_target(width, target), target_width=target)
+                                   enough=adaptive_design.variance_share_to_target(width, target), target_width=target)
 
     def _wants_proof(self, fit: FitResult, verdict: Verdict | None) -> bool:
         """emit-config refuses a fit that has located the crossover: the width target met, or (a regret target,
@@ -270,11 +270,11 @@ class Controller:
         return inside and (fit.bootstrap.residual_df or 0) >= MIN_STOP_DF
 
     def _top_up(self, table: ProbeTable, fit: FitResult, verdict: Verdict | None, measured: dict[Leg, dict[int, int]],
-                round_index: int) -> list[design.Choice]:
+                round_index: int) -> list[adaptive_design.Choice]:
         """An interval that would stop the campaign but rests on too few df: the df, bought where they cost least."""
         if settled_reason(fit, self.rules, self.low, self.high, set(table.lengths), min_df=0, verdict=verdict) is None:
             return []
-        return design.df_top_up(fit, measured, self.grid, MIN_STOP_DF, round_index)
+        return adaptive_design.df_top_up(fit, measured, self.grid, MIN_STOP_DF, round_index)
 
     def _final_step(self, table: ProbeTable, fit: FitResult | None, verdict: Verdict | None, stop: StopReason) -> Step:
         final = self.final(table, fit)
@@ -300,14 +300,14 @@ def _medians(table: ProbeTable) -> dict[int, tuple[float, float]]:
     return {int(r.prefix_tokens): (float(r.recompute_ms), float(r.pull_ms)) for r in med.itertuples()}
 
 
-def _within(choices: list[design.Choice], room: int) -> list[design.Choice]:
+def _within(choices: list[adaptive_design.Choice], room: int) -> list[adaptive_design.Choice]:
     """Trim a round to the probes the budget leaves (whole pairs where possible)."""
     out = []
     for choice in choices:
         if room <= 0:
             break
         take = min(choice.count, room)
-        out.append(design.Choice(choice.prefix_tokens, choice.leg, take, choice.reason))
+        out.append(adaptive_design.Choice(choice.prefix_tokens, choice.leg, take, choice.reason))
         room -= take
     return out
 

@@ -24,7 +24,6 @@ from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.runfolder import RunFolder, atomic_write
 from kvcal.settings import SweepConfig, adaptive_rule_fields
-from kvcal.sweep import design, reach
 from kvcal.sweep.adaptive import (
     DEFAULT_MAX_PROBES,
     FIT_SETTINGS,
@@ -35,7 +34,8 @@ from kvcal.sweep.adaptive import (
     StopRules,
     relative_width,
 )
-from kvcal.sweep.plan import PlannedProbe, validate_prefix_lengths
+from kvcal.sweep.lengths import adaptive_design, grow_below
+from kvcal.sweep.lengths.probe_plan import PlannedProbe, validate_prefix_lengths
 from kvcal.sweep.regret_stop import Judge, width_mc_error
 from kvcal.sweep.session import ProbeSession, SweepOutcome
 
@@ -108,7 +108,7 @@ class AdaptiveCampaign:
         self._summary: RoundSummary | None = None
 
     def check_lengths(self, pair: EnginePair) -> tuple[int, int]:
-        low, high = design.allowed_range(self.config.prefix_lengths, self.config.block_size, pair.max_model_len)
+        low, high = adaptive_design.allowed_range(self.config.prefix_lengths, self.config.block_size, pair.max_model_len)
         validate_prefix_lengths([low, high], self.config.block_size, pair.max_model_len)
         return low, high
 
@@ -167,16 +167,17 @@ class AdaptiveCampaign:
             status=state.final_status, rounds=len(state.rounds), engine_seconds=state.engine_seconds,
             target_width=state.rules.target_width, target_regret=state.rules.target_regret,
             regret=state.final_regret, threshold=state.final_threshold,
-            reach_note=reach.adaptive_stop_note(state.stop_reason or "", state.allowed_range,
+            reach_note=grow_below.adaptive_stop_note(state.stop_reason or "", state.allowed_range,
                                                 explicit=self.config.prefix_lengths is not None,
                                                 block_size=self.config.block_size),
         )
 
 
-def adaptive_preview(config: SweepConfig, ladder: list[int]) -> tuple[int, int, list[design.Choice], StopRules]:
-    """What ``--adaptive --dry-run`` shows: the allowed range (the lengths' span, else the floor to the ladder's top), the seed round and the rules."""
-    low, high = design.allowed_range(config.prefix_lengths, config.block_size, max(ladder) + 1)
-    return low, high, design.seed_design(design.candidate_lengths(low, high, config.block_size)), _rules(config, None)
+def adaptive_preview(config: SweepConfig, ladder: list[int]) -> tuple[int, int, list[adaptive_design.Choice], StopRules]:
+    """What ``--adaptive --dry-run`` shows: the allowed range (the lengths' span, else the floor to the ladder's top),
+    the seed round and the rules."""
+    low, high = adaptive_design.allowed_range(config.prefix_lengths, config.block_size, max(ladder) + 1)
+    return low, high, adaptive_design.seed_design(adaptive_design.candidate_lengths(low, high, config.block_size)), _rules(config, None)
 
 
 def _rules(config: SweepConfig, stored: StopRules | None) -> StopRules:

@@ -29,9 +29,9 @@ from kvcal.provenance import utc_now
 from kvcal.records import Leg, ProbeRecord
 from kvcal.runfolder import RunFolder
 from kvcal.settings import SweepConfig
-from kvcal.sweep.disturbance import HostMonitor
+from kvcal.sweep.host_monitors import HostMonitor
+from kvcal.sweep.lengths.probe_plan import PlannedProbe
 from kvcal.sweep.load import LoadReading
-from kvcal.sweep.plan import PlannedProbe
 from kvcal.sweep.progress import SweepProgress
 
 log = logging.getLogger(__name__)

@@ -22,11 +22,11 @@ from kvcal.provenance import host_provenance, utc_now
 from kvcal.records import RunManifest
 from kvcal.runfolder import RunFolder, completed_probe_ids
 from kvcal.settings import SweepConfig
-from kvcal.sweep import reach
 from kvcal.sweep.adaptive_run import AdaptiveCampaign
+from kvcal.sweep.lengths import grow_below
+from kvcal.sweep.lengths.probe_plan import PlannedProbe
 from kvcal.sweep.load import plan_for
 from kvcal.sweep.lock import no_run_to_resume
-from kvcal.sweep.plan import PlannedProbe
 from kvcal.sweep.probe import gate  # noqa: F401  (the gate is part of the sweep's public face)
 from kvcal.sweep.progress import NullProgress, SweepProgress
 from kvcal.sweep.regret_stop import Judge
@@ -122,7 +122,7 @@ def plan_dry_run(config: SweepConfig, pair_factory: PairFactory = make_pair, *, 
         records = run.read_probes()
         done = completed_probe_ids(records)
         left = [p for p in plan if p.probe_id not in done]
-        grown = None if left or explicit_lengths(config) else reach.grown_probes(
+        grown = None if left or explicit_lengths(config) else grow_below.grown_probes(
             plan, records, block_size=config.block_size, reps=config.reps, seed=config.seed)
         plan = grown[0] if grown else left
     return DryRun(run.path, pair.dry_run_commands(), plan)

@@ -25,10 +25,11 @@ from kvcal.errors import EngineError
 from kvcal.records import ProbeRecord, RunManifest
 from kvcal.runfolder import RunFolder, attempts_so_far, completed_probe_ids
 from kvcal.settings import SweepConfig
-from kvcal.sweep import coldstart, disturbance, reach, warmup
+from kvcal.sweep import coldstart, host_monitors, warmup
+from kvcal.sweep.lengths import grow_below
+from kvcal.sweep.lengths.probe_plan import PlannedProbe, default_prefix_lengths, validate_prefix_lengths
 from kvcal.sweep.load import LoadController, is_loaded, plan_for
 from kvcal.sweep.lock import claim_run_folder
-from kvcal.sweep.plan import PlannedProbe, default_prefix_lengths, validate_prefix_lengths
 from kvcal.sweep.probe import ProbeContext, PromptSource, probe_until_valid
 from kvcal.sweep.progress import SweepProgress
 from kvcal.sweep.summary import write_summary
@@ -76,7 +77,7 @@ class Campaign(Protocol):
 
 def explicit_lengths(config: SweepConfig) -> bool:
     """Lengths the user chose (or a loaded design, or a campaign over pairs): measured as given, never grown
-    (kvcal.sweep.reach grows one pair's ladder)."""
+    (kvcal.sweep.lengths.grow_below grows one pair's ladder)."""
     return config.prefix_lengths is not None or is_loaded(config) or config.pairs is not None
 
 
@@ -105,11 +106,12 @@ class PlannedCampaign:
         return False
 
     def next_probes(self, session: ProbeSession, plan: list[PlannedProbe]) -> list[PlannedProbe]:
-        """The default design's probes below its shortest length while the pull wins there (kvcal.sweep.reach)."""
+        """The default design's probes below its shortest length while the pull wins there
+        (kvcal.sweep.lengths.grow_below)."""
         config = self.config
         if explicit_lengths(config):
             return []  # measured as given; the fit's advice names what to add
-        grown = reach.grown_probes(plan, session.run.read_probes(), block_size=config.block_size, reps=config.reps,
+        grown = grow_below.grown_probes(plan, session.run.read_probes(), block_size=config.block_size, reps=config.reps,
                                    seed=config.seed)
         if grown is None:
             return []
@@ -128,7 +130,7 @@ class PlannedCampaign:
             return
         records = session.run.read_probes()
         longest = default_prefix_lengths(config.block_size, session.pair.max_model_len)[-1]
-        for note in (reach.floor_note(records, config.block_size), reach.top_note(records, longest)):
+        for note in (grow_below.floor_note(records, config.block_size), grow_below.top_note(records, longest)):
             if note:
                 log.warning(note)
 
@@ -213,7 +215,7 @@ class ProbeSession:
                 self._open_sessions(ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading),
                                     records, campaign.warmup_tokens(plan), facts.mode != "attach")
                 ctx = ProbeContext(pair, prompts, run, config, attempts, self.meter,
-                                   disturbance.monitor_for(facts),  # primed here: the first probe's window starts now
+                                   host_monitors.monitor_for(facts),  # primed here: the first probe's window starts now
                                    load.reading)
                 warmups = warmup.WarmupProbes(warmup.enabled(config.warmup_probes, facts))
                 self.progress.on_start(len(plan), done_before)

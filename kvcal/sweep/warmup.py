@@ -19,7 +19,7 @@ from kvcal.errors import EngineError
 from kvcal.probe_checks import checked_record
 from kvcal.provenance import utc_now
 from kvcal.records import Leg, PairFacts, ProbeRecord
-from kvcal.sweep.plan import PlannedProbe
+from kvcal.sweep.lengths.probe_plan import PlannedProbe
 
 REASON = "warm-up probe: the first of its (length, leg), discarded by the sweep protocol"
 

@@ -17,7 +17,8 @@ from kvcal.runfolder import RunFolder
 from kvcal.settings import SweepConfig
 from kvcal.sweep.adaptive import Controller, StopRules, relative_width
 from kvcal.sweep.adaptive_run import read_state
-from kvcal.sweep.campaign_plan import Prior, plan_campaigns
+from kvcal.sweep.lengths.priors import Prior
+from kvcal.sweep.lengths.simulate_designs import plan_campaigns
 from kvcal.sweep.regret_stop import MC_Z, meets, regret_mc_error, width_mc_error
 from kvcal.sweep.runner import run_sweep
 

@@ -14,8 +14,8 @@ from kvcal.fit.hygiene import warmup_test
 from kvcal.fit.tables import from_rows, load_probe_table
 from factories import sim_table
 from kvcal.records import FitResult, Leg, ProbeRecord, RunSetup
-from kvcal import host_busy
-from kvcal.sweep import disturbance
+from kvcal import disturbance_bounds
+from kvcal.sweep import host_monitors
 from kvcal.settings import SweepConfig
 from kvcal.runfolder import RunFolder
 from kvcal.sweep.runner import run_sweep
@@ -140,11 +140,11 @@ CpuTimes = namedtuple("CpuTimes", "user nice system idle iowait")
 
 def test_cpu_monitor_charges_others_not_the_pair(monkeypatch):
     state = {"t": 0.0, "busy": [0.0, 0.0], "tree": 0.0}
-    monkeypatch.setattr(disturbance.time, "monotonic", lambda: state["t"])
-    monkeypatch.setattr(disturbance.psutil, "cpu_times",
+    monkeypatch.setattr(host_monitors.time, "monotonic", lambda: state["t"])
+    monkeypatch.setattr(host_monitors.psutil, "cpu_times",
                         lambda percpu: [CpuTimes(b, 0.0, 0.0, 100.0 - b, 0.0) for b in state["busy"]])
-    monkeypatch.setattr(disturbance, "_tree_cpu_s", lambda cores: state["tree"])
-    monitor = disturbance.CpuMonitor([0, 1])
+    monkeypatch.setattr(host_monitors, "_tree_cpu_s", lambda cores: state["tree"])
+    monitor = host_monitors.CpuMonitor([0, 1])
     # 1 s: the pair used 1.5 core-seconds and the cores were 1.5 busy: nobody else.
     state.update(t=1.0, busy=[0.75, 0.75], tree=1.5)
     assert monitor.after_probe() == 0.0
@@ -159,11 +159,11 @@ def _record(i: int, busy: float | None) -> ProbeRecord:
 
 
 def test_summary_names_the_probes_and_marks_the_run_beyond_the_bound():
-    quiet = host_busy.summarise([_record(i, 0.02) for i in range(20)] + [_record(99, 0.4)], "cpu cores 0,1")
+    quiet = disturbance_bounds.summarise([_record(i, 0.02) for i in range(20)] + [_record(99, 0.4)], "cpu cores 0,1")
     assert not quiet.disturbed and quiet.disturbed_probes == ["p0099-L256-pull-r0 (40%)"]
-    busy = host_busy.summarise([_record(i, 0.3 if i % 2 else 0.01) for i in range(20)], "cpu cores 0,1")
+    busy = disturbance_bounds.summarise([_record(i, 0.3 if i % 2 else 0.01) for i in range(20)], "cpu cores 0,1")
     assert busy.disturbed and len(busy.disturbed_probes) == 10 and busy.max == 0.3
-    assert host_busy.summarise([_record(i, None) for i in range(3)]) is None
+    assert disturbance_bounds.summarise([_record(i, None) for i in range(3)]) is None
 
 
 def test_a_disturbed_sweep_is_marked_in_fit_json_and_refused(kvcal, tmp_path, monkeypatch):
@@ -176,7 +176,7 @@ def test_a_disturbed_sweep_is_marked_in_fit_json_and_refused(kvcal, tmp_path, mo
         def after_probe(self) -> float:
             return 0.42
 
-    monkeypatch.setattr(disturbance, "monitor_for", lambda description: Busy())
+    monkeypatch.setattr(host_monitors, "monitor_for", lambda description: Busy())
     run_sweep(SweepConfig(engine="sim", prefix_lengths=[256, 1024, 4096], reps=2, output_dir=tmp_path, name="run"))
     records = RunFolder(tmp_path / "run").read_probes()
     # the cold first pull runs before the monitor is primed (kvcal/sweep/coldstart.py): not measured
@@ -190,13 +190,13 @@ def test_a_disturbed_sweep_is_marked_in_fit_json_and_refused(kvcal, tmp_path, mo
 
 
 def test_monitor_choice_follows_the_pair():
-    assert disturbance.monitor_for({"engine": "sim"}) is None
-    assert disturbance.monitor_for({"engine": "vllm", "mode": "attach"}) is None
-    cpu = disturbance.monitor_for({"engine": "vllm", "mode": "launch", "device": "cpu",
+    assert host_monitors.monitor_for({"engine": "sim"}) is None
+    assert host_monitors.monitor_for({"engine": "vllm", "mode": "attach"}) is None
+    cpu = host_monitors.monitor_for({"engine": "vllm", "mode": "launch", "device": "cpu",
                                    "env": {"producer": {"VLLM_CPU_OMP_THREADS_BIND": "0"},
                                            "consumer": {"VLLM_CPU_OMP_THREADS_BIND": "0"}}})
-    assert isinstance(cpu, disturbance.CpuMonitor) and cpu.cores == [0]
-    assert host_busy.parse_cpus("0-2,5") == [0, 1, 2, 5] and host_busy.parse_cpus("auto") == []
+    assert isinstance(cpu, host_monitors.CpuMonitor) and cpu.cores == [0]
+    assert disturbance_bounds.parse_cpus("0-2,5") == [0, 1, 2, 5] and disturbance_bounds.parse_cpus("auto") == []
 
 
 def test_gpu_monitor_reads_foreign_processes_from_nvidia_smi(monkeypatch):
@@ -209,13 +209,13 @@ def test_gpu_monitor_reads_foreign_processes_from_nvidia_smi(monkeypatch):
     def fake_run(argv, **kw):
         return subprocess.CompletedProcess(argv, 0, stdout=outputs[argv[1]], stderr="")
 
-    monkeypatch.setattr(disturbance.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(disturbance.subprocess, "run", fake_run)
-    monitor = disturbance.GpuMonitor([0, 1])
+    monkeypatch.setattr(host_monitors.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(host_monitors.subprocess, "run", fake_run)
+    monitor = host_monitors.GpuMonitor([0, 1])
     monitor._nvml = None
     monitor.before_probe()
     assert monitor.after_probe() == 0.4  # GPU 0 is busier, but only GPU 1 runs someone else's process
-    only_ours = disturbance.GpuMonitor([0])
+    only_ours = host_monitors.GpuMonitor([0])
     only_ours._nvml = None
     only_ours.before_probe()
     assert only_ours.after_probe() == 0.0

@@ -6,8 +6,8 @@ import json
 
 from kvcal.engines.vllm import VllmPair, VllmSettings
 from kvcal.records import RUN_SCHEMA, PairFacts, RoleFacts
-from kvcal import host_busy
-from kvcal.sweep import disturbance, warmup
+from kvcal import disturbance_bounds
+from kvcal.sweep import host_monitors, warmup
 from kvcal.settings import SweepConfig
 from kvcal.runfolder import RunFolder
 from kvcal.sweep.runner import run_sweep
@@ -25,14 +25,14 @@ def test_a_sim_run_records_its_pair_facts_and_a_version_2_run_still_loads(tmp_pa
     (outcome.run_dir / "run.json").write_text(json.dumps(raw))
     pair = RunFolder(outcome.run_dir).manifest().pair
     assert pair.mode == "launch" and pair.device == "cpu" and (pair.producer.cpus, pair.consumer.cpus) == ("2", "3")
-    assert host_busy.resource_of(pair) == "cpu cores 2,3"
+    assert disturbance_bounds.resource_of(pair) == "cpu cores 2,3"
 
 
 def test_monitor_and_warm_up_default_follow_the_typed_facts():
     cuda = PairFacts(engine="vllm", mode="launch", device="cuda", producer=RoleFacts(gpus="0"), consumer=RoleFacts(gpus="1"))
-    assert host_busy.resource_of(cuda) == "gpu 0,1" and warmup.enabled(None, cuda)
+    assert disturbance_bounds.resource_of(cuda) == "gpu 0,1" and warmup.enabled(None, cuda)
     attached = PairFacts(engine="vllm", mode="attach")
-    assert disturbance.monitor_for(attached) is None and warmup.enabled(None, attached)
+    assert host_monitors.monitor_for(attached) is None and warmup.enabled(None, attached)
     assert not warmup.enabled(None, PairFacts(engine="sim")) and warmup.enabled(True, PairFacts(engine="sim"))
 
 

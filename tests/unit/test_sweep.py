@@ -12,7 +12,7 @@ from kvcal.sweep.validate import resolve_config
 from kvcal.engines.base import LegMeasurement
 from kvcal.engines.sim import SimPair
 from kvcal.errors import GateError, InputError
-from kvcal.sweep.plan import build_plan, default_prefix_lengths, validate_prefix_lengths
+from kvcal.sweep.lengths.probe_plan import build_plan, default_prefix_lengths, validate_prefix_lengths
 from kvcal.runfolder import RunFolder
 from kvcal.sweep.summary import summarize
 from kvcal.records import Leg
@@ -325,21 +325,21 @@ def _medians_at(lengths_ms: dict[int, tuple[float, float]]) -> list:
 
 def test_a_default_plan_of_one_length_grows_an_octave_whoever_wins_there():
     # A model limit of 257-320 tokens leaves the default ladder 256 alone: no fit can use one length.
-    from kvcal.sweep import reach
+    from kvcal.sweep.lengths import grow_below
 
     one = build_plan([256], reps=2, seed=0)
-    grown, why = reach.grown_probes(one, _medians_at({256: (20.0, 30.0)}), block_size=64, reps=2, seed=0)
+    grown, why = grow_below.grown_probes(one, _medians_at({256: (20.0, 30.0)}), block_size=64, reps=2, seed=0)
     assert sorted({p.prefix_tokens for p in grown}) == [128, 192] and len(grown) == 2 * 2 * 2
     assert "only length" in why and "recompute won at 256" in why
-    _, why = reach.grown_probes(one, _medians_at({256: (30.0, 20.0)}), block_size=64, reps=2, seed=0)
+    _, why = grow_below.grown_probes(one, _medians_at({256: (30.0, 20.0)}), block_size=64, reps=2, seed=0)
     assert "the pull won at 256" in why
     two = build_plan([256, 384], reps=2, seed=0)
-    assert reach.grown_probes(two, _medians_at({256: (20.0, 30.0), 384: (40.0, 35.0)}), block_size=64, reps=2,
+    assert grow_below.grown_probes(two, _medians_at({256: (20.0, 30.0), 384: (40.0, 35.0)}), block_size=64, reps=2,
                               seed=0) is None  # two lengths and recompute wins at the shortest: done, as before
 
 
 def test_a_dry_run_of_one_length_says_the_octave_below_will_be_added():
-    from kvcal.sweep.reach import dry_run_note
+    from kvcal.sweep.lengths.grow_below import dry_run_note
 
     assert "one length, which no fit can use" in dry_run_note([256], 64)
     assert dry_run_note([256, 384], 64).startswith("default design: if the pull wins at 256 tokens")

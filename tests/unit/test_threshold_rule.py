@@ -173,7 +173,7 @@ def test_pull_always_wins_with_a_lost_median_at_the_longest_length_still_emits_f
 
 
 def test_advice_to_sweep_shorter_never_names_a_one_block_length():
-    # a one-block pull moves nothing (kvcal.fit.ladder): the advice once listed 64 at block size 64
+    # a one-block pull moves nothing (kvcal.fit.ladder_steps): the advice once listed 64 at block size 64
     rows = [LengthSummary(prefix_tokens=n, recompute_ms=10.0, pull_ms=5.0, n_recompute=3, n_pull=3, pull_won=True,
                           pull_won_measurably=True) for n in (256, 512)]
     fit = _fit(status="pull-always-wins", break_even_tokens=0.0, break_even_ci=[0.0, 100.0], per_length=rows,

@@ -1,9 +1,10 @@
-"""What a probe's ``host_busy`` reading means for a run: the bounds, what a pair's monitor watches, the run's summary.
+"""Judging a busy host (measures nothing): the bounds on a probe's ``host_busy``, what is watched, the run's summary.
 
-The monitors that take the readings during a sweep are :mod:`kvcal.sweep.disturbance`
+The monitors that take the readings during a sweep are :mod:`kvcal.sweep.host_monitors`
 (its docstring gives the formulas); this base module holds what the sweep and the fit
 both read: a probe is disturbed above :data:`PROBE_BOUND`, the run when more than
 :data:`RUN_BOUND` of its measured probes are, and :func:`summarise` is what fit.json records.
+Unrelated: :mod:`kvcal.fleet.shared_host` simulates engines that share a host in ``kvcal fleet``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def parse_cpus(spec: str | None) -> list[int]:
 
 
 def watched(pair: PairFacts | Mapping[str, Any]) -> tuple[str, list[int] | None] | None:
-    """What the monitor watches for this pair: ("cpu", cores) or ("cuda", GPUs or None for all visible); None: nothing."""
+    """What the monitor watches for this pair: ("cpu", cores) or ("cuda", GPUs or None for all visible);
+    None: nothing."""
     if not isinstance(pair, PairFacts):  # a pair's own account, as version 2 runs stored it
         pair = PairFacts.model_validate(pair_facts(dict(pair)))
     if not pair.launched_vllm or pair.device not in ("cpu", "cuda"):

@@ -1,14 +1,14 @@
-"""The ladder's arithmetic in block multiples: the shortest length a pull can prove, and the lengths to add below or above.
+"""The ladder's arithmetic in block multiples: the shortest length a pull can prove, the lengths to add below or above.
 
 Shared by the fit's advice (:mod:`kvcal.fit.breakeven` names the lengths to add), the
-sweep's default design (:mod:`kvcal.sweep.reach` grows the plan down to the floor, and
-:mod:`kvcal.sweep.design` starts there) and emit's floor. Why a pull's floor is two
-blocks: :mod:`kvcal.sweep.reach`.
+sweep's default design (:mod:`kvcal.sweep.lengths.grow_below` grows the plan down to the floor, and
+:mod:`kvcal.sweep.lengths.adaptive_design` starts there) and emit's floor. Why a pull's floor is two
+blocks: :mod:`kvcal.sweep.lengths.grow_below`.
 """
 
 from __future__ import annotations
 
-FLOOR_BLOCKS = 2  # a one-block pull moves nothing (kvcal.sweep.reach's docstring says why)
+FLOOR_BLOCKS = 2  # a one-block pull moves nothing (kvcal.sweep.lengths.grow_below's docstring says why)
 
 
 def pull_floor(block_size: int) -> int:
@@ -29,7 +29,8 @@ def lengths_below(shortest: int, block_size: int) -> list[int]:
 
 
 def lengths_to_add_below(n_min: int, break_even: float, block_size: int) -> list[int]:
-    """Octaves below ``n_min`` down to half the fitted break-even (a crossover needs a length on each side), never under the floor."""
+    """Octaves below ``n_min`` down to half the fitted break-even (a crossover needs a length on each side),
+    never under the floor."""
     out: list[int] = []
     shortest = n_min
     while shortest > pull_floor(block_size) and shortest > break_even / 2:

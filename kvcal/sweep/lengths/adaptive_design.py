@@ -51,7 +51,7 @@ import numpy as np
 
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import t_quantile
-from kvcal.fit.ladder import pull_floor
+from kvcal.fit.ladder_steps import pull_floor
 from kvcal.records import FitResult, Leg
 
 GRID_RATIO = 2 ** 0.25
@@ -119,7 +119,7 @@ class Choice:
 def allowed_range(lengths: list[int] | None, block_size: int, max_model_len: int) -> tuple[int, int]:
     """[shortest, longest] block multiples the campaign may probe: the given lengths' span, else the floor to the limit.
 
-    The floor is the shortest length a pull can prove (:func:`kvcal.fit.ladder.pull_floor`, two blocks).
+    The floor is the shortest length a pull can prove (:func:`kvcal.fit.ladder_steps.pull_floor`, two blocks).
     """
     longest = ((max_model_len - 1) // block_size) * block_size
     if lengths:
@@ -161,7 +161,8 @@ def seed_design(grid: list[int]) -> list[Choice]:
 
 
 def extension(grid: list[int], medians: dict[int, tuple[float, float]], fitted_break_even: float | None) -> list[Choice]:
-    """Climb SEED_STEP longer, CLIMB_REPS probes a leg, while the pull has not won at the longest length both legs measured.
+    """Climb SEED_STEP longer, CLIMB_REPS probes a leg, while the pull has not won at the longest length both legs
+    measured.
 
     ``medians``: n -> (recompute, pull) median TTFT; ``fitted_break_even``: the current
     fit's point estimate (None without a fit or when the pull never wins). A fit that

@@ -6,7 +6,8 @@ wins there, and a fit of lengths that all lie on one side of the crossover can o
 extrapolate it. So a default campaign looks further down when the measurements ask for
 it, and stops where a pull stops proving anything.
 
-The floor (:func:`kvcal.fit.ladder.pull_floor`, with the ladder arithmetic the fit's advice shares): an engine never takes a prompt's last block from a peer
+The floor (:func:`kvcal.fit.ladder_steps.pull_floor`, with the ladder arithmetic the fit's advice shares): an
+engine never takes a prompt's last block from a peer
 (the prefix cache leaves at least one token to compute, so the hit stops a block short of
 a block-aligned prompt), and a one-block pull moves nothing: the shortest length at which
 a pull measures a transfer is two blocks (128 tokens at block size 64).
@@ -25,9 +26,9 @@ At the other end the ladder already reaches the model's limit; when recompute wi
 
 from __future__ import annotations
 
-from kvcal.fit.ladder import floor_reason, lengths_below, lengths_to_add_above, lengths_to_add_below, pull_floor
+from kvcal.fit.ladder_steps import floor_reason, lengths_below, lengths_to_add_above, lengths_to_add_below, pull_floor
 from kvcal.records import Leg, PlannedProbe, ProbeRecord
-from kvcal.sweep.plan import build_plan
+from kvcal.sweep.lengths.probe_plan import build_plan
 
 
 def leg_medians(records: list[ProbeRecord]) -> dict[int, tuple[float, float]]:

@@ -1,4 +1,7 @@
-"""Was the machine quiet? How much of the engines' compute other processes took, probe by probe.
+"""Measuring a busy host during a sweep: how much of the engines' compute other processes took, probe by probe.
+
+What a reading means (the bounds, the run's summary) is :mod:`kvcal.disturbance_bounds`; simulated engines that
+share a host in ``kvcal fleet`` are :mod:`kvcal.fleet.shared_host`, which measures nothing.
 
 A calibration measured on a busy host is not a calibration of the engines: a README demo
 run while other processes competed for the cores measured recompute 6-10x slower than
@@ -20,9 +23,9 @@ kvcal and its engines took.
   else ``nvidia-smi`` (sampled at most every 2 s). Not yet checked on GPU hardware.
 * **Attached engines** run elsewhere: not measured (``None``).
 
-A probe is disturbed when ``host_busy`` exceeds :data:`~kvcal.host_busy.PROBE_BOUND`; the run is disturbed
-when more than :data:`~kvcal.host_busy.RUN_BOUND` of its measured probes are (one blip is named in the fit
-but does not condemn a run). ``fit.json`` records the summary (:func:`kvcal.host_busy.summarise`;
+A probe is disturbed when ``host_busy`` exceeds :data:`~kvcal.disturbance_bounds.PROBE_BOUND`; the run is disturbed
+when more than :data:`~kvcal.disturbance_bounds.RUN_BOUND` of its measured probes are (one blip is named in the fit
+but does not condemn a run). ``fit.json`` records the summary (:func:`kvcal.disturbance_bounds.summarise`;
 the bounds, what a pair's monitor watches and the summary are a base module, which the fit reads), the fit
 warns with the figure and ``emit-config`` refuses a disturbed run unless ``--allow-disturbed``.
 """
@@ -40,7 +43,7 @@ from typing import Any, Protocol
 
 import psutil
 
-from kvcal.host_busy import parse_cpus, watched
+from kvcal.disturbance_bounds import parse_cpus, watched
 from kvcal.records import PairFacts
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
-"""Plan a calibration before booking engines: simulate campaigns on prior curves and compare designs.
+"""``kvcal plan``: each design's campaigns simulated on a prior's curves and compared, before booking engines.
 
 Stage owned: ``kvcal plan`` (and ``benchmarks/adaptive_efficiency.py`` reuses the
-simulators). A prior is a pair of cost curves with a noise level; it comes from a
+simulators). A prior (:mod:`kvcal.sweep.lengths.priors`) is a pair of cost curves with a noise level; it comes from a
 ``kvcal predict`` profile pair or from an earlier run or fit. Campaigns are then run
 in memory on a simulated pair with exactly those curves (:class:`kvcal.engines.sim.SimPair`):
 
@@ -28,50 +28,28 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import Field, ValidationError
+from pydantic import Field
 from scipy import stats
-from scipy.optimize import nnls
 
-from kvcal.engines.sim import SimCosts, SimPair
+from kvcal.engines.sim import SimPair
 from kvcal.errors import InputError
-from kvcal.estimate.hfconfig import load_model
-from kvcal.estimate.predict import PredictSettings, build_cost_model
-from kvcal.estimate.profiles import load_profiles
-from kvcal.fit import fit_table, load_or_fit
 from kvcal.fit.bootstrap import t_quantile
-from kvcal.fit.ladder import lengths_below
+from kvcal.fit.fitting import fit_table
+from kvcal.fit.ladder_steps import lengths_below
 from kvcal.fit.tables import from_rows
 from kvcal.records import FIT_DEFAULTS, FitResult, Leg, Record, RunSetup
-from kvcal.runfolder import RunFolder
 from kvcal.sweep.adaptive import FIT_SETTINGS, Controller, StopRules, relative_width
-from kvcal.sweep.design import allowed_range
-from kvcal.sweep.plan import default_prefix_lengths
+from kvcal.sweep.lengths.priors import Prior
+from kvcal.sweep.lengths.probe_plan import default_prefix_lengths
 from kvcal.sweep.regret_stop import Judge
 
 PLAN_SCHEMA = "kvcal.plan/1"
-DEFAULT_LIMIT = 65536  # a prior fit whose run does not say its model limit: kvcal sweep's sim default
 SCREEN_RESAMPLES = 200  # simulations choose probes on a cheaper bootstrap; every stop is confirmed on the standard fit
 COVERAGE_CAMPAIGNS = 40  # below this many campaigns a coverage figure is too loose to judge an interval by
 
 
 @dataclass(frozen=True)
-class Prior:
-    """Curves, noise and allowed lengths a campaign is planned on."""
-
-    costs: SimCosts
-    label: str
-    low: int
-    high: int
-    block_size: int
-    notes: tuple[str, ...] = ()
-
-    @property
-    def truth(self) -> float | None:
-        return self.costs.true_break_even(upper=1e9)
-
-
-@dataclass(frozen=True)
-class Campaign:
+class SimulatedCampaign:
     """One simulated campaign's outcome."""
 
     design: str
@@ -118,10 +96,10 @@ class CampaignPlan(Record):
 
 
 def _campaign(design: str, fit: FitResult | None, n_probes: int, engine_ms: float, stop: str | None,
-              truth: float | None, search_ms: float = 0.0, regret: float | None = None) -> Campaign:
+              truth: float | None, search_ms: float = 0.0, regret: float | None = None) -> SimulatedCampaign:
     ci = fit.break_even_ci if fit else None
     covered = None if ci is None or truth is None else bool(ci[0] <= truth <= ci[1])
-    return Campaign(design, n_probes, engine_ms / 1e3, relative_width(fit) if fit else None,
+    return SimulatedCampaign(design, n_probes, engine_ms / 1e3, relative_width(fit) if fit else None,
                     fit.break_even_tokens if fit else None, ci, stop, covered, search_ms / 1e3, regret)
 
 
@@ -140,7 +118,7 @@ def _rows_from(pair: SimPair, n: int, leg: Leg, count: int, rep0: int) -> list[d
 
 def simulate_adaptive(prior: Prior, target: float, seed: int, *, max_probes: int = 2000,
                       screen_resamples: int | None = SCREEN_RESAMPLES, target_regret: float | None = None,
-                      judge: Judge | None = None) -> Campaign:
+                      judge: Judge | None = None) -> SimulatedCampaign:
     """One adaptive campaign on the prior's simulated pair, as ``kvcal sweep --adaptive`` would run it."""
     pair = SimPair(prior.costs, block_size=prior.block_size, seed=seed, max_model_len=prior.high + prior.block_size)
     rules = StopRules(target_width=target, target_regret=target_regret, max_probes=max_probes)
@@ -169,9 +147,9 @@ def simulate_adaptive(prior: Prior, target: float, seed: int, *, max_probes: int
 def default_ladder(prior: Prior) -> list[int]:
     """The lengths ``kvcal sweep``'s default design ends with on the prior's curves.
 
-    Its ladder up to the limit (:func:`kvcal.sweep.plan.default_prefix_lengths`), grown an
+    Its ladder up to the limit (:func:`kvcal.sweep.lengths.probe_plan.default_prefix_lengths`), grown an
     octave at a time below its shortest length while the pull wins there, never below the
-    allowed range (:mod:`kvcal.sweep.reach`). A sweep decides each growth on its probes'
+    allowed range (:mod:`kvcal.sweep.lengths.grow_below`). A sweep decides each growth on its probes'
     medians; the plan decides it on the noise-free curves. A ladder of one length grows an
     octave whoever wins there: a limit of 257-320 tokens leaves the one length 256, which no
     fit can use.
@@ -186,7 +164,7 @@ def default_ladder(prior: Prior) -> list[int]:
 
 
 def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: list[int] | None = None,
-                    reps: int = 3, max_passes: int = 128, screen_resamples: int | None = SCREEN_RESAMPLES) -> Campaign:
+                    reps: int = 3, max_passes: int = 128, screen_resamples: int | None = SCREEN_RESAMPLES) -> SimulatedCampaign:
     """The uniform ladder: ``reps`` passes (target None), or the fewest passes whose standard fit reaches ``target``.
 
     Passes are drawn once, in order; the fewest is found by doubling then bisection on the
@@ -237,7 +215,7 @@ def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: l
 
 
 def oracle(prior: Prior, target: float, confidence: float = FIT_DEFAULTS.confidence, *,
-           noise_known: bool = True) -> Campaign:
+           noise_known: bool = True) -> SimulatedCampaign:
     """The floor: m probes per leg at the true break-even n*, slopes known, noise cv on both legs.
 
     There recompute and pull cost the same T*, so the two means each have sd cv T* / sqrt(m)
@@ -252,7 +230,7 @@ def oracle(prior: Prior, target: float, confidence: float = FIT_DEFAULTS.confide
     c, n = prior.costs, prior.truth
     name = "oracle" if noise_known else "oracle-t"
     if n is None or n <= 0:
-        return Campaign(name, 0, 0.0, None, n, None, None, None)
+        return SimulatedCampaign(name, 0, 0.0, None, n, None, None, None)
     t_star = float(c.pull_ms(n))
     slope = ((c.recompute_per_token_us - c.pull_per_token_us) / 1e3 + 2 * c.recompute_per_token2_ns * n / 1e6)
     p = 0.5 * (1 + confidence)
@@ -260,10 +238,10 @@ def oracle(prior: Prior, target: float, confidence: float = FIT_DEFAULTS.confide
     m = max(1, math.ceil(base * float(stats.norm.ppf(p)) ** 2))
     while not noise_known and (m < 2 or m < base * float(t_quantile(m - 1, confidence)) ** 2):
         m += 1  # t shrinks as m grows: the first m that meets its own quantile
-    return Campaign(name, 2 * m, 2 * m * t_star / 1e3, target, n, None, "analytic", None)
+    return SimulatedCampaign(name, 2 * m, 2 * m * t_star / 1e3, target, n, None, "analytic", None)
 
 
-def summarize(design: str, runs: list[Campaign], target: float, target_regret: float | None = None) -> Summary:
+def summarize(design: str, runs: list[SimulatedCampaign], target: float, target_regret: float | None = None) -> Summary:
     """Medians over the campaigns; "reached" reads the regret where a regret target is given."""
     probes = np.array([r.n_probes for r in runs], dtype=float)
     engine = np.array([r.engine_s for r in runs], dtype=float)
@@ -281,7 +259,7 @@ def summarize(design: str, runs: list[Campaign], target: float, target_regret: f
     )
 
 
-def _reached(run: Campaign, target: float, target_regret: float | None) -> bool:
+def _reached(run: SimulatedCampaign, target: float, target_regret: float | None) -> bool:
     if target_regret is not None:
         return run.regret is not None and run.regret <= target_regret
     return run.width is not None and run.width <= target
@@ -340,61 +318,3 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
         confidence=FIT_DEFAULTS.confidence,
         designs=designs, notes=notes,
     )
-
-
-def prior_from_fit(path: str, *, noise_cv: float | None, block_size: int | None, max_model_len: int | None) -> Prior:
-    """Curves and noise from an earlier run folder or fit.json (its fit is computed if absent)."""
-    fit = load_or_fit(path)
-    r, p = fit.recompute, fit.pull
-    noise = noise_cv if noise_cv is not None else max(r.noise_cv or 0.05, p.noise_cv or 0.05)
-    curves = dict(recompute_intercept_ms=r.intercept_ms, recompute_per_token_us=r.per_token_us,
-                  recompute_per_token2_ns=r.per_token2_ns, pull_intercept_ms=p.intercept_ms,
-                  pull_per_token_us=p.per_token_us)
-    try:
-        costs = SimCosts(**curves, noise_cv=noise)
-    except ValidationError as err:  # a fitted curve may dip below zero (the gpt-oss ladder's -75 ms intercept); SimCosts may not
-        refused = ", ".join(f"{e['loc'][0]} {curves[e['loc'][0]]:g}" for e in err.errors() if e["loc"][0] in curves)
-        raise InputError(f"{path}: the fitted curves cannot drive a simulated pair ({refused}: the simulator "
-                         "takes coefficients of 0 or more); plan from --model and --hardware, or from a fit with more lengths") from None
-    block = block_size or fit.block_size or 64
-    limit = max_model_len or max(_run_limit(path) or DEFAULT_LIMIT, fit.measured_range[1] + 1)
-    low, high = allowed_range(None, block, limit)
-    notes = ["pull curvature dropped: the simulated pull is affine"] if p.per_token2_ns else []
-    return Prior(costs, f"fit of {path}", low, high, block, tuple(notes))
-
-
-def _run_limit(path: str) -> int | None:
-    """The model limit a run folder swept under, when its settings say (sim runs always do)."""
-    if not RunFolder.is_run_folder(path):
-        return None
-    settings = RunFolder(path).manifest().settings
-    return settings.max_model_len or (settings.sim.max_model_len if settings.engine == "sim" else None)
-
-
-def prior_from_profiles(model: str, hardware: str, link: str | None, *, noise_cv: float | None, block_size: int | None,
-                        max_model_len: int | None) -> Prior:
-    """Curves from ``kvcal predict``'s profiles, as a quadratic recompute and an affine pull."""
-    profiles = load_profiles()
-    spec = load_model(model)
-    accelerator = profiles.accelerator(hardware)
-    cost = build_cost_model(spec, accelerator, profiles.link(link or accelerator.default_link), PredictSettings())
-    block = block_size or 64
-    low, high = allowed_range(None, block, max_model_len or min(spec.max_position_embeddings, 131072))
-    n = np.geomspace(low, high, 40)
-    rec = _poly_fit(n, np.array([cost.recompute_ms(x) for x in n]), 3)
-    pull = _poly_fit(n, np.array([cost.pull_ms(x) for x in n]), 2)
-    costs = SimCosts(recompute_intercept_ms=rec[0], recompute_per_token_us=rec[1] * 1e3,
-                     recompute_per_token2_ns=rec[2] * 1e6, pull_intercept_ms=pull[0], pull_per_token_us=pull[1] * 1e3,
-                     noise_cv=0.05 if noise_cv is None else noise_cv)
-    notes = [] if noise_cv is not None else ["noise 5% (the default; give --noise-cv from a run of this pair)"]
-    return Prior(costs, f"kvcal predict {spec.name} on {accelerator.name}", low, high, block, tuple(notes))
-
-
-def _poly_fit(n: np.ndarray, y: np.ndarray, p: int) -> np.ndarray:
-    """Non-negative coefficients of 1, n, n^2 (first p) by relative least squares: the predicted curves' shape."""
-    x = np.stack([n**j for j in range(p)], axis=1) / y[:, None]
-    scale = np.abs(x).max(axis=0)
-    beta, _ = nnls(x / scale, np.ones_like(y))
-    out = np.zeros(3)
-    out[:p] = beta / scale
-    return out
