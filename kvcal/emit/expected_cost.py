@@ -38,7 +38,7 @@ from kvcal.cost_curve import break_even_tokens, cost_ms
 from kvcal.emit.regret import Deltas
 from kvcal.emit.threshold_parts import Working, fmt, ladder_down, ladder_up, round_up
 from kvcal.errors import NoThreshold
-from kvcal.fit.ladder import pull_floor
+from kvcal.fit.ladder_steps import pull_floor
 from kvcal.fit.mean_cost import mean_curves, mean_scales
 from kvcal.fit.wins import pull_lost_measurably
 from kvcal.records import FitResult, LengthSummary
