@@ -219,7 +219,7 @@ def main() -> None:
     earlier = json.loads(Path(args.measured).read_text()) if args.measured else None
     pair = None
     if not args.predict_only:
-        settings = VllmSettings(transport="nixl-pd", extra_args=("--max-num-batched-tokens",
+        settings = VllmSettings(transport="nixl-pd", engine_args=("--max-num-batched-tokens",
                                                                   str(w.engine.max_num_batched_tokens)))
         pair = VllmPair(settings)
         pair.start()

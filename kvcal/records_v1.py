@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcal.settings import SweepConfig
+from kvcal.settings import SweepConfig, grouped_from_flat
 
 RUN_V1 = "kvcal.run/1"
 RUN_V2 = "kvcal.run/2"  # no pair facts: they are read from provenance.engine
@@ -26,11 +26,18 @@ _BOOTSTRAP_KEYS = ("n_resamples", "seed", "method", "methods", "no_crossover_sha
 
 
 def upgrade_run(data: Any) -> Any:
-    """A run.json dict in the current shape (other values pass through for validation to judge)."""
-    if isinstance(data, dict) and data.get("schema") == RUN_V3:
-        return {**data, "schema": RUN_CURRENT}  # version 4 only adds optional fields
-    if not isinstance(data, dict) or data.get("schema") not in (RUN_V1, RUN_V2):
+    """A run.json dict in the current shape (other values pass through for validation to judge): every older
+    version's flat settings in their groups (a version 4 file written before the groups too)."""
+    if not isinstance(data, dict) or data.get("schema") not in (RUN_V1, RUN_V2, RUN_V3, RUN_CURRENT):
         return data
+    upgraded = _upgraded_run(data) if data.get("schema") in (RUN_V1, RUN_V2) else {**data, "schema": RUN_CURRENT}
+    if isinstance(upgraded.get("settings"), dict):
+        upgraded["settings"] = grouped_from_flat(upgraded["settings"])
+    return upgraded
+
+
+def _upgraded_run(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 or 2 in version 4's shape (version 3 only lacks fields version 4 made optional)."""
     old = dict(data)
     provenance = _dict(old.get("provenance"))
     if old.get("schema") == RUN_V1:
@@ -80,14 +87,14 @@ def setup_v1(facts: dict[str, Any], settings: dict[str, Any], provenance: dict[s
     on_cpu = pair.get("device") == "cpu"
     seed = env.get("PYTHONHASHSEED")
     kv_config = pair.get("kv_transfer_config")
-    tp = config.engine_arg("--tensor-parallel-size", "-tp") if config else None
+    tp = config.engine.engine_arg("--tensor-parallel-size", "-tp") if config else None
     return {
         "model": facts.get("model"),
         "engine": engine,
         "transport": facts.get("transport"),
         "block_size": facts.get("block_size"),
         "kv_bytes_per_token": facts.get("kv_bytes_per_token"),
-        "kv_dtype": config.engine_arg("--kv-cache-dtype") if config else None,
+        "kv_dtype": config.engine.engine_arg("--kv-cache-dtype") if config else None,
         "accelerator": (provenance.get("cpu_model") if on_cpu else hardware.get("gpu")) if launched else None,
         "device_count": (1 if on_cpu else hardware.get("devices") or None) if launched else None,
         "tensor_parallel_size": int(tp) if tp and tp.isdigit() else (1 if launched else None),

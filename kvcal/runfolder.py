@@ -173,7 +173,7 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
         log.info("%d repeated records of one probe collapsed to the last, as fit does", len(valid) - len(rows))
     if any(r.load_state not in (None, "idle") for r in rows):
         # The interchange format has no load columns: a loaded run exports its idle probes only.
-        threshold = run.manifest().settings.busy_queue_threshold
+        threshold = run.manifest().settings.load.busy_queue_threshold
         rows = [r for r in rows if probe_counts_as_idle(r, threshold)]
     if not rows:
         raise InputError(f"{run.path} has no valid probes to export")

@@ -23,7 +23,7 @@ from kvcal.records import (
     RunManifest,
     RunSetup,
 )
-from kvcal.settings import SweepConfig
+from kvcal.settings import FLAT_ORDER, SweepConfig
 
 CREATED_AT = "2026-01-01T00:00:00+00:00"
 RECOMPUTE = CurveFit(model="quadratic", intercept_ms=5.0, per_token_us=25.0, per_token2_ns=0.012)
@@ -68,6 +68,18 @@ def make_manifest(**overrides: Any) -> RunManifest:
     if isinstance(fields["settings"], dict):
         fields["settings"] = SweepConfig(**fields["settings"])
     return RunManifest(**fields)
+
+
+def flat_settings(config: SweepConfig) -> dict[str, Any]:
+    """Settings as run.json held them before ``kvcal.run/4`` grouped them: every setting by its flat name."""
+    return {name: _json(config.value(name)) for name in FLAT_ORDER}
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_json(item) for item in value]
+    return value.model_dump(mode="json", by_alias=True) if hasattr(value, "model_dump") else (
+        str(value) if isinstance(value, Path) else value)
 
 
 def make_probe(i: int, n: int, leg: str, ttft: float | None, *, rep: int = 0, attempt: int = 0, valid: bool = True,

@@ -22,7 +22,7 @@ from kvcal.engines.process import ServerProcess, free_ports, wait_all_ready
 from kvcal.engines.tinymodel import ensure_tiny_model
 from kvcal.engines.transports import get_transport
 from kvcal.engines.transports.base import Role
-from kvcal.engines.vllm_launch import LaunchPlan, default_cache_dir, settings_from_config
+from kvcal.engines.vllm_launch import LaunchPlan, VllmSettings, default_cache_dir
 from kvcal.settings import SweepConfig
 
 NS = {Role.PRODUCER: "kvl-prod", Role.CONSUMER: "kvl-cons"}
@@ -114,7 +114,7 @@ class NetLinks:
             http_p, http_c, side_p, side_c = free_ports(4, "127.0.0.1")
             ports = {"producer_port": http_p, "consumer_port": http_c, "producer_side_port": side_p,
                      "consumer_side_port": side_c}
-        settings = settings_from_config(config, device="cpu", cpu_kvcache_space_gib=1, **ports)
+        settings = VllmSettings.from_engine(config.engine, device="cpu", cpu_kvcache_space_gib=1, **ports)
         plan = LaunchPlan(settings, get_transport(settings.transport), cache, self.workdir / name)
         for folder in (cache / "vllm", cache / "inductor", cache / "tmp", plan.rpc_dir):
             folder.mkdir(parents=True, exist_ok=True)

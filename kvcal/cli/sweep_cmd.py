@@ -1,9 +1,11 @@
 """`kvcal sweep`: parse flags over an optional campaign file, then run or dry-run the sweep.
 
-The command's options are generated from :class:`~kvcal.settings.SweepConfig`'s fields, one per field that is
-not campaign-file-only, in the fields' order (name, type and help from the field), then its own ``--resume``,
-``--config``, ``--dry-run`` and ``--pairs`` (a file read into the campaign-file-only ``pairs``
-setting); a renamed or added field changes its flag here with nothing else to edit.
+The command's options are generated from :class:`~kvcal.settings.SweepConfig`'s settings, one per setting that
+is not campaign-file-only, by flat name in :data:`~kvcal.settings.FLAT_ORDER` (type and help from the field), then
+its own ``--resume``, ``--config``, ``--dry-run`` and ``--pairs`` (a file read into the campaign-file-only ``pairs``
+setting); the flat flags are put in their groups by :func:`~kvcal.settings.grouped_from_flat` (in
+:func:`~kvcal.sweep.validate.resolve_config`). A renamed or added field changes its flag here with nothing else to
+edit.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from kvcal.cli.options import byte_size, float_list, int_list
 from kvcal.cli.output import info
 from kvcal.cli.progress_view import progress_for_terminal
 from kvcal.errors import InputError
-from kvcal.settings import SweepConfig, adaptive_rule_fields, flag_fields, flag_help, flag_of
+from kvcal.settings import SweepConfig, flat_field
+from kvcal.settings_flags import adaptive_rule_fields, flag_fields, flag_help, flag_of
 from kvcal.sweep.validate import load_campaign_file, load_pairs_file, resolve_config
 
 EPILOG = """Examples:
@@ -84,7 +87,7 @@ PARSERS: dict[str, Callable[[str | None, str], Any]] = {
 def _flag_type(name: str) -> Any:
     """What typer reads a setting's flag as: text where it is parsed here or names a Literal's value, else the
     field's own type; a field that defaults to False is a plain switch, every other flag may be left out (None)."""
-    annotation = SweepConfig.model_fields[name].annotation
+    annotation = flat_field(name).annotation
     if name in PARSERS:
         return Optional[str]
     if annotation is bool:
@@ -95,7 +98,7 @@ def _flag_type(name: str) -> Any:
 
 
 def _flag(name: str) -> inspect.Parameter:
-    """The typer parameter of one SweepConfig field (bool | None gets an --x/--no-x pair)."""
+    """The typer parameter of one setting (bool | None gets an --x/--no-x pair)."""
     kind = _flag_type(name)
     decls = f"{flag_of(name)}/--no-{flag_of(name)[2:]}" if kind == Optional[bool] else flag_of(name)
     option = typer.Option(False if kind is bool else None, decls, help=HELP.get(name, "{}").format(flag_help(name)))
@@ -130,7 +133,7 @@ def sweep(
         flags["pairs"] = load_pairs_file(pairs)
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
     steering = [flag_of(name) for name in adaptive_rule_fields() if flags.get(name) is not None]
-    if steering and not settings.adaptive:
+    if steering and not settings.adaptive.enabled:
         raise InputError(f"{', '.join(steering)} steer an adaptive sweep, and this one is a fixed ladder; add --adaptive")
     if dry_run:
         _print_dry_run(settings, resume)
@@ -161,7 +164,7 @@ def _print_dry_run(settings: SweepConfig, resume: bool) -> None:
     for command in plan.commands:
         typer.echo(command)
     lengths = sorted({p.prefix_tokens for p in plan.plan})
-    if settings.adaptive:
+    if settings.adaptive.enabled:
         from kvcal.sweep.adaptive_run import adaptive_preview
 
         low, high, seed_round, rules = adaptive_preview(settings, lengths)
@@ -175,17 +178,17 @@ def _print_dry_run(settings: SweepConfig, resume: bool) -> None:
         typer.echo("# nothing left to run: every probe of the plan has a valid record")
     else:
         typer.echo(f"# {len(plan.plan)} probes{left} over lengths {','.join(map(str, lengths))}, in this order:")
-    if not resume and settings.prefix_lengths is None and settings.load_states == ["idle"] and lengths:
+    if not resume and settings.probe.prefix_lengths is None and not settings.load.loaded and lengths:
         from kvcal.sweep.lengths.grow_below import dry_run_note
 
-        if note := dry_run_note(lengths, settings.block_size):
+        if note := dry_run_note(lengths, settings.engine.block_size):
             typer.echo(f"# {note}")
     for probe in plan.plan:
         state = "".join(f"\t{v}" for v in (probe.load_state, probe.pair) if v)
         typer.echo(f"{probe.plan_index}\t{probe.prefix_tokens}\t{probe.leg.value}\trep {probe.rep}{state}")
 
 
-# typer reads a command's options off its signature: the settings' flags, in SweepConfig's order, then the
+# typer reads a command's options off its signature: the settings' flags, in FLAT_ORDER, then the
 # command's own (--resume, --config, --dry-run).
 _OWN = [p for p in inspect.signature(sweep, eval_str=True).parameters.values() if p.kind is p.KEYWORD_ONLY]
 sweep.__signature__ = inspect.Signature([*map(_flag, flag_fields()), *_OWN])  # type: ignore[attr-defined]

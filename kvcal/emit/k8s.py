@@ -30,7 +30,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 
 from kvcal.engines.transports import available, transport_names
 from kvcal.errors import InputError
-from kvcal.settings import flag_of, launch_only_flags, sweep_argv
+from kvcal.settings_flags import flag_of, launch_only_flags, sweep_argv
 from kvcal.sweep.lengths.probe_plan import validate_prefix_lengths
 from kvcal.urls import parse_engine_url
 
@@ -39,7 +39,7 @@ TRANSPORTS = transport_names()
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-# The sweep settings the Job sets itself (SweepConfig fields, in command-line order); an extra
+# The sweep settings the Job sets itself (their flat names, in command-line order); an extra
 # argument repeating one of their flags would silently win or clash.
 JOB_SETTINGS = ("engine", "transport", "producer_url", "consumer_url", "model", "producer_p2p_host", "producer_p2p_port",
                 "prefix_lengths", "reps", "output_dir", "name")

@@ -18,6 +18,7 @@ another deployment. Hence:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvcal.errors import InputError
@@ -58,7 +59,7 @@ def _spellings(names: tuple[str, ...]) -> tuple[str, ...]:
     return names + tuple(n.replace("-", "_").replace("__", "--", 1) for n in names if n.startswith("--"))
 
 
-def _size(args: tuple[str, ...], names: tuple[str, ...]) -> int | None:
+def _size(args: Sequence[str], names: tuple[str, ...]) -> int | None:
     """The value of the last of ``names`` in ``args`` (``--x 4`` or ``--x=4``), as vLLM's parser would take it."""
     found: str | None = None
     spellings = _spellings(names)
@@ -75,7 +76,7 @@ def _size(args: tuple[str, ...], names: tuple[str, ...]) -> int | None:
     return int(found)
 
 
-def given_sizes(args: tuple[str, ...]) -> ParallelSizes | None:
+def given_sizes(args: Sequence[str]) -> ParallelSizes | None:
     """The parallel sizes ``args`` set (others at vLLM's default 1), or None when they set none."""
     values = [_size(args, names) for names in _ALL]
     if all(v is None for v in values):
@@ -85,7 +86,7 @@ def given_sizes(args: tuple[str, ...]) -> ParallelSizes | None:
                          prefill_context=prefill_context or 1, data_local=data_local)
 
 
-def place(role: str, devices: str, args: tuple[str, ...]) -> tuple[ParallelSizes, list[str]]:
+def place(role: str, devices: str, args: Sequence[str]) -> tuple[ParallelSizes, list[str]]:
     """The sizes ``role``'s engine runs with on ``devices`` (its CUDA_VISIBLE_DEVICES) and the flags kvcal adds.
 
     InputError (one line, the fix named) when sizes given through ``args`` do not fill exactly those GPUs.
@@ -97,6 +98,6 @@ def place(role: str, devices: str, args: tuple[str, ...]) -> tuple[ParallelSizes
     if given.gpus != seen:
         raise InputError(
             f"the engine arguments size each engine to {given.gpus} GPU(s) ({given.shown()}) but the {role} sees "
-            f"{seen} (CUDA_VISIBLE_DEVICES={devices}): give each role {given.gpus} with --producer-gpus/--consumer-gpus "
-            f"(comma-separated GPU ids), or sizes whose product is {seen}")
+            f"{seen} (CUDA_VISIBLE_DEVICES={devices}): give each role {given.gpus} with "
+            f"--producer-gpus/--consumer-gpus (comma-separated GPU ids), or sizes whose product is {seen}")
     return given, []

@@ -38,7 +38,6 @@ from kvcal.engines.vllm_launch import (
     check_shm,
     default_cache_dir,
     looks_local,
-    settings_from_config,
 )
 from kvcal.engines.vllm_load import UnderLoad
 from kvcal.engines.vllm_measure import PairMeasurement
@@ -93,7 +92,8 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
     # -- what the pair is -------------------------------------------------------------
 
     def _model_profile(self) -> ModelProfile | None:
-        """The model's layout from its config.json (local folder, tiny model, or the local HF cache); None if unreadable."""
+        """The model's layout from its config.json (local folder, tiny model, or the local HF cache); None if
+        unreadable."""
         if not self._profile_read:
             self._profile_read = True
             model = self._engine_facts.get("root") or self.plan.model_path()
@@ -190,20 +190,21 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
         wait_all_ready(self._servers, self.settings.startup_timeout_s)
         for role in ROLES:
             url = f"http://{self.settings.host}:{ports[f'{role.value}_http']}"
-            self._clients[role] = EngineClient(url, name=role.value, request_timeout_s=self.settings.request_timeout_s)
+            self._clients[role] = EngineClient(url, name=role.value, request_timeout_s=self.settings.probe_timeout_s)
             self._stack.callback(self._clients[role].close)
         self._read_engine_facts(ready_by)
 
     def _attach(self) -> None:
         s = self.settings
-        if self.transport.pull_names_producer and not (s.producer_p2p_host and s.producer_p2p_port):
+        if self.transport.pull_names_producer and not (s.producer_p2p_host and s.side_port):
             raise InputError(
-                f"attaching over {self.transport.name} needs the producer's side channel: --producer-p2p-host/--producer-p2p-port"
+                f"attaching over {self.transport.name} needs the producer's side channel: "
+                "--producer-p2p-host/--producer-p2p-port"
             )
         assert self._stack is not None and s.producer_url and s.consumer_url
         ready_by = time.monotonic() + s.startup_timeout_s
         for role, url in ((Role.PRODUCER, s.producer_url), (Role.CONSUMER, s.consumer_url)):
-            self._clients[role] = EngineClient(url, name=role.value, request_timeout_s=s.request_timeout_s)
+            self._clients[role] = EngineClient(url, name=role.value, request_timeout_s=s.probe_timeout_s)
             self._stack.callback(self._clients[role].close)
         self._read_engine_facts(ready_by)
 
@@ -256,12 +257,14 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
     # -- provenance ---------------------------------------------------------------------
 
     def setup(self) -> RunSetup:
-        """Launch: everything kvcal chose (seed, kv-transfer-config per role, versions); attach: what the engines report."""
+        """Launch: everything kvcal chose (seed, kv-transfer-config per role, versions); attach: what the engines
+        report."""
         return vllm_setup(self.settings, self.transport, self.plan, block_size=self.block_size,
                           kv_bytes_per_token=self.kv_bytes_per_token)
 
     def facts(self) -> PairFacts:
-        """Launch: the env, cores or GPUs kvcal set per role and the device; attach: the mode and the producer's DP size."""
+        """Launch: the env, cores or GPUs kvcal set per role and the device; attach: the mode and the producer's DP
+        size."""
         if self.settings.attach:
             return PairFacts(engine="vllm", mode="attach", producer=RoleFacts(data_parallel_size=self.settings.dp_ranks))
         roles = {}
@@ -276,7 +279,8 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
         return PairFacts(engine="vllm", mode="launch", device=self.plan.device, **roles)
 
     def describe(self) -> dict[str, Any]:
-        """The pair's own provenance; versions, CPU, GPUs and UCX_* env are in :func:`kvcal.provenance.host_provenance`."""
+        """The pair's own provenance; versions, CPU, GPUs and UCX_* env are in
+        :func:`kvcal.provenance.host_provenance`."""
         launch = not self.settings.attach
         roles = ROLES
         return {
@@ -302,7 +306,8 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
 
 
 def _is_file(path: Path) -> bool:
-    """Whether ``path`` is a file here; False for a path no file system can hold (an attached engine's ``root`` is its text)."""
+    """Whether ``path`` is a file here; False for a path no file system can hold (an attached engine's ``root`` is
+    its text)."""
     try:
         return path.is_file()
     except OSError:  # e.g. a name over 255 bytes: pathlib raises, and the CLI would print it whole as the user's file
@@ -319,4 +324,4 @@ def _left(ready_by: float, client: EngineClient) -> float:
 
 def pair_from_config(config: SweepConfig, run: RunFolder) -> VllmPair:
     """The pair ``kvcal sweep`` asks for: settings from the sweep config, server logs in the run folder."""
-    return VllmPair(settings_from_config(config, run_dir=run.path))
+    return VllmPair(VllmSettings.from_engine(config.engine, run_dir=run.path))

@@ -36,7 +36,7 @@ import shlex
 import shutil
 import sys
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,7 +48,7 @@ from kvcal.engines.transports.base import Role, SideChannel, Transport
 from kvcal.engines.transports.p2p_tier import P2P_PORT
 from kvcal.errors import HardwareError, InputError
 from kvcal.provenance import gpu_inventory
-from kvcal.settings import SweepConfig
+from kvcal.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
@@ -62,49 +62,19 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("KVCAL_CACHE_DIR") or Path.home() / ".cache" / "kvcal").expanduser()
 
 
-def _sweep_default(name: str) -> Any:
-    """A launch setting the sweep also declares takes the sweep's default (declared once, in SweepConfig)."""
-    return SweepConfig.model_fields[name].get_default(call_default_factory=True)
+class VllmSettings(EngineSettings):
+    """Everything the vLLM pair needs: the sweep's engine group (each setting declared there once) plus what only
+    kvcal's own launch decides; defaults launch kvcal's tiny model over nixl-pd on this host."""
 
-
-#: Launch settings whose name differs from the SweepConfig field that sets them; every other
-#: VllmSettings field that SweepConfig also has is set from the field of the same name.
-SWEEP_NAMES = {"extra_args": "engine_args", "request_timeout_s": "probe_timeout_s"}
-
-
-@dataclass(frozen=True)
-class VllmSettings:
-    """Everything the vLLM pair needs; defaults launch kvcal's tiny model over nixl-pd on this host."""
-
-    model: str | None = None  # local folder or hub id; None: kvcal's tiny model (random weights)
-    transport: str = _sweep_default("transport")
-    transport_options: dict[str, Any] = field(default_factory=dict)
-    producer_url: str | None = None  # attach mode: both URLs set, nothing launched
-    consumer_url: str | None = None
-    producer_p2p_host: str | None = None  # p2p-tier attach: the producer's P2P side channel
-    producer_p2p_port: int | None = P2P_PORT
     host: str = "127.0.0.1"
     producer_port: int | None = None  # None: a free port
     consumer_port: int | None = None
     producer_side_port: int | None = None  # the transport's side channel (NIXL / P2P)
     consumer_side_port: int | None = None
-    block_size: int = _sweep_default("block_size")
-    block_size_given: bool = False  # the user set it: attached engines that report another are refused
-    max_model_len: int | None = None  # None: the tiny model's 8192, else vLLM's default
     load_format: str | None = None  # None: 'dummy' for the tiny model, vLLM's default otherwise
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    producer_cpus: str | None = None  # VLLM_CPU_OMP_THREADS_BIND; None: first/second half of the cores
-    consumer_cpus: str | None = None
-    producer_gpus: str | None = None  # CUDA_VISIBLE_DEVICES; None: inherited
-    consumer_gpus: str | None = None
-    share_gpu: tuple[float, float] | None = None  # both engines on the same GPU(s): each one's --gpu-memory-utilization
-    dp_ranks: int = 1  # attach mode: the producer's data-parallel ranks, each seeded before a pull
-    python_hash_seed: str = str(_sweep_default("python_hash_seed"))
-    extra_args: tuple[str, ...] = ()  # passed to both `vllm serve`s
     cpu_kvcache_space_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE (CPU only)
     nixl_progress_delay_us: int | None = 1000  # CPU only; see kvcal.engines.serve. None: NIXL's spinning default
-    startup_timeout_s: float = _sweep_default("startup_timeout_s")
-    request_timeout_s: float = _sweep_default("probe_timeout_s")
     settle_timeout_s: float = 5.0
     idle_max_cores: float | None = None  # pace legs until launched engines idle; None: 0.3 on CPU, off on GPU
     idle_timeout_s: float = 5.0
@@ -113,23 +83,27 @@ class VllmSettings:
     run_dir: Path | None = None  # server logs go to run_dir/logs; None: the cache folder
     cache_dir: Path | None = None  # None: default_cache_dir()
 
+    @classmethod
+    def from_engine(cls, engine: EngineSettings, **more: Any) -> VllmSettings:
+        """The launch settings of the sweep's engine group, plus ``more``; what the group's user set stays set
+        (``block_size_given``)."""
+        given = {name: getattr(engine, name) for name in engine.model_fields_set}
+        return cls.model_validate({**given, **more})
+
     @property
-    def attach(self) -> bool:
-        return self.producer_url is not None or self.consumer_url is not None
+    def block_size_given(self) -> bool:
+        """The block size was set: attached engines that report another are refused."""
+        return "block_size" in self.model_fields_set
 
+    @property
+    def side_port(self) -> int:
+        """The producer's P2P listener (attach mode); None, as a run.json from before its default holds: the port."""
+        return self.producer_p2p_port or P2P_PORT
 
-def settings_from_config(config: SweepConfig, **more: Any) -> VllmSettings:
-    """The launch settings a sweep config asks for: every shared setting copied by name, plus ``more``."""
-    values = {name: getattr(config, SWEEP_NAMES.get(name, name)) for name in VllmSettings.__dataclass_fields__
-              if SWEEP_NAMES.get(name, name) in SweepConfig.model_fields}
-    values["extra_args"] = tuple(values["extra_args"])
-    values["block_size_given"] = "block_size" in config.model_fields_set
-    values["python_hash_seed"] = str(values["python_hash_seed"])
-    values["share_gpu"] = tuple(values["share_gpu"]) if values.get("share_gpu") else None
-    values["producer_p2p_port"] = values.get("producer_p2p_port") or P2P_PORT  # None: a run.json from before the default
-    if config.cpu_bytes_to_use:
-        values["transport_options"] = {"cpu_bytes_to_use": config.cpu_bytes_to_use}
-    return VllmSettings(**{**values, **more})
+    @property
+    def transport_options(self) -> dict[str, Any]:
+        """What the transport is built with: the CPU tier's size when one is set."""
+        return {"cpu_bytes_to_use": self.cpu_bytes_to_use} if self.cpu_bytes_to_use else {}
 
 
 def _cpu_ranges(cpus: list[int]) -> str:
@@ -164,7 +138,7 @@ def visible_gpus(count: int) -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def split_gpus(visible: list[str], share: tuple[float, float] | None) -> tuple[str, str]:
+def split_gpus(visible: list[str], share: Sequence[float] | None) -> tuple[str, str]:
     """Producer and consumer ``CUDA_VISIBLE_DEVICES``: halves of ``visible``, or all of them for both when shared."""
     if share is not None:
         if len(share) != 2 or not all(0 < f < 1 for f in share) or sum(share) >= 1:
@@ -184,7 +158,8 @@ def check_shm(transport: Transport, *, engines: int = 2, path: str = "/dev/shm")
     if not need:
         return
     gib = 2**30
-    fix = (f"enlarge it (docker run --shm-size={-(-need * engines // gib) + 1}g; in Kubernetes a memory emptyDir at /dev/shm) "
+    fix = (f"enlarge it (docker run --shm-size={-(-need * engines // gib) + 1}g; "
+           "in Kubernetes a memory emptyDir at /dev/shm) "
            "or lower --cpu-bytes-to-use")
     try:
         free = shutil.disk_usage(path).free
@@ -241,7 +216,7 @@ class LaunchPlan:
         assignment = self.gpu_assignment()
         if assignment is None:
             return None
-        return {role: place(role.value, assignment[role], self.settings.extra_args)[0] for role in ROLES}
+        return {role: place(role.value, assignment[role], self.settings.engine_args)[0] for role in ROLES}
 
     def model_path(self) -> str:
         model = self.settings.model
@@ -270,7 +245,7 @@ class LaunchPlan:
 
     def side(self, role: Role) -> SideChannel:
         if self.settings.attach:
-            return SideChannel(self.settings.producer_p2p_host or "", self.settings.producer_p2p_port or 0)
+            return SideChannel(self.settings.producer_p2p_host or "", self.settings.side_port)
         return SideChannel(self.settings.host, self.ports()[f"{role.value}_side"])
 
     def argv(self, role: Role) -> list[str]:
@@ -287,16 +262,16 @@ class LaunchPlan:
         config = self.transport.kv_transfer_config(role, self.device, self.side(role))
         argv += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
         if self.device == "cuda":
-            argv += place(role.value, (self.gpu_assignment() or {})[role], s.extra_args)[1]
+            argv += place(role.value, (self.gpu_assignment() or {})[role], s.engine_args)[1]
             if s.share_gpu is not None:
                 argv += ["--gpu-memory-utilization", str(s.share_gpu[0] if role is Role.PRODUCER else s.share_gpu[1])]
-        return argv + list(s.extra_args)
+        return argv + list(s.engine_args)
 
     def env(self, role: Role) -> dict[str, str]:
         """The variables kvcal sets for ``role`` (the server gets them over kvcal's own environment)."""
         s = self.settings
         env = {
-            "PYTHONHASHSEED": s.python_hash_seed,
+            "PYTHONHASHSEED": str(s.python_hash_seed),
             "VLLM_CACHE_ROOT": str(self.cache_dir / "vllm"),
             "TORCHINDUCTOR_CACHE_DIR": str(self.cache_dir / "inductor"),
             "VLLM_RPC_BASE_PATH": str(self.rpc_dir),

@@ -35,7 +35,8 @@ class UnderLoad:
 
     def load_target(self, role: Role) -> VllmLoadTarget:
         client = self._client(TransportRole(role))  # type: ignore[attr-defined]
-        return VllmLoadTarget(role, client.base_url, client.served_model(), self.settings.request_timeout_s)  # type: ignore[attr-defined]
+        timeout_s = self.settings.probe_timeout_s  # type: ignore[attr-defined]
+        return VllmLoadTarget(role, client.base_url, client.served_model(), timeout_s)
 
     def on_load_change(self, loaded: bool) -> None:
         # No pacing while loaded, and each leg's "before" is scraped afresh (others move the counters).

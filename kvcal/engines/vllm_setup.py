@@ -26,8 +26,8 @@ def vllm_setup(s: VllmSettings, transport: Transport, plan: LaunchPlan, *, block
                kv_bytes_per_token: int | None) -> RunSetup:
     """The RunSetup of a vLLM pair (model and created_at are the sweep's to add)."""
     base = RunSetup(engine="vllm", transport=transport.name, block_size=block_size,
-                    kv_bytes_per_token=kv_bytes_per_token, kv_dtype=arg_value(s.extra_args, *_KV_DTYPE_ARGS),
-                    max_num_batched_tokens=_positive_int(arg_value(s.extra_args, *_CHUNK_ARGS)))
+                    kv_bytes_per_token=kv_bytes_per_token, kv_dtype=arg_value(s.engine_args, *_KV_DTYPE_ARGS),
+                    max_num_batched_tokens=_positive_int(arg_value(s.engine_args, *_CHUNK_ARGS)))
     if s.attach:
         return base
     device = plan.device
@@ -35,7 +35,7 @@ def vllm_setup(s: VllmSettings, transport: Transport, plan: LaunchPlan, *, block
     # RunSetup has one size for both engines: the consumer's, the engine every probe times
     # (the roles differ only when --producer-gpus/--consumer-gpus give them different counts;
     # describe() keeps both).
-    measured = sizes[Role.CONSUMER] if sizes else (given_sizes(s.extra_args) or ParallelSizes())  # CPU: as given
+    measured = sizes[Role.CONSUMER] if sizes else (given_sizes(s.engine_args) or ParallelSizes())  # CPU: as given
     gpus = gpu_inventory() if device == "cuda" else None
     return base.model_copy(update={
         "accelerator": cpu_model() if device == "cpu" else (gpus or {}).get("gpu"),

@@ -104,7 +104,7 @@ class IdleCurves:
 
 def split_loaded(records: list[ProbeRecord], manifest: RunManifest) -> tuple[list[ProbeRecord], LoadedProbes | None]:
     """A run's records for the idle curves (asked and measured idle), and its loaded probes (None: an idle run)."""
-    loaded = from_run_records(records, manifest.settings.busy_queue_threshold)
+    loaded = from_run_records(records, manifest.settings.load.busy_queue_threshold)
     if loaded is None:
         return records, None
     idle = [r for r in records if probe_counts_as_idle(r, loaded.threshold)]
@@ -139,7 +139,8 @@ def from_run_records(records: list[ProbeRecord], threshold: int = 1) -> LoadedPr
 
 
 def coef_samples(fit: FitResult, leg: str) -> np.ndarray | None:
-    """A leg's stored bootstrap coefficient samples, (B, 3) intercept_ms, per_token_us, per_token2_ns, finite rows only; None if none stored."""
+    """A leg's stored bootstrap coefficient samples, (B, 3) intercept_ms, per_token_us, per_token2_ns, finite rows
+    only; None if none stored."""
     stored = fit.bootstrap.leg_samples(leg)
     if not isinstance(stored, dict) or not all(isinstance(stored.get(k), list) and stored[k] for k in _COEFS):
         return None

@@ -23,7 +23,8 @@ from kvcal.engines.base import EnginePair
 from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.runfolder import RunFolder, atomic_write
-from kvcal.settings import SweepConfig, adaptive_rule_fields
+from kvcal.settings import SweepConfig
+from kvcal.settings_flags import adaptive_rule_fields
 from kvcal.sweep.adaptive import (
     DEFAULT_MAX_PROBES,
     FIT_SETTINGS,
@@ -108,8 +109,9 @@ class AdaptiveCampaign:
         self._summary: RoundSummary | None = None
 
     def check_lengths(self, pair: EnginePair) -> tuple[int, int]:
-        low, high = adaptive_design.allowed_range(self.config.prefix_lengths, self.config.block_size, pair.max_model_len)
-        validate_prefix_lengths([low, high], self.config.block_size, pair.max_model_len)
+        block_size = self.config.engine.block_size
+        low, high = adaptive_design.allowed_range(self.config.probe.prefix_lengths, block_size, pair.max_model_len)
+        validate_prefix_lengths([low, high], block_size, pair.max_model_len)
         return low, high
 
     def first_plan(self, session: ProbeSession, stored_plan: list[PlannedProbe] | None) -> list[PlannedProbe]:
@@ -121,7 +123,7 @@ class AdaptiveCampaign:
         low, high = self.state.allowed_range
         if self.state.rules.target_regret is not None and self.judge is None:
             raise InputError("--target-regret needs emit-config's threshold rule: run it through `kvcal sweep`")
-        self.controller = Controller(low, high, self.config.block_size, self.state.rules, judge=self.judge)
+        self.controller = Controller(low, high, self.config.engine.block_size, self.state.rules, judge=self.judge)
         return list(stored_plan or [])
 
     def warmup_tokens(self, plan: list[PlannedProbe]) -> int:
@@ -139,7 +141,7 @@ class AdaptiveCampaign:
         step = self.controller.step(_table(self.run), engine_seconds=spent, round_index=rounds)
         stop = step.stop or ("max-engine-seconds" if self.round_ends_after(session) else None)
         self._summary = _summary(step, rounds, n_probes, spent)
-        new = [] if stop else _expand(step, plan, rounds, self.config.seed)
+        new = [] if stop else _expand(step, plan, rounds, self.config.probe.seed)
         on_round = getattr(session.progress, "on_round", None)
         if on_round is not None:
             on_round(_view(self._summary, self.state.rules, len(new), step.kind, stop))
@@ -168,25 +170,27 @@ class AdaptiveCampaign:
             target_width=state.rules.target_width, target_regret=state.rules.target_regret,
             regret=state.final_regret, threshold=state.final_threshold,
             reach_note=grow_below.adaptive_stop_note(state.stop_reason or "", state.allowed_range,
-                                                explicit=self.config.prefix_lengths is not None,
-                                                block_size=self.config.block_size),
+                                                explicit=self.config.probe.prefix_lengths is not None,
+                                                block_size=self.config.engine.block_size),
         )
 
 
 def adaptive_preview(config: SweepConfig, ladder: list[int]) -> tuple[int, int, list[adaptive_design.Choice], StopRules]:
-    """What ``--adaptive --dry-run`` shows: the allowed range (the lengths' span, else the floor to the ladder's top),
-    the seed round and the rules."""
-    low, high = adaptive_design.allowed_range(config.prefix_lengths, config.block_size, max(ladder) + 1)
-    return low, high, adaptive_design.seed_design(adaptive_design.candidate_lengths(low, high, config.block_size)), _rules(config, None)
+    """What ``--adaptive --dry-run`` shows: the allowed range (the lengths' span, else the floor to the ladder's
+    top), the seed round and the rules."""
+    block_size = config.engine.block_size
+    low, high = adaptive_design.allowed_range(config.probe.prefix_lengths, block_size, max(ladder) + 1)
+    return low, high, adaptive_design.seed_design(adaptive_design.candidate_lengths(low, high, block_size)), _rules(config, None)
 
 
 def _rules(config: SweepConfig, stored: StopRules | None) -> StopRules:
     """The stop rules: from the config; on resume the stored ones, except those set again now."""
     if stored is None:
-        return StopRules(target_width=config.target_width, target_regret=config.target_regret,
-                         max_probes=config.max_probes or DEFAULT_MAX_PROBES,
-                         max_engine_seconds=config.max_engine_seconds)
-    given = {k: getattr(config, k) for k in adaptive_rule_fields() if k in config.model_fields_set and getattr(config, k) is not None}
+        rules = config.adaptive
+        return StopRules(target_width=rules.target_width, target_regret=rules.target_regret,
+                         max_probes=rules.max_probes or DEFAULT_MAX_PROBES, max_engine_seconds=rules.max_engine_seconds)
+    set_now = config.given()
+    given = {k: config.value(k) for k in adaptive_rule_fields() if k in set_now and config.value(k) is not None}
     return stored.model_copy(update=given)
 
 

@@ -76,7 +76,7 @@ def _first_request(member: EnginePair, tokens: list[int]) -> None:
 
 def _measure_cold(ctx: ProbeContext, planned: PlannedProbe) -> list[ProbeRecord]:
     reasons, attempts = [], []
-    for attempt in range(ctx.config.max_attempts):
+    for attempt in range(ctx.config.probe.max_attempts):
         record = attempt_once(ctx, planned, attempt, session="cold")
         ctx.run.append_probe(record)
         attempts.append(record)

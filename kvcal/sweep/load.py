@@ -89,7 +89,7 @@ def parse_load_states(text: str | None) -> list[str] | None:
 
 def is_loaded(config: SweepConfig) -> bool:
     """True when the sweep sets load (any state other than idle alone)."""
-    return list(config.load_states) != [IDLE]
+    return config.load.loaded
 
 
 def build_loaded_plan(lengths: list[int], reps: int, seed: int, states: list[str]) -> list[PlannedProbe]:
@@ -113,8 +113,8 @@ def plan_for(config: SweepConfig, lengths: list[int]) -> list[PlannedProbe]:
     """The idle plan of old when only idle is asked for, else the loaded block design."""
     if not is_loaded(config):
         pairs = [(p.name, p.link_class) for p in config.pairs or ()]
-        return build_plan(lengths, config.reps, config.seed, pairs)
-    return build_loaded_plan(lengths, config.reps, config.seed, list(config.load_states))
+        return build_plan(lengths, config.probe.reps, config.probe.seed, pairs)
+    return build_loaded_plan(lengths, config.probe.reps, config.probe.seed, list(config.load.load_states))
 
 
 @dataclass(frozen=True)
@@ -187,8 +187,8 @@ class LoadController:
         self.pair = pair
         self.config = config
         self.loaded = is_loaded(config)
-        self.threshold = config.busy_queue_threshold
-        self.concurrency = config.background_concurrency or self.threshold + 2
+        self.threshold = config.load.busy_queue_threshold
+        self.concurrency = config.load.background_concurrency or self.threshold + 2
         self._prompt_maker = prompt_maker
         self._on_phase = on_phase or (lambda message: None)
         self._targets: dict[Role, LoadTarget] = {}
@@ -207,10 +207,10 @@ class LoadController:
         self.close()
 
     def background_tokens(self) -> int:
-        if self.config.background_prompt_tokens:
-            return self.config.background_prompt_tokens
+        if self.config.load.background_prompt_tokens:
+            return self.config.load.background_prompt_tokens
         block = self.pair.block_size
-        longest = ((self.pair.max_model_len - self.config.background_max_tokens - 1) // block) * block
+        longest = ((self.pair.max_model_len - self.config.load.background_max_tokens - 1) // block) * block
         return max(block, min(DEFAULT_BACKGROUND_TOKENS, longest))
 
     def enter(self, state: str | None) -> None:
@@ -236,7 +236,7 @@ class LoadController:
             prompts = self._prompt_maker(self._stream_count)
             self._stream_count += 1
             stream = BackgroundStream(self._targets[role], functools.partial(prompts, n_tokens),
-                                      self.config.background_max_tokens, f"kvcal-load-{role}-{self._stream_count}")
+                                      self.config.load.background_max_tokens, f"kvcal-load-{role}-{self._stream_count}")
             self.streams.append(stream)
             stream.start()
         self._per_role[role] = sum(1 for s in self.streams if s.target is self._targets[role])
@@ -245,7 +245,7 @@ class LoadController:
         return {role: target.waiting_requests() for role, target in self._targets.items()}
 
     def _settle(self, busy: tuple[Role, ...]) -> None:
-        deadline = time.monotonic() + self.config.load_settle_timeout_s
+        deadline = time.monotonic() + self.config.load.load_settle_timeout_s
         ramp_at = time.monotonic() + RAMP_AFTER_S
         good = 0
         queues: dict[Role, int | None] = {}
@@ -261,7 +261,7 @@ class LoadController:
                     return
             else:
                 good = 0
-            if self.config.background_concurrency is None and time.monotonic() >= ramp_at:
+            if self.config.load.background_concurrency is None and time.monotonic() >= ramp_at:
                 # Sized so the queue stays at or above the threshold: an engine that admits
                 # more at once than the streams supply gets more streams (kept for later states).
                 ramp_at = time.monotonic() + RAMP_AFTER_S
@@ -277,7 +277,7 @@ class LoadController:
                 log.warning("load state %s: queues did not settle within %.0f s (waiting %s, threshold %d); "
                             "probing anyway: the fit classifies each probe by its measured queues; raise "
                             "--background-concurrency if a busy engine's queue stays short", self.state,
-                            self.config.load_settle_timeout_s, queues, self.threshold)
+                            self.config.load.load_settle_timeout_s, queues, self.threshold)
                 return
             time.sleep(SETTLE_POLL_S)
 
@@ -300,7 +300,7 @@ class LoadController:
 
     def _keep_busy(self, queues: dict[Role, int | None]) -> None:
         """Between probes too: a busy engine whose queue read short in too many probes gets more streams."""
-        if self.config.background_concurrency is not None:
+        if self.config.load.background_concurrency is not None:
             return
         for role in BUSY_ROLES[self.state or IDLE]:
             seen = self._probe_reads.setdefault(role, [])

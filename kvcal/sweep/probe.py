@@ -93,7 +93,7 @@ def probe_until_valid(ctx: ProbeContext, planned: PlannedProbe, done: int, total
     ctx.pair.select(planned.pair)
     first_attempt = ctx.attempts.get(planned.probe_id, 0)
     reasons = []
-    for attempt in range(first_attempt, first_attempt + ctx.config.max_attempts):
+    for attempt in range(first_attempt, first_attempt + ctx.config.probe.max_attempts):
         record = attempt_once(ctx, planned, attempt)
         ctx.run.append_probe(record)
         ctx.attempts[planned.probe_id] = attempt + 1
@@ -110,7 +110,7 @@ def gave_up(ctx: ProbeContext, probe_id: str, reasons: list[str]) -> EngineError
     what, fix = (("failed", "fix the engine") if all(r.startswith("request failed") for r in reasons)
                  else ("failed its gate", "fix the cause"))
     error = EngineError if what == "failed" else GateError
-    return error(f"probe {probe_id} {what} {ctx.config.max_attempts} times in a row ({reasons[-1]}); "
+    return error(f"probe {probe_id} {what} {ctx.config.probe.max_attempts} times in a row ({reasons[-1]}); "
                  f"every finished probe is kept in {ctx.run.probes_path}; {fix} and rerun with --resume")
 
 
@@ -131,7 +131,7 @@ def attempt_once(ctx: ProbeContext, planned: PlannedProbe, attempt: int, *, sess
         # an engine that is gone fails every retry quickly and ends the run.
         measured, reason = None, f"request failed: {err}"
     else:
-        reason = gate(planned.leg, measured, expected, ctx.config.min_pull_fraction)
+        reason = gate(planned.leg, measured, expected, ctx.config.probe.min_pull_fraction)
     wall_ms = (time.perf_counter() - began) * 1e3
     host_busy = ctx.monitor.after_probe() if ctx.monitor is not None else None
     shared = dict(probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,

@@ -51,7 +51,7 @@ class DryRun:
 
 def default_run_name(config: SweepConfig) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    label = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(config.model_label).name or config.model_label).strip("-")
+    label = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(config.engine.model_label).name or config.engine.model_label).strip("-")
     return f"{stamp}-{label or 'model'}"
 
 
@@ -61,19 +61,21 @@ def make_pair(config: SweepConfig, run: RunFolder) -> EnginePair:
         return _one_pair(config, run)
     members = {}
     for index, spec in enumerate(config.pairs):
-        if config.engine == "sim":  # each simulated pair draws its own noise, on its own curves when it has them
-            update: dict[str, object] = {"seed": config.seed + index, "sim": spec.sim or config.sim}
+        if config.engine.kind == "sim":  # each simulated pair draws its own noise, on its own curves when it has them
+            probe = config.probe.model_copy(update={"seed": config.probe.seed + index})
+            update: dict[str, object] = {"probe": probe, "sim": spec.sim or config.sim}
         else:
-            update = spec.attach_settings()
+            update = {"engine": config.engine.model_copy(update=spec.attach_settings())}
         members[spec.name] = _one_pair(config.model_copy(update={**update, "pairs": None}), run)
     return PairSet(members, {spec.name: spec.link_class for spec in config.pairs})
 
 
 def _one_pair(config: SweepConfig, run: RunFolder) -> EnginePair:
-    if config.engine == "sim":
+    if config.engine.kind == "sim":
         sim = config.sim
-        return SimPair(sim.costs, block_size=config.block_size, max_model_len=sim.max_model_len, seed=config.seed,
-                       fail_pull_rate=sim.fail_pull_rate, python_hash_seed=config.python_hash_seed)
+        return SimPair(sim.costs, block_size=config.engine.block_size, max_model_len=sim.max_model_len,
+                       seed=config.probe.seed, fail_pull_rate=sim.fail_pull_rate,
+                       python_hash_seed=config.engine.python_hash_seed)
     return pair_from_config(config, run)
 
 def build_manifest(config: SweepConfig, run: RunFolder, pair: EnginePair, plan: list[PlannedProbe]) -> RunManifest:
@@ -81,17 +83,17 @@ def build_manifest(config: SweepConfig, run: RunFolder, pair: EnginePair, plan: 
     provenance = host_provenance()
     provenance["engine"] = pair.describe()
     created_at = utc_now()
-    setup = pair.setup().model_copy(update={"model": config.model_label, "created_at": created_at})
+    setup = pair.setup().model_copy(update={"model": config.engine.model_label, "created_at": created_at})
     return RunManifest(name=run.path.name, created_at=created_at, settings=config, setup=setup, pair=pair.facts(),
                        provenance=provenance, plan=plan)
 
 
 def prepare_run(config: SweepConfig, resume: bool) -> tuple[SweepConfig, RunFolder, list[PlannedProbe] | None]:
     """Pick the run folder; on resume, return the stored settings and plan."""
-    output_dir = Path(config.output_dir)
+    output_dir = Path(config.output.output_dir)
     if resume:
-        if config.name:
-            run = RunFolder(output_dir / config.name)
+        if config.output.name:
+            run = RunFolder(output_dir / config.output.name)
         else:
             candidates = sorted((p for p in output_dir.glob("*") if RunFolder.is_run_folder(p)),
                                 key=lambda p: p.stat().st_mtime)
@@ -101,15 +103,15 @@ def prepare_run(config: SweepConfig, resume: bool) -> tuple[SweepConfig, RunFold
         if not RunFolder.is_run_folder(run.path):
             raise InputError(no_run_to_resume(run.path))
         manifest = run.manifest()
-        stored = manifest.settings.model_copy(update={"output_dir": output_dir, "name": run.path.name})
+        stored = manifest.settings.with_output(output_dir=output_dir, name=run.path.name)
         check_resume(stored, config)
         plan = list(manifest.plan)
         return stored, run, plan
-    name = config.name or default_run_name(config)
+    name = config.output.name or default_run_name(config)
     run = RunFolder(output_dir / name)
     if run.has_probes() or RunFolder.is_run_folder(run.path):
         raise InputError(f"run folder {run.path} already exists; add --resume to continue it or choose another --name")
-    return config.model_copy(update={"name": name}), run, None
+    return config.with_output(name=name), run, None
 
 
 def plan_dry_run(config: SweepConfig, pair_factory: PairFactory = make_pair, *, resume: bool = False) -> DryRun:
@@ -123,7 +125,7 @@ def plan_dry_run(config: SweepConfig, pair_factory: PairFactory = make_pair, *, 
         done = completed_probe_ids(records)
         left = [p for p in plan if p.probe_id not in done]
         grown = None if left or explicit_lengths(config) else grow_below.grown_probes(
-            plan, records, block_size=config.block_size, reps=config.reps, seed=config.seed)
+            plan, records, block_size=config.engine.block_size, reps=config.probe.reps, seed=config.probe.seed)
         plan = grown[0] if grown else left
     return DryRun(run.path, pair.dry_run_commands(), plan)
 
@@ -145,8 +147,8 @@ def run_sweep(
     """
     prepared, run, stored_plan = prepare_run(config, resume)
     campaign: Campaign
-    if prepared.adaptive:
-        if prepared.load_states != ["idle"]:
+    if prepared.adaptive.enabled:
+        if prepared.load.loaded:
             raise InputError("--adaptive chooses lengths for the idle break-even; run --load-states as a planned sweep")
         campaign = AdaptiveCampaign(prepared, run, requested=config, resume=stored_plan is not None,
                                      judge=judge)

@@ -78,13 +78,14 @@ class Campaign(Protocol):
 def explicit_lengths(config: SweepConfig) -> bool:
     """Lengths the user chose (or a loaded design, or a campaign over pairs): measured as given, never grown
     (kvcal.sweep.lengths.grow_below grows one pair's ladder)."""
-    return config.prefix_lengths is not None or is_loaded(config) or config.pairs is not None
+    return config.probe.prefix_lengths is not None or is_loaded(config) or config.pairs is not None
 
 
 def lengths_for(config: SweepConfig, pair: EnginePair) -> list[int]:
     """The lengths of a planned sweep: the given ones or the default ladder, checked against the pair."""
-    lengths = config.prefix_lengths or default_prefix_lengths(config.block_size, pair.max_model_len)
-    return validate_prefix_lengths(lengths, config.block_size, pair.max_model_len)
+    block_size = config.engine.block_size
+    lengths = config.probe.prefix_lengths or default_prefix_lengths(block_size, pair.max_model_len)
+    return validate_prefix_lengths(lengths, block_size, pair.max_model_len)
 
 
 class PlannedCampaign:
@@ -111,8 +112,8 @@ class PlannedCampaign:
         config = self.config
         if explicit_lengths(config):
             return []  # measured as given; the fit's advice names what to add
-        grown = grow_below.grown_probes(plan, session.run.read_probes(), block_size=config.block_size, reps=config.reps,
-                                   seed=config.seed)
+        grown = grow_below.grown_probes(plan, session.run.read_probes(), block_size=config.engine.block_size,
+                                   reps=config.probe.reps, seed=config.probe.seed)
         if grown is None:
             return []
         probes, why = grown
@@ -129,8 +130,8 @@ class PlannedCampaign:
         if explicit_lengths(config):
             return
         records = session.run.read_probes()
-        longest = default_prefix_lengths(config.block_size, session.pair.max_model_len)[-1]
-        for note in (grow_below.floor_note(records, config.block_size), grow_below.top_note(records, longest)):
+        longest = default_prefix_lengths(config.engine.block_size, session.pair.max_model_len)[-1]
+        for note in (grow_below.floor_note(records, config.engine.block_size), grow_below.top_note(records, longest)):
             if note:
                 log.warning(note)
 
@@ -196,28 +197,29 @@ class ProbeSession:
         attempts = attempts_so_far(records)
         self.meter.spent_ms = sum(r.ttft_ms or 0.0 for r in records)
         with sigterm_raises():
-            self.progress.on_phase("starting engines" if config.engine != "sim" else "starting simulated pair")
+            self.progress.on_phase("starting engines" if config.engine.kind != "sim" else "starting simulated pair")
             # Background streams (load states) are owned like the engines, and stop before them.
-            load = LoadController(pair, config, lambda i: PromptSource(config.seed + 1 + i, pair.vocab_size).tokens,
+            load = LoadController(pair, config, lambda i: PromptSource(config.probe.seed + 1 + i, pair.vocab_size).tokens,
                                   self.progress.on_phase)
             with pair, load:
-                if pair.block_size != config.block_size:
+                if pair.block_size != config.engine.block_size:
                     # Attached engines report their own block size (a --block-size that contradicts it is refused
                     # by the pair): the plan and run.json's settings take it, so run.json never holds two.
-                    config = self.config = config.model_copy(update={"block_size": pair.block_size})
+                    engine = config.engine.model_copy(update={"block_size": pair.block_size})
+                    config = self.config = config.model_copy(update={"engine": engine})
                 plan = list(campaign.first_plan(self, stored_plan))
                 if stored_plan is None:
                     self.manifest = self.manifest_factory(config, run, pair, plan)
                     run.write_manifest(self.manifest)
                 done_before = sum(1 for p in plan if p.probe_id in self.done_ids)
-                prompts = PromptSource(config.seed, pair.vocab_size)
+                prompts = PromptSource(config.probe.seed, pair.vocab_size)
                 facts = pair.facts()
                 self._open_sessions(ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading),
                                     records, campaign.warmup_tokens(plan), facts.mode != "attach")
                 ctx = ProbeContext(pair, prompts, run, config, attempts, self.meter,
                                    host_monitors.monitor_for(facts),  # primed here: the first probe's window starts now
                                    load.reading)
-                warmups = warmup.WarmupProbes(warmup.enabled(config.warmup_probes, facts))
+                warmups = warmup.WarmupProbes(warmup.enabled(config.probe.warmup_probes, facts))
                 self.progress.on_start(len(plan), done_before)
                 done, measured, invalid = done_before, 0, 0
                 try:
@@ -260,7 +262,7 @@ class ProbeSession:
         self.progress.on_phase("opening the sessions (the first pull of each, measured cold)")
         config = self.config
         cold = coldstart.open_sessions(opening, records, tokens=tokens, kvcal_created=created,
-                                       cold_sessions=config.cold_sessions,
+                                       cold_sessions=config.probe.cold_sessions,
                                        link_classes={p.name: p.link_class for p in config.pairs or ()})
         self.meter.spent_ms += sum(r.ttft_ms or 0.0 for r in cold)  # engine time, as every attempt's
 

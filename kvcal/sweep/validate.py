@@ -22,7 +22,8 @@ from pydantic import BaseModel, ValidationError
 
 from kvcal.engines.transports import available
 from kvcal.errors import InputError
-from kvcal.settings import SweepConfig, flag_for, marked
+from kvcal.settings import GROUPS, PATHS, SweepConfig, flat_field, grouped_from_flat
+from kvcal.settings_flags import flag_of, marked
 from kvcal.urls import check_pair_urls
 from kvcal.userfiles import read_text
 from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml
@@ -42,49 +43,44 @@ def check_run_name(name: str | None) -> None:
         raise InputError(f"--name {name!r} starts or ends with a space; give it without")
 
 
-def check_settings(config: Any) -> None:
+def check_settings(config: SweepConfig) -> None:
     """Everything about the settings that pydantic's per-field checks cannot see (marks: :mod:`kvcal.settings`)."""
-    given = config.model_fields_set
-    model = type(config)
+    given = config.given()
+    engine = config.engine
 
-    def flag(field: str) -> str:
-        return flag_for(model, field)
+    def stray(mark: str) -> str:
+        return ", ".join(flag_of(name) for name in marked(mark) if name in given)
 
-    check_run_name(config.name)
+    check_run_name(config.output.name)
     check_pairs(config)
-    where = Path(config.output_dir)
+    where = Path(config.output.output_dir)
     while not where.exists() and where != where.parent:
         where = where.parent
     if where.exists() and not where.is_dir():
-        raise InputError(f"--output-dir {config.output_dir}: {where} is a file, not a folder")
-    if config.engine == "sim":
-        stray = [f for f in marked(model, "engine_only") if f in given]
-        if stray:
-            raise InputError(f"{', '.join(flag(f) for f in stray)} do(es) not apply to --engine sim (the simulated "
+        raise InputError(f"--output-dir {config.output.output_dir}: {where} is a file, not a folder")
+    if engine.kind == "sim":
+        if flags := stray("engine_only"):
+            raise InputError(f"{flags} do(es) not apply to --engine sim (the simulated "
                              "pair starts no engine and attaches to none); drop it or use --engine vllm")
         return
     if "sim" in given:
         raise InputError("the campaign file's sim settings apply to --engine sim only")
-    check_pair_urls(config.producer_url, config.consumer_url)
-    if config.attach:
-        stray = [f for f in marked(model, "launch_only") if f in given]
-        if stray:
-            raise InputError(f"{', '.join(flag(f) for f in stray)} configure(s) engines kvcal launches; "
-                             "with --producer-url/--consumer-url the engines already run")
+    check_pair_urls(engine.producer_url, engine.consumer_url)
+    if config.attached and (flags := stray("launch_only")):
+        raise InputError(f"{flags} configure(s) engines kvcal launches; "
+                         "with --producer-url/--consumer-url the engines already run")
     transports = available()
-    if not transports[config.transport].pull_names_producer:
-        stray = [f for f in marked(model, "producer_side_channel") if f in given]
-        if stray:
-            naming = " or ".join(sorted(name for name, t in transports.items() if t.pull_names_producer))
-            raise InputError(f"{', '.join(flag(f) for f in stray)} apply to --transport {naming} only")
+    if not transports[engine.transport].pull_names_producer and (flags := stray("producer_side_channel")):
+        naming = " or ".join(sorted(name for name, t in transports.items() if t.pull_names_producer))
+        raise InputError(f"{flags} apply to --transport {naming} only")
 
 
-def check_pairs(config: Any) -> None:
+def check_pairs(config: SweepConfig) -> None:
     """Each pair of a campaign over pairs: vLLM pairs attach (both URLs, well formed, two engines); simulated pairs
     name no URL (they would be ignored) and vLLM pairs no sim curves."""
     for pair in config.pairs or ():
         urls = (pair.producer_url, pair.consumer_url)
-        if config.engine == "sim":
+        if config.engine.kind == "sim":
             if any(urls):
                 raise InputError(f"pair {pair.name}: --engine sim attaches to no engine; drop its URLs")
             continue
@@ -115,15 +111,14 @@ def load_pairs_file(path: Path) -> list[dict[str, Any]]:
     return [_underscored(p) for p in pairs]
 
 
-def check_resume(stored: Any, requested: Any) -> None:
+def check_resume(stored: SweepConfig, requested: SweepConfig) -> None:
     """--resume continues the stored run as it was planned: refuse given flags that differ from it."""
     changed = []
-    model = type(requested)
-    adjustable = set(marked(model, "adaptive_rule"))  # may be given again to run an adaptive campaign further
-    for field in sorted(requested.model_fields_set - set(RESUME_LOCATORS) - adjustable):
-        mine, theirs = getattr(requested, field), getattr(stored, field)
+    adjustable = set(marked("adaptive_rule"))  # may be given again to run an adaptive campaign further
+    for name in sorted(requested.given() - set(RESUME_LOCATORS) - adjustable):
+        mine, theirs = requested.value(name), stored.value(name)
         if _comparable(mine) != _comparable(theirs):
-            changed.append(f"{flag_for(model, field)} {_show(mine)} (the run has {_show(theirs)})")
+            changed.append(f"{flag_of(name)} {_show(mine)} (the run has {_show(theirs)})")
     if changed:
         raise InputError("--resume continues the run with its stored settings; these differ: " + "; ".join(changed)
                          + ". Drop them, or start a new run with another --name")
@@ -154,8 +149,7 @@ def load_campaign_file(path: Path) -> dict[str, Any]:
         raise InputError(f"campaign file {path} must be a mapping of settings, got {type(data).__name__}")
     settings = _underscored(data)
     for name, value in settings.items():  # a nested block (sim:) takes dashes too, as the top level does
-        field = SweepConfig.model_fields.get(name)
-        annotation = getattr(field, "annotation", None)
+        annotation = flat_field(name).annotation if name in PATHS else None
         if isinstance(value, dict) and isinstance(annotation, type) and issubclass(annotation, BaseModel):
             settings[name] = _underscored(value)
     return settings
@@ -169,14 +163,25 @@ def resolve_config(file_settings: dict[str, Any], flag_settings: dict[str, Any])
     """Flags given on the command line (not None) override the campaign file."""
     merged = dict(file_settings)
     merged.update({key: value for key, value in flag_settings.items() if value is not None})
+    unknown = [key for key in merged if key not in PATHS]  # a group's name too: files and flags name settings flat
+    if unknown:
+        raise InputError(f"setting '{unknown[0]}': Extra inputs are not permitted (unknown setting)")
     try:
-        config = SweepConfig.model_validate(merged)
+        config = SweepConfig.model_validate(grouped_from_flat(merged, flat_only=True))
     except ValidationError as err:
         first = err.errors()[0]
         loc = list(first.get("loc", ())) + ([first["ctx"]["field"]] if first.get("type") == BOOL_NUMBER else [])
-        where = ".".join(str(p) for p in loc)
+        where = ".".join(str(p) for p in _flat_loc(loc))
         hint = " (unknown setting)" if first.get("type") == "extra_forbidden" else ""
         message = str(first.get("msg", "")).removeprefix("Value error, ")  # pydantic's prefix for a validator's own words
         raise InputError(f"setting '{where}': {message}{hint}" if where else f"{message}{hint}") from None
     check_settings(config)
     return config
+
+
+def _flat_loc(loc: list[Any]) -> list[Any]:
+    """Where a validation error is, as the flags and the campaign file name it: ``probe.reps`` is ``reps``."""
+    if len(loc) >= 2 and loc[0] in GROUPS:
+        names = {path: name for name, path in PATHS.items()}
+        return [names.get((loc[0], loc[1]), loc[1]), *loc[2:]]
+    return loc

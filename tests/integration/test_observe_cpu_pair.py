@@ -84,7 +84,7 @@ def _timed(pair: VllmPair) -> list[float]:
 def test_observe_agrees_with_the_harness_on_the_real_pair(tmp_path):
     harness = _harness()
     w = load_workload(ROOT / "benchmarks" / "fleet_cpu_pair.yaml")
-    pair = VllmPair(VllmSettings(transport="nixl-pd", extra_args=("--max-num-batched-tokens",
+    pair = VllmPair(VllmSettings(transport="nixl-pd", engine_args=("--max-num-batched-tokens",
                                                                    str(w.engine.max_num_batched_tokens))))
     pair.start()
     try:

@@ -106,7 +106,7 @@ def test_an_unparseable_metrics_page_is_the_engines_error():
 
 def _attached(producer: FakeEngine, consumer: FakeEngine, tmp_path: Path) -> VllmPair:
     pair = VllmPair(VllmSettings(producer_url=producer.url, consumer_url=consumer.url, settle_timeout_s=0.2,
-                                 request_timeout_s=2.0, startup_timeout_s=10.0, cache_dir=tmp_path))
+                                 probe_timeout_s=2.0, startup_timeout_s=10.0, cache_dir=tmp_path))
     pair.start()
     return pair
 
@@ -270,7 +270,7 @@ def test_run_json_never_holds_a_block_size_that_contradicts_the_engines(tmp_path
                                   capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert left_out.returncode not in (2, 70), left_out.stderr  # the fakes' 64 B/token may fail the byte gate (5)
     manifest = RunManifest.model_validate_json((tmp_path / "runs" / "r" / "run.json").read_text())
-    assert manifest.settings.block_size == manifest.setup.block_size == 16
+    assert manifest.settings.engine.block_size == manifest.setup.block_size == 16
 
 
 def test_a_signal_whose_keyboard_interrupt_is_lost_still_ends_a_request_blocked_on_an_endless_stream():

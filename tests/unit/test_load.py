@@ -44,7 +44,7 @@ def owned_pairs(fail_after: int | None = None, error: BaseException = Crash("eng
     pairs: list[SimPair] = []
 
     def factory(config, run):
-        pair = SimPair(SimCosts(**DELAYS), block_size=config.block_size, seed=config.seed)
+        pair = SimPair(SimCosts(**DELAYS), block_size=config.engine.block_size, seed=config.probe.seed)
         original, calls = pair.measure, {"n": 0}
 
         def measure(leg, ids):
@@ -84,7 +84,7 @@ def test_unknown_load_states_are_one_line_errors(text):
 
 
 def test_config_rejects_repeated_states_and_keeps_idle_by_default():
-    assert SweepConfig().load_states == ["idle"]
+    assert SweepConfig().load.load_states == ["idle"]
     with pytest.raises(InputError, match="twice"):
         resolve_config({}, {"load_states": ["idle", "idle"]})
 
@@ -153,7 +153,7 @@ class FailingTarget(LoadTarget):
 
 def test_a_failing_background_stream_ends_the_run_and_every_stream_stops(tmp_path):
     def factory(config, run):
-        pair = SimPair(SimCosts(**DELAYS), seed=config.seed)
+        pair = SimPair(SimCosts(**DELAYS), seed=config.probe.seed)
         target = FailingTarget()
         pair.load_target = lambda role: target if role == "producer" else SimPair.load_target(pair, role)
         factory.target = target
@@ -238,7 +238,7 @@ def test_switching_state_aborts_requests_in_flight(tmp_path):
     stuck = StuckTarget()
 
     def factory(config, run):
-        pair = SimPair(SimCosts(**DELAYS), seed=config.seed)
+        pair = SimPair(SimCosts(**DELAYS), seed=config.probe.seed)
         pair.load_target = lambda role: stuck if role == "consumer" else SimPair.load_target(pair, role)
         return pair
 
@@ -282,7 +282,7 @@ def test_streams_are_added_until_a_busy_queue_reaches_the_threshold(tmp_path):
     seen = {}
 
     def factory(config, run):
-        pair = SimPair(SimCosts(**DELAYS), seed=config.seed)
+        pair = SimPair(SimCosts(**DELAYS), seed=config.probe.seed)
         pair.load_target = lambda role: target if role == "consumer" else SimPair.load_target(pair, role)
         return pair
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import factories
+
 from kvcal.engines.vllm import VllmPair, VllmSettings
 from kvcal.records import RUN_SCHEMA, PairFacts, RoleFacts
 from kvcal import disturbance_bounds
@@ -19,6 +21,7 @@ def test_a_sim_run_records_its_pair_facts_and_a_version_2_run_still_loads(tmp_pa
     assert raw["schema"] == RUN_SCHEMA and raw["pair"]["engine"] == "sim"
     raw.pop("pair")
     raw["schema"] = "kvcal.run/2"
+    raw["settings"] = factories.flat_settings(RunFolder(outcome.run_dir).manifest().settings)  # flat until version 4
     raw["provenance"]["engine"] = {"engine": "vllm", "mode": "launch", "device": "cpu",
                                    "env": {"producer": {"VLLM_CPU_OMP_THREADS_BIND": "2"},
                                            "consumer": {"VLLM_CPU_OMP_THREADS_BIND": "3"}}}
@@ -38,7 +41,7 @@ def test_monitor_and_warm_up_default_follow_the_typed_facts():
 
 def test_a_launched_vllm_pair_states_what_kvcal_sets_per_role(tmp_path):
     pair = VllmPair(VllmSettings(device="cpu", producer_cpus="0", consumer_cpus="1", run_dir=tmp_path,
-                                 extra_args=("--tensor-parallel-size", "2")))
+                                 engine_args=("--tensor-parallel-size", "2")))
     facts = pair.facts()
     assert facts.mode == "launch" and facts.device == "cpu"
     assert (facts.producer.cpus, facts.consumer.cpus) == ("0", "1")

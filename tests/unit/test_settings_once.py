@@ -1,4 +1,4 @@
-"""Each sweep setting is declared once, in SweepConfig: flags, launch settings and the k8s Job derive from it."""
+"""Each sweep setting is declared once, in SweepConfig's groups: flags, launch settings and the k8s Job derive from it."""
 
 from __future__ import annotations
 
@@ -6,15 +6,16 @@ import pytest
 
 from kvcal.emit import k8s
 from kvcal.engines.transports import available, transport_names
-from kvcal.engines.vllm_launch import SWEEP_NAMES, VllmSettings, settings_from_config
+from kvcal.engines import vllm_launch
+from kvcal.engines.vllm_launch import VllmSettings
 from kvcal.errors import InputError
-from kvcal.settings import (P2P_PORT as SETTINGS_P2P_PORT, TRANSPORT_NAMES, SimSettings, SweepConfig, flag_help, flag_of,
-                            launch_only_flags, marked, sweep_argv)
+from kvcal.settings import (FLAT_ORDER, GROUPS, P2P_PORT as SETTINGS_P2P_PORT, PATHS, TRANSPORT_NAMES, AttachSettings,
+                            EngineSettings, PairSpec, SimSettings, SweepConfig, grouped_from_flat)
+from kvcal.settings_flags import flag_help, flag_of, launch_only_flags, marked, sweep_argv
 from kvcal.sweep.validate import resolve_config
 from kvcal.sim_costs import SimCosts
 
-SHARED = {name: SWEEP_NAMES.get(name, name) for name in VllmSettings.__dataclass_fields__
-          if SWEEP_NAMES.get(name, name) in SweepConfig.model_fields}
+SHARED = tuple(EngineSettings.model_fields)
 # Values unlike every default, so a setting that is not copied shows.
 ODD = {"model": "/m", "transport": "p2p-tier", "producer_url": "http://a:1", "consumer_url": "http://b:2",
        "producer_p2p_host": "h", "producer_p2p_port": 7, "block_size": 16, "max_model_len": 4096, "producer_gpus": "0",
@@ -22,21 +23,49 @@ ODD = {"model": "/m", "transport": "p2p-tier", "producer_url": "http://a:1", "co
        "startup_timeout_s": 12.0, "probe_timeout_s": 13.0, "dp_ranks": 3, "share_gpu": [0.4, 0.4]}
 
 
-def test_every_launch_setting_the_sweep_declares_is_copied_by_settings_from_config():
-    assert set(SHARED.values()) <= set(ODD), "a new shared setting needs an odd value here"
-    settings = settings_from_config(SweepConfig(**ODD))
-    for launch_name, sweep_name in SHARED.items():
-        value = getattr(settings, launch_name)
-        expected = ODD[sweep_name]
-        assert value == (tuple(expected) if isinstance(expected, list) else str(expected) if launch_name == "python_hash_seed"
-                         else expected), launch_name
+def test_the_vllm_launch_settings_are_the_engine_group_built_on():
+    """No launch setting restates a sweep setting: VllmSettings extends the engine group and is built from it."""
+    assert issubclass(VllmSettings, EngineSettings) and set(SHARED) < set(VllmSettings.model_fields)
+    assert not {"SWEEP_NAMES", "settings_from_config"} & set(vars(vllm_launch))  # no copied names
+    config = SweepConfig(**ODD)
+    assert {PATHS[name][1] for name in ODD} - {"kind"} <= set(SHARED), "a new engine setting needs an odd value here"
+    settings = VllmSettings.from_engine(config.engine, device="cpu")
+    for name in SHARED:
+        assert getattr(settings, name) == getattr(config.engine, name), name
+    assert settings.block_size_given and not VllmSettings.from_engine(SweepConfig().engine).block_size_given
+    assert settings.transport_options == {} and VllmSettings(cpu_bytes_to_use=5).transport_options == {
+        "cpu_bytes_to_use": 5}
 
 
 def test_launch_defaults_are_the_sweeps():
-    defaults = settings_from_config(SweepConfig())
+    defaults = VllmSettings.from_engine(SweepConfig().engine)
     plain = VllmSettings()
-    for launch_name in SHARED:
-        assert getattr(plain, launch_name) == getattr(defaults, launch_name), launch_name
+    for name in SHARED:
+        assert getattr(plain, name) == getattr(defaults, name) == getattr(SweepConfig().engine, name), name
+
+
+def test_attach_is_declared_once_and_pairs_reuse_it():
+    owners = [cls.__name__ for cls in (AttachSettings, EngineSettings, VllmSettings, PairSpec, SweepConfig)
+              if "attach" in vars(cls)]
+    assert owners == ["AttachSettings"]
+    assert issubclass(PairSpec, AttachSettings) and issubclass(EngineSettings, AttachSettings)
+    for name in AttachSettings.model_fields:
+        assert PairSpec.model_fields[name].description == EngineSettings.model_fields[name].description, name
+    assert VllmSettings(producer_url="http://a:1", consumer_url="http://b:2").attach and not VllmSettings().attach
+
+
+def test_every_setting_has_one_flat_name_in_one_group():
+    assert sorted(FLAT_ORDER) == sorted(PATHS) and len(set(FLAT_ORDER)) == len(FLAT_ORDER)
+    fields = [(group, field) for group, model in GROUPS.items() for field in model.model_fields]
+    assert sorted(fields) == sorted(path for path in PATHS.values() if path[1] is not None)
+    flat = {**ODD, "engine": "sim", "adaptive": True, "reps": 2, "output_dir": "o", "load_states": ["idle"]}
+    grouped = grouped_from_flat(flat)
+    assert grouped["engine"]["kind"] == "sim" and grouped["adaptive"] == {"enabled": True}
+    assert grouped["probe"]["reps"] == 2 and grouped["output"] == {"output_dir": "o"}
+    assert grouped_from_flat(grouped) == grouped  # grouped settings come back as they are
+    config = SweepConfig.model_validate(grouped)
+    assert config == SweepConfig(**flat) == SweepConfig.model_validate(config.model_dump())
+    assert {name: config.value(name) for name in flat} == {**flat, "output_dir": config.output.output_dir}
 
 
 def test_flag_help_shows_the_declared_default(kvcal):
@@ -88,7 +117,7 @@ def _sweep_options() -> dict[str, str]:
 
 def test_every_sweep_flag_is_a_config_field_with_its_declared_flag():
     """A renamed SweepConfig field (or a renamed parameter) fails here instead of silently dropping its flag."""
-    from kvcal.settings import flag_fields
+    from kvcal.settings_flags import flag_fields
 
     # --pairs reads a file into the campaign-file-only pairs setting (kvcal.sweep.validate.load_pairs_file)
     own = ("resume", "config", "dry_run", "pairs")
@@ -105,7 +134,7 @@ LAUNCH_ONLY_FLAGS = ("--share-gpu", "--cpu-bytes-to-use", "--producer-gpus", "--
 
 
 def test_attach_refuses_exactly_the_settings_the_job_refuses():
-    launch_only = marked(SweepConfig, "launch_only")
+    launch_only = marked("launch_only")
     assert launch_only_flags() == LAUNCH_ONLY_FLAGS  # a mark dropped or added shows here
     for name in launch_only:
         with pytest.raises(InputError, match=flag_of(name)):
@@ -123,13 +152,13 @@ BESIDE_URLS = {"pairs"}  # each pair names its own URLs: refused beside --produc
 
 
 def test_attach_accepts_every_setting_that_is_not_launch_only(tmp_path):
-    allowed = [name for name in SweepConfig.model_fields
-               if name not in marked(SweepConfig, "launch_only") and name not in NOT_FOR_VLLM | BESIDE_URLS]
+    allowed = [name for name in FLAT_ORDER
+               if name not in marked("launch_only") and name not in NOT_FOR_VLLM | BESIDE_URLS]
     odd = {**ODD, **ATTACH_ODD, "output_dir": tmp_path}
     assert set(allowed) <= set(odd), "a new setting needs an odd value here"
     for name in allowed:
         config = resolve_config({}, {**ATTACH, "transport": "p2p-tier", name: odd[name]})  # p2p-tier: the side channel's too
-        assert config.attach and getattr(config, name) == odd[name], name
+        assert config.attached and config.value(name) == odd[name], name
     with pytest.raises(InputError, match="--engine sim only"):
         resolve_config({"sim": {"noise_cv": 0.1}}, ATTACH)
 
@@ -159,7 +188,7 @@ def test_emit_asks_the_transports_for_their_names_and_port():
     from kvcal.emit.options import P2P_PORT, canonical_transport
     from kvcal.engines.transports.p2p_tier import P2pTier
 
-    assert P2P_PORT == P2pTier.deployed_side_port == SweepConfig().producer_p2p_port == SETTINGS_P2P_PORT == 7777
+    assert P2P_PORT == P2pTier.deployed_side_port == SweepConfig().engine.producer_p2p_port == SETTINGS_P2P_PORT == 7777
     for name, cls in available().items():
         for alias in (name, *cls.aliases):
             assert canonical_transport(alias) == name

@@ -31,7 +31,7 @@ def test_the_committed_version_1_baseline_still_loads_with_its_setup():
     assert json.loads((BASELINE / "run.json").read_text())["schema"] == "kvcal.run/1"
     assert json.loads((BASELINE / "fit.json").read_text())["schema"] == "kvcal.fit/1"
     manifest = RunFolder(BASELINE).manifest()
-    assert manifest.schema_ == RUN_SCHEMA and manifest.settings.reps == 3
+    assert manifest.schema_ == RUN_SCHEMA and manifest.settings.probe.reps == 3
     setup = manifest.setup
     assert (setup.model, setup.engine, setup.transport, setup.block_size, setup.kv_bytes_per_token) == (
         "tiny-llama", "vllm", "nixl-pd", 64, 2048)
@@ -95,7 +95,7 @@ def test_one_rule_for_json_inputs(tmp_path):
 
 def test_launch_mode_records_the_hash_seed_it_sets(tmp_path):
     pair = VllmPair(VllmSettings(device="cpu", python_hash_seed="4242", cache_dir=tmp_path / "cache", run_dir=tmp_path / "run",
-                                 extra_args=("--kv-cache-dtype", "fp8", "--tensor-parallel-size=2")))
+                                 engine_args=("--kv-cache-dtype", "fp8", "--tensor-parallel-size=2")))
     setup = pair.setup()
     assert {pair.plan.env(role)["PYTHONHASHSEED"] for role in ROLES} == {"4242"}
     assert setup.python_hash_seed == 4242 and setup.kv_dtype == "fp8" and setup.tensor_parallel_size == 2
@@ -113,7 +113,7 @@ def test_attach_mode_leaves_what_it_cannot_know_unknown():
 def test_the_sweeps_hash_seed_reaches_the_launched_engines(tmp_path):
     config = SweepConfig(python_hash_seed=17, output_dir=tmp_path)
     pair = pair_from_config(config, RunFolder(tmp_path / "run"))
-    assert pair.settings.python_hash_seed == "17"
+    assert pair.settings.python_hash_seed == 17
     assert all(cmd.startswith("PYTHONHASHSEED=17 ") for cmd in pair.plan.commands())
 
 

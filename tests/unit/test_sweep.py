@@ -76,7 +76,7 @@ def test_sweep_records_every_probe_with_proof_of_bytes(tmp_path):
             assert r.bytes_moved == r.prefix_tokens * 2048 == r.expected_bytes
     assert [r.plan_index for r in records] == sorted(r.plan_index for r in records)
     manifest = run.manifest()
-    assert manifest.setup.engine == "sim" and len(manifest.plan) == 16 and manifest.settings.reps == 2
+    assert manifest.setup.engine == "sim" and len(manifest.plan) == 16 and manifest.settings.probe.reps == 2
     assert manifest.setup.python_hash_seed == 0 and manifest.setup.created_at == manifest.created_at
     assert manifest.provenance["kvcal_version"]
     summary = summarize(records)
@@ -114,7 +114,7 @@ def faulty_factory(fails, error):
     """A sim pair whose ``measure`` raises ``error`` on the calls where ``fails(call_number)`` holds."""
 
     def factory(config, run):
-        pair = SimPair(block_size=config.block_size, seed=config.seed)
+        pair = SimPair(block_size=config.engine.block_size, seed=config.probe.seed)
         original, calls = pair.measure, {"n": 0}
 
         def measure(leg, ids):
@@ -184,7 +184,7 @@ def test_existing_run_needs_resume_and_resume_needs_a_run(tmp_path):
 
 def test_flags_override_the_campaign_file_and_unknown_keys_fail():
     config = resolve_config({"reps": 5, "seed": 9, "prefix_lengths": [256]}, {"reps": 2, "seed": None})
-    assert (config.reps, config.seed, config.prefix_lengths) == (2, 9, [256])
+    assert (config.probe.reps, config.probe.seed, config.probe.prefix_lengths) == (2, 9, [256])
     with pytest.raises(InputError, match="unknown setting"):
         resolve_config({"repz": 3}, {})
     with pytest.raises(InputError, match="reps"):

@@ -101,7 +101,7 @@ def test_sweep_settings_reach_the_pair(tmp_path):
     pair = pair_from_config(config, run)
     assert pair.settings.producer_p2p_port == 7777 and pair.settings.dp_ranks == 4
     assert pair.transport.shm_bytes() == 2**30
-    assert SweepConfig().producer_p2p_port == 7777
+    assert SweepConfig().engine.producer_p2p_port == 7777
 
 
 def test_dp_ranks_is_for_attach_mode(tmp_path):
@@ -240,5 +240,5 @@ def test_a_local_cpu_tier_hit_is_not_a_pull_and_the_record_names_the_tier_counte
 @pytest.mark.parametrize("args, chunk", [(("--max-num-batched-tokens", "2048"), 2048),
                                          (("--enforce-eager", "--max-num-batched-tokens=4096"), 4096), ((), None)])
 def test_the_runs_chunk_size_is_recorded_for_emit(tmp_path, args, chunk):
-    pair = VllmPair(VllmSettings(device="cpu", extra_args=args, cache_dir=tmp_path, run_dir=tmp_path / "run"))
+    pair = VllmPair(VllmSettings(device="cpu", engine_args=args, cache_dir=tmp_path, run_dir=tmp_path / "run"))
     assert pair.setup().max_num_batched_tokens == chunk

@@ -67,7 +67,7 @@ def _run_limit(path: str) -> int | None:
     if not RunFolder.is_run_folder(path):
         return None
     settings = RunFolder(path).manifest().settings
-    return settings.max_model_len or (settings.sim.max_model_len if settings.engine == "sim" else None)
+    return settings.engine.max_model_len or (settings.sim.max_model_len if settings.engine.kind == "sim" else None)
 
 
 def prior_from_profiles(model: str, hardware: str, link: str | None, *, noise_cv: float | None, block_size: int | None,
