@@ -19,7 +19,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError, KvcalError
 from kvcal.fit.classes import with_links
 from kvcal.fit.fitting import fit_table
@@ -27,6 +26,7 @@ from kvcal.fit.io import load_fit, looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.records import FIT_DEFAULTS, FitResult, RunManifest, RunSetup
 from kvcal.runfolder import RunFolder, run_folders_in
+from kvcal.transports import transport_names
 from kvcal.userfiles import check_input
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kvcal.engines.transports import available
 from kvcal.errors import InputError
 from kvcal.settings import SweepConfig, flag_for, marked
+from kvcal.transports import available
 from kvcal.urls import check_pair_urls
 from kvcal.userfiles import read_text
 from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml

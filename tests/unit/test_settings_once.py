@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvcal.emit import k8s
-from kvcal.engines.transports import available, transport_names
+from kvcal.transports import available, transport_names
 from kvcal.engines.vllm_launch import SWEEP_NAMES, VllmSettings, settings_from_config
 from kvcal.errors import InputError
 from kvcal.settings import (P2P_PORT as SETTINGS_P2P_PORT, TRANSPORT_NAMES, SimSettings, SweepConfig, flag_help, flag_of,
@@ -157,7 +157,7 @@ def test_fit_defaults_are_declared_once():
 
 def test_emit_asks_the_transports_for_their_names_and_port():
     from kvcal.emit.options import P2P_PORT, canonical_transport
-    from kvcal.engines.transports.p2p_tier import P2pTier
+    from kvcal.transports.p2p_tier import P2pTier
 
     assert P2P_PORT == P2pTier.deployed_side_port == SweepConfig().producer_p2p_port == SETTINGS_P2P_PORT == 7777
     for name, cls in available().items():
