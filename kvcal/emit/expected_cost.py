@@ -40,7 +40,7 @@ from kvcal.emit.threshold_parts import Working, fmt, ladder_down, ladder_up, rou
 from kvcal.errors import NoThreshold
 from kvcal.fit.mean_cost import mean_curves, mean_scales
 from kvcal.fit.wins import pull_lost_measurably
-from kvcal.records import FitResult, LengthSummary
+from kvcal.fit_record import FitResult, LengthSummary
 
 GRID = 2048  # log-spaced points over the measured range where a measured mean reshapes the gap
 

@@ -25,9 +25,10 @@ from kvcal.cost_curve import cost_ms
 from kvcal.fit.breakeven import break_even_tokens, classify
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.inputs import FitInput, load_fit_input
-from kvcal.fit.io import default_output, dumps, load_fit, looks_like_json, write_fit
+from kvcal.fit.io import default_output, dumps, looks_like_json, write_fit
 from kvcal.fit.mean_cost import mean_curves, mean_scales
-from kvcal.records import FIT_DEFAULTS, CurveFit, FitResult, RunSetup
+from kvcal.fit_record import FIT_DEFAULTS, CurveFit, FitResult, load_fit
+from kvcal.records import RunSetup
 
 __all__ = [
     "CurveFit",

@@ -29,8 +29,8 @@ from kvcal.errors import InputError
 from kvcal.fit import curve_ms, load_fit_input
 from kvcal.fit.costmodel import coef_samples
 from kvcal.fit.tables import ProbeTable, load_class_table
+from kvcal.fit_record import FIT_DEFAULTS, FitResult, SlowMode
 from kvcal.outputs import replacing, written_through
-from kvcal.records import FIT_DEFAULTS, FitResult, SlowMode
 from kvcal.report.plot_load import cost_model_line, draw_by_state
 
 log = logging.getLogger(__name__)

@@ -37,11 +37,12 @@ from kvcal.errors import InputError
 from kvcal.estimate.hfconfig import load_model
 from kvcal.estimate.predict import PredictSettings, build_cost_model
 from kvcal.estimate.profiles import load_profiles
-from kvcal.fit import fit_table, load_or_fit
+from kvcal.fit import FitResult, fit_table, load_or_fit
 from kvcal.fit.bootstrap import t_quantile
 from kvcal.fit.ladder import lengths_below
 from kvcal.fit.tables import from_rows
-from kvcal.records import FIT_DEFAULTS, FitResult, Leg, Record, RunSetup
+from kvcal.fit_record import FIT_DEFAULTS
+from kvcal.records import Leg, Record, RunSetup
 from kvcal.runfolder import RunFolder
 from kvcal.sweep.adaptive import FIT_SETTINGS, Controller, StopRules, relative_width
 from kvcal.sweep.design import allowed_range
@@ -337,8 +338,7 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
         curves={k: float(v) for k, v in c.model_dump().items() if isinstance(v, (int, float))},
         true_break_even_tokens=None if prior.truth is None else round(prior.truth, 1),
         allowed_range=[prior.low, prior.high], target_width=target, target_regret=target_regret,
-        confidence=FIT_DEFAULTS.confidence,
-        designs=designs, notes=notes,
+        confidence=FIT_DEFAULTS.confidence, designs=designs, notes=notes,
     )
 
 

@@ -13,7 +13,8 @@ from kvcal.fit import fit_table
 from kvcal.fit.hygiene import warmup_test
 from kvcal.fit.tables import from_rows, load_probe_table
 from factories import sim_table
-from kvcal.records import FitResult, Leg, ProbeRecord, RunSetup
+from kvcal.fit_record import FitResult
+from kvcal.records import Leg, ProbeRecord, RunSetup
 from kvcal import host_busy
 from kvcal.sweep import disturbance
 from kvcal.settings import SweepConfig

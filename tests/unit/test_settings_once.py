@@ -139,7 +139,7 @@ def test_fit_defaults_are_declared_once():
 
     from kvcal.cli import fit_cmd
     from kvcal.fit import fit_input
-    from kvcal.records import FIT_DEFAULTS
+    from kvcal.fit_record import FIT_DEFAULTS
     from kvcal.sweep.adaptive import FIT_SETTINGS
 
     assert FIT_SETTINGS == FIT_DEFAULTS.model_dump()
