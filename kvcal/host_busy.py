@@ -36,7 +36,8 @@ def parse_cpus(spec: str | None) -> list[int]:
 
 
 def watched(pair: PairFacts | Mapping[str, Any]) -> tuple[str, list[int] | None] | None:
-    """What the monitor watches for this pair: ("cpu", cores) or ("cuda", GPUs or None for all visible); None: nothing."""
+    """What the monitor watches for this pair: ("cpu", cores) or ("cuda", GPUs or None for all visible);
+    None: nothing."""
     if not isinstance(pair, PairFacts):  # a pair's own account, as version 2 runs stored it
         pair = PairFacts.model_validate(pair_facts(dict(pair)))
     if not pair.launched_vllm or pair.device not in ("cpu", "cuda"):
