@@ -28,7 +28,7 @@ import numpy as np
 
 from kvcal.emit.formats import load_input
 from kvcal.emit.threshold import compute_threshold
-from kvcal.engines.transports.base import Role
+from kvcal.transports.base import Role
 from kvcal.engines.vllm import VllmPair
 from kvcal.engines.vllm_launch import VllmSettings
 from kvcal.fleet.costs import FleetCosts, point_costs

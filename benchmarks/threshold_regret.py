@@ -37,7 +37,8 @@ from kvcal.emit.threshold import compute_threshold, recipe_threshold, round_up
 from kvcal.errors import KvcalError
 from kvcal.fit import fit_table
 from kvcal.fit.tables import from_rows
-from kvcal.records import FitSource, RunSetup
+from kvcal.fit_record import FitSource
+from kvcal.records import RunSetup
 
 BLOCK = 64
 SCALES = {  # recompute (ms, us/token, ns/token^2), pull (ms, us/token)

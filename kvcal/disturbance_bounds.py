@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kvcal.records import HostDisturbance, PairFacts, ProbeRecord
+from kvcal.fit_record import HostDisturbance
+from kvcal.records import PairFacts, ProbeRecord
 from kvcal.records_v1 import pair_facts
 
 PROBE_BOUND = 0.15

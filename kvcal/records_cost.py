@@ -1,19 +1,17 @@
 """The mean-cost records in ``fit.json``: what the router pays per leg, beside the robust curves.
 
-Kept apart from :mod:`kvcal.records` (which holds them in :class:`~kvcal.records.FitResult`)
+Kept apart from :mod:`kvcal.fit_record` (which holds them in :class:`~kvcal.fit_record.FitResult`)
 so that each module stays readable; :mod:`kvcal.fit.mean_cost` builds them and says how.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from kvcal.records import Record
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class MeanLength(_Record):
+class MeanLength(Record):
     """One measured length: each leg's measured mean cost and whether it contradicts the fitted mean curve."""
 
     prefix_tokens: int
@@ -24,7 +22,7 @@ class MeanLength(_Record):
     pull_misfit: bool = Field(False, description="The pull's residuals here lie beyond the noise: the curve misfits.")
 
 
-class MeanCostSummary(_Record):
+class MeanCostSummary(Record):
     """Each leg's mean cost as its fitted curve times a scale (kvcal.fit.mean_cost), and the lengths where the
     curves misfit (where the threshold rule decides on measured means)."""
 

@@ -1,4 +1,4 @@
-"""The router's ``costModel`` constants as fit.json holds them (re-exported by :mod:`kvcal.records`)."""
+"""The router's ``costModel`` constants as fit.json holds them (a part of :class:`kvcal.fit_record.FitResult`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from kvcal.records_base import Record
+from kvcal.records import Record
 
 
 class Estimate(Record):
@@ -19,7 +19,8 @@ class Estimate(Record):
 class CostModelDiagnostics(Record):
     """How well the data separate the cost model's constants (see kvcal.fit.costmodel)."""
 
-    condition_number: float | None = Field(None, description="Condition of the column-scaled design with T free: huge when F and T are collinear (one pull size).")
+    condition_number: float | None = Field(None, description="Condition of the column-scaled design with T free: "
+                                           "huge when F and T are collinear (one pull size).")
     n_pull_sizes: int = Field(0, description="Distinct pulled token counts.")
     busy_source_pull_share: float | None = Field(None, description="Share of pulls whose source queue was busy.")
     busy_computing_pull_share: float | None = Field(None, description="Share of pulls whose computing pod was busy.")

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcal.settings import SweepConfig, grouped_from_flat
+from kvcal.engine_args import arg_value
+from kvcal.records import RUN_SCHEMA
 
 RUN_V1 = "kvcal.run/1"
 RUN_V2 = "kvcal.run/2"  # no pair facts: they are read from provenance.engine
 RUN_V3 = "kvcal.run/3"  # no pairs or sessions: its plan and settings read as they are
-RUN_CURRENT = "kvcal.run/4"
+RUN_CURRENT = RUN_SCHEMA
 FIT_V1 = "kvcal.fit/1"
 _SOURCE_KINDS = ("run-folder", "probe-csv", "llmd-table", "sim", "test")
 _BOOTSTRAP_KEYS = ("n_resamples", "seed", "method", "methods", "no_crossover_share", "status_shares", "quadratic_share",
@@ -26,18 +27,12 @@ _BOOTSTRAP_KEYS = ("n_resamples", "seed", "method", "methods", "no_crossover_sha
 
 
 def upgrade_run(data: Any) -> Any:
-    """A run.json dict in the current shape (other values pass through for validation to judge): every older
-    version's flat settings in their groups (a version 4 file written before the groups too)."""
-    if not isinstance(data, dict) or data.get("schema") not in (RUN_V1, RUN_V2, RUN_V3, RUN_CURRENT):
+    """A run.json dict in the current schema (other values pass through for validation to judge). Its settings
+    stay as that version wrote them: :mod:`kvcal.run_manifest` puts flat settings in their groups."""
+    if not isinstance(data, dict) or data.get("schema") not in (RUN_V1, RUN_V2, RUN_V3):
         return data
-    upgraded = _upgraded_run(data) if data.get("schema") in (RUN_V1, RUN_V2) else {**data, "schema": RUN_CURRENT}
-    if isinstance(upgraded.get("settings"), dict):
-        upgraded["settings"] = grouped_from_flat(upgraded["settings"])
-    return upgraded
-
-
-def _upgraded_run(data: dict[str, Any]) -> dict[str, Any]:
-    """Version 1 or 2 in version 4's shape (version 3 only lacks fields version 4 made optional)."""
+    if data.get("schema") == RUN_V3:
+        return {**data, "schema": RUN_CURRENT}  # version 4 only adds optional fields (and groups the settings)
     old = dict(data)
     provenance = _dict(old.get("provenance"))
     if old.get("schema") == RUN_V1:
@@ -82,19 +77,19 @@ def setup_v1(facts: dict[str, Any], settings: dict[str, Any], provenance: dict[s
     pair = _dict(provenance.get("engine"))
     hardware = _dict(facts.get("hardware") or provenance.get("hardware"))
     env = _dict(_dict(pair.get("env")).get("producer"))
-    config = _config(settings)
+    engine_args = _engine_args(settings)
     launched = pair.get("mode") == "launch"
     on_cpu = pair.get("device") == "cpu"
     seed = env.get("PYTHONHASHSEED")
     kv_config = pair.get("kv_transfer_config")
-    tp = config.engine.engine_arg("--tensor-parallel-size", "-tp") if config else None
+    tp = arg_value(engine_args, "--tensor-parallel-size", "-tp")
     return {
         "model": facts.get("model"),
         "engine": engine,
         "transport": facts.get("transport"),
         "block_size": facts.get("block_size"),
         "kv_bytes_per_token": facts.get("kv_bytes_per_token"),
-        "kv_dtype": config.engine.engine_arg("--kv-cache-dtype") if config else None,
+        "kv_dtype": arg_value(engine_args, "--kv-cache-dtype"),
         "accelerator": (provenance.get("cpu_model") if on_cpu else hardware.get("gpu")) if launched else None,
         "device_count": (1 if on_cpu else hardware.get("devices") or None) if launched else None,
         "tensor_parallel_size": int(tp) if tp and tp.isdigit() else (1 if launched else None),
@@ -106,11 +101,11 @@ def setup_v1(facts: dict[str, Any], settings: dict[str, Any], provenance: dict[s
     }
 
 
-def _config(settings: dict[str, Any]) -> SweepConfig | None:
-    try:
-        return SweepConfig.model_validate(settings) if settings else None
-    except ValueError:
-        return None
+def _engine_args(settings: dict[str, Any]) -> list[str]:
+    """The stored settings' ``engine_args`` as they were written (the raw field: no settings model is built to read
+    one list, so an old file's other settings need not satisfy today's bounds); [] where it is not a list of strings."""
+    args = settings.get("engine_args")
+    return list(args) if isinstance(args, list) and all(isinstance(arg, str) for arg in args) else []
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Layout of ``results/<name>/``::
 
-    run.json        RunManifest: resolved settings, provenance, the shuffled plan
+    run.json        RunManifest (kvcal.run_manifest): resolved settings, provenance, the shuffled plan
     probes.jsonl    one ProbeRecord per line, appended and fsynced as each probe ends
     summary.csv     per (length, leg) statistics, derived from probes.jsonl (:mod:`kvcal.sweep.summary`)
     logs/           engine logs (launch mode)
@@ -12,6 +12,9 @@ A base module: the sweep writes a run folder, the engines put their logs in it, 
 the reports and ``kvcal export`` (the interchange CSV) read it. Probe lines are never rewritten. A line torn by a crash
 mid-write (no trailing newline) is the only damage repaired on resume; anything else is
 reported as corrupt.
+
+Reading probes checks each line against run.json's plan alone (:class:`StoredPlan`), so it
+never loads the run manifest's settings (the sweep's :mod:`kvcal.settings` and the simulator's curves).
 """
 
 from __future__ import annotations
@@ -25,20 +28,39 @@ import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import ValidationError
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from kvcal.errors import InputError
 from kvcal.instants import instant
 from kvcal.outputs import write_file
 from kvcal.probe_checks import contradiction
-from kvcal.records import Leg, ProbeRecord, RunManifest
+from kvcal.records import RUN_SCHEMA, Leg, PlannedProbe, ProbeRecord, Record
+from kvcal.records_v1 import upgrade_run
 from kvcal.userfiles import read_bytes, read_text
 
+if TYPE_CHECKING:
+    from kvcal.run_manifest import RunManifest
+
 log = logging.getLogger(__name__)
+_Stored = TypeVar("_Stored", bound=Record)
 
 INTERCHANGE_COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "started_at"]  # started_at: time order
+
+
+class StoredPlan(Record):
+    """run.json's plan alone: what checking a probe line needs, read without the settings beside it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    schema_: Literal["kvcal.run/4"] = Field(RUN_SCHEMA, alias="schema")
+    plan: list[PlannedProbe]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        return upgrade_run(data)
 
 
 class RunFolder:
@@ -68,10 +90,22 @@ class RunFolder:
         atomic_write(self.manifest_path, manifest.model_dump_json(by_alias=True, indent=2) + "\n")
 
     def manifest(self) -> RunManifest:
+        # Imported here, not at the top: run.json's settings are the sweep's (kvcal.settings, the simulator's curves),
+        # which reading probes never needs (stored_plan).
+        from kvcal.run_manifest import RunManifest
+
+        return self._stored(RunManifest)
+
+    def stored_plan(self) -> list[PlannedProbe]:
+        """run.json's plan, read without its settings (what checking a probe line against the plan needs)."""
+        return self._stored(StoredPlan).plan
+
+    def _stored(self, model: type[_Stored]) -> _Stored:
+        """run.json read as ``model``; InputError with one line when the folder has none or it is not valid."""
         if not self.manifest_path.is_file():
             raise InputError(f"{self.path} is not a kvcal run folder (no run.json)")
         try:
-            return RunManifest.model_validate_json(read_text(self.manifest_path))
+            return model.model_validate_json(read_text(self.manifest_path))
         except ValidationError as err:
             raise InputError(f"{self.manifest_path} is not a valid run manifest: {_first_error(err)}") from None
 
@@ -119,7 +153,7 @@ class RunFolder:
         return self._parse(raw)
 
     def _parse(self, raw: bytes) -> list[tuple[int, ProbeRecord]]:
-        plan = {p.probe_id: p for p in self.manifest().plan} if self.manifest_path.is_file() else {}
+        plan = {p.probe_id: p for p in self.stored_plan()} if self.manifest_path.is_file() else {}
         records = []
         for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
             if not line.strip():

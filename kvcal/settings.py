@@ -15,6 +15,8 @@ launches the engines: attach mode and the k8s Job refuse them), ``engine_only`` 
 ``tests/unit/test_settings_once.py`` holds the CLI's options to these fields. A campaign file (``--config FILE``,
 YAML) may set any setting; flags given on the command line override it; unknown keys are an error so that a
 renamed key cannot vanish silently.
+The transports' names and the P2P tier's deployed port are the transports' own
+(:mod:`kvcal.transports`, a base package: it imports nothing of kvcal but errors).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ campaign file's key, when it differs from the field's own: the group names it al
 ``engine_only``, ``producer_side_channel``, ``adaptive_rule`` and ``campaign_file_only`` (meanings:
 :mod:`kvcal.settings`).
 
-The transports' names and the P2P tier's deployed port are constants here, below the
-engines that define the transports; a test holds them to ``kvcal.engines.transports``.
+The transports' names and the P2P tier's deployed port are the transports' own (:mod:`kvcal.transports`, a base
+package below the settings).
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kvcal.engine_args import arg_value
 from kvcal.sim_costs import SimCosts
+from kvcal.transports import transport_names
+from kvcal.transports.p2p_tier import P2P_PORT
 from kvcal.yaml_guard import refuse_bool_numbers
 
-TRANSPORT_NAMES = ("nixl-pd", "p2p-tier")
-"""Every KV transport's name, sorted (``kvcal.engines.transports.transport_names()``, held equal by a test)."""
-P2P_PORT = 7777
-"""The P2P listener port of a deployed engine: the router's sidecar always tells the consumer to pull from it."""
+TRANSPORT_NAMES = transport_names()
+"""Every KV transport's name, sorted, as the transports declare them: what the transport setting accepts."""
 DEFAULT_BLOCK_SIZE = 64
 """KV block size in tokens when nothing sets one (kvcal sweep's default; the llm-d guides use 64)."""
 
@@ -240,17 +241,6 @@ class OutputSettings(Group):
 
     output_dir: Path = Field(Path("results"), description="Folder that holds run folders.")
     name: str | None = Field(None, description="Run folder name; default: time stamp plus model.")
-
-
-def arg_value(args: tuple[str, ...] | list[str], *names: str) -> str | None:
-    """The value of ``--name value`` or ``--name=value`` in an argument list, or None."""
-    for i, arg in enumerate(args):
-        for name in names:
-            if arg == name and i + 1 < len(args):
-                return args[i + 1]
-            if arg.startswith(name + "="):
-                return arg.split("=", 1)[1]
-    return None
 
 
 def repeated_lengths_problem(lengths: list[int]) -> str | None:

@@ -13,16 +13,9 @@ from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import write_fit as write_fit_file
 from kvcal.engines.sim import SimCosts, SimPair
 from kvcal.fit.tables import ProbeTable, from_rows
-from kvcal.records import (
-    BootstrapSummary,
-    CurveFit,
-    FitResult,
-    FitSource,
-    Leg,
-    ProbeRecord,
-    RunManifest,
-    RunSetup,
-)
+from kvcal.fit_record import BootstrapSummary, CurveFit, FitResult, FitSource
+from kvcal.records import Leg, ProbeRecord, RunSetup
+from kvcal.run_manifest import RunManifest
 from kvcal.settings import FLAT_ORDER, SweepConfig
 
 CREATED_AT = "2026-01-01T00:00:00+00:00"

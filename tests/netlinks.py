@@ -20,8 +20,8 @@ from pathlib import Path
 
 from kvcal.engines.process import ServerProcess, free_ports, wait_all_ready
 from kvcal.engines.tinymodel import ensure_tiny_model
-from kvcal.engines.transports import get_transport
-from kvcal.engines.transports.base import Role
+from kvcal.transports import get_transport
+from kvcal.transports.base import Role
 from kvcal.engines.vllm_launch import LaunchPlan, VllmSettings, default_cache_dir
 from kvcal.settings import SweepConfig
 

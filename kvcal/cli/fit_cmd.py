@@ -17,7 +17,7 @@ from kvcal.errors import InputError
 if TYPE_CHECKING:  # annotations only: kvcal --help must not build the typed records
     from rich.console import JustifyMethod
 
-    from kvcal.records import CurveFit, FitResult
+    from kvcal.fit_record import CurveFit, FitResult
 
 EPILOG = """Examples:
 

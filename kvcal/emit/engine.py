@@ -1,6 +1,6 @@
 """The engine side: the vLLM container settings that carry the measured transport into a deployment.
 
-The wire config is not rebuilt here: the transport (``kvcal/engines/transports/``) that
+The wire config is not rebuilt here: the transport (``kvcal/transports/``) that
 rendered the sweep's own engines renders the deployed ones too, placed in a pod
 instead of on the sweep's host (``Role.BOTH``, side channel ``$(POD_IP)`` on the
 transport's deployed port, never a run-local port). What this module adds is the pod
@@ -28,10 +28,10 @@ from typing import Any
 from kvcal.emit.options import canonical_transport
 from kvcal.emit.router import PLUGIN_TYPE
 from kvcal.emit.run_context import RunContext
-from kvcal.engines.transports import get_transport
-from kvcal.engines.transports.base import Role, SideChannel
-from kvcal.engines.transports.p2p_tier import DEFAULT_CPU_BYTES
 from kvcal.errors import InputError
+from kvcal.transports import get_transport
+from kvcal.transports.base import Role, SideChannel
+from kvcal.transports.p2p_tier import DEFAULT_CPU_BYTES
 
 POD_IP = "$(POD_IP)"
 GUIDE_HASH_SEED = "0"

@@ -41,7 +41,7 @@ from kvcal.errors import NoThreshold
 from kvcal.fit.ladder_steps import pull_floor
 from kvcal.fit.mean_cost import mean_curves, mean_scales
 from kvcal.fit.wins import pull_lost_measurably
-from kvcal.records import FitResult, LengthSummary
+from kvcal.fit_record import FitResult, LengthSummary
 
 GRID = 2048  # log-spaced points over the measured range where a measured mean reshapes the gap
 

@@ -44,7 +44,7 @@ from kvcal.emit.run_context import RunContext, run_context
 from kvcal.emit.threshold import Threshold, check_threshold, compute_threshold, resolve_block_size, round_up
 from kvcal.errors import InputError
 from kvcal.fit.inputs import load_fit_input
-from kvcal.records import FitResult
+from kvcal.fit_record import FitResult
 from kvcal.settings import DEFAULT_BLOCK_SIZE
 
 __all__ = [

@@ -10,7 +10,7 @@ import numpy as np
 
 from kvcal.emit.threshold import compute_threshold, regret_model
 from kvcal.errors import NoThreshold, NotRecommended
-from kvcal.records import FitResult
+from kvcal.fit_record import FitResult
 from kvcal.sweep.regret_stop import Verdict, regret_mc_error
 
 

@@ -28,10 +28,10 @@ from urllib.parse import urlsplit
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
-from kvcal.engines.transports import available, transport_names
 from kvcal.errors import InputError
 from kvcal.settings_flags import flag_of, launch_only_flags, sweep_argv
 from kvcal.sweep.lengths.probe_plan import validate_prefix_lengths
+from kvcal.transports import available, transport_names
 from kvcal.urls import parse_engine_url
 
 RESULTS_MOUNT = "/results"

@@ -25,9 +25,9 @@ from urllib.parse import urlsplit
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from kvcal.emit.k8s import RESULTS_MOUNT, JobSpec, _comment, dump_yaml, job_manifest, sweep_command
-from kvcal.engines.transports import available
 from kvcal.errors import InputError
 from kvcal.settings import PairSpec
+from kvcal.transports import available
 
 PAIRS_MOUNT = "/pairs"
 

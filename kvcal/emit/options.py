@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvcal.emit.limits import DEFAULT_MARGIN, DEFAULT_RULE, RULES, validate_block_size, validate_margin  # noqa: F401 - the CLI reads it here
-from kvcal.engines.transports import available, transport_names
-from kvcal.engines.transports.p2p_tier import P2pTier
 from kvcal.errors import InputError
+from kvcal.transports import available, transport_names
+from kvcal.transports.p2p_tier import P2pTier
 
 if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not pay for them
     from kvcal.emit.threshold import Threshold

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from kvcal.cost_curve import break_even_tokens, cost_ms
-from kvcal.records import FitResult
+from kvcal.fit_record import FitResult
 from kvcal.records_cost import MeanCostSummary
 
 GRID_POINTS = 512  # log-spaced deltas over the measured range: under 1 % apart over a 32x range

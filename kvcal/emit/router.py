@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcal.emit.threshold import Threshold, fmt
-from kvcal.engines.transports import available
+from kvcal.transports import available
 
 PLUGIN_TYPE = "p2p-source-producer"
 ALPHA_FLAG = "allow-experimental-plugins"

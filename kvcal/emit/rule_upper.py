@@ -19,7 +19,7 @@ import math
 
 from kvcal.emit.threshold_parts import Working, fmt, ladder_down, ladder_up, pull_won_from, refuse_open_above, round_up
 from kvcal.errors import InputError
-from kvcal.records import FIT_DEFAULTS
+from kvcal.fit_record import FIT_DEFAULTS
 
 
 def upper_threshold(w: Working, margin: float, allow_extrapolation: bool) -> int:

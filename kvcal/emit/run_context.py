@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvcal.records import FitResult
+from kvcal.fit_record import FitResult
 
 
 @dataclass(frozen=True)

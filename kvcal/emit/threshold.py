@@ -1,6 +1,6 @@
 """The threshold (``minCachedTokenDelta``): one entry point, the rule it applied, and what the choice costs.
 
-:func:`compute_threshold` takes a :class:`~kvcal.records.FitResult` and returns a
+:func:`compute_threshold` takes a :class:`~kvcal.fit_record.FitResult` and returns a
 :class:`Threshold` (or raises NotRecommended / NoThreshold, exit 3). Two rules:
 
 * ``expected-cost`` (default, :mod:`kvcal.emit.expected_cost`): where the legs' mean costs
@@ -42,7 +42,7 @@ from kvcal.emit.threshold_parts import (
     slow_mode_line,
 )
 from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
-from kvcal.records import FitResult
+from kvcal.fit_record import FitResult
 
 __all__ = [
     "Threshold",

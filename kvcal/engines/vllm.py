@@ -29,8 +29,6 @@ from kvcal.engines.http import EngineClient
 from kvcal.engines.metrics import MetricsPageError, Snapshot, info_labels
 from kvcal.engines.process import ServerProcess, sigterm_raises, wait_all_ready
 from kvcal.engines.tinymodel import ensure_tiny_model
-from kvcal.engines.transports import get_transport
-from kvcal.engines.transports.base import Role
 from kvcal.engines.vllm_launch import (
     ROLES,
     LaunchPlan,
@@ -48,6 +46,8 @@ from kvcal.estimate.profiles import ModelProfile, kv_bytes_per_token
 from kvcal.records import PairFacts, RoleFacts, RunSetup
 from kvcal.runfolder import RunFolder
 from kvcal.settings import SweepConfig
+from kvcal.transports import get_transport
+from kvcal.transports.base import Role
 
 log = logging.getLogger(__name__)
 

@@ -44,11 +44,11 @@ from kvcal.engines.boot import BOOT_DIR
 from kvcal.engines.gpu_placement import ParallelSizes, place
 from kvcal.engines.process import free_ports
 from kvcal.engines.tinymodel import TINY_MODEL_DIRNAME
-from kvcal.engines.transports.base import Role, SideChannel, Transport
-from kvcal.engines.transports.p2p_tier import P2P_PORT
 from kvcal.errors import HardwareError, InputError
 from kvcal.provenance import gpu_inventory
 from kvcal.settings import EngineSettings
+from kvcal.transports.base import Role, SideChannel, Transport
+from kvcal.transports.p2p_tier import P2P_PORT
 
 log = logging.getLogger(__name__)
 

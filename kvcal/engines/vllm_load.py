@@ -20,9 +20,9 @@ from kvcal.engines.base import LoadTarget, Role
 from kvcal.engines.deadline import Deadline
 from kvcal.engines.http import CAPS, EngineClient
 from kvcal.engines.metrics import gauge_total
-from kvcal.engines.transports.base import Role as TransportRole
 from kvcal.errors import EngineError
 from kvcal.records import MAX_QUEUE
+from kvcal.transports.base import Role as TransportRole
 
 WAITING = "vllm:num_requests_waiting"
 

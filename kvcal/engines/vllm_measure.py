@@ -47,17 +47,17 @@ from typing import TYPE_CHECKING, Any
 from kvcal.engines.base import LegMeasurement, max_plausible_bytes
 from kvcal.engines.metrics import Snapshot, delta, matching_keys, poll_until, total
 from kvcal.engines.process import wait_until_idle
-from kvcal.engines.transports.base import BytesMetric, MetricRef, Role
 from kvcal.errors import EngineError
 from kvcal.records import Leg
+from kvcal.transports.base import BytesMetric, MetricRef, Role
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from kvcal.engines.http import EngineClient
     from kvcal.engines.process import ServerProcess
-    from kvcal.engines.transports.base import Transport
     from kvcal.engines.vllm_launch import LaunchPlan, VllmSettings
+    from kvcal.transports.base import Transport
 
 log = logging.getLogger(__name__)
 

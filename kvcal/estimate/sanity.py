@@ -1,7 +1,7 @@
 """Sanity checks of a fitted run against its model and hardware profiles.
 
 Stage owned: the "sanity" section of ``kvcal fit`` and ``kvcal compare``. Pure functions:
-a :class:`~kvcal.records.FitResult` plus the profiles in, a list of
+a :class:`~kvcal.fit_record.FitResult` plus the profiles in, a list of
 :class:`SanityFinding` out; nothing is printed. Three checks:
 
 ``pull_bandwidth``
@@ -43,7 +43,8 @@ from kvcal.estimate.profiles import (
     normalize_kv_dtype,
     prefill_flops,
 )
-from kvcal.records import FitResult, RunSetup
+from kvcal.fit_record import FitResult
+from kvcal.records import RunSetup
 
 log = logging.getLogger(__name__)
 

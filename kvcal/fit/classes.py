@@ -21,7 +21,9 @@ from kvcal.errors import KvcalError
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.sessions import session_cost
 from kvcal.fit.tables import load_class_table
-from kvcal.records import ClassDifference, ClassFit, FitResult, ProbeRecord
+from kvcal.fit_record import ClassFit, FitResult
+from kvcal.records import ProbeRecord
+from kvcal.records_links import ClassDifference
 from kvcal.runfolder import RunFolder, run_folders_in
 
 TEST_NAME = "F test: one affine pull curve for every class against one per class (relative residuals)"

@@ -47,15 +47,10 @@ import numpy as np
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import CHUNK_ELEMENTS, t_expansion
 from kvcal.fit.breakeven import interval
-from kvcal.records import (
-    FIT_DEFAULTS,
-    CostModelDiagnostics,
-    CostModelFit,
-    Estimate,
-    FitResult,
-    ProbeRecord,
-    RunManifest,
-)
+from kvcal.fit_record import FIT_DEFAULTS, FitResult
+from kvcal.records import ProbeRecord
+from kvcal.records_costmodel import CostModelDiagnostics, CostModelFit, Estimate
+from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import probe_counts_as_idle
 
 log = logging.getLogger(__name__)

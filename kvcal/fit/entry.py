@@ -13,7 +13,8 @@ import numpy as np
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.io import default_output, write_fit
-from kvcal.records import FIT_DEFAULTS, CurveFit, FitResult, RunSetup
+from kvcal.fit_record import FIT_DEFAULTS, CurveFit, FitResult
+from kvcal.records import RunSetup
 
 __all__ = ["curve_ms", "fit_and_write", "fit_input", "load_or_fit"]
 

@@ -18,7 +18,7 @@ from kvcal.fit.modes import PullCost, describe_unresolved, pull_cost, too_few_pr
 from kvcal.fit.modes import describe as describe_mode
 from kvcal.fit.result import build_result
 from kvcal.fit.tables import ProbeTable
-from kvcal.records import FIT_DEFAULTS, FitResult
+from kvcal.fit_record import FIT_DEFAULTS, FitResult
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from kvcal.fit.modes import TOO_FEW_NOTE, describe_unresolved
 from kvcal.fit.modes import describe as describe_mode
 from kvcal.fit.tables import ProbeTable
 from kvcal.fit.wins import per_length, pull_won_from
-from kvcal.records import FitResult
+from kvcal.fit_record import FitResult
 
 SHOW_PROBES = 5
 

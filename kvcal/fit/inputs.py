@@ -19,14 +19,16 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvcal.engines.transports import transport_names
 from kvcal.errors import InputError, KvcalError
 from kvcal.fit.classes import with_links
 from kvcal.fit.fitting import fit_table
-from kvcal.fit.io import load_fit, looks_like_json
+from kvcal.fit.io import looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
-from kvcal.records import FIT_DEFAULTS, FitResult, RunManifest, RunSetup
+from kvcal.fit_record import FIT_DEFAULTS, FitResult, load_fit
+from kvcal.records import RunSetup
+from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, run_folders_in
+from kvcal.transports import transport_names
 from kvcal.userfiles import check_input
 
 log = logging.getLogger(__name__)

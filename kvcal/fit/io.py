@@ -1,4 +1,5 @@
-"""Reading and writing ``fit.json``, and the one rule for "is this file JSON"."""
+"""Writing ``fit.json`` (reading it is :func:`kvcal.fit_record.load_fit`, beside the record), and the one rule for
+"is this file JSON"."""
 
 from __future__ import annotations
 
@@ -6,15 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from kvcal.errors import InputError
+from kvcal.fit_record import FitResult
 from kvcal.outputs import write_file, writer_lock
-from kvcal.records import FIT_SCHEMA, FitResult
-from kvcal.records_v1 import FIT_V1
-from kvcal.userfiles import is_stdin_copy, read_text
-
-FIT_SCHEMAS = (FIT_V1, FIT_SCHEMA)
+from kvcal.userfiles import is_stdin_copy
 
 
 def looks_like_json(path: Path) -> bool:
@@ -22,33 +18,6 @@ def looks_like_json(path: Path) -> bool:
     with path.open("rb") as handle:
         head = handle.read(256)
     return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{")
-
-
-def load_fit(path: str | Path) -> FitResult:
-    """Read a fit.json (version 2, or version 1 upgraded); InputError with one line if it is missing or not one."""
-    p = Path(path)
-    if not p.exists() and not p.is_symlink():
-        raise InputError(f"{p}: no such file or folder")
-    text = read_text(p, bom=True)  # FIFOs, folders, binary and unreadable files named (kvcal/userfiles.py)
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise InputError(f"{p}: not a kvcal fit.json (JSON nested too deeply)") from None
-    except json.JSONDecodeError as err:
-        truncated = " (truncated?)" if err.pos >= len(text.rstrip()) else ""
-        raise InputError(f"{p}: not a kvcal fit.json (corrupt fit: not JSON{truncated}, {err.msg} at {err.pos})") from None
-    schema = data.get("schema") if isinstance(data, dict) else None
-    if schema not in FIT_SCHEMAS:
-        raise InputError(f"{p}: not a kvcal fit.json (schema {schema!r}, expected {' or '.join(map(repr, FIT_SCHEMAS))}); "
-                         "pass a fit.json or a run folder")
-    try:
-        return FitResult.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        loc = ".".join(str(part) for part in first.get("loc", ()))
-        where = f"{loc}: " if loc else ""
-        message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
-        raise InputError(f"{p}: not a kvcal fit.json (corrupt fit: {where}{message})") from None
 
 
 def default_output(path: str | Path) -> Path:

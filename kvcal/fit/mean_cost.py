@@ -43,7 +43,7 @@ from scipy import stats
 
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.curves import LegData
-from kvcal.records import FitResult
+from kvcal.fit_record import FitResult
 from kvcal.records_cost import MeanCostSummary, MeanLength
 
 TAIL_SD = 5.4  # where the robust fit's Huber weight falls below 1/4 (kvcal.fit.curves.DOWNWEIGHT_REPORT_BELOW)

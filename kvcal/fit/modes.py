@@ -52,7 +52,7 @@ from scipy import stats
 
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.curves import DOWNWEIGHT_REPORT_BELOW, LegData, LegFit, fit_leg, weighted_fit
-from kvcal.records import FIT_DEFAULTS, SlowMode
+from kvcal.fit_record import FIT_DEFAULTS, SlowMode
 
 MIN_PROBES = 10  # below, a split of normal noise into two clusters passes the tests below by chance
 MIN_SEPARATION_SD = 5.0

@@ -44,7 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvcal.errors import InputError
 from kvcal.fit.costmodel import LoadedProbes, fit_cost_model, idle_curves
 from kvcal.fit.entry import load_or_fit
-from kvcal.records import FIT_DEFAULTS, MAX_TOKENS, FitResult, FitSource
+from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSource
+from kvcal.records import MAX_TOKENS
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from kvcal.fit.bootstrap import BootstrapResult
 from kvcal.fit.breakeven import STATUSES, break_even_tokens, classify, classify_many, interval, status_warning
 from kvcal.fit.curves import LegFit
 from kvcal.fit.tables import ProbeTable
-from kvcal.records import BootstrapSummary, CurveFit, FitResult
+from kvcal.fit_record import BootstrapSummary, CurveFit, FitResult
 
 MEASURED_DISAGREE_MIN = 0.05  # a fitted winner contradicting the medians is reported when they differ by > 5%
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from kvcal.errors import InputError
 from kvcal.instants import instant
-from kvcal.records import ProbeRecord, RunManifest
+from kvcal.records import ProbeRecord
+from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, run_folders_in
 
 

@@ -21,7 +21,9 @@ import numpy as np
 from scipy import stats
 
 from kvcal.cost_curve import cost_ms
-from kvcal.records import CurveFit, ProbeRecord, SessionCost
+from kvcal.fit_record import CurveFit
+from kvcal.records import ProbeRecord
+from kvcal.records_links import SessionCost
 
 
 def session_cost(records: Iterable[ProbeRecord], pull: CurveFit, confidence: float) -> SessionCost | None:

@@ -40,7 +40,8 @@ from kvcal.fit.fields import MAX_INT, int_field, leg_field, parse_number, time_f
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
 from kvcal.fit.recipe import check_verdict, unstamped
 from kvcal.fit.run_records import run_records, start_times
-from kvcal.records import FitSource, HostDisturbance, Leg, ProbeRecord, RunSetup
+from kvcal.fit_record import FitSource, HostDisturbance
+from kvcal.records import Leg, ProbeRecord, RunSetup
 from kvcal.runfolder import pulls_by_proof
 from kvcal.userfiles import read_text
 

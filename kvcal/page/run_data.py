@@ -21,8 +21,10 @@ from kvcal.emit.threshold import Threshold
 from kvcal.errors import KvcalError, NoThreshold, NotRecommended
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.tables import ProbeTable
-from kvcal.records import FitResult, ProbeRecord, RunManifest
+from kvcal.fit_record import FitResult
+from kvcal.records import ProbeRecord
 from kvcal.report.runs import LoadedRun, run_label
+from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder
 
 log = logging.getLogger(__name__)

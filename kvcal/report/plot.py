@@ -30,8 +30,8 @@ from kvcal.fit.costmodel import coef_samples
 from kvcal.fit.entry import curve_ms
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.tables import ProbeTable, load_class_table
+from kvcal.fit_record import FIT_DEFAULTS, FitResult, SlowMode
 from kvcal.outputs import replacing, written_through
-from kvcal.records import FIT_DEFAULTS, FitResult, SlowMode
 from kvcal.report.plot_load import cost_model_line, draw_by_state
 
 log = logging.getLogger(__name__)

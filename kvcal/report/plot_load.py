@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from kvcal.fit.costmodel import LoadedProbes
-from kvcal.records import FitResult
+from kvcal.fit_record import FitResult
 
 STATE_COLORS = {"idle": "tab:grey", "source-busy": "tab:blue", "computing-busy": "tab:orange", "both-busy": "tab:purple"}
 NAMES = {(0, 0): "idle", (1, 0): "source-busy", (0, 1): "computing-busy", (1, 1): "both-busy"}

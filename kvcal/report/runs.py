@@ -11,7 +11,8 @@ from pathlib import Path
 
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.tables import ProbeTable
-from kvcal.records import FitResult, RunManifest
+from kvcal.fit_record import FitResult
+from kvcal.run_manifest import RunManifest
 
 
 @dataclass(frozen=True)

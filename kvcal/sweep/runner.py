@@ -19,7 +19,7 @@ from kvcal.engines.sim import SimPair
 from kvcal.engines.vllm import pair_from_config
 from kvcal.errors import InputError
 from kvcal.provenance import host_provenance, utc_now
-from kvcal.records import RunManifest
+from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, completed_probe_ids
 from kvcal.settings import SweepConfig
 from kvcal.sweep.adaptive_run import AdaptiveCampaign

@@ -22,7 +22,8 @@ from kvcal.engines.base import EnginePair
 from kvcal.engines.deadline import STOP
 from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError
-from kvcal.records import ProbeRecord, RunManifest
+from kvcal.records import ProbeRecord
+from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, attempts_so_far, completed_probe_ids
 from kvcal.settings import SweepConfig
 from kvcal.sweep import coldstart, host_monitors, warmup

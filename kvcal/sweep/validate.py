@@ -20,10 +20,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kvcal.engines.transports import available
 from kvcal.errors import InputError
 from kvcal.settings import GROUPS, PATHS, SweepConfig, flat_field, grouped_from_flat
 from kvcal.settings_flags import flag_of, marked
+from kvcal.transports import available
 from kvcal.urls import check_pair_urls
 from kvcal.userfiles import read_text
 from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from kvcal.cli.app import main
-from kvcal.fit.io import load_fit, write_fit
+from kvcal.fit.io import write_fit
+from kvcal.fit_record import load_fit
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.sim_costs import SimCosts
 from tests.factories import make_fit, sim_run

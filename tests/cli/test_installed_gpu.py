@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcal.engines.transports import transport_names
+from kvcal.transports import transport_names
 
 SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
 pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")

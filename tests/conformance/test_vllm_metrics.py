@@ -19,7 +19,7 @@ import pytest
 
 from conformance_support import judge
 from kvcal.engines.metrics import parse_metrics
-from kvcal.engines.transports.base import Role
+from kvcal.transports.base import Role
 from kvcal.engines.vllm import VllmPair
 from kvcal.engines.vllm_launch import VllmSettings
 from kvcal.engines.vllm_load import VllmLoadTarget

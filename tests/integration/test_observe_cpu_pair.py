@@ -26,7 +26,7 @@ pytest.importorskip("vllm")
 
 from prometheus_server import PROMETHEUS, SKIP_REASON, prometheus  # noqa: E402
 
-from kvcal.engines.transports.base import Role  # noqa: E402
+from kvcal.transports.base import Role  # noqa: E402
 from kvcal.engines.vllm import VllmPair  # noqa: E402
 from kvcal.engines.vllm_launch import VllmSettings  # noqa: E402
 from kvcal.fleet.workload import load_workload  # noqa: E402

@@ -12,7 +12,7 @@ from kvcal.emit.threshold import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
 from kvcal.fit.tables import load_probe_table
-from kvcal.records import FIT_DEFAULTS
+from kvcal.fit_record import FIT_DEFAULTS
 from kvcal.runfolder import RunFolder
 from kvcal.settings import SweepConfig
 from kvcal.sweep.adaptive import Controller, StopRules, relative_width

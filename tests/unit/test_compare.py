@@ -13,7 +13,7 @@ from kvcal.report.compare_report import CompareConfig, plot_comparison, render_m
 from kvcal.report.runs import LoadedRun, load_run
 from kvcal.emit.helm import read_threshold as read_deployed_threshold
 from kvcal.errors import InputError
-from kvcal.records import CurveFit, FitResult
+from kvcal.fit_record import CurveFit, FitResult
 
 import factories
 

@@ -20,11 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 
 from kvcal.emit import formats as em
 from kvcal.engines import vllm_launch
-from kvcal.engines.transports.base import Role
+from kvcal.transports.base import Role
 from kvcal.engines.vllm import VllmPair, VllmSettings
 from kvcal.fit import fit_table
 from factories import sim_table
-from kvcal.records import FitResult, RunSetup
+from kvcal.fit_record import FitResult
+from kvcal.records import RunSetup
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
 VALUES = Path(__file__).resolve().parents[1] / "fixtures" / "values"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kvcal.emit import formats as em
 from kvcal.errors import InputError, NotRecommended
-from kvcal.records import CurveFit, FitResult
+from kvcal.fit_record import CurveFit, FitResult
 
 import factories
 

@@ -17,7 +17,8 @@ from kvcal.emit.affinity import DEFAULT_CHUNK
 from kvcal.errors import InputError
 from kvcal.fit import curve_ms, fit_table
 from factories import sim_table
-from kvcal.records import BootstrapSummary, FitResult, RunSetup
+from kvcal.fit_record import BootstrapSummary, FitResult
+from kvcal.records import RunSetup
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
 GUIDE = UPSTREAM / "guide-values.yaml"

@@ -258,7 +258,7 @@ def test_attached_engines_that_disagree_are_refused_naming_both(tmp_path, produc
 
 @pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
 def test_run_json_never_holds_a_block_size_that_contradicts_the_engines(tmp_path):
-    from kvcal.records import RunManifest
+    from kvcal.run_manifest import RunManifest
 
     model, campaign = _attach_setup(tmp_path, probe_timeout_s=2)
     with FakeEngine("producer", root=model) as producer, FakeEngine("consumer", root=model) as consumer:

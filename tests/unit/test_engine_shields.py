@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from kvcal.engines.transports.base import Role
+from kvcal.transports.base import Role
 from kvcal.engines.vllm import VllmPair, VllmSettings
 
 # What vLLM does on a cold model-info cache: the server's interpreter starts a fresh one

@@ -18,11 +18,12 @@ from kvcal.errors import InputError, NoThreshold
 from kvcal.fit import fit_table
 from kvcal.fit.io import write_fit
 from kvcal.fit.mean_cost import mean_curves, mean_scales
-from kvcal.records import LengthSummary
+from kvcal.fit_record import LengthSummary
 from kvcal.records_cost import MeanCostSummary, MeanLength
 from kvcal.report.deployed import deployed_check
 from kvcal.fit.tables import from_rows
-from kvcal.records import FitSource, RunSetup
+from kvcal.fit_record import FitSource
+from kvcal.records import RunSetup
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "llmd"
 LADDER = [256, 512, 1024, 2048, 4096, 8192]

@@ -18,10 +18,12 @@ from kvcal.fit import curve_ms, fit_table, load_fit, load_or_fit, write_fit
 from kvcal.fit.bootstrap import t_expansion
 from kvcal.fit.breakeven import break_even_tokens, classify, interval
 from kvcal.fit.curves import LegData, fit_leg, solve_nnls
-from kvcal.records import FitResult
+from kvcal.fit_record import FitResult
 from kvcal.fit.tables import from_rows, load_probe_table
 from factories import sim_table
-from kvcal.records import FitSource, RunManifest, RunSetup
+from kvcal.fit_record import FitSource
+from kvcal.records import RunSetup
+from kvcal.run_manifest import RunManifest
 
 import factories
 

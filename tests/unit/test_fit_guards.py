@@ -13,7 +13,8 @@ from kvcal.fit import fit_table
 from kvcal.fit.hygiene import warmup_test
 from kvcal.fit.tables import from_rows, load_probe_table
 from factories import sim_table
-from kvcal.records import FitResult, Leg, ProbeRecord, RunSetup
+from kvcal.fit_record import FitResult
+from kvcal.records import Leg, ProbeRecord, RunSetup
 from kvcal import disturbance_bounds
 from kvcal.sweep import host_monitors
 from kvcal.settings import SweepConfig

@@ -21,7 +21,7 @@ from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import InputError
 from kvcal.fleet.costs import cost_rule, point_costs
 from kvcal.fleet.study import policies
-from kvcal.records import CostModelFit, Estimate
+from kvcal.records_costmodel import CostModelFit, Estimate
 from kvcal.fleet.router import Policy
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fleet.sim import READY, FleetSim

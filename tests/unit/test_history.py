@@ -8,7 +8,7 @@ import pytest
 
 from kvcal.report.runs import load_run
 from kvcal.report.history import build_history, plot_history, provenance_changes
-from kvcal.records import FitResult
+from kvcal.fit_record import FitResult
 
 import factories
 

@@ -12,7 +12,8 @@ MAX_LINES = 400
 # Imports inside functions that are deliberate: the CLI loads a command's stage only when it runs;
 # serve.py imports vLLM after patching it.
 LAZY_ALLOWED = ("cli/", "engines/serve.py",
-                "sim_costs.py")  # the last: kvcal --help loads it through the flags; see its docstring
+                "sim_costs.py",  # kvcal --help loads it through the flags; see its docstring
+                "runfolder.py")  # the run manifest's settings: reading probes must not load them (RunFolder.manifest)
 
 
 def _modules() -> dict[str, Path]:

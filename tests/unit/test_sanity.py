@@ -10,7 +10,7 @@ import pytest
 
 from kvcal.estimate.predict import PredictSettings, build_cost_model
 from kvcal.estimate.profiles import load_profiles
-from kvcal.records import FitResult
+from kvcal.fit_record import FitResult
 from kvcal.estimate.sanity import (
     SanityFinding,
     context_from_fit,

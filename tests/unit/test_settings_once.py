@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvcal.emit import k8s
-from kvcal.engines.transports import available, transport_names
+from kvcal.transports import available, transport_names
 from kvcal.engines import vllm_launch
 from kvcal.engines.vllm_launch import VllmSettings
 from kvcal.errors import InputError
@@ -168,7 +168,7 @@ def test_fit_defaults_are_declared_once():
 
     from kvcal.cli import fit_cmd
     from kvcal.fit import fit_input
-    from kvcal.records import FIT_DEFAULTS
+    from kvcal.fit_record import FIT_DEFAULTS
     from kvcal.sweep.adaptive import FIT_SETTINGS
 
     assert FIT_SETTINGS == FIT_DEFAULTS.model_dump()
@@ -186,7 +186,7 @@ def test_fit_defaults_are_declared_once():
 
 def test_emit_asks_the_transports_for_their_names_and_port():
     from kvcal.emit.options import P2P_PORT, canonical_transport
-    from kvcal.engines.transports.p2p_tier import P2pTier
+    from kvcal.transports.p2p_tier import P2pTier
 
     assert P2P_PORT == P2pTier.deployed_side_port == SweepConfig().engine.producer_p2p_port == SETTINGS_P2P_PORT == 7777
     for name, cls in available().items():

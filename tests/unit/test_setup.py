@@ -13,7 +13,9 @@ from kvcal.engines.vllm import VllmPair, VllmSettings, pair_from_config
 from kvcal.engines.vllm_launch import ROLES
 from kvcal.fit import fit_table, load_fit, load_fit_input, write_fit
 from factories import sim_table
-from kvcal.records import FIT_SCHEMA, RUN_SCHEMA, FitResult, RunManifest, RunSetup
+from kvcal.fit_record import FIT_SCHEMA, FitResult
+from kvcal.records import RUN_SCHEMA, RunSetup
+from kvcal.run_manifest import RunManifest
 from kvcal.settings import SweepConfig
 from kvcal.runfolder import RunFolder
 from kvcal.engines.sim import SimCosts

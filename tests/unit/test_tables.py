@@ -10,7 +10,9 @@ import pytest
 
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
-from kvcal.records import FitSource, ProbeRecord, RunManifest, RunSetup
+from kvcal.fit_record import FitSource
+from kvcal.records import ProbeRecord, RunSetup
+from kvcal.run_manifest import RunManifest
 
 import factories
 from kvcal.fit.tables import load_probe_table

@@ -15,8 +15,8 @@ import pytest
 from kvcal.engines import vllm_launch
 from kvcal.engines.http import EngineClient
 from kvcal.engines.metrics import parse_metrics
-from kvcal.engines.transports import get_transport
-from kvcal.engines.transports.base import MetricRef, Role
+from kvcal.transports import get_transport
+from kvcal.transports.base import MetricRef, Role
 from kvcal.engines.vllm import VllmPair, VllmSettings, pair_from_config
 from kvcal.engines.vllm_measure import DP_RANK_HEADER, proving_ref
 from kvcal.errors import HardwareError, InputError

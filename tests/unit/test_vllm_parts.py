@@ -19,8 +19,8 @@ from kvcal.engines.process import ServerProcess, check_port_free, free_ports, lo
 from kvcal.engines.vllm import VllmPair, VllmSettings
 from kvcal.engines.vllm_launch import _cpu_ranges
 from kvcal.errors import EngineError, HardwareError, InputError
-from kvcal.engines.transports import available, get_transport
-from kvcal.engines.transports.base import Role, SideChannel
+from kvcal.transports import available, get_transport
+from kvcal.transports.base import Role, SideChannel
 
 SIDE = SideChannel("10.0.0.5", 5600)
 

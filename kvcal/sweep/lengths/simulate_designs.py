@@ -37,7 +37,8 @@ from kvcal.fit.bootstrap import t_quantile
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.ladder_steps import lengths_below
 from kvcal.fit.tables import from_rows
-from kvcal.records import FIT_DEFAULTS, FitResult, Leg, Record, RunSetup
+from kvcal.fit_record import FIT_DEFAULTS, FitResult
+from kvcal.records import Leg, Record, RunSetup
 from kvcal.sweep.adaptive import FIT_SETTINGS, Controller, StopRules, relative_width
 from kvcal.sweep.lengths.priors import Prior
 from kvcal.sweep.lengths.probe_plan import default_prefix_lengths
@@ -315,6 +316,5 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
         curves={k: float(v) for k, v in c.model_dump().items() if isinstance(v, (int, float))},
         true_break_even_tokens=None if prior.truth is None else round(prior.truth, 1),
         allowed_range=[prior.low, prior.high], target_width=target, target_regret=target_regret,
-        confidence=FIT_DEFAULTS.confidence,
-        designs=designs, notes=notes,
+        confidence=FIT_DEFAULTS.confidence, designs=designs, notes=notes,
     )

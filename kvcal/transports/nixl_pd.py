@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcal.engines.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
 from kvcal.errors import EngineError, one_line
+from kvcal.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
 
 _KV_ROLES = {Role.PRODUCER: "kv_producer", Role.CONSUMER: "kv_consumer", Role.BOTH: "kv_both"}
 NIXL_SIDE_PORT = 5600  # vLLM's default VLLM_NIXL_SIDE_CHANNEL_PORT: what a deployed engine listens on

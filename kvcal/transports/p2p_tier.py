@@ -42,9 +42,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcal.engines.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
-from kvcal.settings import P2P_PORT  # declared with the sweep's settings, which default to it
+from kvcal.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
 
+P2P_PORT = 7777
+"""The P2P listener port of a deployed engine: the router's sidecar always tells the consumer to pull from it
+(the sweep's ``producer_p2p_port`` defaults to it, :mod:`kvcal.settings`)."""
 DEFAULT_CPU_BYTES = 8 * 1024**3
 """CPU tier per engine when nothing sets it: fits a sweep's prefixes; size a deployment's to its pods."""
 KV_EVENTS_ENDPOINT = "tcp://*:5556"

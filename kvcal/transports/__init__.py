@@ -1,6 +1,10 @@
 """KV transports the vLLM pair can use; each is one module here defining ``TRANSPORT``.
 
 Modules are discovered by name, so adding a transport is adding one file.
+
+A base package: it imports nothing of kvcal but errors, so everything that names a
+transport stands on it, the sweep's settings (which check the transport setting against
+these names and default to the P2P tier's port) as well as the engines, the fit and emit.
 """
 
 from __future__ import annotations
@@ -9,8 +13,8 @@ import importlib
 import pkgutil
 from typing import Any
 
-from kvcal.engines.transports.base import Transport
 from kvcal.errors import InputError
+from kvcal.transports.base import Transport
 
 _NOT_TRANSPORTS = {"base"}
 
