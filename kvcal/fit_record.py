@@ -127,7 +127,7 @@ class LengthSummary(Record):
 
 
 class HostDisturbance(Record):
-    """How much of the engines' compute other processes took during the sweep (kvcal.sweep.disturbance)."""
+    """How much of the engines' compute other processes took during the sweep (kvcal.sweep.host_monitors)."""
 
     resource: str = Field(description="What was watched, e.g. 'cpu cores 0,1' or 'gpu 0,1'.")
     bound: float = Field(description="Per-probe share above which a probe counts as disturbed.")

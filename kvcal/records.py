@@ -108,7 +108,7 @@ class ProbeRecord(Record):
         ge=0,
         allow_inf_nan=False,
         description="Share (0-1) of the engines' CPUs (or GPUs) other processes took "
-        "since the previous probe; None where not measured (kvcal.sweep.disturbance).",
+        "since the previous probe; None where not measured (kvcal.sweep.host_monitors).",
     )
     load_state: str | None = Field(
         None,

@@ -19,8 +19,10 @@ class Estimate(Record):
 class CostModelDiagnostics(Record):
     """How well the data separate the cost model's constants (see kvcal.fit.costmodel)."""
 
-    condition_number: float | None = Field(None, description="Condition of the column-scaled design with T free: "
-                                           "huge when F and T are collinear (one pull size).")
+    condition_number: float | None = Field(None, description=(
+        "Condition of the column-scaled design with T free: huge when F and T "
+        "are collinear (one pull size)."
+    ))
     n_pull_sizes: int = Field(0, description="Distinct pulled token counts.")
     busy_source_pull_share: float | None = Field(None, description="Share of pulls whose source queue was busy.")
     busy_computing_pull_share: float | None = Field(None, description="Share of pulls whose computing pod was busy.")

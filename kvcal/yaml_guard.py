@@ -43,7 +43,10 @@ def _line(node: Any) -> int:
 
 
 def describe(err: Exception) -> str:
-    """One line for a YAML parse error: the problem and its line (the first line of str(err) is often only the context)."""
+    """One line for a YAML parse error: the problem and its line.
+
+    The first line of str(err) is often only the context.
+    """
     mark = getattr(err, "problem_mark", None)
     what = getattr(err, "problem", None) or (str(err).splitlines() or [type(err).__name__])[0]
     return f"{what} at line {mark.line + 1}" if mark is not None else str(what)

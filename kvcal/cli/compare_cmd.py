@@ -46,7 +46,7 @@ def compare(
     from rich.table import Table
 
     from kvcal.outputs import check_output
-    from kvcal.report.compare_report import TABLE_HEADER, CompareConfig, row_notes, run_compare, table_rows
+    from kvcal.report.compare_outputs import TABLE_HEADER, CompareConfig, row_notes, run_compare, table_rows
 
     check_output(markdown, "--markdown", [baseline, current, values, plot, html])
     check_output(plot, "--plot", [baseline, current, values, html])

@@ -30,7 +30,7 @@ from kvcal.emit.router import PLUGIN_TYPE
 from kvcal.emit.run_context import RunContext
 from kvcal.errors import InputError
 from kvcal.transports import get_transport
-from kvcal.transports.base import Role, SideChannel
+from kvcal.transports.base import Role, SideChannel, Transport
 from kvcal.transports.p2p_tier import DEFAULT_CPU_BYTES
 
 POD_IP = "$(POD_IP)"
@@ -65,43 +65,31 @@ def shm_size(tier_bytes: int) -> str:
     return f"{max(1, math.ceil(tier_bytes * SHM_HEADROOM / _GIB))}Gi"
 
 
-def engine_spec(ctx: RunContext, *, block_size: int, transport: str | None = None, p2p_port: int | None = None,
-                cpu_bytes_to_use: int | None = None, model: str | None = None) -> EngineSpec:
+def engine_spec(
+    ctx: RunContext,
+    *,
+    block_size: int,
+    transport: str | None = None,
+    p2p_port: int | None = None,
+    cpu_bytes_to_use: int | None = None,
+    model: str | None = None,
+) -> EngineSpec:
     """The deployed engines' settings for the measured (or given) transport."""
     name = transport or ctx.transport
     if not name:
-        raise InputError("--format vllm needs the measured transport and the fit records none: pass --transport p2p-tier|nixl-pd")
+        raise InputError(
+            "--format vllm needs the measured transport and the fit records none: pass --transport p2p-tier|nixl-pd"
+        )
     kind = canonical_transport(name)
     notes: list[str] = []
     warnings: list[str] = []
-    options: dict[str, Any] = {}
-    if get_transport(kind).cpu_tier:
-        if cpu_bytes_to_use is None:
-            ran = _recorded_tier_bytes(ctx)
-            was = f"; the run used {ran / _GIB:g} GiB per engine on its own host" if ran else ""
-            warnings.append(f"cpu_bytes_to_use is kvcal's default {DEFAULT_CPU_BYTES / _GIB:g} GiB{was}, not sized for your "
-                            "pods: pass --cpu-bytes-to-use (the guide uses 88GiB with a 96Gi /dev/shm)")
-        else:
-            options["cpu_bytes_to_use"] = cpu_bytes_to_use
-    wire = get_transport(kind, options)
+    wire = get_transport(kind, _tier_options(ctx, kind, cpu_bytes_to_use, warnings))
     port = p2p_port if (wire.pull_names_producer and p2p_port) else wire.deployed_side_port
     side = SideChannel(POD_IP, port)
     config = wire.kv_transfer_config(Role.BOTH, "cuda", side)
     args = ["--block-size", str(block_size), "--kv-transfer-config", _compact(config)]
-    served = model or ctx.model
-    events = wire.kv_events_config(served or "MODEL")
-    if events is not None:
-        args += ["--kv-events-config", _compact(events)]
-        if not served:
-            warnings.append("the KV-events topic needs the served model name and the run records none: pass --model NAME")
-        elif not model and ("/" in served and served.startswith(("/", ".", "~"))):
-            warnings.append(f"the KV-events topic names the run's model folder {served!r}: pass --model with the served model name")
-    seed = ctx.python_hash_seed
-    if seed is None:
-        seed = GUIDE_HASH_SEED
-        notes.append(f"PYTHONHASHSEED {seed}: the run records none; the guide's value (it must be the same on every engine)")
-    else:
-        notes.append(f"PYTHONHASHSEED {seed}: the run's (it must be the same on every engine, or no block hash matches)")
+    args += _events_args(wire, model, ctx.model, warnings)
+    seed = _hash_seed(ctx, notes)
     env: list[dict[str, Any]] = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     env += [{"name": k, "value": v} for k, v in {**wire.env(Role.BOTH, side), **wire.kv_events_env()}.items()]
     env.append({"name": "PYTHONHASHSEED", "value": str(seed)})
@@ -111,18 +99,72 @@ def engine_spec(ctx: RunContext, *, block_size: int, transport: str | None = Non
     if tier:
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
         volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(tier)}})
+    _side_notes(ctx, wire, port, notes, warnings)
+    return EngineSpec(kind, args, env, mounts, volumes, tuple(notes), tuple(warnings))
+
+
+def _tier_options(ctx: RunContext, kind: str, cpu_bytes_to_use: int | None, warnings: list[str]) -> dict[str, Any]:
+    """The transport's options: the CPU tier's size when it has one (kvcal's default, with a warning, if not given)."""
+    options: dict[str, Any] = {}
+    if get_transport(kind).cpu_tier:
+        if cpu_bytes_to_use is None:
+            ran = _recorded_tier_bytes(ctx)
+            was = f"; the run used {ran / _GIB:g} GiB per engine on its own host" if ran else ""
+            warnings.append(
+                f"cpu_bytes_to_use is kvcal's default {DEFAULT_CPU_BYTES / _GIB:g} GiB{was}, not sized for your "
+                "pods: pass --cpu-bytes-to-use (the guide uses 88GiB with a 96Gi /dev/shm)"
+            )
+        else:
+            options["cpu_bytes_to_use"] = cpu_bytes_to_use
+    return options
+
+
+def _events_args(wire: Transport, model: str | None, run_model: str | None, warnings: list[str]) -> list[str]:
+    """``--kv-events-config`` when the transport needs the router to see its blocks, on the served model's topic."""
+    served = model or run_model
+    events = wire.kv_events_config(served or "MODEL")
+    if events is None:
+        return []
+    if not served:
+        warnings.append("the KV-events topic needs the served model name and the run records none: pass --model NAME")
+    elif not model and ("/" in served and served.startswith(("/", ".", "~"))):
+        warnings.append(
+            f"the KV-events topic names the run's model folder {served!r}: pass --model with the served model name"
+        )
+    return ["--kv-events-config", _compact(events)]
+
+
+def _hash_seed(ctx: RunContext, notes: list[str]) -> str:
+    """The run's PYTHONHASHSEED, else the guide's: every engine must share it."""
+    seed = ctx.python_hash_seed
+    if seed is None:
+        notes.append(
+            f"PYTHONHASHSEED {GUIDE_HASH_SEED}: the run records none; the guide's value "
+            "(it must be the same on every engine)"
+        )
+        return GUIDE_HASH_SEED
+    notes.append(f"PYTHONHASHSEED {seed}: the run's (it must be the same on every engine, or no block hash matches)")
+    return seed
+
+
+def _side_notes(ctx: RunContext, wire: Transport, port: int, notes: list[str], warnings: list[str]) -> None:
+    """The listener a pulling transport opens, or why a P/D handoff measurement is only a proxy."""
     if wire.pull_names_producer:
         notes.append(f"P2P listener on port {port} (rank r of a --data-parallel-size engine listens on {port} + r)")
         if port != wire.deployed_side_port:
-            warnings.append(f"--p2p-port {port}: the router's sidecar always names {wire.deployed_side_port}; "
-                            "pulls it requests will not reach this listener")
-    else:
-        recorded = (ctx.kv_transfer_config or {}).get("kv_buffer_device")
-        if recorded and recorded != "cuda":
-            notes.append(f"the run used kv_buffer_device {recorded!r} (CPU engines); deployed GPU engines use 'cuda'")
-        warnings.append(f"this run measured the P/D handoff (NixlConnector), but {PLUGIN_TYPE} drives the P2P tier "
-                        "(OffloadingConnector): treat the threshold as a proxy and re-measure with --transport p2p-tier on GPU engines")
-    return EngineSpec(kind, args, env, mounts, volumes, tuple(notes), tuple(warnings))
+            warnings.append(
+                f"--p2p-port {port}: the router's sidecar always names {wire.deployed_side_port}; "
+                "pulls it requests will not reach this listener"
+            )
+        return
+    recorded = (ctx.kv_transfer_config or {}).get("kv_buffer_device")
+    if recorded and recorded != "cuda":
+        notes.append(f"the run used kv_buffer_device {recorded!r} (CPU engines); deployed GPU engines use 'cuda'")
+    warnings.append(
+        f"this run measured the P/D handoff (NixlConnector), but {PLUGIN_TYPE} drives the P2P tier "
+        "(OffloadingConnector): treat the threshold as a proxy and re-measure with --transport p2p-tier "
+        "on GPU engines"
+    )
 
 
 def _recorded_tier_bytes(ctx: RunContext) -> int | None:
@@ -144,7 +186,11 @@ def render_vllm(spec: EngineSpec, *, origin: str = "") -> str:
     yaml.width = 4096
     yaml.indent(mapping=2, sequence=4, offset=2)
     yaml.dump(spec.as_mapping(), buf)
-    head = (f"# kvcal: vLLM engine settings for transport {spec.transport}{' (measured by ' + origin + ')' if origin else ''}.\n"
-            "# Merge args/env/volumeMounts into each engine container and volumes into its pod; keep --block-size equal\n"
-            "# to the router's index block size. Shapes follow the llm-d P2P guide and vLLM 0.33; not checked on GPU engines.\n")
+    measured = f" (measured by {origin})" if origin else ""
+    head = (
+        f"# kvcal: vLLM engine settings for transport {spec.transport}{measured}.\n"
+        "# Merge args/env/volumeMounts into each engine container and volumes into its pod; keep --block-size equal\n"
+        "# to the router's index block size. Shapes follow the llm-d P2P guide and vLLM 0.33; "
+        "not checked on GPU engines.\n"
+    )
     return head + buf.getvalue()

@@ -5,9 +5,11 @@ Each concern has its module; this one loads the input and dispatches:
 - :mod:`kvcal.emit.threshold`: the threshold rule (``minCachedTokenDelta``);
 - :mod:`kvcal.emit.router`: the ``p2p-source-producer`` entry, ``env`` and ``json``;
 - :mod:`kvcal.emit.affinity`: ``peakPrefillThroughput`` of ``prefix-cache-affinity-filter``;
-- :mod:`kvcal.emit.costmodel`: the ``costModel`` block (not for llm-d-router main);
+- :mod:`kvcal.emit.costmodel_block`: the ``costModel`` block (not for llm-d-router main);
 - :mod:`kvcal.emit.engine`: the vLLM engines' settings, rendered by the sweep's own transports;
-- :mod:`kvcal.emit.helm` (+ ``helm_text``, ``helm_files``): patching a Helm values file;
+- :mod:`kvcal.emit.helm_patch`: patching a Helm values file (with ``embedded_configs``, ``epp_config_edit``
+  and ``alpha_plugin_flag``);
+- :mod:`kvcal.emit.deployed_values`: what a deployed Helm values file says (threshold, plugin names);
 - :mod:`kvcal.emit.run_context`: the run facts all of them read from the fit.
 
 Names used elsewhere are re-exported here.
@@ -20,13 +22,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvcal.emit import helm
+from kvcal.emit import helm_patch
 from kvcal.emit.affinity import peak_prefill, render_affinity
 from kvcal.emit.classes import MixThreshold, mix_threshold
-from kvcal.emit.costmodel import COSTMODEL_FLOOR_TOKENS, LOAD_DEPENDENT_COST_KEYS, costmodel_values, render_costmodel
+from kvcal.emit.costmodel_block import (
+    COSTMODEL_FLOOR_TOKENS,
+    LOAD_DEPENDENT_COST_KEYS,
+    costmodel_values,
+    render_costmodel,
+)
 from kvcal.emit.deltas import read_deltas
+from kvcal.emit.deployed_values import read_names
 from kvcal.emit.engine import engine_spec, render_vllm
-from kvcal.emit.helm_files import read_names
 from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
 from kvcal.emit.regret import Deltas
@@ -230,9 +237,9 @@ def _emit_helm(fit: FitResult, ctx: RunContext, t: Threshold, options: EmitOptio
         peak_warn = list(peak.warnings)
     except InputError as err:
         peak_value, peak_warn = None, [f"peakPrefillThroughput not derived: {err}"]
-    spec = helm.PluginSpec(threshold, options.prefix_match_producer, options.prefill_profile, options.deployment,
+    spec = helm_patch.PluginSpec(threshold, options.prefix_match_producer, options.prefill_profile, options.deployment,
                            _transport_of(ctx, options), cost, peak_value)
-    out = helm.patch_values_file(options.values, spec, add_plugin=options.add_plugin, in_place=options.in_place,
+    out = helm_patch.patch_values_file(options.values, spec, add_plugin=options.add_plugin, in_place=options.in_place,
                                  diff=options.diff)
     if any("prefix-cache-affinity-filter" in n for n in out.notes):
         warnings += peak_warn

@@ -26,7 +26,8 @@ ALPHA_FLAG = "allow-experimental-plugins"
 ALPHA_NOTE = (f"{PLUGIN_TYPE} is an alpha plugin: the EPP must run with --{ALPHA_FLAG}=true "
               "or it refuses the whole config (Helm: router.epp.flags, see --format helm)")
 """The one stderr line every router-side format prints."""
-PLUGIN_PARAMETERS = ("prefixMatchInfoProducerName", "minCachedTokenDelta", "prefillProfileName")
+THRESHOLD_KEY = "minCachedTokenDelta"
+PLUGIN_PARAMETERS = ("prefixMatchInfoProducerName", THRESHOLD_KEY, "prefillProfileName")
 """Every parameter the router's p2p-source-producer accepts (llm-d-router main); nothing else may be emitted."""
 DEFAULT_PREFIX_MATCH_PRODUCER = "precise-prefix-cache-producer"
 PLUGIN_DEFAULT_PREFILL_PROFILE = "prefill"
@@ -77,7 +78,8 @@ def plugin_names(*, prefix_match_producer: str | None, prefill_profile: str | No
         else:
             shape, why = shape_of(deployment, transport)
             profile = P2P_GUIDE_PREFILL_PROFILE if shape == "p2p" else PLUGIN_DEFAULT_PREFILL_PROFILE
-            notes.append(f"prefillProfileName {profile}: the default for a {'single-profile P2P' if shape == 'p2p' else 'prefill/decode'} "
+            shape_name = "single-profile P2P" if shape == "p2p" else "prefill/decode"
+            notes.append(f"prefillProfileName {profile}: the default for a {shape_name} "
                          f"deployment ({why}); --prefill-profile or --values to change it")
     return PluginNames(producer, profile or PLUGIN_DEFAULT_PREFILL_PROFILE, tuple(notes))  # set above; for the types
 

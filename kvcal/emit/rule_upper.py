@@ -83,7 +83,10 @@ def _raise_to_floor(w: Working, floor: int | None, threshold: int | None, allow_
     fit = w.fit
     if fit.status == "pull-always-wins" and floor is None:
         if not fit.measured_range:
-            raise InputError("the fit says 'pull-always-wins' but records neither the lengths where the pull won nor a measured range")
+            raise InputError(
+                "the fit says 'pull-always-wins' but records neither the lengths where the pull won "
+                "nor a measured range"
+            )
         floor = max(w.n_min, int(fit.smallest_pull_win_tokens or 0))  # the fitted pull won from n_min; a median lost
     if floor is None:
         return threshold
@@ -107,8 +110,9 @@ def _advice(w: Working, upper: float | None) -> None:
     fit = w.fit
     if fit.status == "pull-always-wins":
         w.warnings.append(
-            f"the pull won at every measured length down to {w.n_min} tokens, so the true break-even is at or below the "
-            f"sweep: run `kvcal sweep --prefix-lengths {ladder_down(w.n_min, w.block)}` to locate it and lower this threshold")
+            f"the pull won at every measured length down to {w.n_min} tokens, so the true break-even is at or "
+            f"below the sweep: run `kvcal sweep --prefix-lengths {ladder_down(w.n_min, w.block)}` to locate it "
+            "and lower this threshold")
     elif upper is not None and upper > w.n_max:
         w.warnings.append(f"the break-even's upper bound ({fmt(upper)}) lies beyond the longest measured prefix ({w.n_max}): "
                           f"run `kvcal sweep --prefix-lengths {ladder_up(w.n_max, w.block)}` to confirm it")

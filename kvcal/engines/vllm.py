@@ -92,8 +92,10 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
     # -- what the pair is -------------------------------------------------------------
 
     def _model_profile(self) -> ModelProfile | None:
-        """The model's layout from its config.json (local folder, tiny model, or the local HF cache); None if
-        unreadable."""
+        """The model's layout from its config.json; None if unreadable.
+
+        The config is read from a local folder, the tiny model, or the local HF cache.
+        """
         if not self._profile_read:
             self._profile_read = True
             model = self._engine_facts.get("root") or self.plan.model_path()
@@ -257,14 +259,18 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
     # -- provenance ---------------------------------------------------------------------
 
     def setup(self) -> RunSetup:
-        """Launch: everything kvcal chose (seed, kv-transfer-config per role, versions); attach: what the engines
-        report."""
+        """Launch: everything kvcal chose (seed, kv-transfer-config per role, versions).
+
+        Attach: what the engines report.
+        """
         return vllm_setup(self.settings, self.transport, self.plan, block_size=self.block_size,
                           kv_bytes_per_token=self.kv_bytes_per_token)
 
     def facts(self) -> PairFacts:
-        """Launch: the env, cores or GPUs kvcal set per role and the device; attach: the mode and the producer's DP
-        size."""
+        """Launch: the env, cores or GPUs kvcal set per role and the device.
+
+        Attach: the mode and the producer's DP size.
+        """
         if self.settings.attach:
             return PairFacts(engine="vllm", mode="attach", producer=RoleFacts(data_parallel_size=self.settings.dp_ranks))
         roles = {}
@@ -279,8 +285,10 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
         return PairFacts(engine="vllm", mode="launch", device=self.plan.device, **roles)
 
     def describe(self) -> dict[str, Any]:
-        """The pair's own provenance; versions, CPU, GPUs and UCX_* env are in
-        :func:`kvcal.provenance.host_provenance`."""
+        """The pair's own provenance.
+
+        Versions, CPU, GPUs and UCX_* env are in :func:`kvcal.provenance.host_provenance`.
+        """
         launch = not self.settings.attach
         roles = ROLES
         return {
@@ -306,8 +314,10 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
 
 
 def _is_file(path: Path) -> bool:
-    """Whether ``path`` is a file here; False for a path no file system can hold (an attached engine's ``root`` is
-    its text)."""
+    """Whether ``path`` is a file here.
+
+    False for a path no file system can hold (an attached engine's ``root`` is its text).
+    """
     try:
         return path.is_file()
     except OSError:  # e.g. a name over 255 bytes: pathlib raises, and the CLI would print it whole as the user's file

@@ -268,7 +268,10 @@ def _ref_total(snapshot: Snapshot, ref: MetricRef) -> float:
 
 
 def _proof_name(role: Role, snapshot: Snapshot, ref: MetricRef) -> str:
-    """``consumer/<sample>``: the sample as the engine labelled it (``tier="1:p2p"``), or the wanted form before it has one."""
+    """``consumer/<sample>``: the sample as the engine labelled it (``tier="1:p2p"``).
+
+    Before the engine has one: the wanted form.
+    """
     keys = matching_keys(snapshot, ref.name, **dict(ref.labels))
     return f"{role.value}/{keys[0] if len(keys) == 1 else ref.shown()}"
 
@@ -288,7 +291,10 @@ def has_own_counter(snapshot: Snapshot, metric: BytesMetric) -> bool:
 
 
 def proving_ref(snapshot: Snapshot, metric: BytesMetric) -> MetricRef | None:
-    """The counter that proves a leg's bytes: the transport's own where the engine has it, else the first stand-in exposed."""
+    """The counter that proves a leg's bytes.
+
+    The transport's own where the engine has it, else the first stand-in exposed.
+    """
     if has_own_counter(snapshot, metric):
         return metric.candidates[0]
     return next((ref for ref in metric.candidates[1:] if exposes_ref(snapshot, ref)), None)

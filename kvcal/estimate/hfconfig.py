@@ -72,7 +72,10 @@ def _need(cfg: dict[str, Any], *keys: str) -> Any:
 
 
 def _count(cfg: dict[str, Any], *keys: str) -> int:
-    """A size the layout is derived from: a whole number from 1 up (a config may write 32 or 32.0, not 0, 32.5 or true)."""
+    """A size the layout is derived from: a whole number from 1 up.
+
+    A config may write 32 or 32.0, not 0, 32.5 or true.
+    """
     value = _need(cfg, *keys)
     whole = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
     if isinstance(value, bool) or not whole or not 1 <= value <= 10**12:

@@ -1,4 +1,5 @@
-"""The schemas of kvcal's profile files: what ``kvcal/estimate/profile_data/models/*.yaml`` and ``kvcal/estimate/profile_data/hardware/*.yaml`` may say.
+"""The schemas of kvcal's profile files: what ``kvcal/estimate/profile_data/models/*.yaml``
+and ``kvcal/estimate/profile_data/hardware/*.yaml`` may say.
 
 Stage owned: the shape of a profile. Every schema forbids unknown keys (a renamed key
 must fail loudly, not vanish) and describes every field; hardware figures must each

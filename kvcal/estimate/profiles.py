@@ -1,9 +1,10 @@
 """Model and hardware profiles: the KV layout and compute facts that predictions start from.
 
-Stage owned: loading and validating ``kvcal/estimate/profile_data/models/*.yaml`` and ``kvcal/estimate/profile_data/hardware/*.yaml``
-(a bad file is one ``InputError`` naming the file and the field; the schemas themselves
-are in :mod:`kvcal.estimate.profile_schema` and re-exported here), looking profiles up by name,
-and the two derived quantities every prediction needs.
+Stage owned: loading and validating ``kvcal/estimate/profile_data/models/*.yaml`` and
+``kvcal/estimate/profile_data/hardware/*.yaml`` (a bad file is one ``InputError`` naming the
+file and the field; the schemas themselves are in :mod:`kvcal.estimate.profile_schema` and
+re-exported here), looking profiles up by name, and the two derived quantities every
+prediction needs.
 
 KV bytes per token (what one pulled token costs on the wire), ``b`` bytes per element:
 
@@ -220,7 +221,10 @@ def model_summary(model: ModelProfile, kv_dtype: str | None = None) -> dict[str,
 
 
 def profiles_dir() -> Path:
-    """Where the profiles live: $KVCAL_PROFILES_DIR, else ``profile_data/`` inside this package (shipped in the wheel)."""
+    """Where the profiles live: $KVCAL_PROFILES_DIR, else ``profile_data/`` inside this package.
+
+    The package's own are shipped in the wheel.
+    """
     env = os.environ.get(PROFILES_ENV)
     if env:
         path = Path(env).expanduser()

@@ -19,8 +19,7 @@ a :class:`~kvcal.fit_record.FitResult` plus the profiles in, a list of
     the run's own KV bytes per token (``fit.setup.kv_bytes_per_token``) against the
     profile's: a 2x ratio is a KV dtype mismatch.
 
-The resolvers map a run's model name or path, GPU/CPU name and transport name to
-profiles; they return None (never raise) when nothing matches.
+Which profiles a run resolves to is :mod:`kvcal.estimate.run_profiles`.
 """
 
 from __future__ import annotations
@@ -32,19 +31,9 @@ from typing import Any, Literal
 
 from kvcal import cost_curve
 from kvcal.errors import InputError
-from kvcal.estimate.hfconfig import load_model
-from kvcal.estimate.profiles import (
-    Accelerator,
-    Link,
-    ModelProfile,
-    kv_layout,
-    load_profiles,
-    match_profile,
-    normalize_kv_dtype,
-    prefill_flops,
-)
+from kvcal.estimate.profiles import Accelerator, Link, ModelProfile, kv_layout, normalize_kv_dtype, prefill_flops
+from kvcal.estimate.run_profiles import SanityContext, context_from_fit, profiles_or_none
 from kvcal.fit_record import FitResult
-from kvcal.records import RunSetup
 
 log = logging.getLogger(__name__)
 
@@ -72,132 +61,6 @@ class SanityFinding:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class SanityContext:
-    """The profiles a run resolved to (None where unknown) and the run's own facts."""
-
-    model: ModelProfile | None
-    hardware: Accelerator | None
-    link: Link | None
-    devices: int = 1
-    kv_dtype: str | None = None
-    run_kv_bytes_per_token: int | None = None
-
-
-# ---------------------------------------------------------------- resolvers
-
-
-def _profiles(root: Path | str | None) -> Any:
-    try:
-        return load_profiles(root)
-    except InputError as err:
-        log.warning("profiles unavailable, sanity checks skipped: %s", err)
-        return None
-
-
-def resolve_model_profile(name_or_path: str | None, root: Path | str | None = None) -> ModelProfile | None:
-    """The profile a run's model name, HF id or path refers to, or None when nothing matches."""
-    if not name_or_path:
-        return None
-    try:
-        return load_model(str(name_or_path), root)
-    except InputError:
-        pass
-    profiles = _profiles(root)
-    if profiles is None:
-        return None
-    text = str(name_or_path).rstrip("/")
-    for candidate in (text, text.rsplit("/", 1)[-1], "/".join(text.split("/")[-2:])):
-        found = match_profile(profiles.models, candidate)
-        if found is not None:
-            return found
-    return None
-
-
-def resolve_hardware(name: str | None, root: Path | str | None = None) -> Accelerator | None:
-    """The accelerator a GPU/CPU name refers to ('NVIDIA H200', 'h100', 'Intel(R) Xeon(R) Processor'), or None."""
-    profiles = _profiles(root) if name else None
-    if profiles is None:
-        return None
-    found = match_profile(profiles.accelerators, str(name))
-    if found is not None:
-        return found
-    text = f" {_words(str(name))} "
-    for acc in profiles.accelerators.values():
-        if any(f" {_words(t)} " in text for t in (acc.name, *acc.aliases)):
-            return acc
-    return None
-
-
-def _words(text: str) -> str:
-    return " ".join(text.lower().replace("-", " ").replace("_", " ").split())
-
-
-_TRANSPORT_WORDS = {
-    "tcp": ("tcp", "sockets"),
-    "shm": ("cma", "shm", "posix", "knem", "xpmem"),
-    "rdma": ("rdma", "roce", "verbs", "infiniband", "rc_", "dc_", "ib"),
-    "pcie": ("pcie", "cuda_copy", "h2d"),
-}
-
-
-def resolve_link(transport: str | None, accelerator: Accelerator | None = None, root: Path | str | None = None) -> Link | None:
-    """The link a run's transport name refers to: a profile name; else a kind word ('tcp', 'rdma', 'cma') picks
-    that kind, preferring the accelerator's default and links of its device (cpu-*); else an alias; else the default."""
-    profiles = _profiles(root)
-    if profiles is None:
-        return None
-    text = (transport or "").strip().lower()
-    if text in profiles.links:
-        return profiles.links[text]
-    default = profiles.links.get(accelerator.default_link) if accelerator else None
-    wanted = next((k for k, words in _TRANSPORT_WORDS.items() if any(w in text for w in words)), None) if text else None
-    if wanted is not None:
-        if default is not None and default.transport == wanted:
-            return default
-        candidates = [lk for lk in profiles.links.values() if lk.transport == wanted]
-        if accelerator is not None:
-            same_device = [lk for lk in candidates if lk.name.startswith("cpu-") == (accelerator.device == "cpu")]
-            candidates = same_device or candidates
-        if candidates:
-            return candidates[0]
-    found = match_profile(profiles.links, text) if text else None
-    return found if found is not None else default
-
-
-def _transport_hint(setup: RunSetup) -> str | None:
-    """The run's transport name, sharpened by UCX_TLS: a UCX limited to tcp is a TCP link whatever the transport says."""
-    tls = str((setup.ucx_env or {}).get("UCX_TLS", "")).lower()
-    if tls and "tcp" in tls and not any(w in tls for w in (*_TRANSPORT_WORDS["rdma"], *_TRANSPORT_WORDS["shm"])):
-        return f"{setup.transport or 'ucx'} tcp"
-    return setup.transport
-
-
-def _cpu_only(setup: RunSetup) -> bool:
-    """True when the run says it had no GPU: a '+cpu' torch build."""
-    return str((setup.engine_versions or {}).get("torch") or "").endswith("+cpu")
-
-
-def context_from_fit(fit: FitResult, root: Path | str | None = None) -> SanityContext:
-    """Resolve the run's model, hardware and transport (``fit.setup``) to profiles; a sim run resolves to nothing."""
-    setup = fit.setup
-    if setup.engine == "sim" or fit.source.kind == "sim":
-        return SanityContext(model=None, hardware=None, link=None)
-    hardware_name = setup.accelerator or ("cpu" if _cpu_only(setup) else None)
-    hardware = resolve_hardware(hardware_name, root)
-    transport = _transport_hint(setup)
-    link = resolve_link(transport, hardware, root) if (hardware or transport) else None
-    devices = setup.device_count or setup.tensor_parallel_size or 1
-    return SanityContext(
-        model=resolve_model_profile(setup.model, root),
-        hardware=hardware,
-        link=link,
-        devices=max(1, devices),
-        kv_dtype=setup.kv_dtype if setup.kv_dtype and setup.kv_dtype != "auto" else None,
-        run_kv_bytes_per_token=setup.kv_bytes_per_token,
-    )
 
 
 # ---------------------------------------------------------------- checks
@@ -276,6 +139,11 @@ def _pull_check(fit: FitResult, kv_bytes: int | None, link: Link | None, root: P
     if link is None or measured is None:
         return SanityFinding("pull_bandwidth", measured, None, None, "GB/s", "info",
                              "no link profile matches the run's transport: pass one to compare against its rate")
+    return _rate_pull(measured, link, kv_bytes, root)
+
+
+def _rate_pull(measured: float, link: Link, kv_bytes: int | None, root: Path | str | None) -> SanityFinding:
+    """A measured pull rate against the link's usual one: impossible, slow, fast or usual."""
     nominal = link.nominal_bytes_per_s / 1e9
     expected = nominal * link.efficiency
     ratio = measured / expected
@@ -300,8 +168,9 @@ def _pull_check(fit: FitResult, kv_bytes: int | None, link: Link | None, root: P
 
 def _slow_pull_cause(link: Link, measured_gb_s: float, root: Path | str | None) -> str:
     if link.transport == "rdma":
-        profiles = _profiles(root)
-        tcp = [lk for lk in profiles.links.values() if lk.transport == "tcp" and not lk.name.startswith("cpu-")] if profiles else []
+        profiles = profiles_or_none(root)
+        links = profiles.links.values() if profiles else []
+        tcp = [lk for lk in links if lk.transport == "tcp" and not lk.name.startswith("cpu-")]
         tcp_rate = max((lk.nominal_bytes_per_s * lk.efficiency / 1e9 for lk in tcp), default=0.0)
         if tcp_rate and measured_gb_s <= 1.5 * tcp_rate:
             return ("as slow as TCP: the transport likely fell back to TCP; check UCX_TLS includes rc/dc/ib, that the RDMA "
@@ -335,16 +204,19 @@ def _prefill_check(fit: FitResult, model: ModelProfile, hardware: Accelerator, d
                              "the whole prefix (a prefix-cache hit? the control gate should catch it), the profile is "
                              "larger than the model that ran, or more devices ran than assumed (--devices)")
     if ratio < LOW_PREFILL_RATIO:
-        if hardware.device == "cpu":
-            cause = ("check core binding: each engine on its own core (VLLM_CPU_OMP_THREADS_BIND=0 and =1); with a KV "
-                     "connector on 2 unbound cores vLLM takes an 8x slower path")
-        else:
-            cause = ("check the device count (--devices), eager mode or missing CUDA graphs, power capping or a busy GPU, "
-                     "and for an FP8 model whether it ran in BF16")
         sev: Severity = "info" if devices > 1 else "warning"
         note = "; multi-device prefill of one request often runs far below the one-device rate" if devices > 1 else ""
-        return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", sev, f"{where}: far below usual: {cause}{note}")
+        return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", sev,
+                             f"{where}: far below usual: {_slow_prefill_cause(hardware)}{note}")
     if ratio > 1 / LOW_PREFILL_RATIO:
         return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", "info",
                              f"{where}: faster than usual; check --devices and whether the GEMMs ran in FP8")
     return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", "ok", f"{where}: within the usual range")
+
+
+def _slow_prefill_cause(hardware: Accelerator) -> str:
+    if hardware.device == "cpu":
+        return ("check core binding: each engine on its own core (VLLM_CPU_OMP_THREADS_BIND=0 and =1); with a KV "
+                "connector on 2 unbound cores vLLM takes an 8x slower path")
+    return ("check the device count (--devices), eager mode or missing CUDA graphs, power capping or a busy GPU, "
+            "and for an FP8 model whether it ran in BF16")

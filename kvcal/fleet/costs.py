@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvcal.cost_curve import break_even_tokens
-from kvcal.emit.costmodel import costmodel_values
+from kvcal.emit.costmodel_block import costmodel_values
 from kvcal.fit.mean_cost import mean_scales
 from kvcal.fit_record import FitResult
 from kvcal.fleet.links import LinkClass, link_classes
@@ -27,7 +27,10 @@ from kvcal.fleet.links import LinkClass, link_classes
 
 @dataclass(frozen=True)
 class CostRule:
-    """The costModel variant's per-request comparison (kvcal.emit.costmodel), with the fixed threshold as its floor."""
+    """The costModel variant's per-request comparison (kvcal.emit.costmodel_block).
+
+    The fixed threshold is its floor.
+    """
 
     prefill_us: float
     transfer_us: float
@@ -108,7 +111,8 @@ def resampled_costs(fit: FitResult, count: int) -> list[FleetCosts]:
     usable = np.flatnonzero(np.isfinite(r).all(axis=1) & np.isfinite(p).all(axis=1))
     if not len(usable):
         return [point_costs(fit)]
-    # Evenly spaced in the order of their break-even, so that a few resamples span the interval rather than a random part of it.
+    # Evenly spaced in the order of their break-even, so that a few resamples span the interval rather than a
+    # random part of it.
     order = usable[np.argsort([_crossing(r[i], p[i]) for i in usable])]
     picks = order[np.linspace(0, len(order) - 1, min(count, len(order))).round().astype(int)]
     extra = {**_loaded_terms(fit), "links": link_classes(fit)}

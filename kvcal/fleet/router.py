@@ -2,10 +2,11 @@
 
 Pod choice: the highest ``prefix_weight * cached/prompt + queue_weight * (1 - waiting/max
 waiting) + kv_weight * (1 - KV in use)`` over all pods (prefix-cache-scorer, queue-scorer and
-kv-cache-utilization-scorer behind max-score-picker; ties broken at random). Cached counts are whole blocks, and at least one token of the
-prompt is always computed. P2P rule: pull when the best peer holds at least the
-threshold more cached tokens than the computing pod; the source is drawn among the
-peers within one block of the best, each weighted ``1 / (1 + waiting)``. The costModel
+kv-cache-utilization-scorer behind max-score-picker; ties broken at random). Cached counts
+are whole blocks, and at least one token of the prompt is always computed. P2P rule: pull
+when the best peer holds at least the threshold more cached tokens than the computing pod;
+the source is drawn among the peers within one block of the best, each weighted
+``1 / (1 + waiting)``. The costModel
 variant instead pulls when its per-request comparison says so (kvcal.fleet.costs.CostRule),
 with its floor.
 """

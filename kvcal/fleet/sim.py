@@ -13,9 +13,7 @@ the step that finishes its prefill. Costs: :mod:`kvcal.fleet.costs`; caches:
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,6 +22,7 @@ from kvcal.fleet.cache import FleetIndex, PodCache
 from kvcal.fleet.costs import FleetCosts
 from kvcal.fleet.links import PairLinks
 from kvcal.fleet.router import Policy, Route, route
+from kvcal.fleet.run_state import Pod, RunStats
 from kvcal.fleet.shared_host import SharedHost
 from kvcal.fleet.traffic import Session, Traffic, TurnRequest
 from kvcal.fleet.workload import Workload
@@ -33,72 +32,12 @@ SAMPLE_EVERY_S = 1.0
 TICK_EVERY_EVENTS = 1 << 16  # on_tick's period: rare enough to cost nothing, often enough for a live progress line
 
 
-class Pod:
-    __slots__ = (
-        "busy",
-        "busy_ms",
-        "cache",
-        "decoding",
-        "finishing",
-        "id",
-        "kv_held",
-        "landed",
-        "link_free_ms",
-        "pending",
-        "prefilling",
-        "step_due",
-        "step_no",
-        "step_version",
-        "to_post",
-        "waiting",
-        "work_left_ms",
-    )
-
-    def __init__(self, pod: int, cache: PodCache) -> None:
-        self.id, self.cache = pod, cache
-        self.waiting: deque[TurnRequest] = deque()
-        self.pending = 0  # pulling or loading from the CPU tier: counted in the waiting queue, as vLLM does
-        self.decoding: list[tuple[int, int, TurnRequest]] = []
-        self.step_no = 0
-        self.busy = False
-        self.finishing: list[TurnRequest] = []
-        self.link_free_ms = 0.0
-        self.busy_ms = 0.0
-        self.prefilling = 0
-        self.kv_held = 0  # tokens reserved by admitted requests (prompt and output): not evictable
-        self.to_post: list[tuple[TurnRequest, int, int]] = []  # hand-offs to read: (request, source, tokens)
-        self.landed: list[TurnRequest] = []  # reads that finished during the step in progress
-        self.step_due = -1.0  # on a shared host: when the step in progress ends, as last scheduled
-        self.step_version = 0  # on a shared host: the end events of earlier versions are stale
-        self.work_left_ms = 0.0
-
-    def queue(self) -> int:
-        return len(self.waiting) - self.prefilling + self.pending
-
-    def running(self) -> int:
-        return len(self.decoding) + self.prefilling
-
-
-@dataclass
-class RunStats:
-    """What one run measured inside the window [warmup, duration)."""
-
-    ttft_ms: list[float] = field(default_factory=list)
-    met_slo: int = 0
-    completed: int = 0
-    completed_prompt_tokens: int = 0
-    routed: int = 0
-    routed_prompt_tokens: int = 0  # as the engines count prompt tokens: a nixl-pd hand-off's on its source too
-    pulled: int = 0
-    tokens_moved: int = 0
-    queue_samples: list[int] = field(default_factory=list)
-    busy_share: float = 0.0
-    window_s: float = 0.0
-
-
 class FleetSim:
-    """``drain``: sessions start only before ``duration_s``, but every turn of them is served to its first token
-    (no TTFT is cut off at the end); the CPU pair's harness measures so (benchmarks/fleet_cpu_pair.py)."""
+    """One run of the fleet: its pods, the router, the traffic and the heap of events.
+
+    ``drain``: sessions start only before ``duration_s``, but every turn of them is served to its first token
+    (no TTFT is cut off at the end); the CPU pair's harness measures so (benchmarks/fleet_cpu_pair.py).
+    """
 
     def __init__(self, workload: Workload, pods: int, costs: FleetCosts, policy: Policy, block: int, seed: int,
                  drain: bool = False, on_tick: Callable[[float], None] | None = None) -> None:
@@ -204,7 +143,8 @@ class FleetSim:
             self.stats.tokens_moved += req.prompt - r.cached
             self.stats.routed_prompt_tokens += req.prompt  # the source prefills it (its hold) and counts it
         req.done = r.cached + r.delta
-        # vLLM's NixlConnector reads only the blocks the consumer lacks (a local prefix hit, e.g. the system prompt, stays).
+        # vLLM's NixlConnector reads only the blocks the consumer lacks (a local prefix hit, e.g. the system prompt,
+        # stays).
         req.hand_to = (r.pod, req.prompt - r.cached)
         self.pods[r.pod].pending += 1
         self._queue_changed(self.pods[r.pod])

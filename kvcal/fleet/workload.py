@@ -115,21 +115,43 @@ class Engine(Strict):
 
     max_num_batched_tokens: int = Field(8192, ge=1, le=10**7, description="Prefill token budget per step (vLLM's flag of that name).")
     max_num_seqs: int = Field(256, ge=1, le=100_000, description="Requests running at once (prefill and decode).")
-    kv_capacity_tokens: int = Field(500_000, ge=1, le=10**10, description="KV tokens the accelerator holds: running requests reserve theirs (a request waits until it fits), the rest is prefix cache with LRU eviction.")
+    kv_capacity_tokens: int = Field(500_000, ge=1, le=10**10, description=(
+        "KV tokens the accelerator holds: running requests reserve theirs (a "
+        "request waits until it fits), the rest is prefix cache with LRU eviction."
+    ))
     cpu_tier_tokens: int = Field(0, ge=0, le=10**11, description="KV tokens of the CPU tier (evicted blocks land there); 0: none.")
     cpu_tier_load_us_per_token: float | None = Field(None, ge=0, le=1e6, description="Loading a CPU-tier hit; default: the pull's per-token cost.")
     decode_step_ms: float | None = Field(None, ge=0, le=1e6, description="A step with no prefill; default: the recompute curve's intercept.")
-    pull_computes_on_source: bool = Field(False, description="nixl-pd's P/D handoff: the source prefills the uncached rest and the computing pod pulls the whole prompt; false: the P2P tier (pull the cached blocks, prefill the rest).")
-    shared_host_slowdown: float = Field(1.0, ge=1, le=100, description="How many times longer a step takes while every other engine is in a step too, for engines that share one host's cores and memory (a CPU pair: benchmarks/fleet_cpu_pair.py --probe measures it); in between it scales with the share of engines busy. 1: each engine has its own accelerator.")
+    pull_computes_on_source: bool = Field(False, description=(
+        "nixl-pd's P/D handoff: the source prefills the uncached rest and the "
+        "computing pod pulls the whole prompt; false: the P2P tier (pull the "
+        "cached blocks, prefill the rest)."
+    ))
+    shared_host_slowdown: float = Field(1.0, ge=1, le=100, description=(
+        "How many times longer a step takes while every other engine is in a "
+        "step too, for engines that share one host's cores and memory (a CPU "
+        "pair: benchmarks/fleet_cpu_pair.py --probe measures it); in between "
+        "it scales with the share of engines busy. 1: each engine has its own accelerator."
+    ))
 
 
 class Router(Strict):
-    """The router's pod choice: the highest weighted score of cached prefix share, queue and KV use (llm-d's precise-prefix guide: 3, 2, 2)."""
+    """The router's pod choice: the highest weighted score of cached prefix share, queue and KV use.
 
-    pick: Literal["score", "rotate"] = Field("score", description="score: the weighted scorers; rotate: turn k of every session on pod (k-1) mod pods, a balancer blind to the cache (the CPU pair's harness: nixl-pd moves KV one way).")
+    The weights default to llm-d's precise-prefix guide's: 3, 2, 2.
+    """
+
+    pick: Literal["score", "rotate"] = Field("score", description=(
+        "score: the weighted scorers; rotate: turn k of every session on pod "
+        "(k-1) mod pods, a balancer blind to the cache (the CPU pair's harness: "
+        "nixl-pd moves KV one way)."
+    ))
     prefix_weight: float = Field(3.0, ge=0, le=1e6, description="Weight of the pod's cached share of the prompt (prefix-cache-scorer).")
     queue_weight: float = Field(2.0, ge=0, le=1e6, description="Weight of the pod's waiting queue, min-max scaled (queue-scorer).")
-    kv_weight: float = Field(2.0, ge=0, le=1e6, description="Weight of the pod's free KV share, prompts in flight over kv_capacity_tokens (kv-cache-utilization-scorer).")
+    kv_weight: float = Field(2.0, ge=0, le=1e6, description=(
+        "Weight of the pod's free KV share, prompts in flight over kv_capacity_tokens "
+        "(kv-cache-utilization-scorer)."
+    ))
 
 
 class Slo(Strict):
@@ -143,7 +165,10 @@ MAX_TRACE_BYTES = 2**30
 class Trace(Strict):
     """Replay inference-perf's per-request records instead of generating sessions (a file of at most 1 GiB)."""
 
-    per_request: str = Field(description="inference-perf per_request_lifecycle_metrics.json (start_time, info.input_tokens, output_token_times); a relative path is read from the workload file's folder.")
+    per_request: str = Field(description=(
+        "inference-perf per_request_lifecycle_metrics.json (start_time, info.input_tokens, "
+        "output_token_times); a relative path is read from the workload file's folder."
+    ))
     shared_prefix_tokens: int = Field(0, ge=0, le=10**7, description="Tokens at the start of every prompt that all requests share.")
 
 

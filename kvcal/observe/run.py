@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kvcal import __version__
+from kvcal.emit.deployed_values import read_threshold
 from kvcal.emit.formats import load_input
-from kvcal.emit.helm_files import read_threshold
 from kvcal.errors import InputError, KvcalError
 from kvcal.fleet.result import FleetResult
 from kvcal.observe.checks import Prediction, bytes_check, fleet_checks, fleet_row, remeasure

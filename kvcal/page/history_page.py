@@ -2,7 +2,7 @@
 break-even and the costs over runs, and what changed at each step.
 
 Runs are ordered and labelled by :func:`kvcal.report.history.build_history`, the regression
-verdict is :func:`kvcal.report.compare.compare_runs` of the newest against the oldest; each
+verdict is :func:`kvcal.report.regression.compare_runs` of the newest against the oldest; each
 run's ``status`` and ``break_even_tokens`` carry ``data-kvcal`` with ``data-kvcal-run`` naming it.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from kvcal.fit_record import FitResult
 from kvcal.page.html import bullets, cell, esc, figure, paragraph, section, table, tag
 from kvcal.page.svg import Band, Chart, Line, Point, Points, Style, chart_figure
-from kvcal.report.compare import compare_runs
 from kvcal.report.history import HEADER, HistoryEntry, table_rows
+from kvcal.report.regression import compare_runs
 
 NAV = (("verdict", "Verdict"), ("trend", "Over runs"), ("runs", "Runs"))
 LEG_LOOK = {"recompute": ("#b2182b", "", "circle"), "pull": ("#2166ac", "7 4", "triangle")}

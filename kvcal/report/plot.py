@@ -183,7 +183,7 @@ def draw_run(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, color
     for leg in ("recompute", "pull"):
         curve = getattr(fit, leg)
         c = color or LEG_COLORS[leg]
-        line, marker = LEG_STYLE[leg]
+        line = LEG_STYLE[leg][0]
         mode = _mode_of(fit, leg)
         what = f"{curve.model}, mean cost" if mode is not None and mode.mean_fitted else curve.model
         ax.plot(n, curve_ms(curve, n), line, color=c, lw=1.8, label=f"{prefix}{leg} fit ({what})")
@@ -193,24 +193,32 @@ def draw_run(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, color
         if color is None and mode is not None:  # one run: its modes' own curves (an overlay keeps one per leg and run)
             _draw_mode_paths(ax, mode, curve_ms(curve, n), n, c, prefix)
         if points and table is not None:
-            rows = table.leg(leg)
-            slow = _probe_mask(rows, mode)
-            aside = _probe_mask(rows, fit.unresolved_slow if leg == "pull" else None) & ~slow
-            fast = ~slow & ~aside
-            ax.plot(rows["prefix_tokens"][fast], rows["ttft_ms"][fast], marker, color=c, ms=4, alpha=0.6, ls="none",
-                    label=f"{prefix}{leg} probes")
-            if slow.any() and mode is not None:
-                ax.plot(rows["prefix_tokens"][slow], rows["ttft_ms"][slow], marker, color=c, mfc="none", ms=7,
-                        ls="none", label=f"{prefix}{leg} slow mode ({mode.share:.0%} of probes, {mode.ratio:.2g}x)")
-            held = fit.unresolved_slow
-            if aside.any() and held is not None:
-                ax.plot(rows["prefix_tokens"][aside], rows["ttft_ms"][aside], "x", color=c, ms=8, mew=1.5, ls="none",
-                        label=f"{prefix}{leg} set aside ({held.n_slow} of {held.n_probes}, {held.ratio:.2g}x): "
-                              "a stall or a slow mode, too few to tell")
+            _draw_probes(ax, fit, table, leg, mode, c, prefix)
     _break_even_marks(ax, fit, color or "black", prefix)
     if log_x:
         ax.set_xscale("log")
     ax.grid(True, alpha=0.3)
+
+
+def _draw_probes(
+    ax: Axes, fit: FitResult, table: ProbeTable, leg: str, mode: SlowMode | None, c: str, prefix: str
+) -> None:
+    """One leg's probes: the fast ones, its slow mode's apart, and those set aside as too few to tell."""
+    rows = table.leg(leg)
+    marker = LEG_STYLE[leg][1]
+    slow = _probe_mask(rows, mode)
+    aside = _probe_mask(rows, fit.unresolved_slow if leg == "pull" else None) & ~slow
+    fast = ~slow & ~aside
+    ax.plot(rows["prefix_tokens"][fast], rows["ttft_ms"][fast], marker, color=c, ms=4, alpha=0.6, ls="none",
+            label=f"{prefix}{leg} probes")
+    if slow.any() and mode is not None:
+        ax.plot(rows["prefix_tokens"][slow], rows["ttft_ms"][slow], marker, color=c, mfc="none", ms=7,
+                ls="none", label=f"{prefix}{leg} slow mode ({mode.share:.0%} of probes, {mode.ratio:.2g}x)")
+    held = fit.unresolved_slow
+    if aside.any() and held is not None:
+        ax.plot(rows["prefix_tokens"][aside], rows["ttft_ms"][aside], "x", color=c, ms=8, mew=1.5, ls="none",
+                label=f"{prefix}{leg} set aside ({held.n_slow} of {held.n_probes}, {held.ratio:.2g}x): "
+                      "a stall or a slow mode, too few to tell")
 
 
 def draw_saving(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, color: str | None = None,

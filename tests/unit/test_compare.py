@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvcal.report.compare import BE_CEIL_TOKENS, compare_runs, deployed_check
-from kvcal.report.compare_report import CompareConfig, plot_comparison, render_markdown, run_compare
+from kvcal.report.regression import BE_CEIL_TOKENS, compare_runs, deployed_check
+from kvcal.report.compare_outputs import CompareConfig, plot_comparison, render_markdown, run_compare
 from kvcal.report.runs import LoadedRun, load_run
-from kvcal.emit.helm import read_threshold as read_deployed_threshold
+from kvcal.emit.deployed_values import read_threshold as read_deployed_threshold
 from kvcal.errors import InputError
 from kvcal.fit_record import CurveFit, FitResult
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from kvcal.emit.costmodel import LABEL as COSTMODEL_LABEL
+from kvcal.emit.costmodel_block import LABEL as COSTMODEL_LABEL
 from kvcal.emit.formats import EmitOptions, emit
 from kvcal.engines.sim import SimCosts
 from kvcal.engines.sim_fleet import FleetShape, write_production

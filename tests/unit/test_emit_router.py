@@ -158,7 +158,7 @@ def test_costmodel_is_labelled_on_its_first_line() -> None:
 
 
 def test_costmodel_takes_an_optional_load_calibration() -> None:
-    from kvcal.emit.costmodel import LoadCalibration, render_costmodel
+    from kvcal.emit.costmodel_block import LoadCalibration, render_costmodel
 
     text, _, _ = render_costmodel(base_fit(), calibrated=LoadCalibration(source_wait_ms=120.0, requeue_ms=40.0, origin="runs/loaded"))
     block = yaml.safe_load(text)["costModel"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcal.emit import helm
+from kvcal.emit import helm_patch
 from kvcal.errors import InputError
 from kvcal.outputs import replacing, write_file, writer_lock
 from kvcal.records import Leg, PlannedProbe
@@ -67,19 +67,19 @@ def _deltas(text: str) -> set[int]:
 def test_two_in_place_patches_at_once_lose_neither_update(tmp_path, monkeypatch):
     target = tmp_path / "values.yaml"
     target.write_text(ROUTER.read_text())
-    patch_text = helm.patch_values_text
+    patch_text = helm_patch.patch_values_text
 
     def slow_patch(*args, **kwargs):  # widen the read-to-write window, as a loaded host would
         time.sleep(0.3)
         return patch_text(*args, **kwargs)
 
-    monkeypatch.setattr(helm, "patch_values_text", slow_patch)
+    monkeypatch.setattr(helm_patch, "patch_values_text", slow_patch)
     errors: list[BaseException] = []
     olds: dict[int, set[int]] = {}
 
     def patch(value: int) -> None:
         try:
-            done = helm.patch_values_file(target, helm.PluginSpec(value), in_place=True)
+            done = helm_patch.patch_values_file(target, helm_patch.PluginSpec(value), in_place=True)
             olds[value] = {int(v) for change in done.result.changes for v in change.old_values}
         except BaseException as err:  # noqa: BLE001 - reported by the assertion below
             errors.append(err)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from kvcal.emit import helm
+from kvcal.emit import helm_patch
 from kvcal.errors import InputError, KvcalError
 from kvcal.fit.io import write_fit
 
@@ -27,8 +27,8 @@ NO_P2P = FIXTURES / "no-p2p.yaml"
 QUOTED = FIXTURES / "quoted-config.yaml"
 
 
-def patch(text: str, value: int = 3200, **kw) -> helm.PatchResult:
-    return helm.patch_values_text(text, helm.PluginSpec(value), **kw)
+def patch(text: str, value: int = 3200, **kw) -> helm_patch.PatchResult:
+    return helm_patch.patch_values_text(text, helm_patch.PluginSpec(value), **kw)
 
 
 def changed_lines(old: str, new: str) -> list[tuple[str, str]]:
@@ -123,7 +123,7 @@ def test_no_plugin_is_an_error_without_add_plugin() -> None:
 
 def test_add_plugin_inserts_after_the_prefix_producer() -> None:
     old = NO_P2P.read_text()
-    res = helm.patch_values_text(old, helm.PluginSpec(1024, prefill_profile="prefill"), add_plugin=True)
+    res = helm_patch.patch_values_text(old, helm_patch.PluginSpec(1024, prefill_profile="prefill"), add_plugin=True)
     config = embedded(res.text, "router", "epp", "pluginsCustomConfig", "plugins.yaml")
     assert [p["type"] for p in config["plugins"]] == [
         "precise-prefix-cache-producer", "p2p-source-producer", "prefix-cache-scorer", "max-score-picker"]
@@ -213,8 +213,8 @@ def test_bad_values_files_are_one_line_input_errors(text: str, match: str) -> No
 
 def test_verification_refuses_unintended_changes(monkeypatch) -> None:
     """The safety net can fire: a write-back that touches another key must be refused."""
-    real = helm.write_back
-    monkeypatch.setattr(helm, "write_back", lambda *a: real(*a).replace("enabled: false", "enabled: true"))
+    real = helm_patch.write_back
+    monkeypatch.setattr(helm_patch, "write_back", lambda *a: real(*a).replace("enabled: false", "enabled: true"))
     with pytest.raises(KvcalError, match="refusing"):
         patch(ROUTER.read_text())
 
@@ -235,11 +235,11 @@ def test_any_value_changes_only_the_plugin_lines(value: int) -> None:
 def test_in_place_keeps_backups(tmp_path) -> None:
     target = tmp_path / "v.yaml"
     target.write_text(ROUTER.read_text())
-    first = helm.patch_values_file(target, helm.PluginSpec(3200), in_place=True)
+    first = helm_patch.patch_values_file(target, helm_patch.PluginSpec(3200), in_place=True)
     assert first.stdout == "" and first.backup == tmp_path / "v.yaml.bak"
     assert first.backup.read_text() == ROUTER.read_text()
     assert "minCachedTokenDelta: 3200" in target.read_text()
-    second = helm.patch_values_file(target, helm.PluginSpec(4096), in_place=True)
+    second = helm_patch.patch_values_file(target, helm_patch.PluginSpec(4096), in_place=True)
     assert second.backup == tmp_path / "v.yaml.bak.1" and "3200" in second.backup.read_text()
 
 
@@ -249,7 +249,7 @@ def test_in_place_read_only_file_is_refused_and_untouched(tmp_path) -> None:
     target.chmod(0o444)
     try:
         with pytest.raises(InputError, match="read-only"):
-            helm.patch_values_file(target, helm.PluginSpec(3200), in_place=True)
+            helm_patch.patch_values_file(target, helm_patch.PluginSpec(3200), in_place=True)
         assert target.read_text() == ROUTER.read_text()
         assert not (tmp_path / "v.yaml.bak").exists()
     finally:
@@ -257,7 +257,7 @@ def test_in_place_read_only_file_is_refused_and_untouched(tmp_path) -> None:
 
 
 def test_diff_is_a_unified_diff() -> None:
-    out = helm.patch_values_file(ROUTER, helm.PluginSpec(3200), diff=True).stdout
+    out = helm_patch.patch_values_file(ROUTER, helm_patch.PluginSpec(3200), diff=True).stdout
     assert out.startswith("--- a/router-p2p.yaml\n+++ b/router-p2p.yaml\n@@ ")
     assert [ln for ln in out.split("\n") if ln.startswith(("+", "-")) and not ln.startswith(("---", "+++"))] == [
         "-              minCachedTokenDelta: 2048  # set by hand from the recipe's output",

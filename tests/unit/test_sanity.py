@@ -11,15 +11,8 @@ import pytest
 from kvcal.estimate.predict import PredictSettings, build_cost_model
 from kvcal.estimate.profiles import load_profiles
 from kvcal.fit_record import FitResult
-from kvcal.estimate.sanity import (
-    SanityFinding,
-    context_from_fit,
-    resolve_hardware,
-    resolve_link,
-    resolve_model_profile,
-    sanity_findings,
-    sanity_for_fit,
-)
+from kvcal.estimate.run_profiles import context_from_fit, resolve_hardware, resolve_link, resolve_model_profile
+from kvcal.estimate.sanity import SanityFinding, sanity_findings, sanity_for_fit
 
 import factories
 

@@ -4,7 +4,7 @@
 (a fork and an open proposal; documented by the llm-d calibration README). The main
 branch's config loader rejects the unknown key and refuses the whole config, so this
 block is labelled as such on its first line and in ``--help``, and is written into a
-values file only when ``--with-costmodel`` asks (see :mod:`kvcal.emit.helm`); in that
+values file only when ``--with-costmodel`` asks (see :mod:`kvcal.emit.helm_patch`); in that
 variant ``minCachedTokenDelta`` is only a floor, lowered to :data:`COSTMODEL_FLOOR_TOKENS`.
 
 The variant pulls when ``delta*(P - T) + fleetWeight*R(d)*delta*P > F + busy(s)*S + busy(d)*Q``.
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from kvcal.emit.costmodel_loaded import loaded_values, render_loaded_costmodel
+from kvcal.emit.costmodel_under_load import loaded_values, render_loaded_costmodel
 from kvcal.emit.router import PLUGIN_TYPE
 from kvcal.errors import InputError, NotRecommended
 from kvcal.fit.entry import curve_ms as fit_curve_ms
@@ -82,17 +82,26 @@ def cost_model(fit: FitResult) -> tuple[dict[str, float], list[str], list[str]]:
     notes: list[str] = []
     warnings: list[str] = []
     if fit.status == "recompute-always-wins":
-        raise NotRecommended("P2P is not recommended on this setup: recomputing beat the pull at every measured length; no cost model emitted")
+        raise NotRecommended(
+            "P2P is not recommended on this setup: recomputing beat the pull at every measured length; "
+            "no cost model emitted"
+        )
     n_eval: float | None = None
     if fit.status == "crossover" and fit.break_even_tokens and fit.break_even_tokens > 0:
         n_eval, where = float(fit.break_even_tokens), "the break-even"
     elif fit.measured_range:
         n_eval, where = float(fit.measured_range[0]), "the shortest measured length"
     if not n_eval or n_eval <= 0:
-        raise InputError("the fit records neither a break-even nor a measured range; cannot place the cost model's per-token figures")
+        raise InputError(
+            "the fit records neither a break-even nor a measured range; "
+            "cannot place the cost model's per-token figures"
+        )
     fixed_ms = fit.pull.intercept_ms
     if fixed_ms < 0:
-        warnings.append(f"the pull fit's intercept is negative ({fixed_ms:.3g} ms); transferFixedMs set to 0: sweep shorter prefixes to pin the floor")
+        warnings.append(
+            f"the pull fit's intercept is negative ({fixed_ms:.3g} ms); transferFixedMs set to 0: "
+            "sweep shorter prefixes to pin the floor"
+        )
         fixed_ms = 0.0
     transfer_us = (curve_ms(fit.pull, n_eval) - fit.pull.intercept_ms) * 1e3 / n_eval
     prefill_us = curve_ms(fit.recompute, n_eval) * 1e3 / n_eval
@@ -102,7 +111,10 @@ def cost_model(fit: FitResult) -> tuple[dict[str, float], list[str], list[str]]:
         "crosses where the measured curves do"
     )
     if fit.pull.per_token2_ns:
-        notes.append(f"the pull fit is {fit.pull.model}: transferMicrosecondsPerToken is its secant slope above the floor at {n_eval:,.0f}")
+        notes.append(
+            f"the pull fit is {fit.pull.model}: transferMicrosecondsPerToken is its secant slope above the floor "
+            f"at {n_eval:,.0f}"
+        )
     if prefill_us <= transfer_us:
         warnings.append("prefill per token does not exceed transfer per token at the evaluation point: the router would never pull")
     values = {
@@ -138,7 +150,8 @@ def render_costmodel(fit: FitResult, origin: str = "", calibrated: LoadCalibrati
     missing = [k for k in LOAD_DEPENDENT_COST_KEYS if k not in values]
     lines = [
         LABEL,
-        f"# From the idle pull-versus-recompute fit{' of ' + origin if origin else ''}; place under the {PLUGIN_TYPE} parameters.",
+        f"# From the idle pull-versus-recompute fit{' of ' + origin if origin else ''}; "
+        f"place under the {PLUGIN_TYPE} parameters.",
         "# prefillMicrosecondsPerToken: recompute curve's secant slope at the break-even (see docs/emit.md).",
         "costModel:",
         *(f"  {k}: {v}" for k, v in values.items()),

@@ -5,7 +5,7 @@ is a fleet policy (how much the computing pod's running requests should count ag
 a pull), not something a calibration measures, so it is left to the user. A negative
 fitted F, S or Q (noise around zero) is emitted as 0: the router adds them as costs.
 P, T and F come from the same fit as S and Q (F above the request's base, P the recompute
-slope), so the set is consistent; :mod:`kvcal.emit.costmodel` uses these when the fit has one.
+slope), so the set is consistent; :mod:`kvcal.emit.costmodel_block` uses these when the fit has one.
 """
 
 from __future__ import annotations
@@ -55,7 +55,10 @@ def render_loaded_costmodel(cost: CostModelFit, origin: str, label: str) -> tupl
         "costModel:",
     ]
     lines += [f"  {key}: {values[key]}  # {meaning}; {_interval(getattr(cost, key), level)}" for key, meaning in KEYS]
-    lines.append(f"  busyQueueThreshold: {cost.busyQueueThreshold}  # busy = waiting requests >= this, as the probes were classified")
+    lines.append(
+        f"  busyQueueThreshold: {cost.busyQueueThreshold}  "
+        "# busy = waiting requests >= this, as the probes were classified"
+    )
     lines.append("  # fleetWeight: yours to set: how much the computing pod's running requests R(d) count against a pull "
                  "(a fleet policy, not measured)")
     return "\n".join(lines) + "\n", notes, warnings

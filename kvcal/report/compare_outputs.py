@@ -1,8 +1,8 @@
-"""What ``kvcal compare`` produces: the runs loaded, compared (:mod:`kvcal.report.compare`),
+"""What ``kvcal compare`` produces: the runs loaded, compared (:mod:`kvcal.report.regression`),
 and shown as a table, a Markdown summary for a CI job page and an overlay plot.
 
 The deployed threshold comes from ``--deployed`` or a Helm values file
-(:func:`kvcal.emit.helm.read_threshold`). The overlay draws each run with
+(:func:`kvcal.emit.deployed_values.read_threshold`). The overlay draws each run with
 :func:`kvcal.report.plot.draw_run` (points, curves, bands and break-even) in its own
 colour on one pair of axes, plus the deployed threshold if given.
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from kvcal.emit.helm import read_threshold
+from kvcal.emit.deployed_values import read_threshold
 from kvcal.errors import InputError
 from kvcal.outputs import write_file
-from kvcal.report.compare import Comparison, Row, compare_runs
 from kvcal.report.plot import draw_run, grid, save
+from kvcal.report.regression import Comparison, Row, compare_runs
 from kvcal.report.runs import load_run
 from kvcal.report.text import fmt_ci, fmt_value
 

@@ -8,7 +8,7 @@ each entry as ``--<key>=<value>``, so ``allow-experimental-plugins: true`` there
 ``--allow-experimental-plugins=true``, the form the router's own example deployment
 passes. Like the threshold, the edit is made in the text (one inserted line, or one
 scalar replaced), so every comment and every other byte of the file stays as it was;
-:func:`expect_flag` gives the patch check in :mod:`kvcal.emit.helm` the intended result.
+:func:`expect_flag` gives the patch check in :mod:`kvcal.emit.helm_patch` the intended result.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from ruamel.yaml.nodes import MappingNode, ScalarNode
 
-from kvcal.emit.helm_text import compose, guess_indent, lookup_path, node_at, scalar
+from kvcal.emit.embedded_configs import compose, guess_indent, lookup_path, node_at, scalar
 from kvcal.emit.router import ALPHA_FLAG, PLUGIN_TYPE
 
 FLAGS_KEY = "flags"

@@ -1,6 +1,6 @@
-"""Text-level machinery of the Helm patch: find EPP configs embedded as strings, splice, write back.
+"""The EPP configs a Helm values file embeds as strings: found, composed, and edited lines written back.
 
-See :mod:`kvcal.emit.helm` for why the edit is done at the text level. ruamel.yaml
+See :mod:`kvcal.emit.helm_patch` for why the edit is done at the text level. ruamel.yaml
 composes the values file and each embedded config into nodes with exact marks; a block
 literal's lines map one-to-one onto lines of the values file (plus the block's indent),
 so changed embedded lines are written back at their own lines.

@@ -170,17 +170,7 @@ def _break_even_verdict(base: FitResult, cur: FitResult, tol: float, confidence:
     b_point, c_point = _be_point(base), _be_point(cur)
     ratio = c_point / b_point
     moved = abs(ratio - 1.0) >= tol
-    b_draws, c_draws = _be_draws(base), _be_draws(cur)
-    notes = []
-    if b_draws is not None and c_draws is not None:
-        log_ratio = np.log(_draw(c_draws, rng)) - np.log(_draw(b_draws, rng))
-        lo, hi = _interval(log_ratio, confidence)
-        significant: bool | None = lo > 0 or hi < 0
-        change_ci = (math.expm1(lo), math.expm1(hi))
-    else:
-        significant, change_ci = _approx_ratio_significance(base, cur, confidence)
-        notes.append("a fit lacks bootstrap samples: significance approximated from the reported intervals"
-                     if significant is not None else "a fit lacks bootstrap samples and intervals: gating on tolerance alone")
+    significant, change_ci, notes = _move_significance(base, cur, confidence, rng)
     status_note = ""
     if bs != cs:
         side, fit = ("baseline", base) if bs != "crossover" else ("current", cur)
@@ -188,16 +178,32 @@ def _break_even_verdict(base: FitResult, cur: FitResult, tol: float, confidence:
     row = make_row(change_rel=ratio - 1.0, change_ci=change_ci, significant=significant, note=status_note)
     regression = moved and significant is not False
     direction = "none" if not regression else ("up" if ratio > 1 else "down")
+    return row, regression, direction, _move_verdict(ratio, moved, regression, tol, confidence), notes
+
+
+def _move_significance(base: FitResult, cur: FitResult, confidence: float, rng: np.random.Generator):
+    """(significant, the change's interval, notes) of the break-even's ratio, from samples or the intervals."""
+    b_draws, c_draws = _be_draws(base), _be_draws(cur)
+    if b_draws is not None and c_draws is not None:
+        log_ratio = np.log(_draw(c_draws, rng)) - np.log(_draw(b_draws, rng))
+        lo, hi = _interval(log_ratio, confidence)
+        significant: bool | None = lo > 0 or hi < 0
+        return significant, (math.expm1(lo), math.expm1(hi)), []
+    significant, change_ci = _approx_ratio_significance(base, cur, confidence)
+    note = ("a fit lacks bootstrap samples: significance approximated from the reported intervals"
+            if significant is not None else "a fit lacks bootstrap samples and intervals: gating on tolerance alone")
+    return significant, change_ci, [note]
+
+
+def _move_verdict(ratio: float, moved: bool, regression: bool, tol: float, confidence: float) -> str:
     pct = f"{(ratio - 1) * 100:+.1f}%"
     if regression:
-        what = ("pulls below the new break-even now lose latency" if direction == "up"
+        what = ("pulls below the new break-even now lose latency" if ratio > 1
                 else "the threshold now refuses pulls that would win")
-        verdict = f"REGRESSION: break-even moved {pct} (tolerance {tol:.0%}, significant at {confidence:.0%}): {what}"
-    elif moved:
-        verdict = f"OK: break-even moved {pct}, beyond tolerance {tol:.0%} but not significant at {confidence:.0%}"
-    else:
-        verdict = f"OK: break-even moved {pct}, within tolerance {tol:.0%}"
-    return row, regression, direction, verdict, notes
+        return f"REGRESSION: break-even moved {pct} (tolerance {tol:.0%}, significant at {confidence:.0%}): {what}"
+    if moved:
+        return f"OK: break-even moved {pct}, beyond tolerance {tol:.0%} but not significant at {confidence:.0%}"
+    return f"OK: break-even moved {pct}, within tolerance {tol:.0%}"
 
 
 def _be_point(fit: FitResult) -> float:

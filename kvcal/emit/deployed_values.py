@@ -1,11 +1,8 @@
-"""Values files on disk: atomic in-place writes with backups, and reading what a deployed file says."""
+"""What a deployed Helm values file says: the threshold its EPP config sets, the names its plugins take."""
 
 from __future__ import annotations
 
 import io
-import logging
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,44 +10,13 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from kvcal.emit.router import DEFAULT_PREFIX_MATCH_PRODUCER, FoundNames
+from kvcal.emit.router import DEFAULT_PREFIX_MATCH_PRODUCER, PLUGIN_TYPE, FoundNames
+from kvcal.emit.router import THRESHOLD_KEY as KEY
 from kvcal.errors import InputError
-from kvcal.outputs import exclusive_backup, write_file
-from kvcal.userfiles import is_stdin_copy, read_text
+from kvcal.userfiles import read_text
 from kvcal.yaml_guard import check_ruamel_text, describe
 
-log = logging.getLogger(__name__)
-
-PLUGIN_TYPE = "p2p-source-producer"
-KEY = "minCachedTokenDelta"
 PREFIX_PRODUCER_TYPE = DEFAULT_PREFIX_MATCH_PRODUCER
-
-
-def check_writable(path: Path) -> None:
-    if is_stdin_copy(path):
-        raise InputError("--in-place: --values - is standard input, which cannot be patched; drop --in-place and "
-                         "redirect stdout")
-    mode = path.stat().st_mode
-    if not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
-        raise InputError(f"--in-place: {path} is read-only; make it writable or drop --in-place and redirect stdout")
-    if not os.access(path.parent, os.W_OK):
-        raise InputError(f"--in-place: cannot write a backup in {path.parent} (directory is read-only)")
-
-
-def write_in_place(path: Path, new_text: str) -> Path:
-    """Back up ``path`` (``FILE.bak``, ``.bak.1``, ...) then replace it atomically; returns the backup."""
-    target = path.resolve()
-    try:
-        backup = exclusive_backup(target)  # O_EXCL, never through a (dangling) link: kvcal/outputs.py
-    except OSError as err:
-        raise InputError(f"--in-place: could not back up {path}: {err.strerror or err}; nothing was written") from None
-    try:
-        write_file(target, new_text, f"--in-place {path}")
-    except InputError:
-        backup.unlink(missing_ok=True)  # the file is unchanged: its backup would only be clutter
-        raise
-    log.info("wrote %s (backup %s)", target, backup)
-    return backup
 
 
 def read_threshold(path: Path) -> int:
@@ -85,7 +51,10 @@ def folded_config_problem(name: str, where: str) -> str:
 
 
 def _folded_configs(node: Any, where: str = "") -> list[str]:
-    """Key paths of folded (``>``) scalars in a composed tree that name the plugin: embedded configs the router cannot read."""
+    """Key paths of folded (``>``) scalars in a composed tree that name the plugin.
+
+    Those are embedded configs the router cannot read.
+    """
     if isinstance(node, MappingNode):
         return [found for key, value in node.value
                 for found in _folded_configs(value, f"{where}.{key.value}" if where else str(key.value))]
@@ -149,7 +118,10 @@ def found_names(config: Any, where: str = "") -> FoundNames:
 
 
 def read_names(path: Path) -> FoundNames:
-    """:func:`found_names` of the EPP config a values file deploys (the one ``pluginsConfigFile`` names, else the first)."""
+    """:func:`found_names` of the EPP config a values file deploys.
+
+    That is the one ``pluginsConfigFile`` names, else the first.
+    """
     text = read_text(Path(path), f"--values {path}")
     yaml, data = _parse_values(text, path, f"--values {path}")
     configs: list[tuple[bool, str, Any]] = []
@@ -163,7 +135,10 @@ def read_names(path: Path) -> FoundNames:
 
 
 def _collect_configs(node: Any, yaml: Any, out: list[tuple[bool, str, Any]], broken: list[str], what: str) -> None:
-    """(selected by pluginsConfigFile, file name, parsed config) for every embedded EPP config; why others failed in ``broken``."""
+    """(selected by pluginsConfigFile, file name, parsed config) for every embedded EPP config.
+
+    Why the others failed goes to ``broken``.
+    """
     if isinstance(node, dict):
         custom = node.get("pluginsCustomConfig")
         if isinstance(custom, dict):
