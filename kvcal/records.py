@@ -20,8 +20,8 @@ from kvcal.records_costmodel import CostModelDiagnostics, CostModelFit, Estimate
 from kvcal.records_links import ClassDifference, Session, SessionCost
 from kvcal.records_v1 import upgrade_fit, upgrade_run
 from kvcal.settings import SweepConfig
+from kvcal.shared_constants import MAX_TOKENS  # defined there for --help; many modules read it from here
 
-MAX_TOKENS = 10**9  # far above any real context, far below overflow (kvcal.fit.tables reads tables with it)
 # Bounds of what a probe may say, the same wherever it is read (run folder, CSV, export):
 # far above anything measured, far below where float sums overflow.
 MAX_TTFT_MS = 86_400_000.0  # one day for one first token

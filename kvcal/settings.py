@@ -26,13 +26,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kvcal.shared_constants import P2P_PORT
 from kvcal.sim_costs import SimCosts
 from kvcal.yaml_guard import refuse_bool_numbers
 
 TRANSPORT_NAMES = ("nixl-pd", "p2p-tier")
 """Every KV transport's name, sorted (``kvcal.engines.transports.transport_names()``, held equal by a test)."""
-P2P_PORT = 7777
-"""The P2P listener port of a deployed engine: the router's sidecar always tells the consumer to pull from it."""
 DEFAULT_BLOCK_SIZE = 64
 """KV block size in tokens when nothing sets one (kvcal sweep's default; the llm-d guides use 64)."""
 

@@ -33,10 +33,12 @@ from typing import TYPE_CHECKING, cast
 
 import rich.console
 import typer
+from typer.core import TyperGroup
 
 from kvcal import __version__
 from kvcal.cli import commands
 from kvcal.cli.output import error_line
+from kvcal.cli.rich_help import load_help_renderer
 from kvcal.errors import InputError, KvcalError
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ DEBUG_ENV = "KVCAL_DEBUG"
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG, errno.EBADF}
 
 ROOT_FLAGS = {"-h", "--help", "--version", "-v", "--verbose"}
+HELP_FLAGS = {"-h", "--help"}
 
 
 def _version(value: bool) -> None:
@@ -69,12 +72,29 @@ def _listed_only() -> None:
     """Never runs: an invocation that names a command gets the whole app."""
 
 
+class _Group(TyperGroup):
+    """Typer's group whose help flag, when not given, is False rather than None (for kvcal and ``profiles``).
+
+    Typer coerces every parameter's value through a pydantic TypeAdapter unless it is already a bool; a help
+    flag that is not given is None, so naming any command (``kvcal fit --help``) imported pydantic and
+    built an adapter for the group's own help flag, a third of that help's time. The help text is the same:
+    a help flag shows no default.
+    """
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None and option.default is None:
+            option.default = False
+        return option
+
+
 def build_app(*, index_only: bool = False, only: str | None = None) -> typer.Typer:
     """The kvcal app: every command registered, ``only`` that one, or (``index_only``) stand-ins that only list them."""
     built = typer.Typer(
         name="kvcal",
         help="Measure when pulling KV cache from a peer beats recomputing the prefix, and emit the threshold.",
         no_args_is_help=True,
+        cls=_Group,
         add_completion=False,
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": ["-h", "--help"]},
@@ -107,6 +127,11 @@ def _app_for(args: list[str]) -> typer.Typer:
         return build_app(index_only=True)
     named = commands.named_command(args)
     return build_app(only=named) if named is not None else full_app()
+
+
+def may_print_help(args: list[str]) -> bool:
+    """True when typer may render a help or a usage error: a help flag, nothing at all, or a bare command."""
+    return len(args) <= 1 or not HELP_FLAGS.isdisjoint(args)
 
 
 def lists_commands_only(args: list[str]) -> bool:
@@ -222,6 +247,7 @@ def _apply_shared_checks(typer_app: typer.Typer) -> None:
         info.callback = _pipe_checked(_stdin_for_dash(_refuse_non_finite(info.callback)))
         info.epilog = reflow_prose(info.epilog)
     for group in typer_app.registered_groups:
+        group.cls = _Group
         if group.typer_instance is not None:
             _apply_shared_checks(group.typer_instance)
 
@@ -253,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         error_line(problem)
         return 2
     try:
+        if may_print_help(args):
+            load_help_renderer()  # typer's renderer without what no help uses (kvcal/cli/rich_help.py)
         target = _app_for(args)
         result = target(args=args, standalone_mode=False, prog_name="kvcal")
         sys.stdout.flush()  # here, not at exit: a write that fails now is reported like any other

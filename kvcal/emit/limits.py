@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from kvcal.errors import InputError
-from kvcal.records import MAX_TOKENS
+from kvcal.shared_constants import MAX_TOKENS
 
 MAX_MARGIN = 100.0  # +10,000%: past any safety factor; beyond it the threshold is no longer a number a router can hold
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcal.engines.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
-from kvcal.settings import P2P_PORT  # declared with the sweep's settings, which default to it
+from kvcal.shared_constants import P2P_PORT  # the sweep's settings default to it too
 
 DEFAULT_CPU_BYTES = 8 * 1024**3
 """CPU tier per engine when nothing sets it: fits a sweep's prefixes; size a deployment's to its pods."""
