@@ -16,8 +16,8 @@ The command modules import only typer and light kvcal modules at the top: numpy,
 pandas, scipy and matplotlib are imported where a command runs, so ``--help`` stays
 fast (benchmarks/cli_startup.py; tests/unit/test_cli_boundary.py checks it). The
 top-level help imports no command module at all: it is rendered from
-:data:`kvcal.cli.commands.INDEX` (see there). ``app`` is the whole app, built on first
-use.
+:data:`kvcal.cli.commands.INDEX` (see there). An invocation that may print a help loads typer's
+renderer without what no help uses (kvcal/cli/rich_help.py). ``app`` is the whole app, built on first use.
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ from typing import TYPE_CHECKING, cast
 
 import rich.console
 import typer
-from typer.core import TyperGroup
 
 from kvcal import __version__
 from kvcal.cli import commands
 from kvcal.cli.output import error_line
-from kvcal.cli.rich_help import load_help_renderer
+from kvcal.cli.rich_help import HelpFlagGroup, load_help_renderer
 from kvcal.errors import InputError, KvcalError
 
 if TYPE_CHECKING:
@@ -72,29 +71,13 @@ def _listed_only() -> None:
     """Never runs: an invocation that names a command gets the whole app."""
 
 
-class _Group(TyperGroup):
-    """Typer's group whose help flag, when not given, is False rather than None (for kvcal and ``profiles``).
-
-    Typer coerces every parameter's value through a pydantic TypeAdapter unless it is already a bool; a help
-    flag that is not given is None, so naming any command (``kvcal fit --help``) imported pydantic and
-    built an adapter for the group's own help flag, a third of that help's time. The help text is the same:
-    a help flag shows no default.
-    """
-
-    def get_help_option(self, ctx):
-        option = super().get_help_option(ctx)
-        if option is not None and option.default is None:
-            option.default = False
-        return option
-
-
 def build_app(*, index_only: bool = False, only: str | None = None) -> typer.Typer:
     """The kvcal app: every command registered, ``only`` that one, or (``index_only``) stand-ins that only list them."""
     built = typer.Typer(
         name="kvcal",
         help="Measure when pulling KV cache from a peer beats recomputing the prefix, and emit the threshold.",
         no_args_is_help=True,
-        cls=_Group,
+        cls=HelpFlagGroup,
         add_completion=False,
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": ["-h", "--help"]},
@@ -247,7 +230,7 @@ def _apply_shared_checks(typer_app: typer.Typer) -> None:
         info.callback = _pipe_checked(_stdin_for_dash(_refuse_non_finite(info.callback)))
         info.epilog = reflow_prose(info.epilog)
     for group in typer_app.registered_groups:
-        group.cls = _Group
+        group.cls = HelpFlagGroup
         if group.typer_instance is not None:
             _apply_shared_checks(group.typer_instance)
 
@@ -306,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         if err.filename is None and err.errno in WRITE_ERRNOS:
             error_line(f"the output could not be written: {err.strerror or err}")
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - kept open for the exit; what is still pending there would fail again at exit
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - kept open: what is pending would fail again at exit
             return 2
         if err.filename is None:
             return _internal(err)

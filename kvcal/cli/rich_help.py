@@ -1,4 +1,4 @@
-"""Typer's help renderer, imported without the parts of rich that kvcal's help never uses.
+"""Typer's help, rendered without what no help of kvcal uses: rich.markdown, rich.traceback and pydantic.
 
 ``typer.rich_utils`` renders every ``--help``; at its top it imports ``rich.markdown``
 (markdown-it and pygments behind it) for the ``markdown`` markup mode and
@@ -9,7 +9,8 @@ help is printed, yet the two were about half the time of ``kvcal <command> --hel
 with a stand-in for those two names; a stand-in imports the real class the first time it
 is called or read, so nothing typer does with them changes. The stand-in modules are
 removed again at once: a later ``import rich.markdown`` gets the real module.
-tests/unit/test_cli_boundary.py checks every help is byte-identical to typer's own.
+:class:`HelpFlagGroup` keeps pydantic out of a command's help (see there).
+tests/unit/cli/test_help_rendering.py checks that every help is byte-identical to typer's own.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import importlib
 import sys
 import types
 from typing import Any
+
+from typer.core import TyperGroup
 
 # module -> the names typer.rich_utils imports from it and renders no help with
 DEFERRED = {"rich.markdown": ("Markdown",), "rich.traceback": ("Traceback",)}
@@ -67,3 +70,19 @@ def _remove(placed: dict[str, types.ModuleType]) -> None:
     for module, placeholder in placed.items():
         if sys.modules.get(module) is placeholder:
             del sys.modules[module]
+
+
+class HelpFlagGroup(TyperGroup):
+    """Typer's group whose help flag, when not given, is False rather than None (kvcal and its ``profiles``).
+
+    Typer coerces every parameter's value through a pydantic TypeAdapter unless it is already a bool; a help
+    flag that is not given is None, so naming any command (``kvcal fit --help``) imported pydantic and
+    built an adapter for the group's own help flag: a third of that help's time. The help text is the same
+    (a help flag shows no default) and so is what the flag does (its callback acts on a true value only).
+    """
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None and option.default is None:
+            option.default = False
+        return option

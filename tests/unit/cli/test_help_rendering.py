@@ -1,4 +1,4 @@
-"""Every help kvcal prints is typer's own, byte for byte, with what kvcal/cli/rich_help.py and app._Group defer.
+"""Every help kvcal prints is typer's own, byte for byte, with what kvcal/cli/rich_help.py defers.
 
 Renders each help twice in fresh processes: once as kvcal does, once with typer's renderer imported whole and the
 group's help flag left as typer makes it. Also on a colour terminal (FORCE_COLOR), where rich writes styles.
@@ -26,8 +26,8 @@ RENDER = """
     if {as_typer}:
         import typer.rich_utils  # the whole renderer, rich.markdown and rich.traceback included
         from typer.core import TyperGroup
-        from kvcal.cli import app as kvcal_app
-        kvcal_app._Group.get_help_option = TyperGroup.get_help_option  # the help flag's default as typer leaves it
+        from kvcal.cli.rich_help import HelpFlagGroup
+        HelpFlagGroup.get_help_option = TyperGroup.get_help_option  # the help flag's default as typer leaves it
     from kvcal.cli.app import main
     from kvcal.cli.commands import INDEX
     shown = {{}}
@@ -76,3 +76,25 @@ def test_the_stand_ins_give_the_real_classes_when_used():
         assert rich_utils.Markdown.real() is rich.markdown.Markdown
     """)], capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
+
+
+# Why a command's help still imports pydantic: its flags are the fields of a pydantic settings model.
+NEEDS_PYDANTIC = {"sweep": "SweepConfig's fields are its flags (kvcal/cli/sweep_cmd.py)"}
+
+
+def test_only_the_commands_whose_flags_are_pydantic_fields_import_pydantic_for_their_help():
+    from kvcal.cli.commands import INDEX
+
+    loaded = {}
+    for name in [name for name, _ in INDEX]:
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            import contextlib, io, sys
+            from kvcal.cli.app import main
+            with contextlib.redirect_stdout(io.StringIO()):
+                assert main([{name!r}, "--help"]) == 0
+            print("pydantic" in sys.modules, "rich.markdown" in sys.modules)
+        """)], capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 0, done.stderr
+        loaded[name] = done.stdout.split()
+    assert {name for name, (pydantic, _) in loaded.items() if pydantic == "True"} == set(NEEDS_PYDANTIC)
+    assert all(markdown == "False" for _, markdown in loaded.values())
