@@ -114,7 +114,7 @@ def _app_for(args: list[str]) -> typer.Typer:
 
 def may_print_help(args: list[str]) -> bool:
     """True when typer may render a help or a usage error: a help flag, nothing at all, or a bare command."""
-    return len(args) <= 1 or not HELP_FLAGS.isdisjoint(args)
+    return not args or not HELP_FLAGS.isdisjoint(args) or (len(args) == 1 and not args[0].startswith("-"))
 
 
 def lists_commands_only(args: list[str]) -> bool:

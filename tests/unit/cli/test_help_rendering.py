@@ -98,3 +98,11 @@ def test_only_the_commands_whose_flags_are_pydantic_fields_import_pydantic_for_t
         loaded[name] = done.stdout.split()
     assert {name for name, (pydantic, _) in loaded.items() if pydantic == "True"} == set(NEEDS_PYDANTIC)
     assert all(markdown == "False" for _, markdown in loaded.values())
+
+
+@pytest.mark.parametrize("args, may", [([], True), (["-h"], True), (["fit", "--help"], True), (["profiles"], True),
+                                       (["fit"], True), (["--version"], False), (["fit", "run"], False)])
+def test_the_renderer_is_prepared_only_where_a_help_may_be_printed(args, may):
+    from kvcal.cli.app import may_print_help
+
+    assert may_print_help(args) is may
