@@ -16,7 +16,6 @@ import errno
 import fcntl
 import logging
 import os
-import secrets
 import shutil
 import stat
 import sys
@@ -166,7 +165,7 @@ def replacing(path: str | Path, what: str) -> Iterator[BinaryIO]:
     target = Path(os.path.realpath(path))
     existed = target.exists()
     _make_folder(target.parent, what)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    tmp = target.with_name(f".{target.name}.{os.urandom(4).hex()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         with os.fdopen(fd, "wb") as handle:

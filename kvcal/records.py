@@ -18,9 +18,9 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-MAX_TOKENS = 10**9  # far above any real context, far below overflow (kvcal.fit.tables reads tables with it)
 # Bounds of what a probe may say, the same wherever it is read (run folder, CSV, export):
 # far above anything measured, far below where float sums overflow.
+MAX_TOKENS = 10**9  # far above any real context, far below overflow (kvcal.fit.tables reads tables with it)
 MAX_TTFT_MS = 86_400_000.0  # one day for one first token
 MAX_BYTES_MOVED = 10**15  # a petabyte for one prefix
 MAX_QUEUE = 10**9

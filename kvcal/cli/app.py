@@ -16,8 +16,8 @@ The command modules import only typer and light kvcal modules at the top: numpy,
 pandas, scipy and matplotlib are imported where a command runs, so ``--help`` stays
 fast (benchmarks/cli_startup.py; tests/unit/test_cli_boundary.py checks it). The
 top-level help imports no command module at all: it is rendered from
-:data:`kvcal.cli.commands.INDEX` (see there). ``app`` is the whole app, built on first
-use.
+:data:`kvcal.cli.commands.INDEX` (see there). An invocation that may print a help loads typer's
+renderer without what no help uses (kvcal/cli/rich_help.py). ``app`` is the whole app, built on first use.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import typer
 from kvcal import __version__
 from kvcal.cli import commands
 from kvcal.cli.output import error_line
+from kvcal.cli.rich_help import HelpFlagGroup, load_help_renderer
 from kvcal.errors import InputError, KvcalError
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ DEBUG_ENV = "KVCAL_DEBUG"
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG, errno.EBADF}
 
 ROOT_FLAGS = {"-h", "--help", "--version", "-v", "--verbose"}
+HELP_FLAGS = {"-h", "--help"}
 
 
 def _version(value: bool) -> None:
@@ -75,6 +77,7 @@ def build_app(*, index_only: bool = False, only: str | None = None) -> typer.Typ
         name="kvcal",
         help="Measure when pulling KV cache from a peer beats recomputing the prefix, and emit the threshold.",
         no_args_is_help=True,
+        cls=HelpFlagGroup,
         add_completion=False,
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": ["-h", "--help"]},
@@ -107,6 +110,11 @@ def _app_for(args: list[str]) -> typer.Typer:
         return build_app(index_only=True)
     named = commands.named_command(args)
     return build_app(only=named) if named is not None else full_app()
+
+
+def may_print_help(args: list[str]) -> bool:
+    """True when typer may render a help or a usage error: a help flag, nothing at all, or a bare command."""
+    return not args or not HELP_FLAGS.isdisjoint(args) or (len(args) == 1 and not args[0].startswith("-"))
 
 
 def lists_commands_only(args: list[str]) -> bool:
@@ -222,6 +230,7 @@ def _apply_shared_checks(typer_app: typer.Typer) -> None:
         info.callback = _pipe_checked(_stdin_for_dash(_refuse_non_finite(info.callback)))
         info.epilog = reflow_prose(info.epilog)
     for group in typer_app.registered_groups:
+        group.cls = HelpFlagGroup
         if group.typer_instance is not None:
             _apply_shared_checks(group.typer_instance)
 
@@ -253,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         error_line(problem)
         return 2
     try:
+        if may_print_help(args):
+            load_help_renderer()  # typer's renderer without what no help uses (kvcal/cli/rich_help.py)
         target = _app_for(args)
         result = target(args=args, standalone_mode=False, prog_name="kvcal")
         sys.stdout.flush()  # here, not at exit: a write that fails now is reported like any other
@@ -278,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         if err.filename is None and err.errno in WRITE_ERRNOS:
             error_line(f"the output could not be written: {err.strerror or err}")
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - kept open for the exit; what is still pending there would fail again at exit
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - kept open: what is pending would fail again at exit
             return 2
         if err.filename is None:
             return _internal(err)

@@ -11,8 +11,8 @@ import typer
 from kvcal.cli.options import float_list, int_list
 from kvcal.cli.output import info, stdout, warn, warn_each
 from kvcal.errors import InputError
-from kvcal.fleet.settings import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_PODS
-from kvcal.fleet.workload import KEYS_HELP
+from kvcal.fleet.help_facts import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_PODS
+from kvcal.fleet.help_facts import WORKLOAD_KEYS as KEYS_HELP  # the workload record's keys, without pydantic
 
 EPILOG = f"""The model: N engines with continuous batching (a prefill token budget per step), each
 with a prefix cache and an optional CPU tier (LRU eviction), behind the router's prefix- and

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 from kvcal.errors import InputError
-from kvcal.records import MAX_TOKENS
 
 MAX_MARGIN = 100.0  # +10,000%: past any safety factor; beyond it the threshold is no longer a number a router can hold
 
@@ -28,6 +27,8 @@ def validate_margin(margin: float) -> float:
 
 
 def validate_block_size(block_size: int) -> int:
+    from kvcal.records import MAX_TOKENS  # here, not at the top: the flags' module must not build the records (--help)
+
     if isinstance(block_size, bool) or not isinstance(block_size, int) or not 1 <= block_size <= MAX_TOKENS:
         raise InputError(f"--block-size must be a whole number of tokens from 1 to {MAX_TOKENS:,}, e.g. 64 (got {block_size})")
     return block_size

@@ -14,12 +14,11 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvcal.errors import InputError
+from kvcal.fleet.help_facts import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_PODS  # declared there for --help
 from kvcal.fleet.parallel import MAX_JOBS, Executor, default_jobs
 
-MAX_PODS = 4096
 MAX_RATE = 1e5  # sessions per second, as the workload file's arrival.rate
 MAX_THRESHOLD_TOKENS = 10**7  # as the workload's longest system prompt: no prompt reaches further
-DEFAULT_MAX_SIMULATED_REQUESTS = 10_000_000  # about 10 minutes on one core (kvcal.fleet.size.SECONDS_PER_REQUEST)
 FLAGS = {"pods": "--pods", "thresholds": "--thresholds", "rate": "--rate", "loads": "--loads",
          "duration_s": "--duration", "seeds": "--seeds", "resamples": "--resamples",
          "max_simulated_requests": "--max-simulated-requests", "jobs": "--jobs", "ray_address": "--ray"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from factories import sim_table
@@ -67,3 +68,102 @@ def test_atoms_keep_every_lengths_share_and_the_values_mean_and_spread():
     assert (share * mean).sum() == pytest.approx(values.mean())
     assert (share * square).sum() == pytest.approx((values**2).mean())
     assert np.all(np.diff(mean) > 0) and np.all(start == 1.0)
+
+
+# --- exact agreement: where every atom is one probe, the two paths must give the same sums ----------------------
+
+
+class _Scripted:
+    """Stands for the numpy Generator of both paths, so that they resample the very same probes.
+
+    ``picks`` (B, N): what each probe's slot draws, a probe of its own length by its place there (reps scheme)
+    or any residual (residual scheme). ``drawn`` is what the atoms path's multinomial returns.
+    """
+
+    def __init__(self, fit, picks: np.ndarray, drawn: np.ndarray | None = None):
+        self.picks, self.drawn, self.slots = picks, drawn, fit.data.counts[fit.data.group]
+        self.asked: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def random(self, shape):  # the reps path draws floor(u * m_k): u in the middle of the pick's step
+        assert shape == self.picks.shape
+        return (self.picks + 0.5) / self.slots
+
+    def integers(self, low, high, size):
+        assert (low, size) == (0, self.picks.shape)
+        return self.picks
+
+    def multinomial(self, n, pvals, size):
+        assert self.drawn is not None and size == self.drawn.shape[:2]
+        self.asked.append((np.asarray(n), np.asarray(pvals)))
+        return self.drawn
+
+
+def _leg(seed: int, counts: list[int], twice: bool = False):
+    """A recompute leg with the given probes per length, some stalled; ``twice``: where a length has more probes
+    than atoms, each of its values is measured twice."""
+    from kvcal.fit.curves import LegData, fit_leg
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n, m in zip(LADDER, counts):
+        copies = 2 if twice and m > bootstrap_atoms.ATOMS else 1
+        values = [(20 + 0.05 * n) * rng.lognormal(0, 0.05) * (3.0 if rng.random() < 0.08 else 1.0)
+                  for _ in range(m // copies)]
+        rows += [{"prefix_tokens": n, "rep": rep, "ttft_ms": value} for rep, value in enumerate(np.repeat(values, copies))]
+    return fit_leg(LegData.from_frame("recompute", pd.DataFrame(rows), float(max(LADDER))), ("affine", "quadratic"))
+
+
+def _atom_of_each_choice(values: np.ndarray, atoms) -> np.ndarray:
+    """(K, choices) the atom holding each value a length can draw (nan: none); every real atom holds one at least."""
+    real = atoms.share > 0
+    found = np.isclose(values[:, :, None], atoms.value[:, None, :], rtol=1e-12, atol=0) & real[:, None, :]
+    assert np.array_equal(found.sum(axis=2), ~np.isnan(values)) and np.all(found.sum(axis=1)[real] >= 1)
+    return found.argmax(axis=2)
+
+
+@pytest.mark.parametrize("residual, twice", [(False, False), (True, False), (False, True)],
+                         ids=["reps", "residual", "reps-binned"])
+def test_where_each_atom_holds_one_value_the_atoms_give_the_row_by_rows_sums(residual, twice):
+    """Atoms of one value each are exact: the same draws must give the same per-length sums, weights and all.
+
+    One probe an atom; or (``twice``) 128 probes at a length, each value twice, cut into the 64 atoms of two.
+    Fails on a weight, a value, a share or a count moved to a neighbouring probe or length.
+    """
+    from kvcal.fit import bootstrap
+
+    fit = _leg(5, [2, 6, 128 if twice else 3, 9, 4, 7, 5, 1 if residual else 3], twice)
+    data, n_resamples = fit.data, 40
+    assert fit.f_scale is not None and fit.weights.min() < 1  # the Huber re-weighting is exercised
+    assert bootstrap.scheme(fit) == (bootstrap.RESIDUAL if residual else bootstrap.REPS)
+    rng = np.random.default_rng(7)
+    first = np.concatenate([[0], np.cumsum(data.counts)[:-1]])  # each length's first probe
+    if residual:
+        atoms = bootstrap_atoms.residual_atoms(fit, bootstrap._relative_residuals(fit))
+        every = np.repeat(np.arange(data.n_probes)[:, None], data.n_probes, axis=1)  # row r: every slot draws r
+        values = bootstrap._draw_residuals(fit, _Scripted(fit, every), data.n_probes)[0][:, first].T
+        picks = rng.integers(0, data.n_probes, (n_resamples, data.n_probes))
+    else:
+        atoms = bootstrap_atoms.reps_atoms(fit)
+        own = np.arange(data.n_probes) - first[data.group]  # each probe's place in its length
+        drawn_self, start = bootstrap._draw_reps(fit, _Scripted(fit, own[None, :]), 1)
+        values = np.full((len(data.lengths), data.counts.max()), np.nan)
+        values[data.group, own] = drawn_self[0]
+        mapped = _atom_of_each_choice(values, atoms)[data.group, own]
+        assert np.array_equal(atoms.start[data.group, mapped], start[0])  # each atom starts from its probe's weight
+        picks = np.floor(rng.random((n_resamples, data.n_probes)) * data.counts[data.group]).astype(int)
+    atom = _atom_of_each_choice(values, atoms)[data.group[None, :], picks]  # (B, N): the atom each slot drew
+    drawn = np.zeros((n_resamples, len(data.lengths), atoms.value.shape[1]))
+    np.add.at(drawn, (np.arange(n_resamples)[:, None], data.group[None, :], atom), 1)
+    scripted = _Scripted(fit, picks, drawn)
+    by_atoms = bootstrap_atoms.atom_sums(fit, atoms, scripted, n_resamples)
+    draw = bootstrap._draw_residuals if residual else bootstrap._draw_reps
+    by_rows = bootstrap._resampled_sums(fit, draw, _Scripted(fit, picks), n_resamples)
+    (counts, pvals), = scripted.asked
+    assert np.array_equal(counts, data.counts)
+    held = np.zeros_like(pvals)  # how many of the values a length can draw each atom holds
+    for k in range(len(data.lengths)):
+        np.add.at(held[k], _atom_of_each_choice(values, atoms)[k][~np.isnan(values[k])], 1)
+    np.testing.assert_allclose(pvals, held / held.sum(axis=1, keepdims=True), rtol=1e-12)  # every value alike
+    assert held.max() == (2 if twice else 1)
+    for row_sum, atom_sum in zip(by_rows, by_atoms):
+        np.testing.assert_allclose(atom_sum, row_sum, rtol=1e-9)

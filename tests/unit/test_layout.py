@@ -13,6 +13,7 @@ MAX_LINES = 400
 # serve.py imports vLLM after patching it.
 LAZY_ALLOWED = ("cli/", "engines/serve.py",
                 "sim_costs.py",  # kvcal --help loads it through the flags; see its docstring
+                "emit/limits.py",  # emit-config's flags module: its --help must not build the records (MAX_TOKENS)
                 "runfolder.py")  # the run manifest's settings: reading probes must not load them (RunFolder.manifest)
 
 

@@ -1,0 +1,108 @@
+"""Every help kvcal prints is typer's own, byte for byte, with what kvcal/cli/rich_help.py defers.
+
+Renders each help twice in fresh processes: once as kvcal does, once with typer's renderer imported whole and the
+group's help flag left as typer makes it. Also on a colour terminal (FORCE_COLOR), where rich writes styles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SUBCOMMANDS = [["profiles", "list"], ["profiles", "show"], ["profiles", "from-config"]]
+# Invocations that print a help or a usage error without --help (others would run: a bare `kvcal sweep` sweeps):
+# nothing, a group, a command without its argument, an unknown word.
+BARE = [[], ["profiles"], ["fit"], ["emit-config"], ["nosuch"]]
+
+RENDER = """
+    import contextlib, io, json, sys
+    if {as_typer}:
+        import typer.rich_utils  # the whole renderer, rich.markdown and rich.traceback included
+        from typer.core import TyperGroup
+        from kvcal.cli.rich_help import HelpFlagGroup
+        HelpFlagGroup.get_help_option = TyperGroup.get_help_option  # the help flag's default as typer leaves it
+    from kvcal.cli.app import main
+    from kvcal.cli.commands import INDEX
+    shown = {{}}
+    helps = [[name, "--help"] for name, _ in INDEX] + [[*path, "--help"] for path in {subcommands!r}]
+    for args in [["--help"], *helps, *{bare!r}]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(args)
+        shown[" ".join(args)] = [code, out.getvalue(), err.getvalue()]
+    print(json.dumps({{"shown": shown, "deferred": [m for m in ("rich.markdown", "rich.traceback", "pydantic")
+                                                  if m not in sys.modules]}}))
+"""
+
+
+def render(*, as_typer: bool, **env: str) -> dict:
+    code = textwrap.dedent(RENDER.format(as_typer=as_typer, subcommands=SUBCOMMANDS, bare=BARE))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100", **env})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("env", [{}, {"FORCE_COLOR": "1", "COLUMNS": "73"}], ids=["plain", "colour"])
+def test_every_help_and_usage_error_is_typers_own(env):
+    mine, typers = render(as_typer=False, **env), render(as_typer=True, **env)
+    assert mine["shown"].keys() == typers["shown"].keys() and len(mine["shown"]) == 23
+    for args, shown in mine["shown"].items():
+        assert shown == typers["shown"][args], args
+    sweep_help = mine["shown"]["sweep --help"][1]
+    assert "Campaign YAML" in sweep_help and ("\x1b[" in sweep_help) == bool(env)  # styled only on a terminal
+    assert "rich.markdown" in mine["deferred"] and "rich.traceback" in mine["deferred"]  # what kvcal saved
+    assert typers["deferred"] == []  # the reference did import them: the comparison is not of one thing with itself
+
+
+def test_the_stand_ins_give_the_real_classes_when_used():
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        from kvcal.cli.rich_help import load_help_renderer
+        load_help_renderer()
+        import typer.rich_utils as rich_utils
+        assert "rich.markdown" not in sys.modules and "rich.traceback" not in sys.modules
+        text = rich_utils._make_rich_text(text="**bold**", markup_mode="markdown")  # typer's markdown mode
+        import rich.markdown, rich.traceback
+        assert type(text) is rich.markdown.Markdown, type(text)
+        assert rich_utils.Traceback.from_exception is not None and rich.traceback.Traceback.__module__ == "rich.traceback"
+        assert rich_utils.Markdown.real() is rich.markdown.Markdown
+    """)], capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+
+
+# Why a command's help still imports pydantic: its flags are the fields of a pydantic settings model.
+NEEDS_PYDANTIC = {"sweep": "SweepConfig's fields are its flags (kvcal/cli/sweep_cmd.py)"}
+
+
+def test_only_the_commands_whose_flags_are_pydantic_fields_import_pydantic_for_their_help():
+    from kvcal.cli.commands import INDEX
+
+    loaded = {}
+    for name in [name for name, _ in INDEX]:
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            import contextlib, io, sys
+            from kvcal.cli.app import main
+            with contextlib.redirect_stdout(io.StringIO()):
+                assert main([{name!r}, "--help"]) == 0
+            print("pydantic" in sys.modules, "rich.markdown" in sys.modules)
+        """)], capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 0, done.stderr
+        loaded[name] = done.stdout.split()
+    assert {name for name, (pydantic, _) in loaded.items() if pydantic == "True"} == set(NEEDS_PYDANTIC)
+    assert all(markdown == "False" for _, markdown in loaded.values())
+
+
+@pytest.mark.parametrize("args, may", [([], True), (["-h"], True), (["fit", "--help"], True), (["profiles"], True),
+                                       (["fit"], True), (["--version"], False), (["fit", "run"], False)])
+def test_the_renderer_is_prepared_only_where_a_help_may_be_printed(args, may):
+    from kvcal.cli.app import may_print_help
+
+    assert may_print_help(args) is may
