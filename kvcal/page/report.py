@@ -12,7 +12,8 @@ from kvcal.page.html import document
 from kvcal.page.provenance import footer
 from kvcal.page.run_data import load_run_data
 from kvcal.report.compare import Comparison
-from kvcal.report.compare_report import CompareConfig, run_compare
+from kvcal.report.compare_report import run_compare
+from kvcal.report.compare_settings import CompareConfig
 from kvcal.report.history import build_history
 from kvcal.report.runs import load_run
 

@@ -22,12 +22,12 @@ from pydantic import ValidationError
 from kvcal.engines.base import EnginePair
 from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
+from kvcal.records import FIT_DEFAULTS
 from kvcal.runfolder import RunFolder, atomic_write
 from kvcal.settings import SweepConfig, adaptive_rule_fields
 from kvcal.sweep import design, reach
 from kvcal.sweep.adaptive import (
     DEFAULT_MAX_PROBES,
-    FIT_SETTINGS,
     AdaptiveState,
     Controller,
     RoundSummary,
@@ -174,7 +174,8 @@ class AdaptiveCampaign:
 
 
 def adaptive_preview(config: SweepConfig, ladder: list[int]) -> tuple[int, int, list[design.Choice], StopRules]:
-    """What ``--adaptive --dry-run`` shows: the allowed range (the lengths' span, else the floor to the ladder's top), the seed round and the rules."""
+    """What ``--adaptive --dry-run`` shows: the allowed range (the lengths' span, else the floor to the ladder's
+    top), the seed round and the rules."""
     low, high = design.allowed_range(config.prefix_lengths, config.block_size, max(ladder) + 1)
     return low, high, design.seed_design(design.candidate_lengths(low, high, config.block_size)), _rules(config, None)
 
@@ -235,7 +236,7 @@ def _judged(step: Step) -> dict[str, float | int | None]:
     """The Monte Carlo error of the width and emit-config's threshold and regret, for a round and the final state."""
     verdict = step.verdict
     return {
-        "width_mc_error": _sig(width_mc_error(step.fit, FIT_SETTINGS["confidence"])) if step.fit else None,
+        "width_mc_error": _sig(width_mc_error(step.fit, FIT_DEFAULTS.confidence)) if step.fit else None,
         "threshold": verdict.threshold if verdict else None,
         "regret": _sig(verdict.regret) if verdict else None,
         "regret_mc_error": _sig(verdict.regret_mc_error) if verdict else None,

@@ -24,7 +24,7 @@ from kvcal.engines.transports.base import Role
 from kvcal.engines.vllm import VllmPair, VllmSettings
 from kvcal.fit import fit_table
 from factories import sim_table
-from kvcal.records import FitResult, RunSetup
+from kvcal.records import FitResult, FitSettings, RunSetup
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
 VALUES = Path(__file__).resolve().parents[1] / "fixtures" / "values"
@@ -89,7 +89,7 @@ def sim_fit() -> FitResult:
     from kvcal.engines.sim import SimCosts
 
     table = sim_table(SimCosts(), [256, 512, 1024, 2048, 4096, 8192], 3, seed=1)
-    return fit_table(table, n_resamples=300)
+    return fit_table(table, settings=FitSettings(n_resamples=300))
 
 
 def fit_with(**source: Any) -> FitResult:

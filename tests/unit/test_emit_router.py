@@ -17,7 +17,7 @@ from kvcal.emit.affinity import DEFAULT_CHUNK
 from kvcal.errors import InputError
 from kvcal.fit import curve_ms, fit_table
 from factories import sim_table
-from kvcal.records import BootstrapSummary, FitResult, RunSetup
+from kvcal.records import BootstrapSummary, FitResult, FitSettings, RunSetup
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
 GUIDE = UPSTREAM / "guide-values.yaml"
@@ -28,7 +28,7 @@ PD = UPSTREAM / "pd-values.yaml"
 def base_fit() -> FitResult:
     from kvcal.engines.sim import SimCosts
 
-    return fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048, 4096, 8192], 3, seed=2), n_resamples=400)
+    return fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048, 4096, 8192], 3, seed=2), settings=FitSettings(n_resamples=400))
 
 
 def fit_with(**source) -> FitResult:
