@@ -12,7 +12,9 @@ from kvcal.errors import RegressionDetected
 
 EPILOG = """Exit codes: 0 no regression, 1 regression, 2 bad input.
 
-A regression is a break-even move of at least --tolerance (relative) that is also significant at the fits' confidence (its bootstrap interval excludes no change), in either direction, or a pull that no longer wins at all. See docs/ci.md.
+A regression is a break-even move of at least --tolerance (relative) that is also significant at the fits' \
+confidence (its bootstrap interval excludes no change), in either direction, or a pull that no longer wins at all. \
+See docs/ci.md.
 
 Examples:
 

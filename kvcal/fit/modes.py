@@ -183,7 +183,8 @@ def _set_aside(fit: LegFit) -> tuple[np.ndarray, np.ndarray, float]:
     """The slow probes the robust fit set aside (weight < 1/4, above the curve) when they lie beyond the fast
     noise: k of n that far out has p < ``TAIL_ALPHA`` under the other probes' noise (sd from them, Student t),
     as in the mode test's (b). Without it a MAD that came out small by chance set aside a clean probe 3.2 sd
-    above the curve (1 of 40 clean 6 x 3 campaigns). Returns (indices, their log ratios to the fast curve, the noise sd)."""
+    above the curve (1 of 40 clean 6 x 3 campaigns). Returns (indices, their log ratios to the fast curve, the
+    noise sd)."""
     data = fit.data
     e = np.log(data.ttft_ms / cost_ms(fit.chosen_fit.coef, data.n_tokens))
     aside = np.flatnonzero((fit.weights < DOWNWEIGHT_REPORT_BELOW) & (e > 0))
