@@ -6,7 +6,8 @@ work starts, and the library function receives it. A bad value is one :class:`~k
 that names the flag and says the declared bounds, e.g. ``--confidence must lie between 0 and 1 (exclusive),
 got 1.0``. A check that spans several fields lives in the model's own validator and raises InputError itself
 (pydantic lets it through unwrapped). A field may say its bound in words of its own,
-``Field(ge=1, json_schema_extra={"must": "be a positive number of tokens"})``.
+``Field(ge=1, json_schema_extra={"must": "be a positive number of tokens"})`` (``"low"``: its lower
+bound alone).
 """
 
 from __future__ import annotations
@@ -53,15 +54,19 @@ def describe(model: type[BaseModel], flags: Mapping[str, str], error: Any) -> st
     name = names[-1] if names else ""
     flag = flags.get(name, f"--{name.replace('_', '-')}" if name else "a setting")
     got = shown(error.get("input"))
-    bounds = declared_bounds(model, names) if error.get("type") in BOUND_ERRORS else None
+    bounds = declared_bounds(model, names, error.get("type")) if error.get("type") in BOUND_ERRORS else None
     if bounds is not None:
         return f"{flag} must {bounds}, got {got}"
     message = str(error.get("msg", "is not valid")).removeprefix("Value error, ")
+    if error.get("type") == "value_error":  # a validator's own sentence, which says what it got
+        return f"{flag}: {message}"
     return f"{flag}: {message[:1].lower()}{message[1:]}, got {got}"
 
 
-def declared_bounds(model: type[BaseModel], names: list[str]) -> str | None:
-    """What the field at ``names`` (nested models followed) must be, in words; None when it declares no bounds."""
+def declared_bounds(model: type[BaseModel], names: list[str], broken: str | None = None) -> str | None:
+    """What the field at ``names`` (nested models followed) must be, in words; None when it declares no bounds.
+
+    ``broken``: pydantic's error type, for a field that words its lower bound alone (``"low"``)."""
     field = None
     for name in names:
         field = model.model_fields.get(name)
@@ -71,9 +76,10 @@ def declared_bounds(model: type[BaseModel], names: list[str]) -> str | None:
         model = inner if isinstance(inner, type) and issubclass(inner, BaseModel) else model
     if field is None:
         return None
-    extra = field.json_schema_extra
-    if isinstance(extra, dict) and isinstance(extra.get("must"), str):
-        return str(extra["must"])  # the bound in the command's own words, declared beside it
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    worded = extra.get("must") or (extra.get("low") if broken in BOUND_ERRORS[:2] else None)
+    if isinstance(worded, str):
+        return worded  # the bound in the command's own words, declared beside it
     low = high = None
     low_open = high_open = False
     for bound in field.metadata:  # annotated_types' Gt, Ge, Lt, Le: one attribute each, named as the bound

@@ -40,7 +40,7 @@ def test_the_fit_settings_bounds_are_declared_once_on_the_record():
     flags = {"n_resamples": "--resamples"}
     with pytest.raises(InputError, match=r"^--confidence must lie between 0 and 1 \(exclusive\), got 1$"):
         from_flags(FitSettings, flags, confidence=1)
-    with pytest.raises(InputError, match=r"^--resamples: 5 resamples are too few for a 90% interval; use at least 100"):
+    with pytest.raises(InputError, match=r"^--resamples: 5 resamples are too few for a 90% interval; use at least 100$"):
         from_flags(FitSettings, flags, n_resamples=5)
     with pytest.raises(InputError, match=r"^--resamples must lie within 0-1,000,000"):
         from_flags(FitSettings, flags, n_resamples=10**7)
