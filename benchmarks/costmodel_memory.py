@@ -21,7 +21,9 @@ from pathlib import Path
 CHILD = """
 import json, resource, sys, time
 import numpy as np
-from kvcal.fit.costmodel import IdleCurves, LoadedProbes, fit_cost_model
+from kvcal.fit.costmodel import fit_cost_model
+from kvcal.fit.costmodel_inputs import IdleCurves, LoadedProbes
+from kvcal.records import FitSettings
 
 n, resamples = int(sys.argv[1]), int(sys.argv[2])
 rng = np.random.default_rng(0)
@@ -36,7 +38,7 @@ data = LoadedProbes(pulled=pulled, uncached=np.where(pulled, 0, length), delta=n
 rec, pull = np.array([5.0, 25.0, 0.0]), np.array([20.0, 3.0, 0.0])
 idle = IdleCurves(rec, pull, rec + rng.normal(0, 0.01, (2000, 3)) * rec, pull + rng.normal(0, 0.01, (2000, 3)) * pull, 700.0)
 start = time.perf_counter()
-fit = fit_cost_model(data, idle, n_resamples=resamples, seed=0)
+fit = fit_cost_model(data, idle, settings=FitSettings(n_resamples=resamples, seed=0))
 print(json.dumps({"wall_s": time.perf_counter() - start, "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
                   "F": fit.transferFixedMs.value, "F_ci": fit.transferFixedMs.ci}))
 """

@@ -30,6 +30,7 @@ import time
 
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
+from kvcal.fit_record import FitSettings
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the simulator helper lives with the tests
 from factories import sim_table  # noqa: E402
 
@@ -56,7 +57,7 @@ def run_cell(costs: SimCosts, lengths: list[int], reps: int, seeds: int, confide
     errors, covered, widths, quad, status_ok = [], 0, [], 0, 0
     for seed in range(seeds):
         table = sim_table(costs, lengths, reps, seed=10_000 + seed)
-        fit = fit_table(table, confidence=confidence, seed=seed)
+        fit = fit_table(table, settings=FitSettings(confidence=confidence, seed=seed))
         quad += fit.recompute.model == "quadratic"
         status_ok += fit.status == "crossover"
         if fit.break_even_tokens is None:
@@ -95,7 +96,7 @@ def timing(repeats: int = 5) -> tuple[float, float, float, int]:
     runs, cpu = [], []
     for _ in range(repeats):
         start, start_cpu = time.perf_counter(), time.process_time()
-        fit_table(table, n_resamples=2000, seed=0)
+        fit_table(table, settings=FitSettings(n_resamples=2000, seed=0))
         runs.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
     return min(runs), statistics.median(runs), statistics.median(cpu), len(table.probes)

@@ -37,6 +37,7 @@ from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload, load_workload
 from kvcal.fit import fit_table
 from kvcal.fit.tables import from_rows
+from kvcal.fit_record import FitSettings
 from kvcal.records import Leg, RunSetup
 
 HERE = Path(__file__).resolve().parent
@@ -194,7 +195,7 @@ def calibrate_here(pair: VllmPair, lengths: list[int], reps: int) -> object:
                 m = pair.measure(leg, ids)
                 rows.append({"prefix_tokens": n, "leg": leg.value, "ttft_ms": m.ttft_ms, "rep": rep,
                              "bytes_moved": m.bytes_moved})
-    return fit_table(from_rows(rows, setup=RunSetup(block_size=BLOCK)), n_resamples=500)
+    return fit_table(from_rows(rows, setup=RunSetup(block_size=BLOCK)), settings=FitSettings(n_resamples=500))
 
 
 def main() -> None:

@@ -35,6 +35,7 @@ from kvcal.fit.observational import fit_observational
 from kvcal.sweep.validate import resolve_config
 from kvcal.sweep.load import LOAD_STATES
 from kvcal.sweep.runner import run_sweep
+from kvcal.fit_record import FitSettings
 
 DELAYS = {"source_wait_ms": 30.0, "requeue_ms": 50.0, "busy_computing_ms": 80.0}
 LENGTHS = [256, 1024, 4096]
@@ -51,11 +52,11 @@ def one_seed(seed: int, reps: int, resamples: int, shape: FleetShape) -> dict[st
         config = resolve_config({"sim": DELAYS}, dict(engine="sim", load_states=list(LOAD_STATES), prefix_lengths=LENGTHS,
                                                       reps=reps, seed=seed, output_dir=tmp, name="designed"))
         outcome = run_sweep(config)
-        designed = fit_input(outcome.run_dir, seed=seed, n_resamples=resamples)
+        designed = fit_input(outcome.run_dir, settings=FitSettings(seed=seed, n_resamples=resamples))
         n_requests = designed.cost_model.n_requests
         costs = SimCosts(**DELAYS)
         per_request, epp = write_production(Path(tmp) / "prod", costs, n_requests, shape=shape, seed=seed)
-        observed = fit_observational([per_request], epp, outcome.run_dir, seed=seed, n_resamples=resamples)
+        observed = fit_observational([per_request], epp, outcome.run_dir, settings=FitSettings(seed=seed, n_resamples=resamples))
     out: dict[str, dict[str, tuple[float, bool]]] = {}
     true = truth(costs)
     for name, fit in (("designed", designed), ("observational", observed)):

@@ -55,6 +55,7 @@ from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the simulator helper lives with the tests
 from factories import sim_table  # noqa: E402
 from kvcal.fit_record import HostDisturbance
+from kvcal.fit_record import FitSettings
 
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
 Transform = Callable[[ProbeTable, int], ProbeTable]
@@ -191,7 +192,7 @@ def run_cell(cell: Cell, seeds: int, confidence: float) -> dict[str, float | str
         table = sim_table(cell.costs, cell.lengths, cell.reps, seed=20_000 + seed)
         if cell.transform:
             table = cell.transform(table, seed)
-        fit = fit_table(table, confidence=confidence, seed=seed)
+        fit = fit_table(table, settings=FitSettings(confidence=confidence, seed=seed))
         flagged += bool(cell.flag and cell.flag(fit))
         moded += bool(fit.slow_modes)
         aside += fit.unresolved_slow is not None

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from kvcal.errors import InputError
 from kvcal.records import MAX_TOKENS, Record, RunSetup
@@ -27,6 +27,7 @@ from kvcal.userfiles import read_text
 
 FIT_SCHEMA: Final = "kvcal.fit/2"
 FIT_SCHEMAS = (FIT_V1, FIT_SCHEMA)
+MIN_RESAMPLES = 100  # fewer make a percentile interval's ends mostly noise
 
 
 class CurveFit(Record):
@@ -65,12 +66,21 @@ class CurveFit(Record):
 
 
 class FitSettings(Record):
-    """The fit's statistical settings, declared once: ``kvcal fit``'s defaults, the adaptive campaign's stop fits,
-    plot and compare all read them from here (:data:`FIT_DEFAULTS`)."""
+    """The fit's statistical settings, declared once with their bounds and passed whole through the fit:
+    ``kvcal fit``'s and plot's defaults and the adaptive campaign's stop fits are :data:`FIT_DEFAULTS`."""
 
     confidence: float = Field(0.9, gt=0, lt=1, description="Level of the bootstrap intervals.")
-    seed: int = Field(0, ge=0, description="Seeds the bootstrap.")
-    n_resamples: int = Field(2000, ge=0, description="Bootstrap resamples (0: no intervals).")
+    seed: int = Field(0, ge=0, json_schema_extra={"must": "be non-negative"}, description="Seeds the bootstrap.")
+    # Past a million resamples a percentile interval has long settled and the bootstrap's memory is tens of GB.
+    n_resamples: int = Field(2000, ge=0, le=1_000_000, description="Bootstrap resamples (0: no intervals).")
+
+    @field_validator("n_resamples")
+    @classmethod
+    def _enough_for_an_interval(cls, n_resamples: int, info: ValidationInfo) -> int:
+        if 0 < n_resamples < MIN_RESAMPLES:
+            level = f"{info.data['confidence']:.0%} " if "confidence" in info.data else ""
+            raise ValueError(f"{n_resamples} resamples are too few for a {level}interval; use at least {MIN_RESAMPLES}")
+        return n_resamples
 
 
 FIT_DEFAULTS = FitSettings()

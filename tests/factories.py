@@ -17,6 +17,7 @@ from kvcal.fit_record import BootstrapSummary, CurveFit, FitResult, FitSource
 from kvcal.records import Leg, ProbeRecord, RunSetup
 from kvcal.run_manifest import RunManifest
 from kvcal.settings import FLAT_ORDER, SweepConfig
+from kvcal.fit_record import FitSettings
 
 CREATED_AT = "2026-01-01T00:00:00+00:00"
 RECOMPUTE = CurveFit(model="quadratic", intercept_ms=5.0, per_token_us=25.0, per_token2_ns=0.012)
@@ -129,7 +130,7 @@ def sim_run(folder: Path, *, costs: SimCosts | None = None, lengths: tuple[int, 
     ``created_at``; the reports' tests read it as they read a sweep's."""
     table = sim_table(costs or SimCosts(), list(lengths), reps, seed=seed)
     setup = table.setup.model_copy(update={"created_at": created_at})
-    fit = fit_table(table.with_setup(setup), n_resamples=n_resamples, seed=seed)
+    fit = fit_table(table.with_setup(setup), settings=FitSettings(n_resamples=n_resamples, seed=seed))
     records = [make_probe(i, int(r.prefix_tokens), str(r.leg), float(r.ttft_ms), rep=int(r.rep), probe_id=f"p{i}")
                for i, r in enumerate(table.probes.itertuples())]
     manifest = make_manifest(name=folder.name, created_at=created_at, setup=setup, provenance=provenance or {})

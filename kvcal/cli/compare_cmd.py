@@ -12,7 +12,9 @@ from kvcal.errors import RegressionDetected
 
 EPILOG = """Exit codes: 0 no regression, 1 regression, 2 bad input.
 
-A regression is a break-even move of at least --tolerance (relative) that is also significant at the fits' confidence (its bootstrap interval excludes no change), in either direction, or a pull that no longer wins at all. See docs/ci.md.
+A regression is a break-even move of at least --tolerance (relative) that is also significant at the fits' \
+confidence (its bootstrap interval excludes no change), in either direction, or a pull that no longer wins at all. \
+See docs/ci.md.
 
 Examples:
 
@@ -38,11 +40,17 @@ def compare(
                                         "file, as kvcal report --compare writes it)."),
     deployed: Optional[int] = typer.Option(None, "--deployed", help="The minCachedTokenDelta in production, in tokens."),
     values: Optional[Path] = typer.Option(None, "--values", help="Read the deployed minCachedTokenDelta from this Helm values file."),
-    strict_deployed: bool = typer.Option(False, "--strict-deployed", help="Also exit 1 when the deployed threshold costs more than 0.5% of TTFT (expected regret) against the current fit, too low or too high."),
+    strict_deployed: bool = typer.Option(False, "--strict-deployed", help="Also exit 1 when the deployed threshold costs more than 0.5% of TTFT "
+                                         "(expected regret) against the current fit, too low or too high."),
     force: bool = typer.Option(False, "--force", help="Compare fits of different models or transports anyway."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the draws that estimate the change's interval."),
 ) -> None:
     """Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed threshold."""
+    from kvcal.report.compare_settings import CompareConfig
+
+    config = CompareConfig(baseline=baseline, current=current, tolerance=tolerance, force=force,
+                           deployed_tokens=deployed, values_file=values, markdown=markdown, plot=plot, seed=seed,
+                           probes=html is not None)  # first: a bad value is refused before either run is loaded
     from rich.table import Table
 
     from kvcal.outputs import check_output
@@ -51,10 +59,7 @@ def compare(
     check_output(markdown, "--markdown", [baseline, current, values, plot, html])
     check_output(plot, "--plot", [baseline, current, values, html])
     check_output(html, "--html", [baseline, current, values])
-    result = run_compare(CompareConfig(
-        baseline=baseline, current=current, tolerance=tolerance, force=force, deployed_tokens=deployed,
-        values_file=values, markdown=markdown, plot=plot, seed=seed, probes=html is not None,
-    ))
+    result = run_compare(config)
     if html is not None:
         from kvcal.page.report import write_compare_page
 

@@ -12,9 +12,9 @@ from rich.table import Table
 from kvcal.cli.output import print_sanity, print_warning, stdout, warn, warn_each
 from kvcal.cli.render_costmodel import render_cost_model
 from kvcal.cli.render_links import render_links
-from kvcal.errors import InputError
+from kvcal.fit_record import FIT_DEFAULTS
 
-if TYPE_CHECKING:  # annotations only: kvcal --help must not build the typed records
+if TYPE_CHECKING:  # annotations only: the fit's records (pandas-free) load when the command runs
     from rich.console import JustifyMethod
 
     from kvcal.fit_record import CurveFit, FitResult
@@ -44,11 +44,11 @@ def register(app: typer.Typer) -> None:
         input: Optional[Path] = typer.Argument(None, show_default=False, help="A run folder, a probe CSV "
                                                "(prefix_tokens,leg,ttft_ms[,rep,bytes_moved]) or the llm-d calibration Job's table."),
         json_out: bool = typer.Option(False, "--json", help="Print fit.json to stdout and nothing else."),
-        confidence: float = typer.Option(0.9, "--confidence", help="Level of the bootstrap intervals, between 0 and 1."),
-        seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."),
+        confidence: float = typer.Option(FIT_DEFAULTS.confidence, "--confidence", help="Level of the bootstrap intervals, between 0 and 1."),
+        seed: int = typer.Option(FIT_DEFAULTS.seed, "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."),
         output: Path | None = typer.Option(None, "--output", "-o", show_default=False, help="Where to write fit.json "
                                            "(default: <run>/fit.json, or <input>.fit.json beside a file)."),
-        resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples (0: no intervals)."),
+        resamples: int = typer.Option(FIT_DEFAULTS.n_resamples, "--resamples", help="Bootstrap resamples (0: no intervals)."),
         model: str | None = typer.Option(None, "--model", show_default=False, help="Model the probes measured, recorded "
                                          "in fit.json's setup (a CSV or Job log records none), e.g. openai/gpt-oss-120b."),
         transport: str | None = typer.Option(None, "--transport", show_default=False, help="Transport the pulls used "
@@ -66,28 +66,19 @@ def register(app: typer.Typer) -> None:
 
         Example: kvcal fit results/my-run --confidence 0.9 --seed 0
         """
-        from kvcal.fit import dumps, fit_and_write, write_fit
+        from kvcal.fit.settings import FitConfig, fit_settings, run_fit
+
+        config = FitConfig(input=input, output=output, model=model, transport=transport, block_size=block_size,
+                           settings=fit_settings(confidence=confidence, seed=seed, n_resamples=resamples),
+                           busy_queue_threshold=busy_queue_threshold, per_request=per_request or [],
+                           epp_log=epp_log, idle=idle)  # first: a bad value is refused before any file is read
+        from kvcal.fit import dumps
         from kvcal.outputs import check_output
 
-        check_output(output, "--output", [input, *(per_request or []), epp_log, idle], fit_json=True)
-        from kvcal.fit.inputs import supplied_setup
-
-        if per_request or epp_log or idle:
-            from kvcal.fit.observational import fit_observational
-
-            if input is not None or not (per_request and epp_log and idle):
-                raise InputError("the observational fit takes --per-request FILE (repeatable), --epp-log FILE and "
-                                 "--idle FIT_OR_RUN, and no INPUT")
-            result = fit_observational(per_request, epp_log, idle, threshold=busy_queue_threshold or 1,
-                                       confidence=confidence, seed=seed, n_resamples=resamples)
-            written = write_fit(result, output or epp_log.with_name(f"{epp_log.stem}.fit.json"))
-        elif input is None:
-            raise InputError("give a run folder, probe CSV or llm-d table to fit (or --per-request/--epp-log/--idle)")
-        else:
-            supplied = supplied_setup(model=model, transport=transport, block_size=block_size)
+        check_output(output, "--output", config.inputs, fit_json=True)
+        if input is not None:
             _warn_if_sweep_alive(input)
-            result, written = fit_and_write(input, output, confidence=confidence, seed=seed, n_resamples=resamples,
-                                            supplied=supplied, busy_queue_threshold=busy_queue_threshold)
+        result, written = run_fit(config)
         if json_out:
             print(dumps(result))
             warn_each(result.warnings)

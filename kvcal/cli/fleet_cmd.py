@@ -10,7 +10,6 @@ import typer
 
 from kvcal.cli.options import float_list, int_list
 from kvcal.cli.output import info, stdout, warn, warn_each
-from kvcal.errors import InputError
 from kvcal.fleet.help_facts import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_PODS
 from kvcal.fleet.help_facts import WORKLOAD_KEYS as KEYS_HELP  # the workload record's keys, without pydantic
 
@@ -68,13 +67,13 @@ def fleet(
                                       "(ray://HOST:10001). Needs pip install 'kvcal\\[ray]'; same result as --jobs."),
 ) -> None:
     """Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to use."""
-    from kvcal.fleet.settings import make_config
+    from kvcal.fleet.settings import FleetConfig
 
     chosen = None if thresholds.strip().lower() == "auto" else int_list(thresholds, "--thresholds")
-    config = make_config(fit_path=fit_path, workload_path=workload, pods=pods, thresholds=chosen, rate=rate,
+    config = FleetConfig(fit_path=fit_path, workload_path=workload, pods=pods, thresholds=chosen, rate=rate,
                          loads=float_list(loads, "--loads"), duration_s=duration, seeds=seeds, resamples=resamples,
-                         max_simulated_requests=max_requests, jobs=jobs,
-                         ray_address=ray)  # first: a bad flag is refused before the heavy imports
+                         max_simulated_requests=max_requests, jobs=jobs, ray_address=ray,
+                         plot=plot)  # first: a bad flag is refused before the heavy imports
     from kvcal.emit.formats import load_input
     from kvcal.fleet.run import check_arguments, run_fleet
     from kvcal.outputs import check_output
@@ -82,8 +81,6 @@ def fleet(
 
     check_input(workload, f"workload file {workload}")
     if plot is not None:
-        if plot.suffix.lower() not in (".png", ".svg"):
-            raise InputError(f"--plot {plot}: the format is chosen by the extension; use .png or .svg")
         check_output(plot, "--plot", [fit_path, workload])
     checked = check_arguments(config)  # before the fit: a run folder without one is fitted now, which takes a while
     result = run_fleet(config, load_input(fit_path), _progress(), checked, tick=_tick(), announce=info)

@@ -9,7 +9,7 @@ import typer
 
 from kvcal.cli.output import warn_each
 from kvcal.cli.predict_cmd import say
-from kvcal.errors import InputError
+from kvcal.sweep.plan_settings import MAX_CAMPAIGNS, MAX_PLAN_MODEL_LEN
 
 EPILOG = """The prior is either an earlier run or fit (--from) or a `kvcal predict` profile
 pair (--model, --hardware); campaigns are simulated on those curves with --noise-cv
@@ -30,9 +30,6 @@ Examples:
   kvcal plan --model llama-3.1-8b --hardware h100 --link tcp-100g --max-model-len 32768"""
 
 
-MAX_CAMPAIGNS = 200  # 10 campaigns took 17 s of CPU on the 2-core dev host (2026-12-07): 200 is minutes, 1e5 days
-MAX_PLAN_MODEL_LEN = 2**24  # 16.8M tokens, beyond any model's context; 1e8 took 89 s there and 1e9 did not end in 100 s
-
 def plan(
     source: Optional[Path] = typer.Option(None, "--from", help="An earlier run folder or fit.json: its fitted curves (and noise) are the prior."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model profile (as in kvcal predict), with --hardware."),
@@ -50,28 +47,15 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (schema kvcal.plan/1)."),
 ) -> None:
     """Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width."""
-    from kvcal.sweep.lengths.priors import prior_from_fit, prior_from_profiles
-    from kvcal.sweep.lengths.simulate_designs import plan_campaigns
+    from kvcal.sweep.plan_run import plan_from_config
+    from kvcal.sweep.plan_settings import PlanConfig
 
-    if target_regret is not None and not 0 < target_regret < 1:
-        raise InputError(f"--target-regret must lie between 0 and 1 (exclusive), got {target_regret}; e.g. 0.001")
-    if noise_cv is not None and not 0 < noise_cv < 2:
-        raise InputError(f"--noise-cv must lie between 0 and 2, got {noise_cv}")
-    for flag, value in (("--block-size", block_size), ("--max-model-len", max_model_len)):
-        if value is not None and value < 1:  # 0 once fell back to the default as if not given
-            raise InputError(f"{flag} must be a positive number of tokens, got {value}")
-    if source is not None and (model or hardware):
-        raise InputError("give either --from (a run or fit) or --model with --hardware, not both")
-    if source is not None:
-        prior = prior_from_fit(str(source), noise_cv=noise_cv, block_size=block_size, max_model_len=max_model_len)
-    elif model and hardware:
-        prior = prior_from_profiles(model, hardware, link, noise_cv=noise_cv, block_size=block_size,
-                                    max_model_len=max_model_len)
-    else:
-        raise InputError("no prior: give --from RUN_OR_FIT, or --model and --hardware (as for kvcal predict)")
+    config = PlanConfig(source=source, model=model, hardware=hardware, link=link, target_regret=target_regret,
+                        noise_cv=noise_cv, block_size=block_size, max_model_len=max_model_len,
+                        target_width=target_width, campaigns=campaigns, seed=seed)  # before the prior is built
     from kvcal.emit.judge import emit_judge
 
-    result = plan_campaigns(prior, target_width, campaigns, seed, target_regret=target_regret, judge=emit_judge)
+    result = plan_from_config(config, judge=emit_judge)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
         warn_each(result.notes)

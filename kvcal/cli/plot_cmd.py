@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from kvcal.cli.output import stdout
+from kvcal.fit_record import FIT_DEFAULTS
 
 EPILOG = """Examples:
 
@@ -28,18 +29,19 @@ def register(app: typer.Typer) -> None:
         log_x: Optional[bool] = typer.Option(None, "--log-x/--linear-x", show_default=False, help="Logarithmic or "
                                              "linear prefix-length axis; default: logarithmic when the break-even lies in "
                                              "the shortest 5% of the lengths drawn (a linear axis squeezes it into the edge)."),
-        confidence: float = typer.Option(0.9, "--confidence", help="Band level when the input must be fitted first."),
-        seed: int = typer.Option(0, "--seed", min=0, help="Bootstrap seed when the input must be fitted first."),
+        confidence: float = typer.Option(FIT_DEFAULTS.confidence, "--confidence", help="Band level when the input must be fitted first."),
+        seed: int = typer.Option(FIT_DEFAULTS.seed, "--seed", min=0, help="Bootstrap seed when the input must be fitted first."),
     ) -> None:
         """Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent.
 
         Example: kvcal plot results/my-run -o my-run.png --log-x
         """
-        from kvcal.fit.fitting import check_confidence
+        from kvcal.fit.settings import fit_settings
+
+        settings = fit_settings(confidence=confidence, seed=seed)  # also when a fit.json leaves it unused: bad is bad
         from kvcal.outputs import check_output
         from kvcal.report.plot import plot_input
 
-        check_confidence(confidence)  # also when the input is a fit.json and it goes unused: a bad flag is an error
         check_output(output, "--output", [input])
-        written = plot_input(input, output, log_x=log_x, confidence=confidence, seed=seed)
+        written = plot_input(input, output, settings, log_x=log_x)
         stdout.print(f"wrote {written}")

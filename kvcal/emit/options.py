@@ -6,8 +6,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvcal.emit.limits import DEFAULT_MARGIN, DEFAULT_RULE, RULES, validate_block_size, validate_margin  # noqa: F401 - the CLI reads it here
+from pydantic import Field, model_validator
+
+from kvcal.emit.limits import (  # noqa: F401 - the CLI reads DEFAULT_MARGIN here
+    DEFAULT_MARGIN,
+    DEFAULT_RULE,
+    RULES,
+    validate_block_size,
+    validate_margin,
+)
 from kvcal.errors import InputError
+from kvcal.flag_settings import FlagModel
 from kvcal.transports import available, transport_names
 from kvcal.transports.p2p_tier import P2pTier
 
@@ -35,8 +44,7 @@ def _check_name(flag: str, name: str | None) -> None:
         raise InputError(f"{flag} must be a non-empty name without spaces (got {name!r})")
 
 
-@dataclass(frozen=True)
-class EmitOptions:
+class EmitOptions(FlagModel):
     """Resolved ``emit-config`` settings; construction validates them (InputError on bad values).
 
     Names left ``None`` are resolved per format: from the values file when one is given,
@@ -57,16 +65,18 @@ class EmitOptions:
     prefill_profile: str | None = None
     deployment: str | None = None
     transport: str | None = None
-    p2p_port: int = P2P_PORT
-    cpu_bytes_to_use: int | None = None
+    p2p_port: int = Field(P2P_PORT, ge=1, le=65535, strict=True, description="The P2P tier's listener port.")
+    cpu_bytes_to_use: int | None = Field(None, ge=1, strict=True, description="CPU tier per engine, bytes.")
     model: str | None = None
-    chunk_size: int | None = None
+    chunk_size: int | None = Field(None, ge=1, strict=True, json_schema_extra={
+        "must": "be a positive number of tokens, e.g. 8192"}, description="Tokens per prefill chunk.")
     with_costmodel: bool = False
     allow_extrapolation: bool = False
     allow_disturbed: bool = False
     class_mix: dict[str, float] | None = None  # CLASS -> share (kvcal.emit.classes); None: the campaign's pairs
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _consistent(self) -> EmitOptions:
         if self.format not in FORMATS:
             raise InputError(f"unknown --format {self.format!r}; choose one of {', '.join(FORMATS)}")
         if self.rule not in RULES:
@@ -75,7 +85,7 @@ class EmitOptions:
             if self.rule != "upper":
                 raise InputError(f"--margin applies only to --rule upper (the {self.rule} rule has no margin); "
                                  "e.g. kvcal emit-config FIT --rule upper --margin 0.25")
-            validate_margin(self.margin)
+            validate_margin(self.margin)  # its bounds and the block size's are kvcal.emit.limits' (the rule's too)
         if self.block_size is not None:
             validate_block_size(self.block_size)
         if self.format == "helm" and self.values is None:
@@ -90,16 +100,11 @@ class EmitOptions:
         _check_name("--prefill-profile", self.prefill_profile)
         _check_name("--model", self.model)
         if self.deployment is not None and self.deployment not in DEPLOYMENTS:
-            raise InputError(f"--deployment must be p2p (the single-profile P2P guide) or pd (prefill/decode), got {self.deployment!r}")
+            raise InputError(f"--deployment must be p2p (the single-profile P2P guide) or pd (prefill/decode), "
+                             f"got {self.deployment!r}")
         if self.transport is not None:
             canonical_transport(self.transport)
-        if isinstance(self.p2p_port, bool) or not isinstance(self.p2p_port, int) or not 1 <= self.p2p_port <= 65535:
-            raise InputError(f"--p2p-port must be 1-65535 (got {self.p2p_port!r})")
-        if self.cpu_bytes_to_use is not None and (isinstance(self.cpu_bytes_to_use, bool) or self.cpu_bytes_to_use < 1):
-            raise InputError(f"--cpu-bytes-to-use must be a positive byte count (got {self.cpu_bytes_to_use!r})")
-        if self.chunk_size is not None and (isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int)
-                                            or self.chunk_size < 1):
-            raise InputError(f"--chunk-size must be a positive number of tokens, e.g. 8192 (got {self.chunk_size!r})")
+        return self
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ from kvcal.fit.bootstrap_atoms import atom_sums, reps_atoms, residual_atoms, use
 from kvcal.fit.breakeven import break_even_tokens
 from kvcal.fit.curves import MODEL_PARAMS, LegFit, f_statistic, solve_nnls, to_physical
 from kvcal.fit.modes import MeanCost
-from kvcal.fit_record import FIT_DEFAULTS
+from kvcal.fit_record import FIT_DEFAULTS, FitSettings
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,8 @@ def residual_df(fit: LegFit) -> int:
 
 
 def t_quantile(df, confidence: float):
-    """Student's t_{df}(q), q = (1 + confidence) / 2, df floored at 1 (scalar or array): what an estimated noise costs."""
+    """Student's t_{df}(q), q = (1 + confidence) / 2, df floored at 1 (scalar or array): what an estimated noise
+    costs."""
     return stats.t.ppf(0.5 * (1.0 + confidence), np.maximum(df, 1))
 
 
@@ -104,10 +105,11 @@ def t_expansion(df: int, confidence: float) -> float:
     return float(t_quantile(df, confidence) / stats.norm.ppf(0.5 * (1.0 + confidence)))
 
 
-def run_bootstrap(recompute: LegFit, pull: LegFit, *, n_resamples: int, seed: int,
-                  confidence: float = FIT_DEFAULTS.confidence, mean_cost: MeanCost | None = None) -> BootstrapResult:
+def run_bootstrap(recompute: LegFit, pull: LegFit, settings: FitSettings = FIT_DEFAULTS, *,
+                  mean_cost: MeanCost | None = None) -> BootstrapResult:
     """Resample both legs independently (separate seeded streams) and refit everything; ``pull`` is the fast curve
     and ``mean_cost`` its mean-cost scale when slow pulls were seen (module docstring)."""
+    seed, n_resamples, confidence = settings.seed, settings.n_resamples, settings.confidence
     streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]  # the first two as spawn(2)
     refits: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     methods: dict[str, str] = {}

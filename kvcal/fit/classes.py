@@ -21,7 +21,7 @@ from kvcal.errors import KvcalError
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.sessions import session_cost
 from kvcal.fit.tables import load_class_table
-from kvcal.fit_record import ClassFit, FitResult
+from kvcal.fit_record import ClassFit, FitResult, FitSettings
 from kvcal.records import ProbeRecord
 from kvcal.records_links import ClassDifference
 from kvcal.runfolder import RunFolder, run_folders_in
@@ -29,8 +29,7 @@ from kvcal.runfolder import RunFolder, run_folders_in
 TEST_NAME = "F test: one affine pull curve for every class against one per class (relative residuals)"
 
 
-def with_links(result: FitResult, folder: Path, *, busy_queue_threshold: int | None, n_resamples: int,
-               seed: int) -> FitResult:
+def with_links(result: FitResult, folder: Path, settings: FitSettings, *, busy_queue_threshold: int | None) -> FitResult:
     """``result`` (the run's pooled fit) with its session cost and, for two classes or more, each class's fit
     (``folder``: a run folder, or a folder of run folders, one a pair)."""
     records = [r for path in run_folders_in(folder) for r in RunFolder(path).read_probes()]
@@ -41,8 +40,7 @@ def with_links(result: FitResult, folder: Path, *, busy_queue_threshold: int | N
         for name in names:
             try:
                 table = load_class_table(folder, name)
-                fit = fit_table(table, confidence=result.confidence, seed=seed, n_resamples=n_resamples,
-                                busy_queue_threshold=busy_queue_threshold)
+                fit = fit_table(table, settings, busy_queue_threshold=busy_queue_threshold)
             except KvcalError as err:
                 raise type(err)(f"link class {name}: {err}") from None
             fits[name] = class_fit(fit, [r for r in records if r.link_class == name], _pairs_of(folder, name))

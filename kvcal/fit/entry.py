@@ -13,7 +13,7 @@ import numpy as np
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.io import default_output, write_fit
-from kvcal.fit_record import FIT_DEFAULTS, CurveFit, FitResult
+from kvcal.fit_record import FIT_DEFAULTS, CurveFit, FitResult, FitSettings
 from kvcal.records import RunSetup
 
 __all__ = ["curve_ms", "fit_and_write", "fit_input", "load_or_fit"]
@@ -24,27 +24,24 @@ def curve_ms(curve: CurveFit, n: Any) -> np.ndarray:
     return cost_ms(curve.coefficients, n)
 
 
-def fit_input(path: str | Path, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples,
-              supplied: RunSetup | None = None, busy_queue_threshold: int | None = None) -> FitResult:
+def fit_input(path: str | Path, settings: FitSettings = FIT_DEFAULTS, *, supplied: RunSetup | None = None,
+              busy_queue_threshold: int | None = None) -> FitResult:
     """Fit the probes of any input now (a fit.json's own probes, when they can be found).
 
     A loaded run also yields the router's cost model, busy classified against
     ``busy_queue_threshold`` (default: the run's).
     """
     source = load_fit_input(path, supplied=supplied, stored_fit=False)
-    return source.fresh_fit(confidence=confidence, seed=seed, n_resamples=n_resamples,
-                            busy_queue_threshold=busy_queue_threshold)
+    return source.fresh_fit(settings, busy_queue_threshold=busy_queue_threshold)
 
 
-def load_or_fit(path: str | Path, **kw: Any) -> FitResult:
+def load_or_fit(path: str | Path, settings: FitSettings = FIT_DEFAULTS) -> FitResult:
     """An input's existing fit (a fit.json, a run folder's fit.json), else a fit of its probes made now."""
-    return load_fit_input(path, probes=False).fitted(**kw)
+    return load_fit_input(path, probes=False).fitted(settings)
 
 
-def fit_and_write(path: str | Path, output: str | Path | None = None, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed,
-                  n_resamples: int = FIT_DEFAULTS.n_resamples, supplied: RunSetup | None = None,
-                  busy_queue_threshold: int | None = None) -> tuple[FitResult, Path]:
+def fit_and_write(path: str | Path, output: str | Path | None = None, settings: FitSettings = FIT_DEFAULTS, *,
+                  supplied: RunSetup | None = None, busy_queue_threshold: int | None = None) -> tuple[FitResult, Path]:
     """What ``kvcal fit`` does: fit the input and write fit.json (``output`` or :func:`default_output`)."""
-    result = fit_input(path, confidence=confidence, seed=seed, n_resamples=n_resamples, supplied=supplied,
-                       busy_queue_threshold=busy_queue_threshold)
+    result = fit_input(path, settings, supplied=supplied, busy_queue_threshold=busy_queue_threshold)
     return result, write_fit(result, output or default_output(path))

@@ -7,6 +7,7 @@ naming the row); the time order of a CSV (``order`` or ``started_at``) becomes e
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,18 @@ from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS
 LEGS = ("recompute", "pull")  # the leg column's values
 TIME_COLUMNS = ("order", "started_at")  # time order: an integer rank, or a start time (ISO 8601 or epoch seconds)
 MAX_INT, MAX_MS = 2**53, MAX_TTFT_MS  # far above any real count or TTFT, far below overflow; one rule with kvcal.records
+
+
+@dataclass(frozen=True)
+class ParsedRows:
+    """What a probe file's reader found: rows with kvcal.fit.tables.COLUMNS' keys, and what it noted on the way."""
+
+    rows: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    n_invalid_excluded: int = 0
+    order_source: str | None = None  # the column that gave the time order (a CSV's order or started_at)
+    verdict: str | None = None  # the llm-d recipe's NO CROSSOVER line
+    n_repeated: int = 0  # repeated lines dropped by the reader (the table collapses repeated rows itself)
 
 
 def time_order(path: Path, frame: pd.DataFrame, rows: list[dict[str, Any]]) -> str | None:

@@ -8,7 +8,8 @@ import math
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import residual_df, run_bootstrap
 from kvcal.fit.breakeven import break_even_tokens
-from kvcal.fit.costmodel import fit_cost_model, idle_curves
+from kvcal.fit.costmodel import fit_cost_model
+from kvcal.fit.costmodel_inputs import idle_curves
 from kvcal.fit.curves import LegData, LegFit, fit_leg
 from kvcal.fit.drift import describe as describe_trend
 from kvcal.fit.drift import time_trends
@@ -18,7 +19,7 @@ from kvcal.fit.modes import PullCost, describe_unresolved, pull_cost, too_few_pr
 from kvcal.fit.modes import describe as describe_mode
 from kvcal.fit.result import build_result
 from kvcal.fit.tables import ProbeTable
-from kvcal.fit_record import FIT_DEFAULTS, FitResult
+from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings
 
 log = logging.getLogger(__name__)
 
@@ -26,18 +27,19 @@ RECOMPUTE_MODELS = ("affine", "quadratic")
 PULL_MODELS = ("affine",)
 
 
-def fit_table(table: ProbeTable, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples,
+def fit_table(table: ProbeTable, settings: FitSettings = FIT_DEFAULTS, *,
               busy_queue_threshold: int | None = None) -> FitResult:
-    """Fit both legs, find the break-even and bootstrap its interval at ``confidence``.
+    """Fit both legs, find the break-even and bootstrap its interval at ``settings.confidence``.
 
-    A loaded run's table also yields the router's cost model (``cost_model``), with busy
-    classified against ``busy_queue_threshold`` (default: the run's).
+    ``settings`` was checked against its declared bounds when it was built. A loaded run's table
+    also yields the router's cost model (``cost_model``), with busy classified against
+    ``busy_queue_threshold`` (default: the run's).
     """
-    _check_settings(confidence, seed, n_resamples)
+    n_resamples = settings.n_resamples
     table, n_warmup, warmup_note = exclude_warmup(table)
     legs = _leg_data(table)
     recompute = fit_leg(legs["recompute"], RECOMPUTE_MODELS)
-    paid = pull_cost(recompute, fit_leg(legs["pull"], PULL_MODELS), legs["pull"], PULL_MODELS, confidence)
+    paid = pull_cost(recompute, fit_leg(legs["pull"], PULL_MODELS), legs["pull"], PULL_MODELS, settings)
     pull = paid.curve
     notes: list[str] = [note for note in (warmup_note, too_few_probes(legs)) if note]
     notes += [describe_mode(m) for m in paid.modes]
@@ -53,10 +55,8 @@ def fit_table(table: ProbeTable, *, confidence: float = FIT_DEFAULTS.confidence,
             notes.append(f"{', '.join(starved)}: as many coefficients as probes, so no interval can be estimated; "
                          "add reps or lengths")
         else:
-            boot = run_bootstrap(recompute, paid.fast, n_resamples=n_resamples, seed=seed, confidence=confidence,
-                                 mean_cost=paid.mean)
-    result = build_result(table, recompute, pull, boot, confidence=confidence, seed=seed, n_resamples=n_resamples,
-                          notes=notes)
+            boot = run_bootstrap(recompute, paid.fast, settings, mean_cost=paid.mean)
+    result = build_result(table, recompute, pull, boot, settings, notes=notes)
     result = annotate(result, table, recompute, pull, n_warmup)
     result = result.model_copy(update={"slow_modes": paid.modes, "fast_break_even_tokens": _fast_break_even(recompute, paid),
                                        "unresolved_slow": paid.unresolved, "time_trends": trends,
@@ -66,7 +66,7 @@ def fit_table(table: ProbeTable, *, confidence: float = FIT_DEFAULTS.confidence,
                                                                          medians=table.origin.kind == "llmd-table")})
     if table.loaded is not None:
         cost = fit_cost_model(table.loaded, idle_curves(result), threshold=busy_queue_threshold or table.loaded.threshold,
-                              confidence=confidence, seed=seed, n_resamples=n_resamples)
+                              settings=settings)
         result = result.model_copy(update={"cost_model": cost})
     log.info("fit %s: %s at %s tokens", table.origin.path, result.status, result.break_even_tokens)
     return result
@@ -78,24 +78,6 @@ def _fast_break_even(recompute: LegFit, paid: PullCost) -> float | None:
         return None
     fast = float(break_even_tokens(recompute.chosen_fit.coef, paid.fast.chosen_fit.coef))
     return round(fast, 1) if math.isfinite(fast) else None
-
-
-MAX_RESAMPLES = 1_000_000  # a percentile interval settles long before; past it the bootstrap's memory is tens of GB
-
-
-def check_confidence(confidence: float) -> None:
-    if not 0.0 < confidence < 1.0:
-        raise InputError(f"--confidence must lie between 0 and 1 (exclusive), got {confidence}")
-
-
-def _check_settings(confidence: float, seed: int, n_resamples: int) -> None:
-    check_confidence(confidence)
-    if seed < 0:
-        raise InputError(f"--seed must be non-negative, got {seed}")
-    if not 0 <= n_resamples <= MAX_RESAMPLES:
-        raise InputError(f"the number of resamples must lie within 0-{MAX_RESAMPLES:,}, got {n_resamples}")
-    if 0 < n_resamples < 100:
-        raise InputError(f"{n_resamples} resamples are too few for a {confidence:.0%} interval; use at least 100")
 
 
 def _leg_data(table: ProbeTable) -> dict[str, LegData]:

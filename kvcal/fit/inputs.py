@@ -24,11 +24,10 @@ from kvcal.fit.classes import with_links
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
-from kvcal.fit_record import FIT_DEFAULTS, FitResult, load_fit
+from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings, load_fit
 from kvcal.records import RunSetup
 from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, run_folders_in
-from kvcal.transports import transport_names
 from kvcal.userfiles import check_input
 
 log = logging.getLogger(__name__)
@@ -44,31 +43,19 @@ class FitInput:
     fit: FitResult | None = None
     manifest: RunManifest | None = None
 
-    def fitted(self, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples) -> FitResult:
+    def fitted(self, settings: FitSettings = FIT_DEFAULTS) -> FitResult:
         """The existing fit, else a fit of the probes made now."""
-        return self.fit if self.fit is not None else self.fresh_fit(confidence=confidence, seed=seed, n_resamples=n_resamples)
+        return self.fit if self.fit is not None else self.fresh_fit(settings)
 
-    def fresh_fit(self, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples,
-                  busy_queue_threshold: int | None = None) -> FitResult:
+    def fresh_fit(self, settings: FitSettings = FIT_DEFAULTS, *, busy_queue_threshold: int | None = None) -> FitResult:
         """A fit of the probes made now (``kvcal fit``); InputError when no probes were found."""
         if self.table is None:
             raise InputError(f"{self.path}: no probes to fit (give a run folder, a probe CSV or an llm-d Job log)")
-        result = fit_table(self.table, confidence=confidence, seed=seed, n_resamples=n_resamples,
-                           busy_queue_threshold=busy_queue_threshold)
+        result = fit_table(self.table, settings, busy_queue_threshold=busy_queue_threshold)
         origin = self.table.origin
         if self.manifest is None or origin.kind != "run-folder" or origin.path is None:
             return result
-        return with_links(result, Path(origin.path), busy_queue_threshold=busy_queue_threshold,
-                          n_resamples=n_resamples, seed=seed)
-
-
-def supplied_setup(*, model: str | None = None, transport: str | None = None, block_size: int | None = None) -> RunSetup:
-    """The setup facts a command's flags give for a probe table (which records none); checked here."""
-    if transport is not None and transport not in transport_names():
-        raise InputError(f"--transport must be one of {', '.join(transport_names())} (got {transport!r})")
-    if block_size is not None and block_size <= 0:
-        raise InputError(f"--block-size must be a positive number of tokens (got {block_size})")
-    return RunSetup(model=model, transport=transport, block_size=block_size)
+        return with_links(result, Path(origin.path), settings, busy_queue_threshold=busy_queue_threshold)
 
 
 def load_fit_input(path: str | Path, *, supplied: RunSetup | None = None, probes: bool = True,

@@ -52,7 +52,7 @@ from scipy import stats
 
 from kvcal.cost_curve import cost_ms
 from kvcal.fit.curves import DOWNWEIGHT_REPORT_BELOW, LegData, LegFit, fit_leg, weighted_fit
-from kvcal.fit_record import FIT_DEFAULTS, SlowMode
+from kvcal.fit_record import FIT_DEFAULTS, FitSettings, SlowMode
 
 MIN_PROBES = 10  # below, a split of normal noise into two clusters passes the tests below by chance
 MIN_SEPARATION_SD = 5.0
@@ -160,10 +160,11 @@ class PullCost:
 
 
 def pull_cost(recompute: LegFit, pull: LegFit, pull_data: LegData, models: tuple[str, ...],
-              confidence: float = FIT_DEFAULTS.confidence) -> PullCost:
-    """Each leg's mode; a pull with one refitted on its fast path (slow probes divided by the ratio) with its
-    mean-cost scale; else the slow pulls the robust fit set aside, when there are any (unresolved)."""
-    found = [hit for hit in (detect(recompute, confidence), detect(pull, confidence)) if hit is not None]
+              settings: FitSettings = FIT_DEFAULTS) -> PullCost:
+    """Each leg's mode (told apart at the fit's confidence); a pull with one refitted on its fast path (slow probes
+    divided by the ratio) with its mean-cost scale; else the slow pulls the robust fit set aside, when there are
+    any (unresolved)."""
+    found = [hit for hit in (detect(recompute, settings.confidence), detect(pull, settings.confidence)) if hit]
     modes = [mode for mode, _ in found]
     for mode, slow_idx in found:
         if mode.mean_fitted:
@@ -182,7 +183,8 @@ def _set_aside(fit: LegFit) -> tuple[np.ndarray, np.ndarray, float]:
     """The slow probes the robust fit set aside (weight < 1/4, above the curve) when they lie beyond the fast
     noise: k of n that far out has p < ``TAIL_ALPHA`` under the other probes' noise (sd from them, Student t),
     as in the mode test's (b). Without it a MAD that came out small by chance set aside a clean probe 3.2 sd
-    above the curve (1 of 40 clean 6 x 3 campaigns). Returns (indices, their log ratios to the fast curve, the noise sd)."""
+    above the curve (1 of 40 clean 6 x 3 campaigns). Returns (indices, their log ratios to the fast curve, the
+    noise sd)."""
     data = fit.data
     e = np.log(data.ttft_ms / cost_ms(fit.chosen_fit.coef, data.n_tokens))
     aside = np.flatnonzero((fit.weights < DOWNWEIGHT_REPORT_BELOW) & (e > 0))

@@ -42,9 +42,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvcal.errors import InputError
-from kvcal.fit.costmodel import LoadedProbes, fit_cost_model, idle_curves
+from kvcal.fit.costmodel import fit_cost_model
+from kvcal.fit.costmodel_inputs import LoadedProbes, idle_curves
 from kvcal.fit.entry import load_or_fit
-from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSource
+from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings, FitSource
 from kvcal.records import MAX_TOKENS
 
 log = logging.getLogger(__name__)
@@ -297,8 +298,8 @@ def join(requests: list[RequestTiming], decisions: dict[str, Decision], n_skippe
     return data, stats
 
 
-def fit_observational(per_request: list[Path], epp_log: Path, idle: Path, *, threshold: int = 1,
-                      confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed, n_resamples: int = FIT_DEFAULTS.n_resamples) -> FitResult:
+def fit_observational(per_request: list[Path], epp_log: Path, idle: Path, settings: FitSettings = FIT_DEFAULTS, *,
+                      threshold: int = 1) -> FitResult:
     """The idle fit of ``idle`` with ``cost_model`` fitted to the joined production requests."""
     if not per_request:
         raise InputError("--epp-log needs at least one --per-request FILE")
@@ -310,9 +311,8 @@ def fit_observational(per_request: list[Path], epp_log: Path, idle: Path, *, thr
         skipped.update(read.skipped)
     decisions = parse_epp_log(epp_log)
     data, stats = join(requests, decisions, sum(skipped.values()))
-    idle_fit = load_or_fit(idle, confidence=confidence, seed=seed, n_resamples=n_resamples)
-    cost = fit_cost_model(data, idle_curves(idle_fit), threshold=threshold, confidence=confidence, seed=seed,
-                          n_resamples=n_resamples)
+    idle_fit = load_or_fit(idle, settings)
+    cost = fit_cost_model(data, idle_curves(idle_fit), threshold=threshold, settings=settings)
     notes = []
     if stats.n_unmatched:
         notes.append(f"{stats.n_unmatched} of {stats.n_requests} requests had no p2p decision and were left out")

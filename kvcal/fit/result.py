@@ -19,7 +19,7 @@ from kvcal.fit.bootstrap import BootstrapResult
 from kvcal.fit.breakeven import STATUSES, break_even_tokens, classify, classify_many, interval, status_warning
 from kvcal.fit.curves import LegFit
 from kvcal.fit.tables import ProbeTable
-from kvcal.fit_record import BootstrapSummary, CurveFit, FitResult
+from kvcal.fit_record import BootstrapSummary, CurveFit, FitResult, FitSettings
 
 MEASURED_DISAGREE_MIN = 0.05  # a fitted winner contradicting the medians is reported when they differ by > 5%
 
@@ -31,8 +31,8 @@ def sig6(value: float | None) -> float | None:
     return float(f"{value:.6g}")
 
 
-def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: BootstrapResult | None, *,
-                 confidence: float, seed: int, n_resamples: int, notes: list[str]) -> FitResult:
+def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: BootstrapResult | None,
+                 settings: FitSettings, *, notes: list[str]) -> FitResult:
     """The FitResult for one campaign (``boot`` None when no interval could be computed)."""
     n_min, n_max = min(table.lengths), max(table.lengths)
     point = float(break_even_tokens(recompute.chosen_fit.coef, pull.chosen_fit.coef))
@@ -44,6 +44,38 @@ def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: Boots
     warnings += _disagreements(table, recompute, pull)
     warnings += _downweight_notes(recompute) + _downweight_notes(pull)
 
+    ci, boot_summary, coef_ci = _interval_summary(boot, recompute, pull, point, (n_min, n_max), settings, warnings)
+
+    return FitResult(
+        status=status,
+        break_even_tokens=round(point, 1) if math.isfinite(point) else None,
+        break_even_ci=ci,
+        confidence=settings.confidence,
+        extrapolated=extrapolated,
+        measured_range=[int(n_min), int(n_max)],
+        recompute=_curve(recompute, coef_ci["recompute"]),
+        pull=_curve(pull, coef_ci["pull"]),
+        block_size=table.block_size,
+        warnings=warnings,
+        n_probes=len(table.probes),
+        n_invalid_excluded=table.n_invalid_excluded,
+        smallest_pull_win_tokens=smallest_pull_win(table),
+        pull_bandwidth_gbps=pull_bandwidth_gbps(table),
+        pulls_by_proof=dict(table.pulls_by_proof),
+        bootstrap=BootstrapSummary(**boot_summary),
+        setup=table.setup,
+        source=table.origin,
+        kvcal_version=__version__,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def _interval_summary(boot: BootstrapResult | None, recompute: LegFit, pull: LegFit, point: float,
+                      measured: tuple[int, int], settings: FitSettings, warnings: list[str]
+                      ) -> tuple[list[float] | None, dict[str, Any], dict[str, dict[str, list[float | None]]]]:
+    """The break-even's interval, the bootstrap's summary and each coefficient's interval; adds to ``warnings``."""
+    confidence, seed, n_resamples = settings.confidence, settings.seed, settings.n_resamples
+    n_min, n_max = measured
     ci: list[float] | None = None
     boot_summary: dict[str, Any] = {"n_resamples": 0, "seed": seed}
     coef_ci: dict[str, dict[str, list[float | None]]] = {"recompute": {}, "pull": {}}
@@ -83,29 +115,7 @@ def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: Boots
         if "residual" in boot.methods.values():
             warnings.append("some lengths have a single probe: intervals come from the residuals of a few points "
                             "and are rough; sweep with --reps 3 or more")
-
-    return FitResult(
-        status=status,
-        break_even_tokens=round(point, 1) if math.isfinite(point) else None,
-        break_even_ci=ci,
-        confidence=confidence,
-        extrapolated=extrapolated,
-        measured_range=[int(n_min), int(n_max)],
-        recompute=_curve(recompute, coef_ci["recompute"]),
-        pull=_curve(pull, coef_ci["pull"]),
-        block_size=table.block_size,
-        warnings=warnings,
-        n_probes=len(table.probes),
-        n_invalid_excluded=table.n_invalid_excluded,
-        smallest_pull_win_tokens=smallest_pull_win(table),
-        pull_bandwidth_gbps=pull_bandwidth_gbps(table),
-        pulls_by_proof=dict(table.pulls_by_proof),
-        bootstrap=BootstrapSummary(**boot_summary),
-        setup=table.setup,
-        source=table.origin,
-        kvcal_version=__version__,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
+    return ci, boot_summary, coef_ci
 
 
 def _curve(fit: LegFit, ci: dict[str, list[float | None]]) -> CurveFit:

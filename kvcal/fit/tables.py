@@ -6,39 +6,31 @@ Three inputs are accepted and detected by shape, not by file name:
   ``kvcal sweep`` writes it), read through :class:`kvcal.runfolder.RunFolder`; probes
   marked invalid are excluded and counted; when one probe id has several attempts,
   its valid attempt counts; a torn last line is skipped with a warning;
-* a **probe CSV** in the interchange format: a header row with ``prefix_tokens``
-  (int), ``leg`` (``recompute``|``pull``), ``ttft_ms`` (float) and optionally
-  ``rep`` (int), ``bytes_moved`` (int), ``valid`` (bool; rows with false are
-  excluded and counted) and the time order, ``order`` (an integer rank in time) or
-  ``started_at`` (ISO 8601, or epoch seconds), in every row or none; one row per probe;
-* the **llm-d calibration Job table** (its log): rows ``tokens recompute_ms pull_ms
-  [delta[%]] [pulled_MB]`` of 5-rep medians, one per length; header and ``kubectl logs
-  --timestamps`` stamps optional; a line not starting with an integer is chatter and
-  skipped, one that does must parse in full.
+* a **probe CSV** in the interchange format, one row per probe, read by :mod:`kvcal.fit.probe_csv`;
+* the **llm-d calibration Job table** (its log), one row of 5-rep medians a length, read by
+  :mod:`kvcal.fit.llmd_table`.
 
 A user's mistake raises :class:`~kvcal.errors.InputError` naming the file and line or row.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import math
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from kvcal.disturbance_bounds import resource_of, summarise
 from kvcal.errors import InputError
-from kvcal.fit.costmodel import LoadedProbes, split_loaded
-from kvcal.fit.fields import MAX_INT, int_field, leg_field, parse_number, time_field, time_order
+from kvcal.fit.costmodel_inputs import LoadedProbes, split_loaded
+from kvcal.fit.fields import ParsedRows
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
-from kvcal.fit.recipe import check_verdict, unstamped
+from kvcal.fit.llmd_table import TABLE_HEADER, looks_like_row, read_llmd_table
+from kvcal.fit.probe_csv import read_probe_csv
+from kvcal.fit.recipe import unstamped
 from kvcal.fit.run_records import run_records, start_times
 from kvcal.fit_record import FitSource, HostDisturbance
 from kvcal.records import Leg, ProbeRecord, RunSetup
@@ -48,13 +40,7 @@ from kvcal.userfiles import read_text
 log = logging.getLogger(__name__)
 
 COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "order"]
-CSV_REQUIRED = ("prefix_tokens", "leg", "ttft_ms")
-CSV_OPTIONAL = ("rep", "bytes_moved", "valid", "order", "started_at")
 LEGS = (Leg.RECOMPUTE.value, Leg.PULL.value)
-MB = 1_000_000  # the llm-d Job divides byte deltas by 1e6 for its pulled_MB column
-
-_TABLE_HEADER = re.compile(r"^\s*tokens\s+recompute_ms\s+pull_ms\b", re.IGNORECASE)
-_INT = re.compile(r"^[+]?\d+$")
 
 
 @dataclass(frozen=True)
@@ -123,9 +109,9 @@ def load_probe_table(path: str | Path) -> ProbeTable:
         raise InputError(f"{p}: file is empty")
     first = next(line for line in text.splitlines() if line.strip())
     if "," in first and "prefix_tokens" in first:
-        return _load_csv(p, text)
-    if any(_TABLE_HEADER.match(unstamped(line)) or _looks_like_row(line) for line in text.splitlines()):
-        return _load_llmd_table(p, text)
+        return _table_of(read_probe_csv(p, text), FitSource(path=str(p), kind="probe-csv"))
+    if any(TABLE_HEADER.match(unstamped(line)) or looks_like_row(line) for line in text.splitlines()):
+        return _table_of(read_llmd_table(p, text), FitSource(path=str(p), kind="llmd-table"))
     raise InputError(
         f"{p}: unrecognised format (expected a run folder, a CSV with a prefix_tokens,leg,ttft_ms header, "
         "or the llm-d calibration table 'tokens recompute_ms pull_ms delta pulled_MB')"
@@ -135,7 +121,8 @@ def load_probe_table(path: str | Path) -> ProbeTable:
 def from_rows(rows: list[dict[str, Any]], *, setup: RunSetup | None = None, origin: FitSource | None = None,
               n_invalid_excluded: int = 0, warnings: list[str] | None = None, verdict: str | None = None,
               host: HostDisturbance | None = None) -> ProbeTable:
-    """Build a table from dicts with the COLUMNS keys (rep, bytes_moved and order may be missing); duplicates collapse."""
+    """Build a table from dicts with the COLUMNS keys (rep, bytes_moved and order may be missing); duplicates
+    collapse."""
     rows, n_duplicates = collapse_duplicates(rows)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame = _normalise(frame)
@@ -197,133 +184,11 @@ def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
                    order_source="started_at" if when else None)
 
 
-# --- probe CSV --------------------------------------------------------------------------------
-
-
-def _load_csv(path: Path, text: str) -> ProbeTable:
-    reader = csv.reader(io.StringIO(text))
-    header = [h.strip() for h in next(reader)]
-    seen: set[str] = set()
-    for name in header:
-        if name in seen:
-            raise InputError(f"{path}: duplicate column '{name}' in the header")
-        seen.add(name)
-    missing = [c for c in CSV_REQUIRED if c not in header]
-    if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)} (need prefix_tokens, leg, ttft_ms)")
-    for number, row in enumerate(reader, start=2):
-        if row and len(row) != len(header):
-            raise InputError(f"{path} row {number}: {len(row)} fields, the header has {len(header)}")
-    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)  # rows checked above
-    frame.columns = header
-    extra = [c for c in header if c not in CSV_REQUIRED + CSV_OPTIONAL]
-    notes = [f"ignored unknown column(s): {', '.join(extra)}"] if extra else []
-    repeated_header = (frame["prefix_tokens"].str.strip() == "prefix_tokens").to_numpy()
-    if repeated_header.any():  # files concatenated with their headers: the rows below are checked as duplicates
-        frame = frame[~repeated_header]
-    if frame.empty:
-        raise InputError(f"{path}: header only, no probe rows")
-    n_invalid = 0
-    if "valid" in frame.columns:
-        flags = frame["valid"].str.strip().str.lower()
-        bad = ~flags.isin(["true", "false", "1", "0", "yes", "no"])
-        if bad.any():
-            line = int(np.argmax(bad.to_numpy())) + 2
-            raise InputError(f"{path} row {line}: valid must be true or false, got '{frame['valid'].iloc[line - 2]}'")
-        keep = flags.isin(["true", "1", "yes"]).to_numpy()
-        n_invalid = int((~keep).sum())
-        frame = frame[keep]
-        if frame.empty:
-            raise InputError(f"{path}: no valid probes ({n_invalid} invalid excluded)")
-    rows = []
-    # Plain column lists, not iterrows: a Series per row was most of a million-row table's load time.
-    blank = [""] * len(frame)
-    columns = [frame[c].tolist() if c in frame.columns else blank
-               for c in ("prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved")]
-    for index, tokens, leg, ttft, rep, moved in zip(frame.index.tolist(), *columns):
-        where = f"{path} row {int(index) + 2}"  # the header is row 1
-        rep, moved = rep.strip(), moved.strip()
-        rows.append({
-            "prefix_tokens": int_field(tokens, "prefix_tokens", where, positive=True),
-            "leg": leg_field(leg, where),
-            "ttft_ms": time_field(ttft, "ttft_ms", where),
-            "rep": int_field(rep, "rep", where) if rep else None,
-            "bytes_moved": int_field(moved, "bytes_moved", where) if moved else None,
-        })
-    source = time_order(path, frame, rows)
-    if n_invalid:
-        notes.append(f"{n_invalid} row(s) with valid=false excluded")
-    table = from_rows(rows, origin=FitSource(path=str(path), kind="probe-csv"), n_invalid_excluded=n_invalid, warnings=notes)
-    return replace(table, order_source=source)
-
-
-# --- llm-d Job table --------------------------------------------------------------------------
-
-
-def _looks_like_row(line: str) -> bool:
-    fields = unstamped(line).split()
-    return len(fields) >= 3 and bool(_INT.match(fields[0]))
-
-
-def _load_llmd_table(path: Path, text: str) -> ProbeTable:
-    verdict = check_verdict(path, text)  # the recipe's failure lines refuse the log before any row is read
-    rows: list[dict[str, Any]] = []
-    headers = 0
-    notes: list[str] = []
-    seen_lines: set[tuple[str, ...]] = set()
-    n_zero = n_repeated = 0
-    for number, line in enumerate(text.splitlines(), start=1):
-        line = unstamped(line)
-        if _TABLE_HEADER.match(line):
-            headers += 1
-            if headers > 1 and not rows:
-                continue
-            if headers > 1:
-                raise InputError(f"{path} line {number}: a second table header (two runs in one file? split them)")
-            continue
-        fields = line.split()
-        if not fields or not _INT.match(fields[0]):
-            continue  # log chatter: src=..., mesh warm: ..., MIN_CACHED_TOKEN_DELTA=...
-        where = f"{path} line {number}"
-        if not 3 <= len(fields) <= 5:
-            raise InputError(f"{where}: expected 'tokens recompute_ms pull_ms [delta%] [pulled_MB]', got {len(fields)} fields")
-        tokens = int_field(fields[0], "tokens", where, positive=True)
-        recompute = time_field(fields[1], "recompute_ms", where)
-        pull = time_field(fields[2], "pull_ms", where)
-        if len(fields) >= 4:
-            delta = parse_number(fields[3].rstrip("%"), "delta", where)
-            expected = 100.0 * (pull - recompute) / recompute
-            if abs(delta - expected) > 1.0:
-                notes.append(f"line {number}: delta {delta:+.1f}% disagrees with the times ({expected:+.1f}%): columns swapped?")
-        moved = None
-        if len(fields) == 5:
-            megabytes = parse_number(fields[4], "pulled_MB", where)
-            if megabytes < 0 or megabytes * MB > MAX_INT:
-                raise InputError(f"{where}: pulled_MB must be non-negative and plausible, got {fields[4]}")
-            moved = int(round(megabytes * MB))
-        if moved == 0:
-            n_zero += 1  # the recipe counts a length only when its pulls moved bytes: this row timed recompute twice
-            continue
-        if tuple(fields) in seen_lines:
-            n_repeated += 1
-            continue
-        seen_lines.add(tuple(fields))
-        rep = sum(1 for r in rows if r["prefix_tokens"] == tokens and r["leg"] == "recompute")
-        rows.append({"prefix_tokens": tokens, "leg": "recompute", "ttft_ms": recompute, "rep": rep, "bytes_moved": None})
-        rows.append({"prefix_tokens": tokens, "leg": "pull", "ttft_ms": pull, "rep": rep, "bytes_moved": moved})
-    if n_zero:
-        notes.append(f"{n_zero} row(s) whose pulls moved 0 MB excluded as non-pulls (they timed recompute against "
-                     "recompute; the recipe counts them out too): check the P2P tier and PYTHONHASHSEED")
-    if n_repeated:
-        notes.append(duplicate_warning(n_repeated))
-    if not rows:
-        raise InputError(f"{path}: the llm-d table has a header but no rows" if not n_zero else
-                         f"{path}: every row of the llm-d table moved 0 MB: no pull fired; check the P2P tier")
-    if verdict:
-        notes.append(f"the recipe reported: {verdict}")
-    table = from_rows(rows, origin=FitSource(path=str(path), kind="llmd-table"), warnings=notes, n_invalid_excluded=n_zero,
-                      verdict=verdict)
-    return replace(table, n_duplicates=table.n_duplicates + n_repeated)
+def _table_of(parsed: ParsedRows, origin: FitSource) -> ProbeTable:
+    """A probe file's rows as a table: its duplicates collapsed, its notes, counts and time order's source kept."""
+    table = from_rows(parsed.rows, origin=origin, n_invalid_excluded=parsed.n_invalid_excluded,
+                      warnings=parsed.notes, verdict=parsed.verdict)
+    return replace(table, order_source=parsed.order_source, n_duplicates=table.n_duplicates + parsed.n_repeated)
 
 
 # --- shared -----------------------------------------------------------------------------------

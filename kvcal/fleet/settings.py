@@ -1,7 +1,7 @@
 """``kvcal fleet``'s settings: every flag declared once here with its bounds, checked before any work.
 
-A value out of bounds is one InputError naming the flag (exit 2), before the fit is read
-or a run starts: a threshold of 10^400 tokens or a million seeds is refused here, not
+A value out of bounds is one InputError naming the flag (exit 2, :class:`kvcal.flag_settings.FlagModel`),
+before the fit is read or a run starts: a threshold of 10^400 tokens or a million seeds is refused here, not
 after a simulation. ``max_simulated_requests`` is the cap on the study's size
 (:mod:`kvcal.fleet.size`): a bigger study is refused unless the flag raises it.
 """
@@ -9,25 +9,23 @@ after a simulation. ``max_simulated_requests`` is the cap on the study's size
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, field_validator
 
 from kvcal.errors import InputError
+from kvcal.flag_settings import FlagModel
 from kvcal.fleet.help_facts import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_PODS  # declared there for --help
 from kvcal.fleet.parallel import MAX_JOBS, Executor, default_jobs
 
 MAX_RATE = 1e5  # sessions per second, as the workload file's arrival.rate
 MAX_THRESHOLD_TOKENS = 10**7  # as the workload's longest system prompt: no prompt reaches further
-FLAGS = {"pods": "--pods", "thresholds": "--thresholds", "rate": "--rate", "loads": "--loads",
-         "duration_s": "--duration", "seeds": "--seeds", "resamples": "--resamples",
-         "max_simulated_requests": "--max-simulated-requests", "jobs": "--jobs", "ray_address": "--ray"}
 
-
-class FleetConfig(BaseModel):
+class FleetConfig(FlagModel):
     """One ``kvcal fleet`` study: the files, the fleet's size, the policies tried and how many runs each."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    FLAGS: ClassVar[dict[str, str]] = {"duration_s": "--duration", "ray_address": "--ray"}  # the others are --field-name
 
     fit_path: Path
     workload_path: Path
@@ -44,6 +42,14 @@ class FleetConfig(BaseModel):
                                         description="The most requests the whole study may simulate.")
     jobs: int | None = Field(None, ge=1, le=MAX_JOBS, description="Worker processes (None: the cores kvcal may use).")
     ray_address: str | None = Field(None, min_length=1, description="Run as Ray tasks: auto, local or an address.")
+    plot: Path | None = Field(None, description="Where the plot goes; .png or .svg (the format is the extension).")
+
+    @field_validator("plot")
+    @classmethod
+    def _plot_format(cls, plot: Path | None) -> Path | None:
+        if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
+            raise InputError(f"--plot {plot}: the format is chosen by the extension; use .png or .svg")
+        return plot
 
     def executor(self) -> Executor:
         """Where the study's runs execute (kvcal.fleet.parallel); checked (bounds, Ray importable) before work."""
@@ -58,22 +64,3 @@ class FleetConfig(BaseModel):
             return kept, None
         repeated = sorted({t for t in self.thresholds if self.thresholds.count(t) > 1})
         return kept, f"--thresholds repeated {', '.join(map(str, repeated))}: each is simulated once"
-
-
-def make_config(**values) -> FleetConfig:
-    """A FleetConfig from the flags' values; a bad one is one InputError naming its flag."""
-    try:
-        return FleetConfig(**values)
-    except ValidationError as err:
-        first = err.errors()[0]
-        name = str(first["loc"][0]) if first.get("loc") else ""
-        flag = FLAGS.get(name, name)
-        got = first.get("input")
-        shown = _short(got) if isinstance(got, (int, float)) and not isinstance(got, bool) else repr(got)[:60]
-        raise InputError(f"{flag}: {first['msg'].lower()}, got {shown}") from None
-
-
-def _short(value: float) -> str:
-    """A number as a line can hold it (a 400-digit threshold is shown by its size)."""
-    text = str(value)
-    return text if len(text) <= 24 else f"a number of {len(text)} digits"

@@ -11,7 +11,8 @@ from kvcal.page import compare_page, fleet_page, history_page, run_page
 from kvcal.page.html import document
 from kvcal.page.provenance import footer
 from kvcal.page.run_data import load_run_data
-from kvcal.report.compare_outputs import CompareConfig, run_compare
+from kvcal.report.compare_outputs import run_compare
+from kvcal.report.compare_settings import CompareConfig
 from kvcal.report.history import build_history
 from kvcal.report.regression import Comparison
 from kvcal.report.runs import load_run

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import logging
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from kvcal.emit.deployed_values import read_threshold
-from kvcal.errors import InputError
 from kvcal.outputs import write_file
+from kvcal.report.compare_settings import CompareConfig
 from kvcal.report.plot import draw_run, grid, save
 from kvcal.report.regression import Comparison, Row, compare_runs
 from kvcal.report.runs import load_run
@@ -148,26 +147,9 @@ def plot_comparison(result: Comparison):
 # ---------------------------------------------------------------- entry point
 
 
-@dataclass(frozen=True)
-class CompareConfig:
-    """What ``kvcal compare`` was asked to do."""
-
-    baseline: Path
-    current: Path
-    tolerance: float = 0.1
-    force: bool = False
-    deployed_tokens: int | None = None
-    values_file: Path | None = None
-    markdown: Path | None = None
-    plot: Path | None = None
-    seed: int = 0
-    probes: bool = False  # also load the probes (an HTML page shows them; the plot always does)
-
-
 def run_compare(config: CompareConfig) -> Comparison:
-    """Load both runs, compare them, and write the Markdown summary and plot if asked."""
-    if config.deployed_tokens is not None and config.values_file is not None:
-        raise InputError("give the deployed threshold once: --deployed N or --values FILE, not both")
+    """Load both runs, compare them, and write the Markdown summary and plot if asked (``config``: checked when
+    it was built, before this)."""
     deployed = None
     if config.deployed_tokens is not None:
         deployed = (config.deployed_tokens, "--deployed")

@@ -26,11 +26,11 @@ from matplotlib.figure import Figure
 
 from kvcal.cost_curve import cost_ms
 from kvcal.errors import InputError
-from kvcal.fit.costmodel import coef_samples
+from kvcal.fit.costmodel_inputs import coef_samples
 from kvcal.fit.entry import curve_ms
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.tables import ProbeTable, load_class_table
-from kvcal.fit_record import FIT_DEFAULTS, FitResult, SlowMode
+from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings, SlowMode
 from kvcal.outputs import replacing, written_through
 from kvcal.report.plot_load import cost_model_line, draw_by_state
 
@@ -43,9 +43,10 @@ CLASS_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:brown", "
                 "tab:gray", "tab:orange") * 10  # one a link class
 
 
-def plot_input(path: str | Path, output: str | Path, *, log_x: bool | None = None, confidence: float = FIT_DEFAULTS.confidence,
-               seed: int = FIT_DEFAULTS.seed) -> Path:
-    """Plot a run folder, probe CSV, llm-d table or fit.json into ``output`` (.png or .svg).
+def plot_input(path: str | Path, output: str | Path, settings: FitSettings = FIT_DEFAULTS, *,
+               log_x: bool | None = None) -> Path:
+    """Plot a run folder, probe CSV, llm-d table or fit.json into ``output`` (.png or .svg), fitting an input
+    without a fit with ``settings``.
 
     ``log_x`` None: a log length axis when :func:`crossover_near_short_end`, else linear.
     """
@@ -53,7 +54,7 @@ def plot_input(path: str | Path, output: str | Path, *, log_x: bool | None = Non
     if out.suffix.lower() not in FORMATS and not written_through(out):  # stdout, a device, a FIFO: PNG
         raise InputError(f"{out}: the plot format is chosen by extension; use .png or .svg")
     found = load_fit_input(path)
-    fit, table = found.fitted(confidence=confidence, seed=seed), found.table
+    fit, table = found.fitted(settings), found.table
     log_x = crossover_near_short_end(fit) if log_x is None else log_x
     if fit.classes:
         origin = table.origin if table is not None else None
@@ -97,10 +98,10 @@ def crossover_near_short_end(fit: FitResult) -> bool:
     return top < SHORT_END * float(grid(fit)[-1])
 
 
-def load_for_plot(path: str | Path, *, confidence: float = FIT_DEFAULTS.confidence, seed: int = FIT_DEFAULTS.seed) -> tuple[FitResult, ProbeTable | None]:
-    """The input's fit (made now if it has none) and its probes when they can be found."""
+def load_for_plot(path: str | Path, settings: FitSettings = FIT_DEFAULTS) -> tuple[FitResult, ProbeTable | None]:
+    """The input's fit (made now with ``settings`` if it has none) and its probes when they can be found."""
     found = load_fit_input(path)
-    return found.fitted(confidence=confidence, seed=seed), found.table
+    return found.fitted(settings), found.table
 
 
 def figure_for(fit: FitResult, table: ProbeTable | None = None, *, log_x: bool = False,

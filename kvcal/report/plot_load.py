@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.axes import Axes
 
-from kvcal.fit.costmodel import LoadedProbes
+from kvcal.fit.costmodel_inputs import LoadedProbes
 from kvcal.fit_record import FitResult
 
 STATE_COLORS = {"idle": "tab:grey", "source-busy": "tab:blue", "computing-busy": "tab:orange", "both-busy": "tab:purple"}

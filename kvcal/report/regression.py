@@ -131,9 +131,8 @@ def compare_runs(
     deployed: tuple[int, str] | None = None,
     seed: int = 0,
 ) -> Comparison:
-    """Compare two loaded runs; ``deployed`` is (threshold tokens, where it came from)."""
-    if not (0 < tolerance < 10):
-        raise InputError(f"--tolerance must be a relative change in (0, 10), got {tolerance}")
+    """Compare two loaded runs; ``deployed`` is (threshold tokens, where it came from); ``tolerance`` within
+    :class:`kvcal.report.compare_settings.CompareConfig`'s bounds."""
     base, cur = baseline.fit, current.fit
     notes = check_comparable(base, cur, force=force)
     confidence = max(base.confidence, cur.confidence)

@@ -50,7 +50,6 @@ from kvcal.sweep.lengths import adaptive_design
 from kvcal.sweep.regret_stop import Judge, Verdict, meets, width_mc_error, win_proof
 
 ADAPTIVE_SCHEMA: Final = "kvcal.adaptive/1"
-FIT_SETTINGS = FIT_DEFAULTS.model_dump()  # kvcal fit's defaults, as keyword arguments: the contract
 DEFAULT_MAX_PROBES = 400
 # Residual df of the weaker leg before an interval may stop a campaign (the seed has 2). A
 # stop on the width favours a noise estimate that happens to be low, and with few df that
@@ -144,7 +143,7 @@ def target_met(fit: FitResult, rules: StopRules, verdict: Verdict | None, *, wit
                 verdict.regret, verdict.regret_mc_error if with_mc else 0.0, rules.target_regret):
             return "target-regret"
         return None
-    error = width_mc_error(fit, FIT_SETTINGS["confidence"]) if with_mc else 0.0
+    error = width_mc_error(fit, FIT_DEFAULTS.confidence) if with_mc else 0.0
     return "target-width" if meets(relative_width(fit), error, rules.target_width) else None
 
 
@@ -195,8 +194,8 @@ class Controller:
     def fit(self, table: ProbeTable) -> FitResult:
         """The design's fit; with ``screen_resamples`` (simulations) a cheaper bootstrap, same seed and level."""
         if self.screen_resamples:
-            return fit_table(table, **{**FIT_SETTINGS, "n_resamples": self.screen_resamples})
-        return fit_table(table, **FIT_SETTINGS)
+            return fit_table(table, FitSettings(n_resamples=self.screen_resamples))
+        return fit_table(table, FIT_DEFAULTS)
 
     def verdict(self, fit: FitResult | None) -> Verdict | None:
         return None if fit is None or self.judge is None else self.judge(fit)
@@ -209,7 +208,7 @@ class Controller:
         reason = settled_reason(fit, self.rules, self.low, self.high, lengths, verdict=verdict, with_mc=not screened)
         if reason is None or not screened:
             return fit, verdict, reason
-        full = fit_table(table, **FIT_SETTINGS)
+        full = fit_table(table, FIT_DEFAULTS)
         full_verdict = self.verdict(full)
         return full, full_verdict, settled_reason(full, self.rules, self.low, self.high, lengths, verdict=full_verdict)
 
@@ -254,10 +253,10 @@ class Controller:
             regret = verdict.regret + (verdict.regret_mc_error or 0.0)
             width, target = math.sqrt(max(regret, 1e-12) / self.rules.target_regret), 1.0
             return adaptive_design.choose_batch(fit, measured, self.grid, adaptive_design.batch_size(n_valid, width, target),
-                                       round_index, FIT_SETTINGS["confidence"],
+                                       round_index, FIT_DEFAULTS.confidence,
                                        enough=adaptive_design.variance_share_to_target(width, target))
         return adaptive_design.choose_batch(fit, measured, self.grid, adaptive_design.batch_size(n_valid, width, target),
-                                   round_index, FIT_SETTINGS["confidence"],
+                                   round_index, FIT_DEFAULTS.confidence,
                                    enough=adaptive_design.variance_share_to_target(width, target), target_width=target)
 
     def _wants_proof(self, fit: FitResult, verdict: Verdict | None) -> bool:
@@ -285,7 +284,7 @@ class Controller:
         """The standard fit for a campaign's last word (the screened one is only for choosing probes)."""
         if fit is None or not self.screen_resamples:
             return fit
-        return fit_table(table, **FIT_SETTINGS)
+        return fit_table(table, FIT_DEFAULTS)
 
 
 def _measured(table: ProbeTable) -> dict[Leg, dict[int, int]]:

@@ -22,12 +22,12 @@ from pydantic import ValidationError
 from kvcal.engines.base import EnginePair
 from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
+from kvcal.fit_record import FIT_DEFAULTS
 from kvcal.runfolder import RunFolder, atomic_write
 from kvcal.settings import SweepConfig
 from kvcal.settings_flags import adaptive_rule_fields
 from kvcal.sweep.adaptive import (
     DEFAULT_MAX_PROBES,
-    FIT_SETTINGS,
     AdaptiveState,
     Controller,
     RoundSummary,
@@ -240,7 +240,7 @@ def _judged(step: Step) -> dict[str, float | int | None]:
     """The Monte Carlo error of the width and emit-config's threshold and regret, for a round and the final state."""
     verdict = step.verdict
     return {
-        "width_mc_error": _sig(width_mc_error(step.fit, FIT_SETTINGS["confidence"])) if step.fit else None,
+        "width_mc_error": _sig(width_mc_error(step.fit, FIT_DEFAULTS.confidence)) if step.fit else None,
         "threshold": verdict.threshold if verdict else None,
         "regret": _sig(verdict.regret) if verdict else None,
         "regret_mc_error": _sig(verdict.regret_mc_error) if verdict else None,

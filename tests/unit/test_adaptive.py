@@ -13,6 +13,7 @@ from factories import sim_table
 from kvcal.fit import fit_table
 from kvcal.records import Leg
 from kvcal.sweep.lengths import adaptive_design as design
+from kvcal.fit_record import FitSettings
 from kvcal.sweep.adaptive_run import read_state
 from kvcal.settings import SweepConfig
 from kvcal.runfolder import RunFolder
@@ -133,7 +134,7 @@ def test_design_grid_and_range_are_block_multiples_within_the_limit():
 
 def test_design_spends_its_probes_near_the_break_even():
     table = sim_table(SimCosts(), [256, 1024, 4096], reps=2, seed=5)
-    fit = fit_table(table, n_resamples=200)
+    fit = fit_table(table, settings=FitSettings(n_resamples=200))
     measured = {leg: {n: 2 for n in (256, 1024, 4096)} for leg in (Leg.RECOMPUTE, Leg.PULL)}
     choices = design.choose_batch(fit, measured, design.candidate_lengths(256, 65472, 64), 24, 1)
     lengths = np.repeat([c.prefix_tokens for c in choices], [c.count for c in choices])
@@ -145,7 +146,7 @@ def test_design_spends_its_probes_near_the_break_even():
 def _round_probes(**stop_early) -> int:
     """Probes a 40-probe design round on the sim default's seed-like table takes, given its early-end rules."""
     table = sim_table(SimCosts(), [256, 1024, 4096], reps=2, seed=5)
-    fit = fit_table(table, n_resamples=200)
+    fit = fit_table(table, settings=FitSettings(n_resamples=200))
     measured = {leg: {n: 2 for n in (256, 1024, 4096)} for leg in (Leg.RECOMPUTE, Leg.PULL)}
     grid = design.candidate_lengths(256, 65472, 64)
     return sum(c.count for c in design.choose_batch(fit, measured, grid, 40, 1, **stop_early))
@@ -211,7 +212,7 @@ def test_a_pair_is_worth_what_it_takes_off_the_width_the_fit_reports_t_included(
                                                         recompute_per_token2_ns=0.6, pull_intercept_ms=350.0,
                                                         pull_per_token_us=0.8)], ids=["sim-default", "glm-like"])
 def test_counting_t_leaves_the_weaker_leg_more_degrees_of_freedom(costs, monkeypatch):
-    fit = fit_table(sim_table(costs, [256, 1024, 4096], reps=2, seed=5), n_resamples=200)
+    fit = fit_table(sim_table(costs, [256, 1024, 4096], reps=2, seed=5), settings=FitSettings(n_resamples=200))
     measured = {leg: {n: 2 for n in (256, 1024, 4096)} for leg in (Leg.RECOMPUTE, Leg.PULL)}
     grid = design.candidate_lengths(256, 65472, 64)
 
@@ -431,7 +432,7 @@ def _pure_error_df(counts: dict[int, int]) -> int:
 def test_a_thin_interval_buys_its_missing_df_at_lengths_already_measured(costs, lengths):
     from kvcal.sweep.adaptive import MIN_STOP_DF
 
-    fit = fit_table(sim_table(costs, lengths, reps=2, seed=5), n_resamples=500)
+    fit = fit_table(sim_table(costs, lengths, reps=2, seed=5), settings=FitSettings(n_resamples=500))
     measured = {leg: {n: 2 for n in lengths} for leg in (Leg.RECOMPUTE, Leg.PULL)}
     choices = design.df_top_up(fit, measured, design.candidate_lengths(256, 131008, 64), MIN_STOP_DF, 3)
     assert choices and all(c.prefix_tokens in lengths and c.count % design.PAIR == 0 for c in choices)
@@ -447,7 +448,7 @@ def test_a_thin_interval_buys_its_missing_df_at_lengths_already_measured(costs, 
 
 def test_the_top_up_prefers_a_cheap_short_recompute_to_one_at_the_crossover():
     lengths = [256, 1024, 4096, 8192]
-    fit = fit_table(sim_table(GLM_LIKE_QUIET, lengths, reps=2, seed=5), n_resamples=500)
+    fit = fit_table(sim_table(GLM_LIKE_QUIET, lengths, reps=2, seed=5), settings=FitSettings(n_resamples=500))
     measured = {leg: {n: 2 for n in lengths} for leg in (Leg.RECOMPUTE, Leg.PULL)}
     choices = design.df_top_up(fit, measured, design.candidate_lengths(256, 131008, 64), 6, 3)
     recompute = [c.prefix_tokens for c in choices if c.leg is Leg.RECOMPUTE]
@@ -485,8 +486,8 @@ def test_the_width_monte_carlo_error_matches_the_spread_over_bootstrap_seeds():
     from kvcal.sweep.regret_stop import MC_Z, width_mc_error
 
     table = sim_table(SimCosts(), [256, 512, 1024, 2048, 4096], 3, seed=2)
-    widths = [relative_width(fit_table(table, seed=seed, n_resamples=2000)) for seed in range(6)]
-    error = width_mc_error(fit_table(table, seed=0, n_resamples=2000), 0.9)  # MC_Z standard errors
+    widths = [relative_width(fit_table(table, settings=FitSettings(seed=seed, n_resamples=2000))) for seed in range(6)]
+    error = width_mc_error(fit_table(table, settings=FitSettings(seed=0, n_resamples=2000)), 0.9)  # MC_Z standard errors
     assert error is not None and 0.4 < error / MC_Z / float(np.std(widths, ddof=1)) < 2.5
 
 

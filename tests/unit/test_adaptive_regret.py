@@ -13,6 +13,7 @@ from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
 from kvcal.fit.tables import load_probe_table
 from kvcal.fit_record import FIT_DEFAULTS
+from kvcal.fit_record import FitSettings
 from kvcal.runfolder import RunFolder
 from kvcal.settings import SweepConfig
 from kvcal.sweep.adaptive import Controller, StopRules, relative_width
@@ -31,7 +32,7 @@ def config(tmp_path, **overrides) -> SweepConfig:
 
 
 def refit(run_dir, seed: int = 0):
-    return fit_table(load_probe_table(run_dir), **{**FIT_DEFAULTS.model_dump(), "seed": seed})
+    return fit_table(load_probe_table(run_dir), FitSettings(seed=seed))
 
 
 def test_the_truth_sits_near_290_tokens():

@@ -9,6 +9,7 @@ import pytest
 from kvcal.fit import fit_and_write
 from kvcal.settings import SweepConfig
 from kvcal.sweep.runner import run_sweep
+from kvcal.fit_record import FitSettings
 
 NEAR = {"pull_intercept_ms": 20.0, "pull_per_token_us": 3.0}
 FAR = {"pull_intercept_ms": 30.0, "pull_per_token_us": 12.0, "session_ms": 400.0}
@@ -23,7 +24,7 @@ def classes_run(tmp_path_factory):
     config = SweepConfig.model_validate(dict(engine="sim", prefix_lengths=[256, 512, 1024, 2048, 4096], reps=3,
                                              output_dir=root, name="run", pairs=pairs))
     outcome = run_sweep(config)
-    fit, _ = fit_and_write(outcome.run_dir, n_resamples=200)
+    fit, _ = fit_and_write(outcome.run_dir, settings=FitSettings(n_resamples=200))
     return outcome.run_dir, fit
 
 

@@ -94,12 +94,12 @@ def test_usage_errors_need_no_click_package():
 
 
 def test_an_unexpected_error_is_one_line_and_exit_70_and_debug_shows_the_traceback(tmp_path, monkeypatch, capsys):
-    import kvcal.fit
+    import kvcal.fit.settings
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(kvcal.fit, "fit_and_write", broken)
+    monkeypatch.setattr(kvcal.fit.settings, "fit_and_write", broken)  # what kvcal fit's run_fit calls
     assert main(["fit", str(tmp_path)]) == EXIT_INTERNAL
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error: ZeroDivisionError: boom" in err and "Traceback" not in err
@@ -109,12 +109,12 @@ def test_an_unexpected_error_is_one_line_and_exit_70_and_debug_shows_the_traceba
 
 
 def test_an_os_error_naming_a_file_is_an_input_error(monkeypatch, capsys):
-    import kvcal.fit
+    import kvcal.fit.settings
 
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied", "/some/file")
 
-    monkeypatch.setattr(kvcal.fit, "fit_and_write", denied)
+    monkeypatch.setattr(kvcal.fit.settings, "fit_and_write", denied)  # what kvcal fit's run_fit calls
     assert main(["fit", "x"]) == 2
     assert capsys.readouterr().err.strip() == "kvcal: error: /some/file: Permission denied"
 

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from kvcal.report.regression import BE_CEIL_TOKENS, compare_runs, deployed_check
-from kvcal.report.compare_outputs import CompareConfig, plot_comparison, render_markdown, run_compare
+from kvcal.report.compare_outputs import plot_comparison, render_markdown, run_compare
+from kvcal.report.compare_settings import CompareConfig
 from kvcal.report.runs import LoadedRun, load_run
 from kvcal.emit.deployed_values import read_threshold as read_deployed_threshold
 from kvcal.errors import InputError
-from kvcal.fit_record import CurveFit, FitResult
+from kvcal.fit_record import CurveFit, FitResult, FitSettings
 
 import factories
 
@@ -368,7 +369,7 @@ def campaign(folder: Path, seed: int, **truth) -> Path:
                 lines.append(f"{n},{leg.value},{m.ttft_ms:.4f},{rep},{m.bytes_moved}")
     folder.mkdir(parents=True)
     (folder / "probes.csv").write_text("\n".join(lines) + "\n")
-    return write_fit(fit_input(folder / "probes.csv", seed=seed, n_resamples=500), folder / "fit.json")
+    return write_fit(fit_input(folder / "probes.csv", settings=FitSettings(seed=seed, n_resamples=500)), folder / "fit.json")
 
 
 @pytest.mark.parametrize("seed", range(1, 6))

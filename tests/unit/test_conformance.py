@@ -26,6 +26,7 @@ from kvcal.fit import fit_table
 from factories import sim_table
 from kvcal.fit_record import FitResult
 from kvcal.records import RunSetup
+from kvcal.fit_record import FitSettings
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
 VALUES = Path(__file__).resolve().parents[1] / "fixtures" / "values"
@@ -90,7 +91,7 @@ def sim_fit() -> FitResult:
     from kvcal.engines.sim import SimCosts
 
     table = sim_table(SimCosts(), [256, 512, 1024, 2048, 4096, 8192], 3, seed=1)
-    return fit_table(table, n_resamples=300)
+    return fit_table(table, settings=FitSettings(n_resamples=300))
 
 
 def fit_with(**source: Any) -> FitResult:

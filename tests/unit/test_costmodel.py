@@ -15,8 +15,10 @@ from kvcal.engines.sim import SimCosts
 from kvcal.engines.sim_fleet import FleetShape, write_production
 from kvcal.errors import InputError
 from kvcal.fit import fit_input, load_fit
-from kvcal.fit.costmodel import IdleCurves, LoadedProbes, fit_cost_model
+from kvcal.fit.costmodel import fit_cost_model
+from kvcal.fit.costmodel_inputs import IdleCurves, LoadedProbes
 from kvcal.fit.observational import join, parse_epp_log, parse_per_request
+from kvcal.fit_record import FitSettings
 from kvcal.records import ProbeRecord
 from kvcal.settings import SweepConfig
 from kvcal.sweep.load import LOAD_STATES
@@ -35,7 +37,7 @@ def loaded_run(tmp_path_factory):
     config = SweepConfig.model_validate(dict(engine="sim", prefix_lengths=[256, 1024, 4096], reps=3, seed=3,
                                              output_dir=folder, name="run", load_states=list(LOAD_STATES), sim=sim))
     outcome = run_sweep(config)
-    return outcome.run_dir, fit_input(outcome.run_dir, n_resamples=1000)
+    return outcome.run_dir, fit_input(outcome.run_dir, settings=FitSettings(n_resamples=1000))
 
 
 def test_designed_fit_holds_the_truth_in_most_seeds(tmp_path):
@@ -49,7 +51,7 @@ def test_designed_fit_holds_the_truth_in_most_seeds(tmp_path):
         config = SweepConfig.model_validate(dict(engine="sim", prefix_lengths=[256, 1024, 4096], reps=3, seed=seed,
                                                  output_dir=tmp_path, name=f"s{seed}", load_states=list(LOAD_STATES),
                                                  sim={**DELAYS, "recompute_per_token2_ns": 0.0}))
-        cm = fit_input(run_sweep(config).run_dir, n_resamples=500, seed=seed).cost_model
+        cm = fit_input(run_sweep(config).run_dir, settings=FitSettings(n_resamples=500, seed=seed)).cost_model
         for key, value in truth.items():
             low, high = getattr(cm, key).ci
             held[key] += low <= value <= high
@@ -117,8 +119,8 @@ def idle_truth():
 
 def test_busy_is_classified_from_measured_queues_against_the_threshold():
     data = synthetic(threshold_truth=2)
-    right = fit_cost_model(data, idle_truth(), threshold=2, n_resamples=200)
-    wrong = fit_cost_model(data, idle_truth(), threshold=1, n_resamples=200)
+    right = fit_cost_model(data, idle_truth(), threshold=2, settings=FitSettings(n_resamples=200))
+    wrong = fit_cost_model(data, idle_truth(), threshold=1, settings=FitSettings(n_resamples=200))
     assert right.sourceWaitMs.ci[0] <= 30 <= right.sourceWaitMs.ci[1]
     assert right.requeueMs.ci[0] <= 50 <= right.requeueMs.ci[1]
     assert not wrong.sourceWaitMs.ci[0] <= 30 <= wrong.sourceWaitMs.ci[1]
@@ -128,7 +130,7 @@ def test_busy_is_classified_from_measured_queues_against_the_threshold():
 def test_an_unexercised_constant_is_named_not_invented():
     data = synthetic()
     quiet = LoadedProbes(**{**data.__dict__, "source_waiting": np.zeros_like(data.source_waiting)})
-    cm = fit_cost_model(quiet, idle_truth(), n_resamples=200)
+    cm = fit_cost_model(quiet, idle_truth(), settings=FitSettings(n_resamples=200))
     assert cm.sourceWaitMs.value == 0.0 and cm.sourceWaitMs.ci is None
     assert any("sourceWaitMs cannot be separated" in w for w in cm.warnings)
     with pytest.raises(InputError, match="threshold"):
@@ -236,15 +238,15 @@ def test_a_loaded_run_without_idle_probes_says_what_is_missing(tmp_path, kvcal):
 
 def test_the_cost_model_bootstrap_in_slices_keeps_its_intervals(monkeypatch):
     """Sliced like the main bootstrap (memory bounded by resamples x requests per slice); one slice is the draw whole."""
-    import kvcal.fit.costmodel as costmodel
+    import kvcal.fit.costmodel_bootstrap as costmodel
 
     data = synthetic(threshold_truth=2, n=400)
-    whole = fit_cost_model(data, idle_truth(), threshold=2, n_resamples=2000, seed=3)
+    whole = fit_cost_model(data, idle_truth(), threshold=2, settings=FitSettings(n_resamples=2000, seed=3))
     calls = []
     original = costmodel._bootstrap_slice
     monkeypatch.setattr(costmodel, "_bootstrap_slice", lambda *a: calls.append(a[-2]) or original(*a))
     monkeypatch.setattr(costmodel, "CHUNK_ELEMENTS", 400 * 300)
-    sliced = fit_cost_model(data, idle_truth(), threshold=2, n_resamples=2000, seed=3)
+    sliced = fit_cost_model(data, idle_truth(), threshold=2, settings=FitSettings(n_resamples=2000, seed=3))
     assert calls == [300] * 6 + [200]
     for name in ("transferFixedMs", "sourceWaitMs", "requeueMs"):
         a, b = getattr(whole, name), getattr(sliced, name)

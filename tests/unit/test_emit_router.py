@@ -19,6 +19,7 @@ from kvcal.fit import curve_ms, fit_table
 from factories import sim_table
 from kvcal.fit_record import BootstrapSummary, FitResult
 from kvcal.records import RunSetup
+from kvcal.fit_record import FitSettings
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
 GUIDE = UPSTREAM / "guide-values.yaml"
@@ -29,7 +30,7 @@ PD = UPSTREAM / "pd-values.yaml"
 def base_fit() -> FitResult:
     from kvcal.engines.sim import SimCosts
 
-    return fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048, 4096, 8192], 3, seed=2), n_resamples=400)
+    return fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048, 4096, 8192], 3, seed=2), settings=FitSettings(n_resamples=400))
 
 
 def fit_with(**source) -> FitResult:

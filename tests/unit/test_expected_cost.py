@@ -19,6 +19,7 @@ from kvcal.fit import fit_table
 from kvcal.fit.io import write_fit
 from kvcal.fit.mean_cost import mean_curves, mean_scales
 from kvcal.fit_record import LengthSummary
+from kvcal.fit_record import FitSettings
 from kvcal.records_cost import MeanCostSummary, MeanLength
 from kvcal.report.deployed import deployed_check
 from kvcal.fit.tables import from_rows
@@ -50,7 +51,7 @@ def test_the_gpt_oss_ladder_still_gives_2048_and_says_so_in_every_rule(kvcal, tm
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_on_a_clean_campaign_the_default_sits_at_the_truth_and_costs_less_than_the_old_rule(seed):
-    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=seed), seed=seed, n_resamples=400)
+    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=seed), settings=FitSettings(seed=seed, n_resamples=400))
     t = compute_threshold(fit)
     truth = SimCosts().true_break_even()
     assert abs(t.min_cached_token_delta - truth) <= 0.15 * truth
@@ -72,7 +73,7 @@ def test_a_skewed_pull_is_priced_above_its_robust_curve(seed):
                          "ttft_ms": (5 + 0.025 * n + 0.012e-6 * n * n) * (1 + 0.03 * rng.normal())})
             rows.append({"prefix_tokens": n, "leg": "pull", "rep": rep,
                          "ttft_ms": (20 + 0.003 * n) * math.exp(0.5 * rng.normal())})
-    fit = fit_table(from_rows(rows, setup=RunSetup(block_size=64), origin=FitSource(kind="sim")), n_resamples=0)
+    fit = fit_table(from_rows(rows, setup=RunSetup(block_size=64), origin=FitSource(kind="sim")), settings=FitSettings(n_resamples=0))
     m_r, m_p = mean_scales(fit)
     assert abs(m_r - 1.0) < 0.03 and 1.02 < m_p < 1.2
     rec, pull = mean_curves(fit)
@@ -174,7 +175,7 @@ def test_bad_deltas_files_exit_2_with_one_line(tmp_path, kvcal, text, match):
 
 
 def test_deltas_change_the_price_not_the_crossing(tmp_path):
-    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=4), seed=4, n_resamples=300)
+    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=4), settings=FitSettings(seed=4, n_resamples=300))
     path = tmp_path / "d.txt"
     path.write_text("300,10\n6000,1\n")
     plain, priced = compute_threshold(fit), compute_threshold(fit, deltas=read_deltas(path))
@@ -183,7 +184,7 @@ def test_deltas_change_the_price_not_the_crossing(tmp_path):
 
 
 def test_costmodel_and_vllm_carry_a_comment_line_with_the_rule():
-    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=2), seed=2, n_resamples=200)
+    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=2), settings=FitSettings(seed=2, n_resamples=200))
     for fmt in ("costmodel", "vllm"):
         options = em.EmitOptions(format=fmt, transport="nixl-pd" if fmt == "vllm" else None)
         lines = em.emit(fit, options).stdout.splitlines()
@@ -192,7 +193,7 @@ def test_costmodel_and_vllm_carry_a_comment_line_with_the_rule():
 
 
 def test_compare_judges_a_deployed_threshold_by_what_it_costs(tmp_path, kvcal):
-    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=6), seed=6, n_resamples=400)
+    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=6), settings=FitSettings(seed=6, n_resamples=400))
     best = compute_threshold(fit).min_cached_token_delta
     assert deployed_check(fit, fit, best, "--deployed").verdict == "safe"
     low = deployed_check(fit, fit, 128, "--deployed")

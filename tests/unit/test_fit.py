@@ -19,6 +19,7 @@ from kvcal.fit.bootstrap import t_expansion
 from kvcal.fit.breakeven import break_even_tokens, classify, interval
 from kvcal.fit.curves import LegData, fit_leg, solve_nnls
 from kvcal.fit_record import FitResult
+from kvcal.fit_record import FitSettings
 from kvcal.fit.tables import from_rows, load_probe_table
 from factories import sim_table
 from kvcal.fit_record import FitSource
@@ -66,7 +67,7 @@ def test_solve_nnls_matches_scipy_nnls_batched():
 
 def test_noise_free_data_recovers_the_true_curves_and_break_even():
     costs = CONVEX.model_copy(update=dict(noise_cv=0.0))
-    fit = fit_table(sim_table(costs, CONVEX_LADDER, 2, seed=0), n_resamples=200)
+    fit = fit_table(sim_table(costs, CONVEX_LADDER, 2, seed=0), settings=FitSettings(n_resamples=200))
     assert fit.recompute.model == "quadratic" and fit.pull.model == "affine"
     assert fit.recompute.intercept_ms == pytest.approx(2.0, abs=1e-6)
     assert fit.recompute.per_token_us == pytest.approx(12.0, rel=1e-7)
@@ -77,7 +78,7 @@ def test_noise_free_data_recovers_the_true_curves_and_break_even():
 
 
 def test_curve_ms_units():
-    fit = fit_table(sim_table(CPU.model_copy(update=dict(noise_cv=0.0)), CPU_LADDER, 2), n_resamples=0)
+    fit = fit_table(sim_table(CPU.model_copy(update=dict(noise_cv=0.0)), CPU_LADDER, 2), settings=FitSettings(n_resamples=0))
     n = np.array([0.0, 1000.0, 8192.0])
     np.testing.assert_allclose(curve_ms(fit.pull, n), CPU.pull_ms(n), rtol=1e-9)
 
@@ -87,7 +88,7 @@ def test_coefficients_are_never_negative_even_when_a_line_would_want_it():
     table = ladder_table({n: (0.001 * n + 2e-6 * n * n, 50 + 0.002 * n) for n in (4096, 8192, 16384, 32768)})
     line = np.polyfit(table.lengths, [0.001 * n + 2e-6 * n * n for n in table.lengths], 1)
     assert line[1] < 0  # the naive fit would go negative
-    fit = fit_table(table, n_resamples=300)
+    fit = fit_table(table, settings=FitSettings(n_resamples=300))
     for curve in (fit.recompute, fit.pull):
         assert min(curve.intercept_ms, curve.per_token_us, curve.per_token2_ns) >= 0
         for model in curve.alternatives.values():
@@ -113,7 +114,7 @@ def test_a_flat_pull_with_a_zero_slope_fits_instead_of_crashing_the_robust_solve
     rows = [{"prefix_tokens": n, "leg": leg, "ttft_ms": value, "rep": rep, "bytes_moved": None}
             for n, legs in FLAT_PULL_REPS.items() for leg, values in zip(("recompute", "pull"), legs)
             for rep, value in enumerate(values)]
-    fit = fit_table(from_rows(rows, origin=FitSource(kind="test")), n_resamples=300)
+    fit = fit_table(from_rows(rows, origin=FitSource(kind="test")), settings=FitSettings(n_resamples=300))
     assert fit.pull.per_token_us == pytest.approx(0.0, abs=1e-6)
     assert 2048 < fit.break_even_tokens < 8192
     low, high = fit.break_even_ci
@@ -140,11 +141,11 @@ def test_refit_with_converged_huber_weights_is_the_huber_solution():
 
 def test_a_single_wild_probe_barely_moves_the_break_even_and_is_reported():
     table = sim_table(CPU, CPU_LADDER, 5, seed=4)
-    clean = fit_table(table, n_resamples=200)
+    clean = fit_table(table, settings=FitSettings(n_resamples=200))
     probes = table.probes.copy()
     wild = probes.index[(probes["leg"] == "pull") & (probes["prefix_tokens"] == 512)][2]
     probes.loc[wild, "ttft_ms"] *= 6.0  # a scheduler hiccup
-    dirty = fit_table(replace(table, probes=probes), n_resamples=200)
+    dirty = fit_table(replace(table, probes=probes), settings=FitSettings(n_resamples=200))
     assert dirty.break_even_tokens == pytest.approx(clean.break_even_tokens, rel=0.02)
     assert [(d["prefix_tokens"], d["rep"]) for d in dirty.pull.downweighted] == [(512, int(probes.loc[wild, "rep"]))]
     assert any("down-weighted 1 probe" in w for w in dirty.warnings)
@@ -157,7 +158,7 @@ def test_a_single_wild_probe_barely_moves_the_break_even_and_is_reported():
 
 
 def test_convex_recompute_selects_quadratic_and_reports_both():
-    fit = fit_table(sim_table(CONVEX, CONVEX_LADDER, 3, seed=2), n_resamples=200)
+    fit = fit_table(sim_table(CONVEX, CONVEX_LADDER, 3, seed=2), settings=FitSettings(n_resamples=200))
     assert fit.recompute.model == "quadratic"
     assert set(fit.recompute.alternatives) == {"affine", "quadratic"}
     assert fit.recompute.alternatives["quadratic"]["wsse"] < fit.recompute.alternatives["affine"]["wsse"]
@@ -167,7 +168,7 @@ def test_convex_recompute_selects_quadratic_and_reports_both():
 
 def test_linear_recompute_mostly_selects_affine():
     linear = CPU.model_copy(update=dict(recompute_per_token2_ns=0.0))
-    chosen = [fit_table(sim_table(linear, CPU_LADDER, 3, seed=s), n_resamples=0).recompute.model for s in range(20)]
+    chosen = [fit_table(sim_table(linear, CPU_LADDER, 3, seed=s), settings=FitSettings(n_resamples=0)).recompute.model for s in range(20)]
     assert chosen.count("affine") >= 17  # a level-0.05 test keeps the false-curvature rate low
 
 
@@ -220,7 +221,7 @@ def test_classify(be, status, extrapolated):
 
 
 def test_ladder_above_the_truth_is_pull_always_wins_with_advice_to_go_shorter():
-    fit = fit_table(sim_table(CPU, [2048, 4096, 8192, 16384], 3, seed=1), n_resamples=300)
+    fit = fit_table(sim_table(CPU, [2048, 4096, 8192, 16384], 3, seed=1), settings=FitSettings(n_resamples=300))
     assert fit.status == "pull-always-wins" and fit.extrapolated
     assert fit.break_even_tokens is not None and fit.break_even_tokens < 2048
     advice = next(w for w in fit.warnings if "add shorter lengths" in w)
@@ -230,7 +231,7 @@ def test_ladder_above_the_truth_is_pull_always_wins_with_advice_to_go_shorter():
 
 
 def test_ladder_below_the_truth_is_recompute_always_wins_with_advice_to_go_longer():
-    fit = fit_table(sim_table(CONVEX, [1024, 2048, 4096, 6144], 3, seed=1), n_resamples=300)
+    fit = fit_table(sim_table(CONVEX, [1024, 2048, 4096, 6144], 3, seed=1), settings=FitSettings(n_resamples=300))
     assert fit.status == "recompute-always-wins"
     assert fit.smallest_pull_win_tokens is None
     advice = next(w for w in fit.warnings if "add longer lengths" in w or "never catches up" in w)
@@ -243,7 +244,7 @@ def test_ladder_below_the_truth_is_recompute_always_wins_with_advice_to_go_longe
 
 
 def test_published_gpt_oss_ladder_never_places_a_crossover_above_2048():
-    fit = fit_table(ladder_table(GPT_OSS), n_resamples=2000)
+    fit = fit_table(ladder_table(GPT_OSS), settings=FitSettings(n_resamples=2000))
     assert fit.recompute.model == "quadratic"  # recompute is convex here
     assert fit.status == "pull-always-wins"
     assert fit.break_even_tokens is not None and fit.break_even_tokens < 2048
@@ -268,7 +269,7 @@ def test_interval_covers_the_truth_near_its_nominal_rate_and_error_is_small():
     truth = CPU.true_break_even()
     errors, covered, seeds = [], 0, 40
     for seed in range(seeds):
-        fit = fit_table(sim_table(CPU, CPU_LADDER, 3, seed=700 + seed), n_resamples=500, seed=seed)
+        fit = fit_table(sim_table(CPU, CPU_LADDER, 3, seed=700 + seed), settings=FitSettings(n_resamples=500, seed=seed))
         errors.append(abs(fit.break_even_tokens - truth) / truth)
         covered += fit.break_even_ci[0] <= truth <= fit.break_even_ci[1]
     assert float(np.median(errors)) < 0.05
@@ -277,14 +278,14 @@ def test_interval_covers_the_truth_near_its_nominal_rate_and_error_is_small():
 
 def test_same_seed_same_result_other_seed_other_samples():
     table = sim_table(CPU, CPU_LADDER, 3, seed=5)
-    a, b, c = fit_table(table, seed=1), fit_table(table, seed=1), fit_table(table, seed=2)
+    a, b, c = fit_table(table, settings=FitSettings(seed=1)), fit_table(table, settings=FitSettings(seed=1)), fit_table(table, settings=FitSettings(seed=2))
     assert a.bootstrap.break_even_samples == b.bootstrap.break_even_samples
     assert a.break_even_ci == b.break_even_ci and a.recompute.ci == b.recompute.ci
     assert a.bootstrap.break_even_samples != c.bootstrap.break_even_samples
 
 
 def test_bootstrap_summary_fields_and_sizes():
-    fit = fit_table(sim_table(CPU, CPU_LADDER, 3, seed=5), n_resamples=400, seed=3)
+    fit = fit_table(sim_table(CPU, CPU_LADDER, 3, seed=5), settings=FitSettings(n_resamples=400, seed=3))
     boot = fit.bootstrap
     assert boot.n_resamples == 400 and boot.seed == 3 and boot.method == "reps-within-length"
     assert 0.0 <= boot.no_crossover_share <= 1.0
@@ -301,12 +302,12 @@ def test_bootstrap_summary_fields_and_sizes():
 
 def test_higher_confidence_gives_a_wider_interval():
     table = sim_table(CPU, CPU_LADDER, 3, seed=8)
-    narrow, wide = fit_table(table, confidence=0.5), fit_table(table, confidence=0.95)
+    narrow, wide = fit_table(table, settings=FitSettings(confidence=0.5)), fit_table(table, settings=FitSettings(confidence=0.95))
     assert wide.break_even_ci[1] - wide.break_even_ci[0] > 1.5 * (narrow.break_even_ci[1] - narrow.break_even_ci[0])
 
 
 def test_one_rep_per_length_uses_the_residual_bootstrap():
-    fit = fit_table(sim_table(CPU, [128, 256, 512, 1024, 2048, 4096, 8192], 1, seed=3), n_resamples=500)
+    fit = fit_table(sim_table(CPU, [128, 256, 512, 1024, 2048, 4096, 8192], 1, seed=3), settings=FitSettings(n_resamples=500))
     assert fit.bootstrap.method == "residual"
     assert fit.break_even_ci is not None
     assert any("single probe" in w for w in fit.warnings)
@@ -332,9 +333,9 @@ def test_t_expansion_shrinks_to_one_with_many_df():
 def test_fit_plus_2000_resamples_on_500_probes_is_fast():
     table = sim_table(CPU, [256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384], 25, seed=1)
     assert len(table.probes) == 500
-    fit_table(table, n_resamples=2000)  # warm caches
+    fit_table(table, settings=FitSettings(n_resamples=2000))  # warm caches
     start = time.process_time()  # CPU time: other work on a shared machine does not count
-    fit_table(table, n_resamples=2000)
+    fit_table(table, settings=FitSettings(n_resamples=2000))
     assert time.process_time() - start < 1.0  # typically ~0.1-0.3 s
 
 
@@ -344,8 +345,11 @@ def test_fit_plus_2000_resamples_on_500_probes_is_fast():
 @pytest.mark.parametrize("kw, message", [({"confidence": 1.0}, "between 0 and 1"), ({"confidence": 0.0}, "between 0 and 1"),
                                          ({"seed": -1}, "non-negative"), ({"n_resamples": 10}, "too few")])
 def test_bad_settings(kw, message):
+    """The settings are refused when they are built, before a table is fitted (their bounds are FitSettings')."""
+    from kvcal.fit.settings import fit_settings
+
     with pytest.raises(InputError, match=message):
-        fit_table(sim_table(CPU, CPU_LADDER, 2), **kw)
+        fit_table(sim_table(CPU, CPU_LADDER, 2), fit_settings(**kw))
 
 
 def test_one_length_only_and_missing_leg():
@@ -357,7 +361,7 @@ def test_one_length_only_and_missing_leg():
 
 
 def test_zero_resamples_gives_no_intervals():
-    fit = fit_table(sim_table(CPU, CPU_LADDER, 2), n_resamples=0)
+    fit = fit_table(sim_table(CPU, CPU_LADDER, 2), settings=FitSettings(n_resamples=0))
     assert fit.break_even_ci is None and fit.recompute.ci == {}
     assert any("no bootstrap" in w for w in fit.warnings)
 
@@ -366,7 +370,7 @@ def test_zero_resamples_gives_no_intervals():
 
 
 def test_fit_json_round_trips_with_schema_key(tmp_path):
-    fit = fit_table(sim_table(CPU, CPU_LADDER, 3, seed=1), n_resamples=300)
+    fit = fit_table(sim_table(CPU, CPU_LADDER, 3, seed=1), settings=FitSettings(n_resamples=300))
     path = write_fit(fit, tmp_path / "fit.json")
     raw = json.loads(path.read_text())
     assert raw["schema"] == "kvcal.fit/2"
@@ -381,7 +385,7 @@ def test_fit_json_round_trips_with_schema_key(tmp_path):
 
 
 def test_pull_bandwidth_and_counts_from_a_run_with_bytes():
-    fit = fit_table(sim_table(CPU, CPU_LADDER, 3, seed=1, kv_bytes_per_token=2048), n_resamples=0)
+    fit = fit_table(sim_table(CPU, CPU_LADDER, 3, seed=1, kv_bytes_per_token=2048), settings=FitSettings(n_resamples=0))
     assert fit.n_probes == 36 and fit.n_invalid_excluded == 0 and fit.block_size == 64
     # 8192 tokens x 2048 B moved in ~ CPU.pull_ms(8192) ms
     expected = 8192 * 2048 / (CPU.pull_ms(8192) / 1e3) / 1e9
@@ -405,11 +409,11 @@ def write_sim_run(folder: Path, table) -> Path:
 
 def test_load_or_fit_prefers_a_run_folders_fit_json(tmp_path):
     folder = write_sim_run(tmp_path / "run", sim_table(CPU, CPU_LADDER, 2, seed=1))
-    on_the_fly = load_or_fit(folder, n_resamples=200)
+    on_the_fly = load_or_fit(folder, settings=FitSettings(n_resamples=200))
     assert on_the_fly.source.kind == "run-folder" and on_the_fly.setup.model == "tiny"
     assert on_the_fly.setup == RunManifest.model_validate_json((folder / "run.json").read_text()).setup
     assert not (folder / "fit.json").exists()  # fitting on the fly writes nothing
-    stored = fit_table(sim_table(CPU, CPU_LADDER, 2, seed=99), n_resamples=0)
+    stored = fit_table(sim_table(CPU, CPU_LADDER, 2, seed=99), settings=FitSettings(n_resamples=0))
     write_fit(stored, folder / "fit.json")
     assert load_or_fit(folder) == stored
 
@@ -418,7 +422,7 @@ def test_load_or_fit_kinds(tmp_path: Path):
     table = sim_table(CPU, CPU_LADDER, 2, seed=1)
     csv = tmp_path / "probes.csv"
     table.probes.to_csv(csv, index=False)
-    fitted = load_or_fit(csv, n_resamples=200)
+    fitted = load_or_fit(csv, settings=FitSettings(n_resamples=200))
     assert fitted.source.kind == "probe-csv" and fitted.setup == RunSetup()
     written = write_fit(fitted, tmp_path / "fit.json")
     assert load_or_fit(written) == fitted

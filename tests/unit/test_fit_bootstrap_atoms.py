@@ -12,6 +12,7 @@ from kvcal.fit import fit_table
 from kvcal.fit import bootstrap_atoms
 from kvcal.fit.tables import from_rows
 from kvcal.fit_record import FitSource
+from kvcal.fit_record import FitSettings
 
 CPU = SimCosts()  # break-even ~682 tokens
 LADDER = [256, 384, 512, 768, 1024, 2048, 4096, 8192]
@@ -35,7 +36,7 @@ def _campaign(reps: int, seed: int, stall_share: float = 0.0, single_at: int | N
 
 def _interval(table, monkeypatch, *, atoms: bool) -> tuple[float, list[float]]:
     monkeypatch.setattr(bootstrap_atoms, "ROW_PATH_ELEMENTS", 0 if atoms else float("inf"))
-    fit = fit_table(table, n_resamples=1000, seed=3)
+    fit = fit_table(table, settings=FitSettings(n_resamples=1000, seed=3))
     return fit.break_even_tokens, fit.break_even_ci
 
 
@@ -54,9 +55,9 @@ def test_atoms_give_the_row_by_row_interval_within_its_monte_carlo_error(monkeyp
 
 def test_a_sweeps_campaign_is_bootstrapped_row_by_row_as_before(monkeypatch):
     table = sim_table(CPU, LADDER, 5, seed=4)
-    default = fit_table(table, n_resamples=500)
+    default = fit_table(table, settings=FitSettings(n_resamples=500))
     monkeypatch.setattr(bootstrap_atoms, "ROW_PATH_ELEMENTS", float("inf"))
-    assert fit_table(table, n_resamples=500).model_dump(exclude={"created_at"}) == \
+    assert fit_table(table, settings=FitSettings(n_resamples=500)).model_dump(exclude={"created_at"}) == \
         default.model_dump(exclude={"created_at"})
 
 

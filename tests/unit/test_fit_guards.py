@@ -17,6 +17,7 @@ from kvcal.fit_record import FitResult
 from kvcal.records import Leg, ProbeRecord, RunSetup
 from kvcal import disturbance_bounds
 from kvcal.sweep import host_monitors
+from kvcal.fit_record import FitSettings
 from kvcal.settings import SweepConfig
 from kvcal.runfolder import RunFolder
 from kvcal.sweep.runner import run_sweep
@@ -60,7 +61,7 @@ def test_zero_mb_rows_are_excluded_as_non_pulls_and_counted(tmp_path):
     lines.insert(5, "    4096         110.0       90.0  -18.2%          0")
     log = tmp_path / "job.log"
     log.write_text("\n".join(lines) + "\n")
-    fit = fit_table(load_probe_table(log), n_resamples=200)
+    fit = fit_table(load_probe_table(log), settings=FitSettings(n_resamples=200))
     assert fit.n_invalid_excluded == 2
     assert fit.measured_range == [2048, 49152] and fit.n_probes == 10
     assert any("moved 0 MB" in w for w in fit.warnings)
@@ -75,8 +76,8 @@ def test_duplicated_rows_are_counted_warned_and_collapsed(tmp_path, copies):
     text = once.probes.drop(columns=["order"]).to_csv(index=False)
     body = text.split("\n", 1)[1]
     csv.write_text(text + body * (copies - 1))
-    fit = fit_table(load_probe_table(csv), n_resamples=300, seed=1)
-    single = fit_table(once, n_resamples=300, seed=1)
+    fit = fit_table(load_probe_table(csv), settings=FitSettings(n_resamples=300, seed=1))
+    single = fit_table(once, settings=FitSettings(n_resamples=300, seed=1))
     assert fit.n_duplicates_collapsed == len(once.probes) * (copies - 1)
     assert fit.n_probes == len(once.probes)
     assert fit.break_even_ci == single.break_even_ci
@@ -102,10 +103,10 @@ def _slowed(factor: float, seed: int = 5):
 
 
 def test_a_warm_up_effect_is_detected_and_its_probes_excluded():
-    fit = fit_table(_slowed(1.5), n_resamples=300)
+    fit = fit_table(_slowed(1.5), settings=FitSettings(n_resamples=300))
     assert fit.n_warmup_excluded == 12 and fit.n_probes == 24
     assert any("warm-up effect" in w and "excluded" in w for w in fit.warnings)
-    clean = fit_table(_slowed(1.0), n_resamples=300)
+    clean = fit_table(_slowed(1.0), settings=FitSettings(n_resamples=300))
     assert clean.n_warmup_excluded == 0 and not any("warm-up effect" in w for w in clean.warnings)
 
 
@@ -127,7 +128,7 @@ def test_sweep_warm_up_probes_are_recorded_and_never_fitted(tmp_path):
     warm = [r for r in records if r.warmup]
     assert len(warm) == 6 and all(not r.valid and r.probe_id.endswith("-warmup") for r in warm)
     assert {(r.prefix_tokens, r.leg) for r in warm} == {(n, leg) for n in (256, 1024, 4096) for leg in Leg}
-    fit = fit_table(load_probe_table(tmp_path / "run"), n_resamples=200)
+    fit = fit_table(load_probe_table(tmp_path / "run"), settings=FitSettings(n_resamples=200))
     assert fit.n_probes == 12 and fit.n_invalid_excluded == 0
     off = SweepConfig(engine="sim", prefix_lengths=[256, 1024], reps=1, output_dir=tmp_path, name="off")
     run_sweep(off)

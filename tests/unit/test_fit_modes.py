@@ -19,6 +19,7 @@ from kvcal.fit.modes import MeanCost, stall_posterior
 from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
 from factories import make_probe, sim_table, write_run_folder
 from kvcal.fit_record import FitResult
+from kvcal.fit_record import FitSettings
 from kvcal.report.plot import figure_for
 
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
@@ -48,7 +49,7 @@ def _mean_truth(share: float, ratio: float) -> float:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_common_slow_pull_is_reported_and_the_threshold_covers_the_mean_cost(seed):
     table = _slowed("pull", 0.22, 2.5, seed=seed)
-    fit = fit_table(table, seed=seed, n_resamples=500)
+    fit = fit_table(table, settings=FitSettings(seed=seed, n_resamples=500))
     (mode,) = fit.slow_modes
     assert mode.leg == "pull" and mode.mean_fitted and mode.n_slow == 4 and 2.2 < mode.ratio < 2.8
     assert fit.fast_break_even_tokens < fit.break_even_tokens
@@ -63,8 +64,8 @@ def test_a_common_slow_pull_is_reported_and_the_threshold_covers_the_mean_cost(s
 
 
 def test_a_stall_of_one_probe_keeps_the_robust_fit():
-    clean = fit_table(sim_table(COSTS, LADDER, 6, seed=4), n_resamples=0)
-    stalled = fit_table(_slowed("pull", 0.02, 4.0, seed=4, reps=6), n_resamples=0)
+    clean = fit_table(sim_table(COSTS, LADDER, 6, seed=4), settings=FitSettings(n_resamples=0))
+    stalled = fit_table(_slowed("pull", 0.02, 4.0, seed=4, reps=6), settings=FitSettings(n_resamples=0))
     assert stalled.slow_modes == [] and stalled.fast_break_even_tokens is None
     assert abs(stalled.break_even_tokens - clean.break_even_tokens) / clean.break_even_tokens < 0.05
     assert any("down-weighted" in w for w in stalled.warnings)
@@ -72,8 +73,8 @@ def test_a_stall_of_one_probe_keeps_the_robust_fit():
 
 
 def test_slow_pulls_too_few_to_tell_from_a_stall_keep_the_robust_point_and_reach_up_to_the_mean_cost():
-    clean = fit_table(sim_table(COSTS, LADDER, 3, seed=1), seed=1, n_resamples=500)
-    fit = fit_table(_slowed("pull", 0.06, 2.5, seed=1), seed=1, n_resamples=500)  # 1 slow pull of 18
+    clean = fit_table(sim_table(COSTS, LADDER, 3, seed=1), settings=FitSettings(seed=1, n_resamples=500))
+    fit = fit_table(_slowed("pull", 0.06, 2.5, seed=1), settings=FitSettings(seed=1, n_resamples=500))  # 1 slow pull of 18
     assert fit.slow_modes == [] and fit.unresolved_slow is not None
     assert fit.unresolved_slow.n_slow == 1 and 2.2 < fit.unresolved_slow.ratio < 2.8
     assert fit.break_even_tokens == pytest.approx(clean.break_even_tokens, rel=0.05)  # the point: the robust one
@@ -94,8 +95,8 @@ def test_two_stalls_of_eighteen_pulls_are_not_a_mode_the_interval_holds_the_fast
     """2 pulls of 18 at 3x: what a 3 % stall rate leaves in 1 campaign of 10 (and a 10 % mode in 3 of 10). The
     share's posterior still puts 12 % on a stall's share, so no mode: the robust point, and an interval from the fast
     curves' lower end (the truth if they are stalls) up to the mean costs' (the truth if they are a mode)."""
-    clean = fit_table(sim_table(COSTS, LADDER, 3, seed=seed), seed=seed, n_resamples=500)
-    fit = fit_table(_slowed("pull", 0.11, 3.0, seed=seed), seed=seed, n_resamples=500)
+    clean = fit_table(sim_table(COSTS, LADDER, 3, seed=seed), settings=FitSettings(seed=seed, n_resamples=500))
+    fit = fit_table(_slowed("pull", 0.11, 3.0, seed=seed), settings=FitSettings(seed=seed, n_resamples=500))
     assert fit.slow_modes == [] and fit.fast_break_even_tokens is None
     assert fit.unresolved_slow.n_slow == 2 and 2.7 < fit.unresolved_slow.ratio < 3.3
     assert fit.break_even_tokens == pytest.approx(clean.break_even_tokens, rel=0.05)
@@ -112,9 +113,9 @@ def test_three_slow_pulls_of_eighteen_are_a_mode_at_90_but_not_at_98_percent():
     table = _slowed("pull", 0.17, 2.5, seed=2)  # 3 slow pulls of 18
     assert stall_posterior(3, 18) == pytest.approx(stats.beta.cdf(0.05, 3.5, 15.5))
     assert 0.01 < stall_posterior(3, 18) < 0.05 < stall_posterior(2, 18)
-    (mode,) = fit_table(table, n_resamples=0).slow_modes
+    (mode,) = fit_table(table, settings=FitSettings(n_resamples=0)).slow_modes
     assert mode.n_slow == 3 and mode.mean_fitted
-    wide = fit_table(table, confidence=0.98, n_resamples=0)
+    wide = fit_table(table, settings=FitSettings(confidence=0.98, n_resamples=0))
     assert wide.slow_modes == [] and wide.unresolved_slow.n_slow == 3
 
 
@@ -127,12 +128,12 @@ def test_the_mean_cost_scale_draws_the_share_from_the_jeffreys_posterior():
 @pytest.mark.parametrize("reps", [2, 3, 5])
 def test_clean_data_report_no_slow_mode(reps):
     for seed in range(6):
-        assert fit_table(sim_table(COSTS, LADDER, reps, seed=100 + seed), n_resamples=0).slow_modes == []
+        assert fit_table(sim_table(COSTS, LADDER, reps, seed=100 + seed), settings=FitSettings(n_resamples=0)).slow_modes == []
 
 
 def test_a_slow_recompute_is_reported_but_keeps_the_robust_curve():
-    clean = fit_table(sim_table(COSTS, LADDER, 3, seed=7), n_resamples=0)
-    fit = fit_table(_slowed("recompute", 0.22, 2.0, seed=7), n_resamples=0)
+    clean = fit_table(sim_table(COSTS, LADDER, 3, seed=7), settings=FitSettings(n_resamples=0))
+    fit = fit_table(_slowed("recompute", 0.22, 2.0, seed=7), settings=FitSettings(n_resamples=0))
     (mode,) = fit.slow_modes
     assert mode.leg == "recompute" and not mode.mean_fitted and fit.fast_break_even_tokens is None
     assert abs(fit.break_even_tokens - clean.break_even_tokens) / clean.break_even_tokens < 0.1
@@ -140,7 +141,7 @@ def test_a_slow_recompute_is_reported_but_keeps_the_robust_curve():
 
 
 def test_a_refusal_names_the_slow_mode():
-    fit = fit_table(_slowed("pull", 0.22, 2.5, seed=1), n_resamples=200)
+    fit = fit_table(_slowed("pull", 0.22, 2.5, seed=1), settings=FitSettings(n_resamples=200))
     ties = fit.model_copy(update={"bootstrap": fit.bootstrap.model_copy(update={"break_even_ci_bounds": [500.0, None]}),
                                   "break_even_ci": None})
     with pytest.raises(NoThreshold, match="the pull has a slow mode .* measure more reps"):
@@ -202,11 +203,11 @@ def test_a_residual_trend_over_time_is_warned_about_with_its_size():
     for i, row in enumerate(rows):
         row["order"] = i
         row["ttft_ms"] *= 1.0 + 0.3 * i / len(rows)  # the host slowed by 30 % over the run
-    fit = fit_table(from_rows(rows), n_resamples=0)
+    fit = fit_table(from_rows(rows), settings=FitSettings(n_resamples=0))
     assert {t.leg for t in fit.time_trends} == {"recompute", "pull"}
     assert all(0.15 < t.change < 0.45 for t in fit.time_trends)
     assert any("drifted" in w and "slower" in w for w in fit.warnings)
-    assert fit_table(sim_table(COSTS, LADDER, 4, seed=5), n_resamples=0).time_trends == []
+    assert fit_table(sim_table(COSTS, LADDER, 4, seed=5), settings=FitSettings(n_resamples=0)).time_trends == []
 
 
 def _lines(fit, table) -> dict:
@@ -215,7 +216,7 @@ def _lines(fit, table) -> dict:
 
 def test_plot_draws_the_slow_mode_apart_from_the_fast_probes():
     table = _slowed("pull", 0.22, 2.5, seed=1)
-    fit = fit_table(table, n_resamples=200)
+    fit = fit_table(table, settings=FitSettings(n_resamples=200))
     lines = _lines(fit, table)
     slow = next(line for label, line in lines.items() if label.startswith("pull slow mode (22% of probes, 2."))
     assert len(slow.get_xdata()) == 4 and len(lines["pull probes"].get_xdata()) == 14
@@ -223,7 +224,7 @@ def test_plot_draws_the_slow_mode_apart_from_the_fast_probes():
 
 def test_plot_draws_both_paths_of_a_slow_pull_about_its_mean_cost_curve():
     table = _slowed("pull", 0.22, 2.5, seed=1)
-    fit = fit_table(table, n_resamples=200)
+    fit = fit_table(table, settings=FitSettings(n_resamples=200))
     (mode,) = fit.slow_modes
     lines = _lines(fit, table)
     mean = lines["pull fit (affine, mean cost)"]
@@ -236,7 +237,7 @@ def test_plot_draws_both_paths_of_a_slow_pull_about_its_mean_cost_curve():
 
 def test_plot_marks_pulls_set_aside_but_too_few_to_call_a_mode():
     table = _slowed("pull", 0.06, 2.5, seed=1)  # 1 slow pull of 18
-    fit = fit_table(table, n_resamples=200)
+    fit = fit_table(table, settings=FitSettings(n_resamples=200))
     assert fit.unresolved_slow is not None and fit.slow_modes == []
     lines = _lines(fit, table)
     aside = next(line for label, line in lines.items() if label.startswith("pull set aside (1 of 18, 2."))
@@ -270,7 +271,7 @@ def test_probes_stamped_in_one_second_keep_their_file_order_through_fit_and_expo
 
 
 def test_a_drift_among_probes_stamped_in_one_second_is_found_in_file_order(tmp_path):
-    fit = fit_table(load_probe_table(_tied_run(tmp_path / "drift", warm=False, drift=0.3)), n_resamples=0)
+    fit = fit_table(load_probe_table(_tied_run(tmp_path / "drift", warm=False, drift=0.3)), settings=FitSettings(n_resamples=0))
     assert {t.leg for t in fit.time_trends} == {"recompute", "pull"}
 
 
@@ -280,5 +281,5 @@ def test_one_low_outlier_is_never_a_slow_mode_with_the_roles_swapped(leg):
     for seed in range(4):
         rows = _rows(sim_table(COSTS, LADDER, 3, seed=seed))
         [r for r in rows if r["leg"] == leg][seed]["ttft_ms"] *= 0.3
-        fit = fit_table(from_rows(rows), n_resamples=0)
+        fit = fit_table(from_rows(rows), settings=FitSettings(n_resamples=0))
         assert fit.slow_modes == [], [(m.leg, m.n_slow, m.n_probes) for m in fit.slow_modes]

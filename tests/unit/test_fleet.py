@@ -22,6 +22,7 @@ from kvcal.errors import InputError
 from kvcal.fleet.costs import cost_rule, point_costs
 from kvcal.fleet.study import policies
 from kvcal.records_costmodel import CostModelFit, Estimate
+from kvcal.fit_record import FitSettings
 from kvcal.fleet.router import Policy
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fleet.sim import READY, FleetSim
@@ -152,7 +153,7 @@ def test_a_nixl_pd_hand_off_costs_a_hold_on_the_source_then_the_whole_prompts_pu
 
 
 def test_near_idle_with_simulated_resamples_the_recommendation_is_still_emit_configs(tmp_path):
-    fit = fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048, 4096], 3), n_resamples=200)
+    fit = fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048, 4096], 3), settings=FitSettings(n_resamples=200))
     result = run_fleet(_config(pods=2, thresholds=[256, 1024, 2048], rate=0.05,
                                    duration_s=60, seeds=1, resamples=4), fit, lambda *a: None)
     assert result.resamples == 4

@@ -13,7 +13,7 @@ from kvcal.errors import InputError
 from kvcal.fleet.costs import point_costs
 from kvcal.fleet.router import Policy
 from kvcal.fleet.run import run_fleet
-from kvcal.fleet.settings import DEFAULT_MAX_SIMULATED_REQUESTS, FleetConfig, make_config
+from kvcal.fleet.settings import DEFAULT_MAX_SIMULATED_REQUESTS, FleetConfig
 from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.traffic import read_trace
 from kvcal.fleet.workload import Workload, load_workload
@@ -54,7 +54,7 @@ def test_the_cap_is_a_stated_default_and_raising_it_allows_the_study():
 ])
 def test_every_flag_is_bounded_by_the_settings_model_with_one_line_naming_it(values, flag):
     with pytest.raises(InputError, match=flag) as err:
-        make_config(fit_path=Path("f"), workload_path=EXAMPLE, **values)
+        FleetConfig(fit_path=Path("f"), workload_path=EXAMPLE, **values)
     assert "\n" not in str(err.value) and len(str(err.value)) < 200
 
 

@@ -13,6 +13,7 @@ from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload
 from kvcal.settings import SweepConfig
 from kvcal.sweep.runner import run_sweep
+from kvcal.fit_record import FitSettings
 
 NEAR = {"pull_intercept_ms": 5.0, "pull_per_token_us": 2.0}
 SLOW = {"pull_intercept_ms": 30.0, "pull_per_token_us": 22.0, "session_ms": 500.0}
@@ -27,7 +28,7 @@ def two_class_fit(tmp_path_factory):
     pairs = [{"name": "a", "class": "near", "sim": NEAR}, {"name": "b", "class": "slow", "sim": SLOW}]
     config = SweepConfig.model_validate(dict(engine="sim", prefix_lengths=[256, 1024, 4096], reps=3, pairs=pairs,
                                              output_dir=tmp_path_factory.mktemp("fleet"), name="run"))
-    return fit_input(run_sweep(config).run_dir, n_resamples=0)
+    return fit_input(run_sweep(config).run_dir, settings=FitSettings(n_resamples=0))
 
 
 def run(fit, share_slow: float, threshold: int = 512):

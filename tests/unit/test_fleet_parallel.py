@@ -14,6 +14,7 @@ from kvcal.errors import InputError
 from kvcal.fit import fit_table
 from kvcal.fleet.parallel import Executor, default_jobs
 from kvcal.fleet.run import FleetConfig, run_fleet
+from kvcal.fit_record import FitSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet-workload.yaml"
 
@@ -51,7 +52,7 @@ def test_without_ray_the_flag_is_one_input_error_naming_the_install(monkeypatch)
 
 
 def test_a_study_on_two_processes_is_byte_identical_to_one():
-    fit = fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048], 3), n_resamples=200)
+    fit = fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048], 3), settings=FitSettings(n_resamples=200))
 
     def study(jobs: int) -> str:
         config = FleetConfig(fit_path=Path("fit.json"), workload_path=EXAMPLE,

@@ -11,6 +11,7 @@ from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
 from kvcal.fit import fit_table
 from kvcal.fleet.run import FleetConfig, run_fleet
+from kvcal.fit_record import FitSettings
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'kvcal[ray]'; the test extra brings it)")
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet-workload.yaml"
@@ -27,7 +28,7 @@ def local_ray():
 
 @pytest.fixture(scope="module")
 def fit():
-    return fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048], 3), n_resamples=200)
+    return fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048], 3), settings=FitSettings(n_resamples=200))
 
 
 def test_a_study_on_ray_is_byte_identical_to_one_process(fit):

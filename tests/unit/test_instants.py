@@ -16,6 +16,8 @@ from kvcal.fit import fit_table
 from kvcal.fit.fields import start_time
 from kvcal.fit.tables import load_probe_table
 from kvcal.instants import instant
+from kvcal.fit_record import FitSettings
+from kvcal.records import RunSetup
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ZONES = [timezone.utc, timezone(timedelta(hours=-8)), timezone(timedelta(hours=9))]
@@ -37,8 +39,8 @@ def _drifting_run(folder: Path, *, mixed: bool) -> Path:
 
 
 def test_mixed_offsets_give_the_drift_of_the_utc_copy(tmp_path):
-    utc = fit_table(load_probe_table(_drifting_run(tmp_path / "utc", mixed=False)), n_resamples=0)
-    mixed = fit_table(load_probe_table(_drifting_run(tmp_path / "mixed", mixed=True)), n_resamples=0)
+    utc = fit_table(load_probe_table(_drifting_run(tmp_path / "utc", mixed=False)), settings=FitSettings(n_resamples=0))
+    mixed = fit_table(load_probe_table(_drifting_run(tmp_path / "mixed", mixed=True)), settings=FitSettings(n_resamples=0))
     assert {t.leg for t in utc.time_trends} == {"recompute", "pull"}
     assert [(t.leg, t.change, t.order_source) for t in mixed.time_trends] == \
         [(t.leg, t.change, t.order_source) for t in utc.time_trends]
@@ -56,7 +58,7 @@ def test_an_unreadable_start_time_turns_the_time_analysis_off_and_names_its_line
     table = load_probe_table(run)
     assert table.order_source is None and table.probes["order"].isna().all()
     assert any("probes.jsonl line 5: started_at" in w for w in table.warnings)
-    assert fit_table(table, n_resamples=0).time_trends == []
+    assert fit_table(table, settings=FitSettings(n_resamples=0)).time_trends == []
 
 
 @pytest.mark.parametrize("iso, epoch", [("2026-01-01T00:00:00+00:00", "1767225600"),
@@ -74,11 +76,11 @@ def test_the_same_window_and_forms_hold_for_iso_and_epoch(text):
 
 def test_a_drift_found_from_a_csvs_started_at_is_labelled_so_when_flags_give_the_setup(tmp_path):
     """Before, a setup given by flags (--block-size) rebuilt the table without its time order's source: "from order"."""
-    from kvcal.fit.inputs import load_fit_input, supplied_setup
+    from kvcal.fit.inputs import load_fit_input
     from kvcal.runfolder import RunFolder, export_interchange
 
     run = _drifting_run(tmp_path / "run", mixed=True)
     export_interchange(RunFolder(run), tmp_path / "p.csv")
-    table = load_fit_input(tmp_path / "p.csv", supplied=supplied_setup(block_size=64)).table
+    table = load_fit_input(tmp_path / "p.csv", supplied=RunSetup(block_size=64)).table
     assert table.order_source == "started_at" and table.block_size == 64
-    assert {t.order_source for t in fit_table(table, n_resamples=0).time_trends} == {"started_at"}
+    assert {t.order_source for t in fit_table(table, settings=FitSettings(n_resamples=0)).time_trends} == {"started_at"}

@@ -9,6 +9,7 @@ import yaml
 from kvcal.fit import fit_input
 from kvcal.settings import SweepConfig
 from kvcal.sweep.runner import run_sweep
+from kvcal.fit_record import FitSettings
 
 PAIRS = """pairs:
   - {name: n1, class: same-node, producer_url: "http://10.0.3.17:8200", consumer_url: "http://10.0.3.18:8200"}
@@ -58,7 +59,7 @@ def test_a_folder_of_one_pair_runs_is_fitted_as_one_campaign_per_class(tmp_path)
                                                  pairs=[{"name": name, "class": f"{name}-class", "sim": sim}]))
         run_sweep(config)
     (root / "pair-0.done").touch()
-    fit = fit_input(root, n_resamples=100)
+    fit = fit_input(root, settings=FitSettings(n_resamples=100))
     assert set(fit.classes) == {"near-class", "far-class"} and fit.classes["far-class"].pairs == ["far"]
     assert fit.classes["far-class"].break_even_tokens > fit.classes["near-class"].break_even_tokens
     assert fit.n_duplicates_collapsed == 0 and fit.classes["far-class"].fit.session_cost.n_cold == 1

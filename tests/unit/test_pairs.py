@@ -11,6 +11,7 @@ import factories
 from kvcal.fit import fit_input
 from kvcal.records import Leg
 from kvcal.run_manifest import RunManifest
+from kvcal.fit_record import FitSettings
 from kvcal.runfolder import RunFolder
 from kvcal.settings import SweepConfig
 from kvcal.sweep.runner import make_pair, run_sweep
@@ -46,7 +47,7 @@ def test_probes_of_every_pair_interleave_in_one_order_each_tagged_with_its_pair_
 
 def test_the_fit_reports_each_class_its_session_cost_and_that_the_classes_differ(tmp_path):
     outcome = run_sweep(pairs_config(tmp_path))
-    fit = fit_input(outcome.run_dir, n_resamples=200)
+    fit = fit_input(outcome.run_dir, settings=FitSettings(n_resamples=200))
     near, far = fit.classes["near"], fit.classes["far"]
     assert near.pairs == ["a", "b"] and far.pairs == ["c", "d"]
     assert far.pull_us_per_token == pytest.approx(12.0, rel=0.1) and near.pull_us_per_token == pytest.approx(3.0, rel=0.15)
@@ -61,7 +62,7 @@ def test_the_fit_reports_each_class_its_session_cost_and_that_the_classes_differ
 
 def test_classes_with_one_curve_are_not_called_different(tmp_path):
     same = [{**p, "sim": FAST} for p in PAIRS]
-    fit = fit_input(run_sweep(pairs_config(tmp_path, pairs=same)).run_dir, n_resamples=100)
+    fit = fit_input(run_sweep(pairs_config(tmp_path, pairs=same)).run_dir, settings=FitSettings(n_resamples=100))
     assert fit.class_difference is not None and not fit.class_difference.differ
 
 
@@ -71,7 +72,7 @@ def test_a_one_pair_fit_has_no_classes_but_its_session_cost(tmp_path):
     outcome = run_sweep(config)
     cold = [r for r in RunFolder(outcome.run_dir).read_probes() if r.session == "cold"]
     assert [r.probe_id for r in cold] == [f"cold{i}-L256-pull-r0" for i in range(4)] and {r.pair for r in cold} == {None}
-    fit = fit_input(outcome.run_dir, n_resamples=100)
+    fit = fit_input(outcome.run_dir, settings=FitSettings(n_resamples=100))
     assert fit.classes is None and fit.class_difference is None
     cost = fit.session_cost
     assert cost.n_cold == 4 and cost.value_ms == pytest.approx(400.0, rel=0.03) and cost.ci[0] < cost.value_ms < cost.ci[1]

@@ -12,6 +12,7 @@ from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
 from kvcal.fit import curve_ms, fit_input, fit_table, write_fit
 from kvcal.report.plot import crossover_near_short_end, curve_band, draw_run, draw_saving, figure_for, grid, plot_input
+from kvcal.fit_record import FitSettings
 from factories import sim_table
 
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
@@ -24,7 +25,7 @@ def table():
 
 @pytest.fixture(scope="module")
 def fit(table):
-    return fit_table(table, n_resamples=300)
+    return fit_table(table, settings=FitSettings(n_resamples=300))
 
 
 @pytest.fixture()
@@ -35,7 +36,7 @@ def csv(tmp_path, table) -> Path:
 
 
 def test_png_and_svg_by_extension(tmp_path, csv):
-    png = plot_input(csv, tmp_path / "out.png", confidence=0.9)
+    png = plot_input(csv, tmp_path / "out.png", settings=FitSettings(confidence=0.9))
     svg = plot_input(csv, tmp_path / "sub" / "out.svg", log_x=True)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<svg" in svg.read_text()[:2000]
@@ -79,7 +80,7 @@ def test_bands_contain_the_fitted_curve(fit):
 
 
 def test_draw_run_overlays_two_runs_in_their_colours(table, fit):
-    other = fit_table(sim_table(SimCosts(pull_intercept_ms=30.0), LADDER, 3, seed=3), n_resamples=200)
+    other = fit_table(sim_table(SimCosts(pull_intercept_ms=30.0), LADDER, 3, seed=3), settings=FitSettings(n_resamples=200))
     ax_top, ax_bottom = Figure().subplots(2, 1)
     draw_run(ax_top, fit, table, color="tab:purple", label="baseline")
     draw_run(ax_top, other, None, color="tab:orange", label="candidate", bands=False)
@@ -94,7 +95,7 @@ def test_draw_run_overlays_two_runs_in_their_colours(table, fit):
 
 
 def test_plot_from_a_fit_json_follows_its_source_for_points(tmp_path, csv):
-    fitted = fit_input(csv, n_resamples=200)
+    fitted = fit_input(csv, settings=FitSettings(n_resamples=200))
     fit_json = write_fit(fitted, tmp_path / "fit.json")
     out = plot_input(fit_json, tmp_path / "from-fit.png")
     assert out.exists()
@@ -103,7 +104,7 @@ def test_plot_from_a_fit_json_follows_its_source_for_points(tmp_path, csv):
 
 
 def test_plot_without_bootstrap_samples_draws_no_bands(table):
-    bare = fit_table(table, n_resamples=0)
+    bare = fit_table(table, settings=FitSettings(n_resamples=0))
     figure = figure_for(bare, table)
     assert len(figure.axes[0].collections) == 0
 
@@ -112,7 +113,7 @@ def test_a_crossover_near_the_short_end_gets_a_log_length_axis(tmp_path, fit):
     # the default ladder to 64K with a 180-token crossover: on a linear axis it sat in the first 0.3%
     costs = SimCosts(recompute_intercept_ms=2.0, recompute_per_token_us=100.0, recompute_per_token2_ns=0.0,
                      pull_intercept_ms=20.0, pull_per_token_us=0.0)
-    short = fit_table(sim_table(costs, [128, 192, 256, 512, 1024, 4096, 16384, 65472], 3, seed=1), n_resamples=300)
+    short = fit_table(sim_table(costs, [128, 192, 256, 512, 1024, 4096, 16384, 65472], 3, seed=1), settings=FitSettings(n_resamples=300))
     assert short.status == "crossover"
     assert crossover_near_short_end(short) and not crossover_near_short_end(fit)  # fit: a mid-ladder crossover
     top, bottom = figure_for(short, log_x=crossover_near_short_end(short)).axes[:2]

@@ -167,14 +167,13 @@ def test_fit_defaults_are_declared_once():
     import inspect
 
     from kvcal.cli import fit_cmd
-    from kvcal.fit import fit_input
+    from kvcal.fit import fit_and_write, fit_input, fit_table
     from kvcal.fit_record import FIT_DEFAULTS
-    from kvcal.sweep.adaptive import FIT_SETTINGS
 
-    assert FIT_SETTINGS == FIT_DEFAULTS.model_dump()
-    params = inspect.signature(fit_input).parameters
-    assert (params["confidence"].default, params["seed"].default, params["n_resamples"].default) == (
-        FIT_DEFAULTS.confidence, FIT_DEFAULTS.seed, FIT_DEFAULTS.n_resamples)
+    for function in (fit_input, fit_and_write, fit_table):  # one settings object, not three loose numbers
+        params = inspect.signature(function).parameters
+        assert params["settings"].default is FIT_DEFAULTS
+        assert not {"confidence", "seed", "n_resamples"} & set(params)
     import typer
 
     app = typer.Typer()

@@ -16,6 +16,7 @@ from factories import sim_table
 from kvcal.fit_record import FIT_SCHEMA, FitResult
 from kvcal.records import RUN_SCHEMA, RunSetup
 from kvcal.run_manifest import RunManifest
+from kvcal.fit_record import FitSettings
 from kvcal.settings import SweepConfig
 from kvcal.runfolder import RunFolder
 from kvcal.engines.sim import SimCosts
@@ -71,7 +72,7 @@ def test_a_version_2_run_folder_round_trips_and_its_fit_copies_the_setup(tmp_pat
     assert RunFolder(folder).manifest() == manifest
     found = load_fit_input(folder)
     assert found.fit is None and found.setup == setup and found.manifest == manifest
-    fit = found.fresh_fit(n_resamples=0)
+    fit = found.fresh_fit(settings=FitSettings(n_resamples=0))
     write_fit(fit, folder / "fit.json")
     assert json.loads((folder / "fit.json").read_text())["setup"] == raw["setup"]
     again = load_fit_input(folder / "fit.json")
@@ -84,12 +85,12 @@ def test_a_table_carries_only_what_the_flags_supply(tmp_path, supplied):
     sim_table(SimCosts(), [256, 1024, 4096], 2, seed=1).probes.to_csv(csv, index=False)
     found = load_fit_input(csv, supplied=supplied)
     assert found.setup == supplied and found.fit is None and found.manifest is None
-    assert fit_table(found.table, n_resamples=0).setup == supplied
+    assert fit_table(found.table, settings=FitSettings(n_resamples=0)).setup == supplied
     assert any("not multiples of the block size 100" in w for w in found.table.warnings) == (supplied.block_size == 100)
 
 
 def test_one_rule_for_json_inputs(tmp_path):
-    fit = fit_table(sim_table(SimCosts(), [256, 1024, 4096], 2, seed=1), n_resamples=0)
+    fit = fit_table(sim_table(SimCosts(), [256, 1024, 4096], 2, seed=1), settings=FitSettings(n_resamples=0))
     odd_name = tmp_path / "result.txt"  # a fit.json under another name is still a fit
     odd_name.write_text("\ufeff  " + FitResult.model_dump_json(fit, by_alias=True))
     assert load_fit_input(odd_name).fit == fit

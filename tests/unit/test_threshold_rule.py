@@ -14,6 +14,7 @@ from kvcal.errors import NoThreshold
 from kvcal.fit import fit_table
 from factories import sim_table
 from kvcal.fit_record import CurveFit, FitResult, HostDisturbance, LengthSummary
+from kvcal.fit_record import FitSettings
 
 # gpt-oss-like: the pull wins at every measured length; the truth (~680) lies far below the ladder.
 EXTRAPOLATED = SimCosts(recompute_intercept_ms=10.0, recompute_per_token_us=30.0, pull_intercept_ms=25.0, pull_per_token_us=8.0)
@@ -84,7 +85,7 @@ def test_an_interval_open_above_exits_3_with_nothing_on_stdout(kvcal, tmp_path):
 def test_parallel_curves_never_emit_below_the_truth(tmp_path):
     truth = PARALLEL.true_break_even()
     for seed in range(6):
-        fit = fit_table(sim_table(PARALLEL, [1024, 2048, 4096, 8192, 16384], 3, seed=seed), n_resamples=500, seed=seed)
+        fit = fit_table(sim_table(PARALLEL, [1024, 2048, 4096, 8192, 16384], 3, seed=seed), settings=FitSettings(n_resamples=500, seed=seed))
         try:
             assert compute_threshold(fit, rule="upper").min_cached_token_delta >= truth
         except NoThreshold as err:
@@ -155,7 +156,7 @@ def test_a_large_noisy_win_is_not_a_tie():
     """One rep at 20 % noise: the pull 3x faster at long lengths must not read as a tie (log-scale gaps, pooled test)."""
     noisy = EXTRAPOLATED.model_copy(update={"noise_cv": 0.2})
     for seed in range(8):
-        fit = fit_table(sim_table(noisy, [2048, 8192, 16384, 32768, 49152], 1, seed=seed), n_resamples=300, seed=seed)
+        fit = fit_table(sim_table(noisy, [2048, 8192, 16384, 32768, 49152], 1, seed=seed), settings=FitSettings(n_resamples=300, seed=seed))
         try:
             assert compute_threshold(fit).min_cached_token_delta >= 2048
         except NoThreshold as err:

@@ -37,9 +37,9 @@ from kvcal.fit.bootstrap import t_quantile
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.ladder_steps import lengths_below
 from kvcal.fit.tables import from_rows
-from kvcal.fit_record import FIT_DEFAULTS, FitResult
+from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings
 from kvcal.records import Leg, Record, RunSetup
-from kvcal.sweep.adaptive import FIT_SETTINGS, Controller, StopRules, relative_width
+from kvcal.sweep.adaptive import Controller, StopRules, relative_width
 from kvcal.sweep.lengths.priors import Prior
 from kvcal.sweep.lengths.probe_plan import default_prefix_lengths
 from kvcal.sweep.regret_stop import Judge
@@ -185,8 +185,8 @@ def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: l
 
     def fit(k: int, resamples: int | None) -> tuple[FitResult, int, float]:
         rows, engine_ms = upto(k)
-        settings = {**FIT_SETTINGS, "n_resamples": resamples or FIT_DEFAULTS.n_resamples}
-        return fit_table(from_rows(rows, setup=_setup(prior)), **settings), len(rows), engine_ms
+        settings = FitSettings(n_resamples=resamples or FIT_DEFAULTS.n_resamples)  # kvcal fit's level and seed
+        return fit_table(from_rows(rows, setup=_setup(prior)), settings), len(rows), engine_ms
 
     def reached(k: int, resamples: int | None) -> bool:
         width = relative_width(fit(k, resamples)[0])
