@@ -1,0 +1,194 @@
+"""The default threshold rule (expected cost on mean costs), what a threshold costs, --deltas, and compare's judge."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from factories import make_fit, sim_table
+from kvcal.emit import formats as em
+from kvcal.emit.deltas import read_deltas
+from kvcal.emit.threshold import compute_threshold, regret_model
+from kvcal.engines.sim import SimCosts
+from kvcal.errors import InputError, NoThreshold
+from kvcal.fit import fit_table
+from kvcal.fit.io import write_fit
+from kvcal.fit.mean_cost import mean_curves, mean_scales
+from kvcal.records import LengthSummary
+from kvcal.records_cost import MeanCostSummary, MeanLength
+from kvcal.report.deployed import deployed_check
+from kvcal.fit.tables import from_rows
+from kvcal.records import FitSource, RunSetup
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "llmd"
+LADDER = [256, 512, 1024, 2048, 4096, 8192]
+
+
+def test_the_glm_like_ladder_gives_a_threshold_between_the_tie_and_what_was_shipped(kvcal, tmp_path):
+    """A stand-in for the published GLM-5.2 H200 ladder (a flat ~1.9 s pull against ~137 us/token recompute; the legs
+    tie near 13,650 tokens, the llm-d team shipped 16,384): the default lands in [13,648, 16,384], the old rule above."""
+    assert kvcal("fit", FIXTURES / "glm-5.2-h200-standin-job.log", "-o", tmp_path / "fit.json").code == 0
+    default = json.loads(kvcal("emit-config", tmp_path / "fit.json", "--format", "json").out)
+    assert 13_648 <= default["minCachedTokenDelta"] <= 16_384
+    assert default["alternatives"]["upper"]["threshold"] > 16_384
+    assert default["alternatives"]["recipe"]["threshold"] == 16_384
+    assert default["expected_regret_pct"] < default["alternatives"]["upper"]["expected_regret_pct"]
+    assert default["expected_regret_pct"] < default["alternatives"]["recipe"]["expected_regret_pct"]
+
+
+def test_the_gpt_oss_ladder_still_gives_2048_and_says_so_in_every_rule(kvcal, tmp_path):
+    assert kvcal("fit", FIXTURES / "gpt-oss-120b-job.log", "-o", tmp_path / "fit.json").code == 0
+    data = json.loads(kvcal("emit-config", tmp_path / "fit.json", "--format", "json").out)
+    assert data["minCachedTokenDelta"] == 2048 and data["rule"] == "expected-cost" and data["margin"] is None
+    assert {name: alt["threshold"] for name, alt in data["alternatives"].items()} == {"upper": 2048, "recipe": 2048}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_on_a_clean_campaign_the_default_sits_at_the_truth_and_costs_less_than_the_old_rule(seed):
+    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=seed), seed=seed, n_resamples=400)
+    t = compute_threshold(fit)
+    truth = SimCosts().true_break_even()
+    assert abs(t.min_cached_token_delta - truth) <= 0.15 * truth
+    upper = t.alternatives["upper"]
+    assert upper.threshold == compute_threshold(fit, rule="upper").min_cached_token_delta
+    assert t.figures.expected_regret_pct < upper.figures.expected_regret_pct
+    assert 0.0 <= t.figures.p_break_even_above <= 1.0
+
+
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_a_skewed_pull_is_priced_above_its_robust_curve(seed):
+    """Lognormal pulls (sigma 0.5, mean 1.13x the median): the robust fit sits between median and mean; the scale
+    lifts the pull's curve towards its mean, recompute's (3 % normal noise) stays put."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for rep in range(8):
+        for n in LADDER:
+            rows.append({"prefix_tokens": n, "leg": "recompute", "rep": rep,
+                         "ttft_ms": (5 + 0.025 * n + 0.012e-6 * n * n) * (1 + 0.03 * rng.normal())})
+            rows.append({"prefix_tokens": n, "leg": "pull", "rep": rep,
+                         "ttft_ms": (20 + 0.003 * n) * math.exp(0.5 * rng.normal())})
+    fit = fit_table(from_rows(rows, setup=RunSetup(block_size=64), origin=FitSource(kind="sim")), n_resamples=0)
+    m_r, m_p = mean_scales(fit)
+    assert abs(m_r - 1.0) < 0.03 and 1.02 < m_p < 1.2
+    rec, pull = mean_curves(fit)
+    assert pull == pytest.approx(np.asarray(fit.pull.coefficients) * m_p)
+    # the threshold follows the mean costs: above the robust curves' crossing
+    assert compute_threshold(fit).min_cached_token_delta > fit.break_even_tokens
+
+
+def test_an_older_fit_without_mean_costs_decides_on_its_curves():
+    fit = make_fit()  # no mean_cost recorded: the curves are the means
+    assert fit.mean_cost is None and mean_scales(fit) == (1.0, 1.0)
+    assert compute_threshold(fit).min_cached_token_delta == 704  # the default curves cross at 682
+
+
+def _with_means(fit, rows):
+    return fit.model_copy(update={"mean_cost": MeanCostSummary(recompute_scale=1.0, pull_scale=1.0, per_length=rows)})
+
+
+def test_a_misfit_length_is_decided_on_its_measured_means():
+    """The curves cross at 682, but at 1,024 tokens the measured means say the pull loses (a misfit beyond the
+    noise): the threshold moves above 1,024 instead of trusting the curve there."""
+    base = make_fit(measured_range=[256, 4096])
+    rows = [MeanLength(prefix_tokens=n, recompute_ms=r, pull_ms=p, pull_misfit=n == 1024)
+            for n, r, p in ((256, 12.2, 20.8), (512, 20.0, 21.5), (1024, 35.0, 40.0), (2048, 61.0, 26.1),
+                            (4096, 112.6, 32.3))]
+    t = compute_threshold(_with_means(base, rows))
+    assert 1024 < t.min_cached_token_delta < 2048
+    assert any("at 1024 tokens the curves misfit" in s for s in t.steps)
+    untouched = compute_threshold(_with_means(base, [r.model_copy(update={"pull_misfit": False}) for r in rows]))
+    assert untouched.min_cached_token_delta == 704
+
+
+def test_never_at_or_below_a_length_where_the_pull_measurably_lost():
+    rows = [LengthSummary(prefix_tokens=n, recompute_ms=r, pull_ms=p, n_recompute=5, n_pull=5, pull_won=p < r,
+                          pull_won_measurably=None) for n, r, p in ((512, 20.0, 21.0), (1024, 35.0, 50.0),
+                                                                    (2048, 61.0, 26.0))]
+    fit = make_fit(measured_range=[512, 2048], per_length=rows, recompute=make_fit().recompute.model_copy(
+        update={"noise_cv": 0.03}), pull=make_fit().pull.model_copy(update={"noise_cv": 0.03}))
+    t = compute_threshold(fit)
+    assert t.min_cached_token_delta == 2048
+    assert any("lost measurably at 1024 tokens: raised to 2048" in s for s in t.steps)
+
+
+def test_no_crossing_in_range_needs_allow_extrapolation():
+    fit = make_fit(measured_range=[128, 512])  # the curves cross at 682, beyond the range
+    with pytest.raises(NoThreshold, match="does not win by the longest measured length"):
+        compute_threshold(fit)
+    t = compute_threshold(fit, allow_extrapolation=True)
+    assert t.min_cached_token_delta == 704 and any("--allow-extrapolation" in w for w in t.warnings)
+
+
+def test_a_crossing_below_the_range_is_raised_to_its_shortest_length():
+    fit = make_fit(measured_range=[2048, 16384])
+    assert compute_threshold(fit).min_cached_token_delta == 2048
+    assert compute_threshold(fit, allow_extrapolation=True).min_cached_token_delta == 704
+
+
+@pytest.mark.parametrize("text", ["1000\n2000\n3000\n", "delta,count\n1000,5\n2000,1\n", "[1000, 2000]",
+                                  '{"1000": 3, "2000": 1}', "[[1000, 3], [2000, 1]]"])
+def test_deltas_files_in_every_shape(tmp_path, text):
+    path = tmp_path / "d.txt"
+    path.write_text(text)
+    deltas = read_deltas(path)
+    assert list(deltas.points[:2]) == [1000.0, 2000.0] and deltas.weights.sum() == pytest.approx(1.0)
+
+
+def test_deltas_from_a_router_decision_log(tmp_path):
+    log = tmp_path / "epp.log"
+    lines = [json.dumps({"msg": "p2p decision", "requestID": f"r{i}", "outcome": "pulled", "deltaTokens": d})
+             for i, d in enumerate((512, 1024, 1024, 0))]
+    log.write_text("\n".join(lines) + "\n")
+    deltas = read_deltas(log)
+    assert list(deltas.points) == [512.0, 1024.0] and list(deltas.weights) == pytest.approx([1 / 3, 2 / 3])
+
+
+@pytest.mark.parametrize("text, match", [("-5\n", "whole number"), ("1000,abc\n", "count must be a number"),
+                                         ("1000,-1\n", "0 or more"), ("{bad json", "not valid JSON"),
+                                         ("1 2 3\n", "a delta and a count"), ("nan\n", "finite")])
+def test_bad_deltas_files_exit_2_with_one_line(tmp_path, kvcal, text, match):
+    path = tmp_path / "d.txt"
+    path.write_text(text)
+    with pytest.raises(InputError, match=match):
+        read_deltas(path)
+    fit = tmp_path / "fit.json"
+    write_fit(make_fit(), fit)
+    res = kvcal("emit-config", fit, "--deltas", path)
+    assert res.code == 2 and res.out == "" and res.err.count("\n") == 1
+
+
+def test_deltas_change_the_price_not_the_crossing(tmp_path):
+    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=4), seed=4, n_resamples=300)
+    path = tmp_path / "d.txt"
+    path.write_text("300,10\n6000,1\n")
+    plain, priced = compute_threshold(fit), compute_threshold(fit, deltas=read_deltas(path))
+    assert abs(plain.min_cached_token_delta - priced.min_cached_token_delta) <= 64
+    assert plain.figures != priced.figures
+
+
+def test_costmodel_and_vllm_carry_a_comment_line_with_the_rule():
+    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=2), seed=2, n_resamples=200)
+    for fmt in ("costmodel", "vllm"):
+        options = em.EmitOptions(format=fmt, transport="nixl-pd" if fmt == "vllm" else None)
+        lines = em.emit(fit, options).stdout.splitlines()
+        assert lines[1].startswith("# kvcal: minCachedTokenDelta ") and "rule expected-cost" in lines[1]
+        assert "expected regret" in lines[1]
+
+
+def test_compare_judges_a_deployed_threshold_by_what_it_costs(tmp_path, kvcal):
+    fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=6), seed=6, n_resamples=400)
+    best = compute_threshold(fit).min_cached_token_delta
+    assert deployed_check(fit, fit, best, "--deployed").verdict == "safe"
+    low = deployed_check(fit, fit, 128, "--deployed")
+    assert low.verdict == "unsafe" and low.p_break_even_above > 0.9 and low.expected_regret_pct > 0.5
+    high = deployed_check(fit, fit, 8192, "--deployed")
+    assert high.verdict == "uncertain" and high.p_break_even_above < 0.1 and "lower it" in high.message
+    assert regret_model(fit) is not None
+    path = tmp_path / "fit.json"
+    write_fit(fit, path)
+    assert kvcal("compare", path, path, "--deployed", str(best), "--strict-deployed").code == 0
+    assert kvcal("compare", path, path, "--deployed", "8192", "--strict-deployed").code == 1
