@@ -22,7 +22,7 @@ It writes, under --out:
   the first line of stderr (with the ``Error`` line when the first is typer's ``Usage:``).
 
 What varies from run to run is masked: the temporary workspace ({WS}, {TMP}), the checkout
-({REPO}), the fake Prometheus' port ({PROM}), wall-clock times ({TIME}, {EPOCH}) and the run
+({REPO}) and its commit ({COMMIT}), the fake Prometheus' port ({PROM}), wall-clock times ({TIME}, {EPOCH}) and the run
 record's schema version (kvcal.run/{N}; issue 41 excepts it). The corpus and the output runs go
 in-process (kvcal.cli.app.main, the same entry point as the console script), in --jobs forked
 workers; --via subprocess runs them through a fresh interpreter each instead (slow; to check
@@ -95,8 +95,17 @@ class Masks:
         return RUN_SCHEMA.sub("kvcal.run/{N}", text)
 
 
+def _checkout_commit() -> str | None:
+    """The commit provenance stamps on a run (kvcal.provenance.git_commit): it differs from tree to tree."""
+    done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
 def base_masks(tmp: Path) -> Masks:
     masks = Masks({str(REPO): "{REPO}", str(tmp): "{TMP}"})
+    commit = _checkout_commit()
+    if commit:
+        masks.literals[commit] = "{COMMIT}"
     real = str(tmp.resolve())
     if real != str(tmp):
         masks.literals[real] = "{TMP}"
