@@ -12,7 +12,7 @@ accepts either shape. The marks a field may carry (its ``json_schema_extra``): `
 launches the engines: attach mode and the k8s Job refuse them), ``engine_only`` (not for ``--engine sim``),
 ``producer_side_channel`` (only for a transport whose pull names the producer's side channel), ``adaptive_rule``
 (only an adaptive campaign reads it; ``--resume`` may change it) and ``campaign_file_only`` (no flag).
-``tests/unit/test_settings_once.py`` holds the CLI's options to these fields. A campaign file (``--config FILE``,
+``tests/unit/base/test_settings_once.py`` holds the CLI's options to these fields. A campaign file (``--config FILE``,
 YAML) may set any setting; flags given on the command line override it; unknown keys are an error so that a
 renamed key cannot vanish silently.
 The transports' names and the P2P tier's deployed port are the transports' own

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make (once, then cached) inference-perf's own venv for the tests that run the real tool
-# against a loopback stand-in (tests/unit/test_inference_perf_import.py). inference-perf needs
+# against a loopback stand-in (tests/unit/fit/test_inference_perf_import.py). inference-perf needs
 # Python >= 3.12, kvcal's venv may be older, so it gets a venv of its own, in kvcal's cache
 # folder ($KVCAL_CACHE_DIR, default ~/.cache/kvcal), which outlives a fresh clone. Prints the venv's inference-perf path.
 # Without Python 3.12 or a package index it says why and exits 3: the tests then skip, naming

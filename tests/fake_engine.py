@@ -1,4 +1,4 @@
-"""Loopback fake vLLM engines that misbehave on demand (the fault suite, tests/unit/test_engine_faults.py).
+"""Loopback fake vLLM engines that misbehave on demand (the fault suite, tests/unit/engines/test_engine_faults.py).
 
 A real engine cannot be made to stream for ever or count NaN bytes, so these stand in:
 one small threaded HTTP server per engine, on a free loopback port, serving

@@ -14,7 +14,7 @@ use ``click``. The class typer raises is whatever ``typer.BadParameter`` derives
 
 The command modules import only typer and light kvcal modules at the top: numpy,
 pandas, scipy and matplotlib are imported where a command runs, so ``--help`` stays
-fast (benchmarks/cli_startup.py; tests/unit/test_cli_boundary.py checks it). The
+fast (benchmarks/cli_startup.py; tests/unit/cli/test_cli_boundary.py checks it). The
 top-level help imports no command module at all: it is rendered from
 :data:`kvcal.cli.commands.INDEX` (see there). An invocation that may print a help loads typer's
 renderer without what no help uses (kvcal/cli/rich_help.py). ``app`` is the whole app, built on first use.

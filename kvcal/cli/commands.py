@@ -3,7 +3,7 @@
 ``kvcal --help`` (and a bare ``kvcal``) shows only each command's name and first line of
 help. Building the whole app for that imports every command module, and sweep's flags
 are read off SweepConfig's fields (pydantic), which was most of the startup time. So the
-top-level help is rendered from INDEX instead; tests/unit/test_cli_boundary.py renders it
+top-level help is rendered from INDEX instead; tests/unit/cli/test_cli_boundary.py renders it
 both ways and requires the two identical, so the index cannot drift from the commands.
 """
 

@@ -2,7 +2,7 @@
 
 What a user runs: the entry point pip wrote, in a fresh process, with whatever typer/click
 pair that environment resolved. One case per (command, class) runs here (every class of
-every command; tests/unit/test_cli_corpus.py runs every case in-process; the newest-dependencies
+every command; tests/unit/cli/test_cli_corpus.py runs every case in-process; the newest-dependencies
 job samples one case per class and per command: KVCAL_CORPUS_SAMPLE=class). As root, each
 process runs with CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH dropped (``setpriv``) so unreadable
 files are unreadable. Cases run in parallel; each in its own copy of the workspace.

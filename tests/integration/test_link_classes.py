@@ -21,7 +21,7 @@ from kvcal.records import Leg  # noqa: E402
 from kvcal.runfolder import RunFolder  # noqa: E402
 from netlinks import NetLinks, namespaces_left, netns_unavailable  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
 
 @pytest.fixture(scope="module")

@@ -31,8 +31,8 @@ from kvcal.engines.vllm import VllmPair  # noqa: E402
 from kvcal.engines.vllm_launch import VllmSettings  # noqa: E402
 from kvcal.fleet.workload import load_workload  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200), pytest.mark.skipif(PROMETHEUS is None,
-                                                                                     reason=SKIP_REASON)]
+pytestmark = [pytest.mark.integration, pytest.mark.prometheus, pytest.mark.timeout(1200),
+              pytest.mark.skipif(PROMETHEUS is None, reason=SKIP_REASON)]
 ROOT = Path(__file__).resolve().parents[2]
 KV_BYTES_PER_TOKEN = 2048  # the tiny model's (results/baselines/cpu-tiny/fit.json)
 SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from prometheus_server import PROMETHEUS, SKIP_REASON, free_port, prometheus
 
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason=SKIP_REASON)
+pytestmark = [pytest.mark.prometheus, pytest.mark.skipif(PROMETHEUS is None, reason=SKIP_REASON)]
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 KV_BYTES = 2048
 

@@ -23,7 +23,7 @@ from kvcal.engines.sim import SimCosts
 
 import factories
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # the CPU baseline as committed on 2026-12-02, in the version 1 formats (results/baselines/cpu-tiny is newer)
 BASELINE = REPO / "tests" / "fixtures" / "runs" / "cpu-tiny-v1"
 CONTRACT_KEYS = {"model", "engine", "transport", "block_size", "kv_bytes_per_token", "kv_dtype", "accelerator",

@@ -18,7 +18,7 @@ from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fleet.study import RunSpec, Study, block_of, cost_sets, plan_runs, policies, run_all, run_one
 from kvcal.fleet.workload import load_workload
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "docs" / "examples" / "fleet-workload.yaml"
 BASELINE = ROOT / "results" / "baselines" / "cpu-tiny"
 

@@ -186,7 +186,7 @@ def _fleet_file(tmp_path, *, ttft=(80.0, 120.0), p90=(350.0, 450.0), share=(0.08
 def test_checks_pass_when_the_fleet_does_what_kvcal_said(kvcal, prom, tmp_path):
     from pathlib import Path
 
-    fit = Path(__file__).resolve().parents[2] / "results" / "baselines" / "cpu-tiny" / "fit.json"  # 2048 B/token
+    fit = Path(__file__).resolve().parents[3] / "results" / "baselines" / "cpu-tiny" / "fit.json"  # 2048 B/token
     result, doc = _observe(kvcal, prom, "--fit", fit, "--fleet", _fleet_file(tmp_path), "--deployed", "1024")
     assert result.code == 0, result.err
     verdicts = {c["name"]: c["verdict"] for c in doc["checks"]}
@@ -272,7 +272,7 @@ def test_series_of_different_metrics_with_the_same_labels_stay_apart():
 def test_values_name_the_row_as_compare_reads_them(kvcal, prom, tmp_path):
     from pathlib import Path
 
-    values = Path(__file__).resolve().parents[1] / "fixtures" / "values" / "router-p2p.yaml"  # minCachedTokenDelta 2048
+    values = Path(__file__).resolve().parents[2] / "fixtures" / "values" / "router-p2p.yaml"  # minCachedTokenDelta 2048
     result, doc = _observe(kvcal, prom, "--fleet", _fleet_file(tmp_path, threshold=2048), "--values", values)
     assert result.code == 0, result.err
     assert len(doc["checks"]) == 4

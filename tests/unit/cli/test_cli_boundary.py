@@ -19,7 +19,7 @@ from kvcal.cli.app import EXIT_INTERNAL, app, main
 from kvcal.sweep.lock import claim_run_folder, holder_pid
 
 HEAVY = ("pandas", "scipy", "matplotlib", "numpy")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:

@@ -28,8 +28,8 @@ from kvcal.fit_record import FitResult
 from kvcal.records import RunSetup
 from kvcal.fit_record import FitSettings
 
-UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
-VALUES = Path(__file__).resolve().parents[1] / "fixtures" / "values"
+UPSTREAM = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"
+VALUES = Path(__file__).resolve().parents[2] / "fixtures" / "values"
 # A Go float64 field decodes an integer value as well as a decimal one; a bool or a string fails.
 _TYPES = {"string": StrictStr, "integer": StrictInt, "number": StrictInt | StrictFloat}
 

@@ -13,7 +13,7 @@ from kvcal.errors import InputError
 from kvcal.estimate.predict import PredictSettings, build_cost_model, predict, solve_break_even
 from kvcal.estimate.profiles import load_profiles
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SETUPS = [  # (model, accelerator, link): every attention family, GPU and CPU
     ("llama-3.1-8b", "h100", "rdma-400"),
     ("qwen3-32b", "b200", "tcp-100g"),

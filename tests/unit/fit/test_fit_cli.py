@@ -15,7 +15,7 @@ from factories import sim_table
 import factories
 
 # The job log minus its first chatter line: the table as users paste it.
-JOB_TABLE = "".join((Path(__file__).parents[1] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text().splitlines(keepends=True)[1:])
+JOB_TABLE = "".join((Path(__file__).parents[2] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text().splitlines(keepends=True)[1:])
 
 
 @pytest.fixture()

@@ -26,7 +26,7 @@ from kvcal.fit.tables import from_rows
 from kvcal.fit_record import FitSource
 from kvcal.records import RunSetup
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "llmd"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "llmd"
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
 
 

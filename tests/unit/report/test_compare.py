@@ -413,7 +413,7 @@ def test_real_fits_carry_samples_for_every_quantity(tmp_path):
 
 # ---------------------------------------------------------------- shipped files
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_example_workflow_calls_real_commands_and_flags():

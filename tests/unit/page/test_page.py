@@ -20,7 +20,7 @@ from kvcal.page.svg import Chart, Point, Points, Style
 from kvcal.sim_costs import SimCosts
 from tests.factories import make_fit, sim_run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BASELINE = ROOT / "results" / "baselines" / "cpu-tiny"
 WORKLOAD = ROOT / "docs" / "examples" / "fleet-workload.yaml"
 MAX_BYTES = 2 * 1024 * 1024

@@ -22,7 +22,7 @@ from kvcal.settings import SweepConfig
 from kvcal.runfolder import RunFolder
 from kvcal.sweep.runner import run_sweep
 
-JOB = (Path(__file__).parents[1] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text()
+JOB = (Path(__file__).parents[2] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text()
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
 
 

@@ -29,7 +29,7 @@ from kvcal.errors import EngineError
 from kvcal.probe_checks import checked_record
 from kvcal.records import Leg, ProbeRecord
 
-CONFIG = Path(__file__).parents[1] / "fixtures" / "hf_configs" / "llama-3.1-8b.json"
+CONFIG = Path(__file__).parents[2] / "fixtures" / "hf_configs" / "llama-3.1-8b.json"
 SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
 
 

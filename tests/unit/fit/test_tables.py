@@ -20,7 +20,7 @@ from factories import sim_table
 
 SETUP = {"model": "tiny-llama", "engine": "sim", "transport": "ucx", "block_size": 64, "kv_bytes_per_token": 2048,
          "accelerator": "x86"}
-JOB_LOG = (Path(__file__).parents[1] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text()
+JOB_LOG = (Path(__file__).parents[2] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text()
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

@@ -25,7 +25,7 @@ from kvcal.settings import SweepConfig
 from kvcal.sweep.runner import run_sweep
 from openai_standin import run_inference_perf
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LOADED = REPO / "tests" / "fixtures" / "llmd" / "loaded"
 PER_REQUEST = "per_request_lifecycle_metrics.json"
 
@@ -160,6 +160,7 @@ def inference_perf_executable() -> Path | None:
     return Path(made.stdout.strip()) if made.returncode == 0 and made.stdout.strip() else None
 
 
+@pytest.mark.inference_perf
 def test_real_inference_perf_output_joins_every_timed_request(idle_run, kvcal, tmp_path):
     executable = inference_perf_executable()
     if executable is None or not executable.exists():

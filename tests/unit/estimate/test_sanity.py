@@ -16,7 +16,7 @@ from kvcal.estimate.sanity import SanityFinding, sanity_findings, sanity_for_fit
 
 import factories
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

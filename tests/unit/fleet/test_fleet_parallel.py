@@ -16,7 +16,7 @@ from kvcal.fleet.parallel import Executor, default_jobs
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fit_record import FitSettings
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet-workload.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "fleet-workload.yaml"
 
 
 def _square_with_pid(shared: int, task: int) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.traffic import read_trace
 from kvcal.fleet.workload import Workload, load_workload
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet-workload.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "fleet-workload.yaml"
 
 
 def _never_run(*_):

@@ -19,7 +19,7 @@ from kvcal.settings import SweepConfig
 from kvcal.runfolder import RunFolder
 from kvcal.sweep.runner import run_sweep
 
-from tests.unit.test_sweep import Crash, crashing_factory
+from tests.unit.sweep.test_sweep import Crash, crashing_factory
 
 TRUTH = SimCosts().true_break_even()
 

@@ -26,7 +26,7 @@ from kvcal.estimate.profiles import (
     total_active_params,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures" / "hf_configs"
 
 

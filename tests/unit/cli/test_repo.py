@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kvcal.cli.app import app, reflow_prose
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _tracked(*patterns: str) -> list[Path]:

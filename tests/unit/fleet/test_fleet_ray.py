@@ -14,7 +14,8 @@ from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fit_record import FitSettings
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'kvcal[ray]'; the test extra brings it)")
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet-workload.yaml"
+pytestmark = pytest.mark.ray
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "fleet-workload.yaml"
 
 
 @pytest.fixture(scope="module", autouse=True)

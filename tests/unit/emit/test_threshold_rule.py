@@ -47,7 +47,7 @@ def test_env_is_at_least_the_shortest_length_the_pull_won_from(kvcal, tmp_path, 
 def test_the_published_gpt_oss_log_gives_2048(kvcal, tmp_path):
     from pathlib import Path
 
-    log = Path(__file__).parents[1] / "fixtures" / "llmd" / "gpt-oss-120b-job.log"
+    log = Path(__file__).parents[2] / "fixtures" / "llmd" / "gpt-oss-120b-job.log"
     assert kvcal("fit", log, "-o", tmp_path / "fit.json").code == 0
     res = kvcal("emit-config", tmp_path / "fit.json", "--format", "env")
     assert res.out == "MIN_CACHED_TOKEN_DELTA=2048\n"

@@ -19,7 +19,7 @@ from kvcal.fit.io import write_fit
 
 import factories
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "values"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "values"
 ROUTER = FIXTURES / "router-p2p.yaml"
 OLD_LAYOUT = FIXTURES / "inference-extension.yaml"
 MULTI = FIXTURES / "multi-config.yaml"

@@ -21,7 +21,7 @@ from kvcal.fit_record import BootstrapSummary, FitResult
 from kvcal.records import RunSetup
 from kvcal.fit_record import FitSettings
 
-UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "upstream"
+UPSTREAM = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"
 GUIDE = UPSTREAM / "guide-values.yaml"
 PD = UPSTREAM / "pd-values.yaml"
 

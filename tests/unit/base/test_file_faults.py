@@ -23,9 +23,9 @@ from kvcal.sweep.lock import claim_run_folder
 from kvcal.runfolder import RunFolder
 from kvcal.sweep.runner import run_sweep
 from tests.factories import make_manifest, make_probe, write_run_folder
-from tests.unit.test_sweep import Crash, crashing_factory, sim_config
+from tests.unit.sweep.test_sweep import Crash, crashing_factory, sim_config
 
-ROUTER = Path(__file__).resolve().parents[1] / "fixtures" / "values" / "router-p2p.yaml"
+ROUTER = Path(__file__).resolve().parents[2] / "fixtures" / "values" / "router-p2p.yaml"
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):

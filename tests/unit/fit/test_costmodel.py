@@ -24,7 +24,7 @@ from kvcal.settings import SweepConfig
 from kvcal.sweep.load import LOAD_STATES
 from kvcal.sweep.runner import run_sweep
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llmd" / "loaded" / "completion"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "llmd" / "loaded" / "completion"
 DELAYS = {"source_wait_ms": 30.0, "requeue_ms": 50.0, "busy_computing_ms": 80.0}
 KEYS = ("transferFixedMs", "sourceWaitMs", "requeueMs", "prefillMicrosecondsPerToken", "transferMicrosecondsPerToken")
 

@@ -29,7 +29,7 @@ from kvcal.fleet.sim import READY, FleetSim
 from kvcal.fleet.traffic import Session, TurnRequest
 from kvcal.fleet.workload import Arrival, Dist, Workload, load_workload
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet-workload.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "fleet-workload.yaml"
 
 
 def _config(workload: Path = EXAMPLE, **settings) -> FleetConfig:
