@@ -45,7 +45,7 @@ deltas, the chance the break-even lies above it) beside the upper and the llm-d 
 Exit 3, nothing on stdout: recomputing always won (P2P not recommended), the legs tie, the mean costs
 do not cross within the measured range (unless --allow-extrapolation; --rule upper: the interval is
 open above), or the sweep measured a disturbed host (unless --allow-disturbed); stderr says why and
-what to measure next. Exit 2: --margin without --rule upper, or a bad --deltas file."""
+what to measure next. Exit 2: --margin without --rule upper, or a bad --deltas file."""  # noqa: E501 - help text, printed by --help as written
 
 
 def emit_config(
@@ -97,7 +97,7 @@ def emit_config(
     """Emit minCachedTokenDelta (where pulling pays on mean costs) and peakPrefillThroughput as router config, engine settings, and more.
 
     How each number was reached is printed on stderr; only the artifact goes to stdout.
-    """
+    """  # noqa: E501 - help text, printed by --help as written
     options = EmitOptions(
         format=format, rule=rule, margin=margin, deltas=deltas, block_size=block_size, values=values,
         in_place=in_place, diff=diff,

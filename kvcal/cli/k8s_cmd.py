@@ -50,7 +50,7 @@ def k8s_job(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the manifest to FILE instead of stdout."),
     sweep_args: Optional[list[str]] = typer.Argument(None, metavar="[-- SWEEP_ARGS...]", help="Extra `kvcal sweep` arguments."),
 ) -> None:
-    """Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable from a laptop)."""
+    """Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable from a laptop)."""  # noqa: E501 - help text, printed by --help as written
     from kvcal.emit.k8s import JobSpec, render_job
     from kvcal.outputs import check_output, write_file
 

@@ -46,7 +46,7 @@ def plan(
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", max=MAX_PLAN_MODEL_LEN, help="Longest prompt allowed; default: the model's (128K at most) or the fit's longest length."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (schema kvcal.plan/1)."),
 ) -> None:
-    """Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width."""
+    """Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width."""  # noqa: E501 - help text, printed by --help as written
     from kvcal.sweep.plan_run import plan_from_config
     from kvcal.sweep.plan_settings import PlanConfig
 

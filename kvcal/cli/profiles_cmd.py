@@ -138,7 +138,7 @@ def from_config(
     name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the model folder's name)."),
     as_json: bool = typer.Option(False, "--json", help='Print JSON: {"kv_bytes_per_token": int, ..., "profile": {...}}.'),
 ) -> None:
-    """Read a config.json and print its KV bytes per token, FLOPs and the profile it implies (save it as YAML to keep it)."""
+    """Read a config.json and print its KV bytes per token, FLOPs and the profile it implies (save it as YAML to keep it)."""  # noqa: E501 - help text, printed by --help as written
     from kvcal.estimate.hfconfig import model_profile_from_config
     from kvcal.estimate.profiles import model_summary
 

@@ -9,8 +9,8 @@ The router has one threshold for every pair. With a fit per link class (``kvcal 
 
 on each class's fitted mean curves, n log-uniform over the lengths the classes measured (the
 ladder's own spacing), T on block multiples from the shortest measured length up: the mean
-time a request of that class loses, against choosing per length, when the router uses T. Each class's own threshold is the
-one-class rule's (:func:`class_threshold`, the one place this module asks for it), and the
+time a request of that class loses, against choosing per length, when the router uses T. Each
+class's own threshold is the one-class rule's (:func:`class_threshold`, the one place this module asks for it), and the
 common one's cost to each class is stated beside it. The shares default to each class's
 share of the campaign's pairs. The session cost (a pair's first pull) is reported, not in
 the sum: it is paid once per pair, whatever the threshold.

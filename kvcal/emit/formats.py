@@ -170,7 +170,8 @@ RENDERERS: dict[str, tuple[bool, Callable[[_Render], EmitResult]]] = {
 
 
 def emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
-    """Render ``options.format`` from a fit (or a fit.json / run folder); for helm, patch (and maybe write) the values file.
+    """Render ``options.format`` from a fit (or a fit.json / run folder); for helm, patch (and maybe write)
+    the values file.
 
     Every router-side format (all but ``vllm``) says on one stderr line that the EPP needs
     ``--allow-experimental-plugins``; ``helm`` says what it set in the values file instead.

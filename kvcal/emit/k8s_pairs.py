@@ -80,7 +80,8 @@ def pod_script(spec: PairsJobSpec) -> str:
         f"mkdir -p {quoted}",
         f'if [ -d {quoted}/"pair-$JOB_COMPLETION_INDEX" ]; then {sweep} --resume; else {sweep}; fi',
         f'touch {quoted}/"pair-$JOB_COMPLETION_INDEX.done"',
-        f'if [ "$(ls {quoted}/*.done | wc -l)" -eq {len(spec.pairs)} ] && mkdir {quoted}/.final 2>/dev/null; then',
+        f'if [ "$(ls {quoted}/*.done | wc -l)" -eq {len(spec.pairs)} ] '
+        f"&& mkdir {quoted}/.final 2>/dev/null; then",
         f"  kvcal fit {quoted}",
         f"  kvcal emit-config {quoted} --format json > {quoted}/emit.json",
         f"  cat {quoted}/emit.json",

@@ -110,7 +110,8 @@ def info_labels(text: str, name: str) -> dict[str, str] | None:
 
 
 def delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
-    """``after - before`` for every key in ``after`` whose value changed by a finite amount (a new key counts from 0)."""
+    """``after - before`` for every key in ``after`` whose value changed by a finite amount
+    (a new key counts from 0)."""
     out: dict[str, float] = {}
     for key, value in after.items():
         change = value - before.get(key, 0.0)
