@@ -68,8 +68,11 @@ def summarise(records: Iterable[ProbeRecord], resource: str | None = None) -> Ho
     median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
     return HostDisturbance(
         resource=resource or "the engines' compute",
-        bound=PROBE_BOUND, run_bound=RUN_BOUND, n_measured=len(measured),
-        median=round(median, 4), max=round(values[-1], 4),
+        bound=PROBE_BOUND,
+        run_bound=RUN_BOUND,
+        n_measured=len(measured),
+        median=round(median, 4),
+        max=round(values[-1], 4),
         disturbed_probes=[f"{r.probe_id} ({r.host_busy:.0%})" for r in over],
         disturbed=len(over) > RUN_BOUND * len(measured),
     )

@@ -98,8 +98,10 @@ def _in_words(low: Any, low_open: bool, high: Any, high_open: bool) -> str | Non
             return f"lie between {_number(low)} and {_number(high)} (exclusive)"
         if not low_open and not high_open:
             return f"lie within {_number(low)}-{_number(high)}"
-        return f"be {'above' if low_open else 'at least'} {_number(low)} and {'below' if high_open else 'at most'} " \
-               f"{_number(high)}"
+        return (
+            f"be {'above' if low_open else 'at least'} {_number(low)} and {'below' if high_open else 'at most'} "
+            f"{_number(high)}"
+        )
     if low is not None:
         return f"be {'above' if low_open else 'at least'} {_number(low)}"
     if high is not None:
@@ -108,8 +110,13 @@ def _in_words(low: Any, low_open: bool, high: Any, high_open: bool) -> str | Non
 
 
 def _number(value: Any) -> str:
-    return f"{value:,}" if isinstance(value, int) and abs(value) >= 100_000 else f"{value:g}" \
-        if isinstance(value, float) else str(value)
+    return (
+        f"{value:,}"
+        if isinstance(value, int) and abs(value) >= 100_000
+        else f"{value:g}"
+        if isinstance(value, float)
+        else str(value)
+    )
 
 
 def shown(value: Any) -> str:

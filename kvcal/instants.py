@@ -12,7 +12,9 @@ import re
 from datetime import datetime, timezone
 
 MIN_EPOCH_S, MAX_EPOCH_S = 0.0, 4.1e9  # 1970 to the year 2100: no kvcal probe ran outside it
-_EPOCH = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")  # plain digits: no sign, exponent or '_' (float() takes 1_765_000001)
+_EPOCH = re.compile(
+    r"[0-9]+(\.[0-9]*)?|\.[0-9]+"
+)  # plain digits: no sign, exponent or '_' (float() takes 1_765_000001)
 
 
 def instant(text: str) -> float:

@@ -99,8 +99,9 @@ def stdout_claimed() -> bool:
     return bool(_STDOUT_OWNER)
 
 
-def _refuse_inputs_and_records(target: Path, path: Path, flag: str, inputs: Iterable[Path | None],
-                               records: tuple[str, ...]) -> None:
+def _refuse_inputs_and_records(
+    target: Path, path: Path, flag: str, inputs: Iterable[Path | None], records: tuple[str, ...]
+) -> None:
     for given in inputs:
         if given is None:
             continue
@@ -108,7 +109,9 @@ def _refuse_inputs_and_records(target: Path, path: Path, flag: str, inputs: Iter
         if _same(target, given) or (given.is_dir() and _inside(target, given) and target.name in records):
             raise InputError(f"{flag} {path} is an input of this command; write the output elsewhere")
     folder = target.parent
-    if (target.name in records and (folder / "run.json").is_file()) or (folder.name == "logs" and (folder.parent / "run.json").is_file()):
+    if (target.name in records and (folder / "run.json").is_file()) or (
+        folder.name == "logs" and (folder.parent / "run.json").is_file()
+    ):
         raise InputError(f"{flag} {path} is a record of the run in {folder}; write the output elsewhere")
 
 
@@ -214,8 +217,10 @@ def writer_lock(path: str | Path, what: str, *, wait_s: float = WRITER_WAIT_S) -
                     waiting = True
                     log.warning("%s: another kvcal is writing in %s; waiting up to %.0f s for it", what, folder, wait_s)
                 if time.monotonic() > deadline:
-                    raise InputError(f"{what}: another kvcal has been writing in {folder} for {wait_s:.0f} s; "
-                                     "try again when it has finished") from None
+                    raise InputError(
+                        f"{what}: another kvcal has been writing in {folder} for {wait_s:.0f} s; "
+                        "try again when it has finished"
+                    ) from None
                 time.sleep(0.05)
         yield
     finally:

@@ -18,8 +18,16 @@ from kvcal.records import PlannedProbe, ProbeRecord
 
 WARMUP_SUFFIX = "-warmup"
 # What a probe measured or read from the engines; the rest of a record comes from the plan.
-MEASURED = ("ttft_ms", "bytes_moved", "bytes_metric", "producer_ttft_ms", "overhead_ms", "host_busy", "source_waiting",
-            "computing_waiting")
+MEASURED = (
+    "ttft_ms",
+    "bytes_moved",
+    "bytes_metric",
+    "producer_ttft_ms",
+    "overhead_ms",
+    "host_busy",
+    "source_waiting",
+    "computing_waiting",
+)
 _ID_SHAPE = re.compile(r"(?:^|-)L(?P<tokens>\d{1,10})-(?P<leg>recompute|pull)-r(?P<rep>\d{1,10})$")
 
 
@@ -29,13 +37,17 @@ def contradiction(record: ProbeRecord, plan: Mapping[str, PlannedProbe]) -> str 
     planned = plan.get(base_id)
     if planned is not None:
         if (planned.prefix_tokens, planned.leg) != (record.prefix_tokens, record.leg):
-            return (f"probe {record.probe_id} records {record.prefix_tokens} tokens on the {record.leg.value} leg, "
-                    f"but run.json's plan ran it at {planned.prefix_tokens} tokens on the {planned.leg.value} leg")
+            return (
+                f"probe {record.probe_id} records {record.prefix_tokens} tokens on the {record.leg.value} leg, "
+                f"but run.json's plan ran it at {planned.prefix_tokens} tokens on the {planned.leg.value} leg"
+            )
         return None
     shape = _ID_SHAPE.search(base_id)
     if shape is not None and (int(shape["tokens"]), shape["leg"]) != (record.prefix_tokens, record.leg.value):
-        return (f"probe {record.probe_id} records {record.prefix_tokens} tokens on the {record.leg.value} leg, "
-                f"which contradicts its id")
+        return (
+            f"probe {record.probe_id} records {record.prefix_tokens} tokens on the {record.leg.value} leg, "
+            f"which contradicts its id"
+        )
     return None
 
 

@@ -15,8 +15,10 @@ class MeanLength(Record):
     """One measured length: each leg's measured mean cost and whether it contradicts the fitted mean curve."""
 
     prefix_tokens: int
-    recompute_ms: float | None = Field(description="Measured mean cost of recompute at this length (ms): the fitted "
-                                       "mean curve moved by this length's own residuals.")
+    recompute_ms: float | None = Field(
+        description="Measured mean cost of recompute at this length (ms): the fitted "
+        "mean curve moved by this length's own residuals."
+    )
     pull_ms: float | None = Field(description="Measured mean cost of the pull at this length (ms), as for recompute.")
     recompute_misfit: bool = Field(False, description="Recompute's residuals here lie beyond the noise: a misfit.")
     pull_misfit: bool = Field(False, description="The pull's residuals here lie beyond the noise: the curve misfits.")

@@ -19,15 +19,19 @@ class Estimate(Record):
 class CostModelDiagnostics(Record):
     """How well the data separate the cost model's constants (see kvcal.fit.costmodel)."""
 
-    condition_number: float | None = Field(None, description=(
-        "Condition of the column-scaled design with T free: huge when F and T "
-        "are collinear (one pull size)."
-    ))
+    condition_number: float | None = Field(
+        None,
+        description=(
+            "Condition of the column-scaled design with T free: huge when F and T are collinear (one pull size)."
+        ),
+    )
     n_pull_sizes: int = Field(0, description="Distinct pulled token counts.")
     busy_source_pull_share: float | None = Field(None, description="Share of pulls whose source queue was busy.")
     busy_computing_pull_share: float | None = Field(None, description="Share of pulls whose computing pod was busy.")
     busy_computing_share: float | None = Field(None, description="Share of all requests whose computing pod was busy.")
-    counts: dict[str, int] = Field(default_factory=dict, description="Requests per measured class, e.g. 'pull/source-busy'.")
+    counts: dict[str, int] = Field(
+        default_factory=dict, description="Requests per measured class, e.g. 'pull/source-busy'."
+    )
 
 
 class CostModelFit(Record):
@@ -51,5 +55,8 @@ class CostModelFit(Record):
     n_requests: int
     n_resamples: int
     diagnostics: CostModelDiagnostics = Field(default_factory=CostModelDiagnostics)
-    inputs: list[str] = Field(default_factory=list, description="Observational fits: the per-request files, the EPP log and the idle fit read.")
+    inputs: list[str] = Field(
+        default_factory=list,
+        description="Observational fits: the per-request files, the EPP log and the idle fit read.",
+    )
     warnings: list[str] = Field(default_factory=list)

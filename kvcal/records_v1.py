@@ -21,9 +21,21 @@ RUN_V3 = "kvcal.run/3"  # no pairs or sessions: its plan and settings read as th
 RUN_CURRENT = RUN_SCHEMA
 FIT_V1 = "kvcal.fit/1"
 _SOURCE_KINDS = ("run-folder", "probe-csv", "llmd-table", "sim", "test")
-_BOOTSTRAP_KEYS = ("n_resamples", "seed", "method", "methods", "no_crossover_share", "status_shares", "quadratic_share",
-                   "residual_df", "t_expansion", "break_even_ci_bounds", "break_even_samples", "recompute_samples",
-                   "pull_samples")
+_BOOTSTRAP_KEYS = (
+    "n_resamples",
+    "seed",
+    "method",
+    "methods",
+    "no_crossover_share",
+    "status_shares",
+    "quadratic_share",
+    "residual_df",
+    "t_expansion",
+    "break_even_ci_bounds",
+    "break_even_samples",
+    "recompute_samples",
+    "pull_samples",
+)
 
 
 def upgrade_run(data: Any) -> Any:
@@ -37,9 +49,16 @@ def upgrade_run(data: Any) -> Any:
     provenance = _dict(old.get("provenance"))
     if old.get("schema") == RUN_V1:
         old["setup"] = setup_v1(old, _dict(old.get("settings")), provenance, created_at=old.get("created_at"))
-    return {"schema": RUN_CURRENT, "name": old.get("name"), "created_at": old.get("created_at"),
-            "settings": old.get("settings"), "setup": old.get("setup"), "pair": pair_facts(_dict(provenance.get("engine"))),
-            "provenance": provenance, "plan": old.get("plan")}
+    return {
+        "schema": RUN_CURRENT,
+        "name": old.get("name"),
+        "created_at": old.get("created_at"),
+        "settings": old.get("settings"),
+        "setup": old.get("setup"),
+        "pair": pair_facts(_dict(provenance.get("engine"))),
+        "provenance": provenance,
+        "plan": old.get("plan"),
+    }
 
 
 def pair_facts(description: dict[str, Any]) -> dict[str, Any]:
@@ -48,11 +67,18 @@ def pair_facts(description: dict[str, Any]) -> dict[str, Any]:
     roles = {}
     for role in ("producer", "consumer"):
         role_env = {str(k): str(v) for k, v in _dict(env.get(role)).items()}
-        roles[role] = {"env": role_env, "cpus": role_env.get("VLLM_CPU_OMP_THREADS_BIND"),
-                       "gpus": role_env.get("CUDA_VISIBLE_DEVICES")}
+        roles[role] = {
+            "env": role_env,
+            "cpus": role_env.get("VLLM_CPU_OMP_THREADS_BIND"),
+            "gpus": role_env.get("CUDA_VISIBLE_DEVICES"),
+        }
     mode = description.get("mode")
-    return {"engine": description.get("engine"), "mode": mode if mode in ("launch", "attach") else None,
-            "device": description.get("device"), **roles}
+    return {
+        "engine": description.get("engine"),
+        "mode": mode if mode in ("launch", "attach") else None,
+        "device": description.get("device"),
+        **roles,
+    }
 
 
 def upgrade_fit(data: Any) -> Any:
@@ -64,14 +90,19 @@ def upgrade_fit(data: Any) -> Any:
     new["schema"] = "kvcal.fit/2"
     new["setup"] = setup_v1(legacy, _dict(legacy.get("settings")), _dict(legacy.get("provenance")), created_at=None)
     kind = legacy.get("kind")
-    new["source"] = {"path": legacy.get("path"), "kind": kind if kind in _SOURCE_KINDS else None, "run": legacy.get("run")}
+    new["source"] = {
+        "path": legacy.get("path"),
+        "kind": kind if kind in _SOURCE_KINDS else None,
+        "run": legacy.get("run"),
+    }
     boot = _dict(new.get("bootstrap"))
     new["bootstrap"] = {k: boot[k] for k in _BOOTSTRAP_KEYS if k in boot}
     return new
 
 
-def setup_v1(facts: dict[str, Any], settings: dict[str, Any], provenance: dict[str, Any], *,
-             created_at: Any) -> dict[str, Any]:
+def setup_v1(
+    facts: dict[str, Any], settings: dict[str, Any], provenance: dict[str, Any], *, created_at: Any
+) -> dict[str, Any]:
     """The RunSetup fields version 1 recorded, from its top-level facts, settings and provenance."""
     engine = facts.get("engine")
     pair = _dict(provenance.get("engine"))
@@ -95,7 +126,9 @@ def setup_v1(facts: dict[str, Any], settings: dict[str, Any], provenance: dict[s
         "tensor_parallel_size": int(tp) if tp and tp.isdigit() else (1 if launched else None),
         "python_hash_seed": int(seed) if isinstance(seed, str) and seed.isdigit() else None,
         "kv_transfer_config": kv_config if isinstance(kv_config, dict) and kv_config else None,
-        "engine_versions": {k: provenance.get(f"{k}_version") for k in ("vllm", "nixl", "torch")} if engine == "vllm" else None,
+        "engine_versions": {k: provenance.get(f"{k}_version") for k in ("vllm", "nixl", "torch")}
+        if engine == "vllm"
+        else None,
         "ucx_env": provenance.get("ucx_env") if launched and isinstance(provenance.get("ucx_env"), dict) else None,
         "created_at": created_at,
     }

@@ -118,8 +118,10 @@ class RunFolder:
                 handle.flush()
                 os.fsync(handle.fileno())
         except OSError as err:  # a full disk: say which write failed, not the summary written after it
-            raise InputError(f"{self.probes_path}: cannot append probe {record.probe_id} ({err.strerror or err}); "
-                             "the probes before it are kept: free space and rerun with --resume") from None
+            raise InputError(
+                f"{self.probes_path}: cannot append probe {record.probe_id} ({err.strerror or err}); "
+                "the probes before it are kept: free space and rerun with --resume"
+            ) from None
 
     def read_probes(self, *, repair_torn_tail: bool = False) -> list[ProbeRecord]:
         """Every probe attempt in the log, in the order written.
@@ -148,8 +150,8 @@ class RunFolder:
     def read_numbered_probes(self) -> list[tuple[int, ProbeRecord]]:
         """Every probe attempt with its line number in probes.jsonl (for messages that name the line)."""
         raw = read_bytes(self.probes_path) if self.probes_path.exists() else b""
-        if raw and not raw.endswith(b"\n") and _is_torn(raw[raw.rfind(b"\n") + 1:]):
-            raw = raw[:raw.rfind(b"\n") + 1]  # the torn last line that read_probes drops
+        if raw and not raw.endswith(b"\n") and _is_torn(raw[raw.rfind(b"\n") + 1 :]):
+            raw = raw[: raw.rfind(b"\n") + 1]  # the torn last line that read_probes drops
         return self._parse(raw)
 
     def _parse(self, raw: bytes) -> list[tuple[int, ProbeRecord]]:
@@ -163,8 +165,10 @@ class RunFolder:
                 record = ProbeRecord.model_validate_json(line)
             except (ValidationError, ValueError) as err:
                 why = _first_error(err) if isinstance(err, ValidationError) else str(err)
-                raise InputError(f"{self.probes_path} line {number} is corrupt ({why}); "
-                                 "move the file aside or fix that line to resume") from None
+                raise InputError(
+                    f"{self.probes_path} line {number} is corrupt ({why}); "
+                    "move the file aside or fix that line to resume"
+                ) from None
             if (reason := contradiction(record, plan)) is not None:
                 raise InputError(f"{self.probes_path} line {number} is refused: {reason}; fix or remove that line")
             records.append((number, record))
@@ -173,7 +177,7 @@ class RunFolder:
     def torn_tail(self) -> bool:
         """Whether probes.jsonl ends in a line cut by a crash mid-write (which :meth:`read_probes` drops)."""
         raw = read_bytes(self.probes_path) if self.probes_path.is_file() else b""
-        return bool(raw) and not raw.endswith(b"\n") and _is_torn(raw[raw.rfind(b"\n") + 1:])
+        return bool(raw) and not raw.endswith(b"\n") and _is_torn(raw[raw.rfind(b"\n") + 1 :])
 
 
 def run_folders_in(path: Path) -> list[Path]:
@@ -213,8 +217,16 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
         raise InputError(f"{run.path} has no valid probes to export")
     buffer: list[list[object]] = [list(INTERCHANGE_COLUMNS)]
     for r in rows:
-        buffer.append([r.prefix_tokens, r.leg.value, f"{r.ttft_ms:.4f}", r.rep, "" if r.bytes_moved is None else r.bytes_moved,
-                       r.started_at if when else ""])
+        buffer.append(
+            [
+                r.prefix_tokens,
+                r.leg.value,
+                f"{r.ttft_ms:.4f}",
+                r.rep,
+                "" if r.bytes_moved is None else r.bytes_moved,
+                r.started_at if when else "",
+            ]
+        )
     if output is None:
         csv.writer(sys.stdout, lineterminator="\n").writerows(buffer)
         return len(rows)
@@ -272,6 +284,7 @@ def _is_torn(last_line: bytes) -> bool:
 
 def _refuse_repeated_keys(line: str) -> None:
     """A key given twice in one record (the last would silently win): ValueError naming it."""
+
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         keys = [key for key, _ in items]
         if len(set(keys)) != len(keys):

@@ -43,27 +43,79 @@ from kvcal.settings_groups import (
 )
 
 __all__ = [
-    "DEFAULT_BLOCK_SIZE", "P2P_PORT", "TRANSPORT_NAMES", "AdaptiveSettings", "AttachSettings", "EngineSettings",
-    "LoadSettings", "LoadState", "OutputSettings", "PairSpec", "ProbeSettings", "SimSettings", "SweepConfig",
-    "arg_value", "flat_field", "grouped_from_flat", "repeated_lengths_problem",
+    "DEFAULT_BLOCK_SIZE",
+    "P2P_PORT",
+    "TRANSPORT_NAMES",
+    "AdaptiveSettings",
+    "AttachSettings",
+    "EngineSettings",
+    "LoadSettings",
+    "LoadState",
+    "OutputSettings",
+    "PairSpec",
+    "ProbeSettings",
+    "SimSettings",
+    "SweepConfig",
+    "arg_value",
+    "flat_field",
+    "grouped_from_flat",
+    "repeated_lengths_problem",
 ]
 
 _PAIR_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 GROUPS: dict[str, type[BaseModel]] = {
-    "engine": EngineSettings, "probe": ProbeSettings, "load": LoadSettings, "adaptive": AdaptiveSettings,
+    "engine": EngineSettings,
+    "probe": ProbeSettings,
+    "load": LoadSettings,
+    "adaptive": AdaptiveSettings,
     "output": OutputSettings,
 }
 """The groups whose fields have flat names of their own (``sim`` and ``pairs`` are one setting each)."""
 
 FLAT_ORDER = (
-    "model", "engine", "transport", "producer_url", "consumer_url", "producer_p2p_host", "producer_p2p_port",
-    "dp_ranks", "share_gpu", "cpu_bytes_to_use", "prefix_lengths", "reps", "block_size", "seed", "output_dir", "name",
-    "max_model_len", "producer_gpus", "consumer_gpus", "producer_cpus", "consumer_cpus", "engine_args",
-    "python_hash_seed", "startup_timeout_s", "probe_timeout_s", "max_attempts", "min_pull_fraction", "warmup_probes",
-    "sim", "load_states", "background_concurrency", "busy_queue_threshold", "background_prompt_tokens",
-    "background_max_tokens", "load_settle_timeout_s", "pairs", "cold_sessions", "adaptive", "target_width",
-    "target_regret", "max_probes", "max_engine_seconds",
+    "model",
+    "engine",
+    "transport",
+    "producer_url",
+    "consumer_url",
+    "producer_p2p_host",
+    "producer_p2p_port",
+    "dp_ranks",
+    "share_gpu",
+    "cpu_bytes_to_use",
+    "prefix_lengths",
+    "reps",
+    "block_size",
+    "seed",
+    "output_dir",
+    "name",
+    "max_model_len",
+    "producer_gpus",
+    "consumer_gpus",
+    "producer_cpus",
+    "consumer_cpus",
+    "engine_args",
+    "python_hash_seed",
+    "startup_timeout_s",
+    "probe_timeout_s",
+    "max_attempts",
+    "min_pull_fraction",
+    "warmup_probes",
+    "sim",
+    "load_states",
+    "background_concurrency",
+    "busy_queue_threshold",
+    "background_prompt_tokens",
+    "background_max_tokens",
+    "load_settle_timeout_s",
+    "pairs",
+    "cold_sessions",
+    "adaptive",
+    "target_width",
+    "target_regret",
+    "max_probes",
+    "max_engine_seconds",
 )
 """Every setting's flat name, in the order ``kvcal sweep --help`` lists their flags (the order of run.json's flat
 settings before ``kvcal.run/4``; a test holds it to the groups' fields)."""
@@ -76,7 +128,8 @@ def _flat_name(group: type[BaseModel], field: str) -> str:
 
 PATHS: dict[str, tuple[str, str | None]] = {
     **{_flat_name(model, field): (group, field) for group, model in GROUPS.items() for field in model.model_fields},
-    "sim": ("sim", None), "pairs": ("pairs", None),
+    "sim": ("sim", None),
+    "pairs": ("pairs", None),
 }
 """Flat name -> (group, field in it); a setting that is a group of its own has no field (None)."""
 
@@ -133,12 +186,17 @@ class SweepConfig(BaseModel):
     load: LoadSettings = Field(default_factory=LoadSettings, description="Load states and background streams.")
     adaptive: AdaptiveSettings = Field(default_factory=AdaptiveSettings, description="Adaptive rounds and stops.")
     sim: SimSettings = Field(
-        default_factory=SimSettings, description="Simulated pair curves (engine sim).",
-        json_schema_extra={"campaign_file_only": True})
+        default_factory=SimSettings,
+        description="Simulated pair curves (engine sim).",
+        json_schema_extra={"campaign_file_only": True},
+    )
     output: OutputSettings = Field(default_factory=OutputSettings, description="Where the run folder goes.")
     pairs: list[PairSpec] | None = Field(
-        None, description="A campaign over several pairs (kvcal sweep --pairs FILE): their probes interleaved in one "
-        "seeded order, each tagged with its pair and class.", json_schema_extra={"campaign_file_only": True})
+        None,
+        description="A campaign over several pairs (kvcal sweep --pairs FILE): their probes interleaved in one "
+        "seeded order, each tagged with its pair and class.",
+        json_schema_extra={"campaign_file_only": True},
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -61,22 +61,35 @@ class AttachSettings(Group):
     """The running engines a sweep attaches to instead of launching a pair (one pair of a campaign too)."""
 
     producer_url: str | None = Field(
-        None, description="Attach to a running producer at this URL instead of launching one.",
-        json_schema_extra=_ENGINE_ONLY)
+        None,
+        description="Attach to a running producer at this URL instead of launching one.",
+        json_schema_extra=_ENGINE_ONLY,
+    )
     consumer_url: str | None = Field(
-        None, description="Attach to a running consumer at this URL instead of launching one.",
-        json_schema_extra=_ENGINE_ONLY)
+        None,
+        description="Attach to a running consumer at this URL instead of launching one.",
+        json_schema_extra=_ENGINE_ONLY,
+    )
     producer_p2p_host: str | None = Field(
-        None, description="p2p-tier attach: the producer's P2P side-channel host.",
-        json_schema_extra={"engine_only": True, "producer_side_channel": True})
+        None,
+        description="p2p-tier attach: the producer's P2P side-channel host.",
+        json_schema_extra={"engine_only": True, "producer_side_channel": True},
+    )
     producer_p2p_port: int | None = Field(
-        P2P_PORT, gt=0, lt=65536,
+        P2P_PORT,
+        gt=0,
+        lt=65536,
         description=f"p2p-tier attach: the producer's P2P listener port (the llm-d guide's {P2P_PORT}; rank r of a "
         f"data-parallel engine listens on {P2P_PORT} + r).",
-        json_schema_extra={"engine_only": True, "producer_side_channel": True})
+        json_schema_extra={"engine_only": True, "producer_side_channel": True},
+    )
     dp_ranks: int = Field(
-        1, ge=1, le=256, description="Attach mode: the producer's --data-parallel-size; every rank is seeded before "
-        "a pull, which asks rank 0.")
+        1,
+        ge=1,
+        le=256,
+        description="Attach mode: the producer's --data-parallel-size; every rank is seeded before "
+        "a pull, which asks rank 0.",
+    )
 
     @property
     def attach(self) -> bool:
@@ -88,43 +101,77 @@ class EngineSettings(AttachSettings):
     """The pair: which engines, which model and transport, and how kvcal launches them when it does."""
 
     kind: Literal["vllm", "sim"] = Field(
-        "vllm", description="vllm: real engines; sim: simulated curves, never a measurement.",
-        json_schema_extra={"flat": "engine"})
+        "vllm",
+        description="vllm: real engines; sim: simulated curves, never a measurement.",
+        json_schema_extra={"flat": "engine"},
+    )
     model: str | None = Field(
-        None, description="Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'.")
+        None, description="Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'."
+    )
     transport: str = Field(
-        "nixl-pd", description=f"How the consumer pulls KV from the producer: {' or '.join(TRANSPORT_NAMES)}.",
-        json_schema_extra=_ENGINE_ONLY)
+        "nixl-pd",
+        description=f"How the consumer pulls KV from the producer: {' or '.join(TRANSPORT_NAMES)}.",
+        json_schema_extra=_ENGINE_ONLY,
+    )
     share_gpu: list[float] | None = Field(
-        None, min_length=2, max_length=2, description="Launch mode: run both engines on the same GPU(s) with these "
-        "--gpu-memory-utilization fractions, producer,consumer (e.g. 0.45,0.45).", json_schema_extra=_LAUNCH_ONLY)
+        None,
+        min_length=2,
+        max_length=2,
+        description="Launch mode: run both engines on the same GPU(s) with these "
+        "--gpu-memory-utilization fractions, producer,consumer (e.g. 0.45,0.45).",
+        json_schema_extra=_LAUNCH_ONLY,
+    )
     cpu_bytes_to_use: int | None = Field(
-        None, gt=0, description="p2p-tier launch: CPU tier bytes per engine (default 8 GiB); /dev/shm must hold both "
-        "engines' tiers.", json_schema_extra=_LAUNCH_ONLY)
-    block_size: int = Field(DEFAULT_BLOCK_SIZE, gt=0, description="KV block size in tokens (engines are started with it).")
+        None,
+        gt=0,
+        description="p2p-tier launch: CPU tier bytes per engine (default 8 GiB); /dev/shm must hold both "
+        "engines' tiers.",
+        json_schema_extra=_LAUNCH_ONLY,
+    )
+    block_size: int = Field(
+        DEFAULT_BLOCK_SIZE, gt=0, description="KV block size in tokens (engines are started with it)."
+    )
     max_model_len: int | None = Field(
-        None, gt=0, description="Engine max model length; default: the model's own.", json_schema_extra=_ENGINE_ONLY)
+        None, gt=0, description="Engine max model length; default: the model's own.", json_schema_extra=_ENGINE_ONLY
+    )
     producer_gpus: str | None = Field(
-        None, description="CUDA_VISIBLE_DEVICES for the producer (GPU hosts).", json_schema_extra=_ENGINE_LAUNCH)
+        None, description="CUDA_VISIBLE_DEVICES for the producer (GPU hosts).", json_schema_extra=_ENGINE_LAUNCH
+    )
     consumer_gpus: str | None = Field(
-        None, description="CUDA_VISIBLE_DEVICES for the consumer (GPU hosts).", json_schema_extra=_ENGINE_LAUNCH)
+        None, description="CUDA_VISIBLE_DEVICES for the consumer (GPU hosts).", json_schema_extra=_ENGINE_LAUNCH
+    )
     producer_cpus: str | None = Field(
-        None, description="VLLM_CPU_OMP_THREADS_BIND for the producer (CPU hosts); default: core 0.",
-        json_schema_extra=_ENGINE_LAUNCH)
+        None,
+        description="VLLM_CPU_OMP_THREADS_BIND for the producer (CPU hosts); default: core 0.",
+        json_schema_extra=_ENGINE_LAUNCH,
+    )
     consumer_cpus: str | None = Field(
-        None, description="VLLM_CPU_OMP_THREADS_BIND for the consumer (CPU hosts); default: core 1.",
-        json_schema_extra=_ENGINE_LAUNCH)
+        None,
+        description="VLLM_CPU_OMP_THREADS_BIND for the consumer (CPU hosts); default: core 1.",
+        json_schema_extra=_ENGINE_LAUNCH,
+    )
     engine_args: list[str] = Field(
-        default_factory=list, description="Extra argument passed to both `vllm serve` processes (repeatable).",
-        json_schema_extra={"flag": "--engine-arg", **_ENGINE_LAUNCH})
+        default_factory=list,
+        description="Extra argument passed to both `vllm serve` processes (repeatable).",
+        json_schema_extra={"flag": "--engine-arg", **_ENGINE_LAUNCH},
+    )
     python_hash_seed: int = Field(
-        0, ge=0, le=4294967295, description="PYTHONHASHSEED kvcal sets for both launched engines (prefix-cache block "
-        "hashes match only when it is equal); recorded in run.json.", json_schema_extra=_LAUNCH_ONLY)
+        0,
+        ge=0,
+        le=4294967295,
+        description="PYTHONHASHSEED kvcal sets for both launched engines (prefix-cache block "
+        "hashes match only when it is equal); recorded in run.json.",
+        json_schema_extra=_LAUNCH_ONLY,
+    )
     startup_timeout_s: float = Field(
-        900.0, gt=0, description="How long to wait for the engines to become ready, in seconds.",
-        json_schema_extra={"flag": "--startup-timeout", **_ENGINE_ONLY})
+        900.0,
+        gt=0,
+        description="How long to wait for the engines to become ready, in seconds.",
+        json_schema_extra={"flag": "--startup-timeout", **_ENGINE_ONLY},
+    )
     probe_timeout_s: float = Field(
-        300.0, gt=0, description="How long one request may take.", json_schema_extra=_FILE_ONLY)
+        300.0, gt=0, description="How long one request may take.", json_schema_extra=_FILE_ONLY
+    )
 
     @field_validator("transport")
     @classmethod
@@ -147,19 +194,31 @@ class ProbeSettings(Group):
     """The probe protocol: which lengths, how many probes of each, in which order, and what makes one valid."""
 
     prefix_lengths: list[int] | None = Field(
-        None, description="Prefix lengths in tokens (block multiples); default: a ladder up to the model's limit.")
+        None, description="Prefix lengths in tokens (block multiples); default: a ladder up to the model's limit."
+    )
     reps: int = Field(3, ge=1, le=1000, description="Probes per length and leg.")
     seed: int = Field(0, ge=0, description="Seeds the probe order and the prompts.")
     max_attempts: int = Field(3, ge=1, le=20, description="Tries per probe before a failed gate fails the run.")
     min_pull_fraction: float = Field(
-        0.5, gt=0, le=1, description="A pull must move at least this share of the expected KV bytes.",
-        json_schema_extra=_FILE_ONLY)
+        0.5,
+        gt=0,
+        le=1,
+        description="A pull must move at least this share of the expected KV bytes.",
+        json_schema_extra=_FILE_ONLY,
+    )
     warmup_probes: bool | None = Field(
-        None, description="Send one discarded warm-up probe before the first of each (length, leg); default: on for "
-        "GPU engines, off on CPU and sim.")
+        None,
+        description="Send one discarded warm-up probe before the first of each (length, leg); default: on for "
+        "GPU engines, off on CPU and sim.",
+    )
     cold_sessions: int = Field(
-        1, ge=1, le=100, description="Launch mode: cold samples of the session cost (the first pull on a fresh "
-        "session); the consumer is restarted between them.", json_schema_extra=_LAUNCH_ONLY)
+        1,
+        ge=1,
+        le=100,
+        description="Launch mode: cold samples of the session cost (the first pull on a fresh "
+        "session); the consumer is restarted between them.",
+        json_schema_extra=_LAUNCH_ONLY,
+    )
 
     @field_validator("prefix_lengths")
     @classmethod
@@ -176,18 +235,29 @@ class LoadSettings(Group):
 
     load_states: list[LoadState] = Field(
         default_factory=lambda: list[LoadState](["idle"]),
-        description="Load states to probe under; idle alone is the plain idle sweep.")
+        description="Load states to probe under; idle alone is the plain idle sweep.",
+    )
     background_concurrency: int | None = Field(
-        None, ge=1, le=256, description="Background request streams per busy engine; default: busy_queue_threshold + 2.")
-    busy_queue_threshold: int = Field(1, ge=1, description="Waiting requests at or above which an engine counts as busy.")
+        None, ge=1, le=256, description="Background request streams per busy engine; default: busy_queue_threshold + 2."
+    )
+    busy_queue_threshold: int = Field(
+        1, ge=1, description="Waiting requests at or above which an engine counts as busy."
+    )
     background_prompt_tokens: int | None = Field(
-        None, gt=0, description="Prompt length of background requests; default: min(4096, the model's limit).",
-        json_schema_extra=_FILE_ONLY)
+        None,
+        gt=0,
+        description="Prompt length of background requests; default: min(4096, the model's limit).",
+        json_schema_extra=_FILE_ONLY,
+    )
     background_max_tokens: int = Field(
-        1, ge=1, description="Tokens each background request generates (1: pure prefill keeps the queue longest).",
-        json_schema_extra=_FILE_ONLY)
+        1,
+        ge=1,
+        description="Tokens each background request generates (1: pure prefill keeps the queue longest).",
+        json_schema_extra=_FILE_ONLY,
+    )
     load_settle_timeout_s: float = Field(
-        60.0, gt=0, description="How long to wait for the queues to reach a load state.", json_schema_extra=_FILE_ONLY)
+        60.0, gt=0, description="How long to wait for the queues to reach a load state.", json_schema_extra=_FILE_ONLY
+    )
 
     @field_validator("load_states")
     @classmethod
@@ -208,20 +278,34 @@ class AdaptiveSettings(Group):
     """An adaptive campaign: each round of probes chosen from the fit so far, until one of these rules stops it."""
 
     enabled: bool = Field(
-        False, description="Choose each round of probes from the fit so far (docs/method.md, adaptive campaigns).",
-        json_schema_extra={"flat": "adaptive"})
+        False,
+        description="Choose each round of probes from the fit so far (docs/method.md, adaptive campaigns).",
+        json_schema_extra={"flat": "adaptive"},
+    )
     target_width: float = Field(
-        0.10, gt=0, lt=10, description="Adaptive: stop once the break-even interval's (upper - lower) / break-even is "
-        "at most this.", json_schema_extra=_RULE)
+        0.10,
+        gt=0,
+        lt=10,
+        description="Adaptive: stop once the break-even interval's (upper - lower) / break-even is at most this.",
+        json_schema_extra=_RULE,
+    )
     target_regret: float | None = Field(
-        None, gt=0, lt=1, json_schema_extra=_RULE,
+        None,
+        gt=0,
+        lt=1,
+        json_schema_extra=_RULE,
         description="Adaptive: stop instead once the expected regret of emit-config's threshold is at most this "
-        "fraction of the expected TTFT (0.001: 0.1 %).")
+        "fraction of the expected TTFT (0.001: 0.1 %).",
+    )
     max_probes: int | None = Field(
-        None, ge=8, description="Adaptive: stop after this many valid probes (default 400).", json_schema_extra=_RULE)
+        None, ge=8, description="Adaptive: stop after this many valid probes (default 400).", json_schema_extra=_RULE
+    )
     max_engine_seconds: float | None = Field(
-        None, gt=0, description="Adaptive: stop once the probes' summed TTFT reaches this many seconds.",
-        json_schema_extra=_RULE)
+        None,
+        gt=0,
+        description="Adaptive: stop once the probes' summed TTFT reaches this many seconds.",
+        json_schema_extra=_RULE,
+    )
 
 
 class SimSettings(SimCosts):
@@ -248,5 +332,7 @@ def repeated_lengths_problem(lengths: list[int]) -> str | None:
     repeated = sorted({n for n in lengths if lengths.count(n) > 1})
     if not repeated:
         return None
-    return (f"{', '.join(map(str, repeated))} listed more than once; list each length once and "
-            "set --reps for more probes a length")
+    return (
+        f"{', '.join(map(str, repeated))} listed more than once; list each length once and "
+        "set --reps for more probes a length"
+    )

@@ -23,6 +23,7 @@ class SimCosts(BaseModel):
     """True cost curves of the simulated pair: recompute quadratic, pull affine (ms at n tokens)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
     @model_validator(mode="before")
     @classmethod
     def _no_bool_numbers(cls, data: Any) -> Any:
@@ -30,16 +31,26 @@ class SimCosts(BaseModel):
 
     recompute_intercept_ms: float = Field(5.0, ge=0, description="Recompute's fixed cost.")
     recompute_per_token_us: float = Field(25.0, ge=0, description="Recompute's linear cost per token.")
-    recompute_per_token2_ns: float = Field(0.012, ge=0, description="Recompute's quadratic (attention) cost per token^2.")
+    recompute_per_token2_ns: float = Field(
+        0.012, ge=0, description="Recompute's quadratic (attention) cost per token^2."
+    )
     pull_intercept_ms: float = Field(20.0, ge=0, description="The pull's fixed cost (handshake, producer round trip).")
     pull_per_token_us: float = Field(3.0, ge=0, description="The pull's cost per token (bytes over the link).")
     session_ms: float = Field(0.0, ge=0, description="The first pull on a fresh session pays this much more.")
-    noise_cv: float = Field(0.05, ge=0, le=2, description="Coefficient of variation of the lognormal noise on every probe.")
-    outlier_rate: float = Field(0.0, ge=0, le=1, description="Share of probes slowed by outlier_factor (scheduler hiccups).")
+    noise_cv: float = Field(
+        0.05, ge=0, le=2, description="Coefficient of variation of the lognormal noise on every probe."
+    )
+    outlier_rate: float = Field(
+        0.0, ge=0, le=1, description="Share of probes slowed by outlier_factor (scheduler hiccups)."
+    )
     outlier_factor: float = Field(3.0, ge=1, description="How much an outlier probe is slowed.")
     source_wait_ms: float = Field(0.0, ge=0, description="Load states: a pull from a busy source gains this much.")
-    requeue_ms: float = Field(0.0, ge=0, description="Load states: a pull onto a busy computing pod gains this much more.")
-    busy_computing_ms: float = Field(0.0, ge=0, description="Load states: every probe on a busy computing pod gains this much.")
+    requeue_ms: float = Field(
+        0.0, ge=0, description="Load states: a pull onto a busy computing pod gains this much more."
+    )
+    busy_computing_ms: float = Field(
+        0.0, ge=0, description="Load states: every probe on a busy computing pod gains this much."
+    )
 
     @model_validator(mode="after")
     def _each_leg_costs_something(self) -> SimCosts:
@@ -47,8 +58,9 @@ class SimCosts(BaseModel):
         # then refused them all as invalid, a run with nothing in it.
         for leg, coef in (("recompute", self.recompute_coef), ("pull", self.pull_coef)):
             if not any(coef):
-                raise ValueError(f"the simulated {leg} curve is 0 ms at every length; give it a positive "
-                                 "intercept or per-token cost")
+                raise ValueError(
+                    f"the simulated {leg} curve is 0 ms at every length; give it a positive intercept or per-token cost"
+                )
         return self
 
     @property

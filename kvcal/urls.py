@@ -52,5 +52,6 @@ def check_pair_urls(producer: str | None, consumer: str | None) -> None:
         return
     a, b = parse_engine_url(producer, "--producer-url"), parse_engine_url(consumer, "--consumer-url")
     if a.key == b.key:
-        raise InputError(f"--producer-url and --consumer-url are the same engine ({producer}); "
-                         "the pull needs two engines")
+        raise InputError(
+            f"--producer-url and --consumer-url are the same engine ({producer}); the pull needs two engines"
+        )

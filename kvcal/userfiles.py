@@ -16,8 +16,13 @@ from pathlib import Path
 
 from kvcal.errors import InputError
 
-KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-         stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
+KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
 MAX_BYTES = 512 * 1024 * 1024  # no kvcal input comes near; a bigger one is a wrong file
 
 
@@ -48,7 +53,9 @@ def read_bytes(path: str | Path, what: str | None = None) -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"{label}: is {KINDS.get(stat.S_IFMT(info.st_mode), 'not a regular file')}, expected a file")
+            raise InputError(
+                f"{label}: is {KINDS.get(stat.S_IFMT(info.st_mode), 'not a regular file')}, expected a file"
+            )
         if info.st_size > MAX_BYTES:
             raise InputError(f"{label}: {info.st_size:,} bytes is far too large for a kvcal input")
         os.set_blocking(fd, True)

@@ -60,8 +60,10 @@ def _check_keys(node: Any, what: str) -> None:
             continue
         ident = (str(key.tag), str(key.value))
         if ident in seen:
-            raise InputError(f"{what}: key {key.value!r} appears twice in one mapping (lines {_line(seen[ident])} "
-                             f"and {_line(key)}); keep one")
+            raise InputError(
+                f"{what}: key {key.value!r} appears twice in one mapping (lines {_line(seen[ident])} "
+                f"and {_line(key)}); keep one"
+            )
         seen[ident] = key
 
 
@@ -78,11 +80,15 @@ def expanded_size(node: Any, what: str, limit: int = MAX_NODES) -> int:
             raise InputError(f"{what}: a YAML alias refers to a node that contains it (a cycle); not loaded")
         tag = str(getattr(n, "tag", "") or "")
         if tag.startswith(PYTHON_TAG) or tag.startswith("!!python/"):
-            raise InputError(f"{what}: YAML tag {tag.replace('tag:yaml.org,2002:', '!!')} asks for a Python object; "
-                             "kvcal reads plain data only")
+            raise InputError(
+                f"{what}: YAML tag {tag.replace('tag:yaml.org,2002:', '!!')} asks for a Python object; "
+                "kvcal reads plain data only"
+            )
         if tag and not tag.startswith(STANDARD_TAG):
-            raise InputError(f"{what}: YAML tag {tag} (line {_line(n)}) is not a standard YAML type; "
-                             "kvcal reads plain data only: remove the tag")
+            raise InputError(
+                f"{what}: YAML tag {tag} (line {_line(n)}) is not a standard YAML type; "
+                "kvcal reads plain data only: remove the tag"
+            )
         active.add(key)
         total = 1
         kind = _kind(n)
@@ -145,8 +151,10 @@ def _refuse_surrogates(data: Any, what: str) -> None:
         elif isinstance(item, list):
             pending.extend(item)
         elif isinstance(item, str) and any("\ud800" <= ch <= "\udfff" for ch in item):
-            raise InputError(f"{what}: {item.encode('utf-8', 'backslashreplace').decode('ascii')!r} holds a "
-                             "surrogate escape, which no UTF-8 file can record")
+            raise InputError(
+                f"{what}: {item.encode('utf-8', 'backslashreplace').decode('ascii')!r} holds a "
+                "surrogate escape, which no UTF-8 file can record"
+            )
 
 
 def check_ruamel_text(text: str, what: str) -> None:
@@ -176,6 +184,9 @@ def refuse_bool_numbers(model: Any, data: Any) -> Any:
         if any(isinstance(item, bool) for item in items):
             from pydantic_core import PydanticCustomError
 
-            raise PydanticCustomError(BOOL_NUMBER, "true/false where a number is wanted (YAML reads true, false, yes, "
-                                      "no, on and off as booleans)", {"field": name})
+            raise PydanticCustomError(
+                BOOL_NUMBER,
+                "true/false where a number is wanted (YAML reads true, false, yes, no, on and off as booleans)",
+                {"field": name},
+            )
     return data

@@ -25,6 +25,7 @@ if wants browser; then bash scripts/browser_env.sh || true; fi
 # Debian's prometheus for kvcal observe's real-server tests (integration); without root or apt they skip
 if wants integration; then bash scripts/prometheus_env.sh || true; fi
 # Lint and types over kvcal/ (pyproject.toml [tool.ruff], [tool.mypy]): fast, and first, so a slip fails in seconds
+.venv/bin/ruff format --check --quiet
 .venv/bin/ruff check --quiet
 .venv/bin/mypy
 selected=()

@@ -59,12 +59,16 @@ def _version(value: bool) -> None:
 
 
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log library detail to stderr."),
 ) -> None:
     import logging
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 def _listed_only() -> None:
@@ -127,7 +131,9 @@ def _click_exception_class() -> type[click.ClickException]:
     for cls in typer.BadParameter.__mro__:
         if cls.__name__ == "ClickException":
             return cast("type[click.ClickException]", cls)
-    return cast("type[click.ClickException]", typer.BadParameter)  # pragma: no cover - every typer release derives from it
+    return cast(
+        "type[click.ClickException]", typer.BadParameter
+    )  # pragma: no cover - every typer release derives from it
 
 
 ClickException = _click_exception_class()
@@ -169,8 +175,11 @@ OUTPUT_PARAMETERS = {"output", "markdown", "plot", "output_dir"}  # paths a comm
 
 def _stdin_for_dash(callback):
     """Wrap a command so that ``-`` for a file it reads is standard input (read once, kvcal/userfiles.py)."""
-    inputs = [p.name for p in inspect.signature(callback).parameters.values()
-              if "Path" in str(p.annotation) and p.name not in OUTPUT_PARAMETERS]
+    inputs = [
+        p.name
+        for p in inspect.signature(callback).parameters.values()
+        if "Path" in str(p.annotation) and p.name not in OUTPUT_PARAMETERS
+    ]
     if not inputs:
         return callback
 
@@ -195,8 +204,11 @@ def _refuse_non_finite(callback):
     Done here, on the functions, rather than in click types, because typer's parameter
     machinery differs between releases while the signatures it reads do not.
     """
-    floats = [p for p in inspect.signature(callback).parameters.values()
-              if p.annotation in (float, "float", "Optional[float]", "float | None")]
+    floats = [
+        p
+        for p in inspect.signature(callback).parameters.values()
+        if p.annotation in (float, "float", "Optional[float]", "float | None")
+    ]
     if not floats:
         return callback
 
@@ -221,8 +233,9 @@ def reflow_prose(epilog: str | None) -> str | None:
     if not epilog:
         return epilog
     paragraphs = epilog.split("\n\n")
-    return "\n\n".join(p if any(line.startswith(" ") for line in p.splitlines()) else " ".join(p.split("\n"))
-                       for p in paragraphs)
+    return "\n\n".join(
+        p if any(line.startswith(" ") for line in p.splitlines()) else " ".join(p.split("\n")) for p in paragraphs
+    )
 
 
 def _apply_shared_checks(typer_app: typer.Typer) -> None:
@@ -249,8 +262,10 @@ def not_utf8(args: list[str]) -> str | None:
                 shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
             except UnicodeEncodeError:
                 shown = arg.encode("utf-8", "backslashreplace").decode("ascii")
-            return (f"argument '{shown}' is not UTF-8 text (character {err.start + 1}): kvcal records names and "
-                    "paths in UTF-8 files; use a UTF-8 name")
+            return (
+                f"argument '{shown}' is not UTF-8 text (character {err.start + 1}): kvcal records names and "
+                "paths in UTF-8 files; use a UTF-8 name"
+            )
     return None
 
 
@@ -308,8 +323,10 @@ def _internal(err: BaseException) -> int:
 
         traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
     detail = str(err) or type(err).__name__
-    error_line(f"internal error: {type(err).__name__}: {detail} (a bug in kvcal; rerun with {DEBUG_ENV}=1 "
-               "for the traceback and report it)")
+    error_line(
+        f"internal error: {type(err).__name__}: {detail} (a bug in kvcal; rerun with {DEBUG_ENV}=1 "
+        "for the traceback and report it)"
+    )
     return EXIT_INTERNAL
 
 
@@ -361,8 +378,11 @@ def _guard_streams() -> None:
     mask = os.umask(0o022)
     os.umask(mask & ~0o700)
     if mask & 0o700:
-        print(f"kvcal: warning: umask {mask:04o} would make what kvcal writes unusable to you; "
-              f"writing with umask {mask & ~0o700:04o}", file=sys.stderr)
+        print(
+            f"kvcal: warning: umask {mask:04o} would make what kvcal writes unusable to you; "
+            f"writing with umask {mask & ~0o700:04o}",
+            file=sys.stderr,
+        )
 
 
 def _silence_stdout() -> None:

@@ -32,25 +32,51 @@ Examples:
 
 def compare(
     baseline: Path = typer.Argument(..., help="Blessed baseline: a fit.json or a run folder."),
-    current: Path = typer.Argument(..., help="The new measurement: a fit.json or a run folder (fitted on the fly if it has no fit.json)."),
-    tolerance: float = typer.Option(0.1, "--tolerance", "-t", help="Relative break-even move tolerated, e.g. 0.1 = 10%."),
-    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here (for a CI job page)."),
+    current: Path = typer.Argument(
+        ..., help="The new measurement: a fit.json or a run folder (fitted on the fly if it has no fit.json)."
+    ),
+    tolerance: float = typer.Option(
+        0.1, "--tolerance", "-t", help="Relative break-even move tolerated, e.g. 0.1 = 10%."
+    ),
+    markdown: Optional[Path] = typer.Option(
+        None, "--markdown", help="Write a Markdown summary here (for a CI job page)."
+    ),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write an overlay plot of both runs here (PNG)."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Write the comparison's page here (one self-contained HTML "
-                                        "file, as kvcal report --compare writes it)."),
-    deployed: Optional[int] = typer.Option(None, "--deployed", help="The minCachedTokenDelta in production, in tokens."),
-    values: Optional[Path] = typer.Option(None, "--values", help="Read the deployed minCachedTokenDelta from this Helm values file."),
-    strict_deployed: bool = typer.Option(False, "--strict-deployed", help="Also exit 1 when the deployed threshold costs more than 0.5% of TTFT "
-                                         "(expected regret) against the current fit, too low or too high."),
+    html: Optional[Path] = typer.Option(
+        None,
+        "--html",
+        help="Write the comparison's page here (one self-contained HTML file, as kvcal report --compare writes it).",
+    ),
+    deployed: Optional[int] = typer.Option(
+        None, "--deployed", help="The minCachedTokenDelta in production, in tokens."
+    ),
+    values: Optional[Path] = typer.Option(
+        None, "--values", help="Read the deployed minCachedTokenDelta from this Helm values file."
+    ),
+    strict_deployed: bool = typer.Option(
+        False,
+        "--strict-deployed",
+        help="Also exit 1 when the deployed threshold costs more than 0.5% of TTFT "
+        "(expected regret) against the current fit, too low or too high.",
+    ),
     force: bool = typer.Option(False, "--force", help="Compare fits of different models or transports anyway."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the draws that estimate the change's interval."),
 ) -> None:
     """Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed threshold."""
     from kvcal.report.compare_settings import CompareConfig
 
-    config = CompareConfig(baseline=baseline, current=current, tolerance=tolerance, force=force,
-                           deployed_tokens=deployed, values_file=values, markdown=markdown, plot=plot, seed=seed,
-                           probes=html is not None)  # first: a bad value is refused before either run is loaded
+    config = CompareConfig(
+        baseline=baseline,
+        current=current,
+        tolerance=tolerance,
+        force=force,
+        deployed_tokens=deployed,
+        values_file=values,
+        markdown=markdown,
+        plot=plot,
+        seed=seed,
+        probes=html is not None,
+    )  # first: a bad value is refused before either run is loaded
     from rich.table import Table
 
     from kvcal.outputs import check_output

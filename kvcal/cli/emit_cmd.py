@@ -49,62 +49,142 @@ what to measure next. Exit 2: --margin without --rule upper, or a bad --deltas f
 
 
 def emit_config(
-    input_path: Path = typer.Argument(..., metavar="INPUT", help="A fit.json, or a run folder (fitted on the fly if it has none)."),
-    format: str = typer.Option("plugin", "--format", "-f", help=f"Output: {', '.join(FORMATS)}. costmodel needs a router "
-                               "build whose p2p-source-producer accepts costModel (llm-d-router main rejects it)."),
-    rule: str = typer.Option(DEFAULT_RULE, "--rule", help=f"How the threshold is chosen: {' or '.join(RULES)}. "
-                             "expected-cost: where the legs' mean costs cross, rounded to the cheaper block; upper: "
-                             "the break-even interval's upper end x (1 + --margin), kvcal's earlier rule."),
+    input_path: Path = typer.Argument(
+        ..., metavar="INPUT", help="A fit.json, or a run folder (fitted on the fly if it has none)."
+    ),
+    format: str = typer.Option(
+        "plugin",
+        "--format",
+        "-f",
+        help=f"Output: {', '.join(FORMATS)}. costmodel needs a router "
+        "build whose p2p-source-producer accepts costModel (llm-d-router main rejects it).",
+    ),
+    rule: str = typer.Option(
+        DEFAULT_RULE,
+        "--rule",
+        help=f"How the threshold is chosen: {' or '.join(RULES)}. "
+        "expected-cost: where the legs' mean costs cross, rounded to the cheaper block; upper: "
+        "the break-even interval's upper end x (1 + --margin), kvcal's earlier rule.",
+    ),
     margin: Optional[float] = typer.Option(
-        None, "--margin", help=f"--rule upper only: safety fraction over the break-even's upper bound (default "
-        f"{DEFAULT_MARGIN:g} = +{DEFAULT_MARGIN:.0%}), e.g. --rule upper --margin 0.1."),
+        None,
+        "--margin",
+        help=f"--rule upper only: safety fraction over the break-even's upper bound (default "
+        f"{DEFAULT_MARGIN:g} = +{DEFAULT_MARGIN:.0%}), e.g. --rule upper --margin 0.1.",
+    ),
     deltas: Optional[Path] = typer.Option(
-        None, "--deltas", help="Cached-token deltas to price the threshold over: a list, a delta,count histogram, or "
-        "a router (EPP) log with p2p decisions (default: log-uniform over the measured range), e.g. --deltas epp.log."),
-    block_size: int = typer.Option(None, "--block-size", help="Round to this block size (default: the run's, else 64)."),
-    values: Path = typer.Option(None, "--values", help="Helm values file: patched with --format helm; plugin reads its names."),
-    in_place: bool = typer.Option(False, "--in-place", help="Write the patched values file back (a .bak copy is kept)."),
+        None,
+        "--deltas",
+        help="Cached-token deltas to price the threshold over: a list, a delta,count histogram, or "
+        "a router (EPP) log with p2p decisions (default: log-uniform over the measured range), e.g. --deltas epp.log.",
+    ),
+    block_size: int = typer.Option(
+        None, "--block-size", help="Round to this block size (default: the run's, else 64)."
+    ),
+    values: Path = typer.Option(
+        None, "--values", help="Helm values file: patched with --format helm; plugin reads its names."
+    ),
+    in_place: bool = typer.Option(
+        False, "--in-place", help="Write the patched values file back (a .bak copy is kept)."
+    ),
     diff: bool = typer.Option(False, "--diff", help="Print a unified diff instead of the whole values file."),
-    add_plugin: bool = typer.Option(False, "--add-plugin", help="Insert the p2p-source-producer plugin where the file has none."),
-    prefix_match_producer: Optional[str] = typer.Option(None, "--prefix-match-producer",
-                                                        help="prefixMatchInfoProducerName (default: the values file's, else "
-                                                             "precise-prefix-cache-producer)."),
-    prefill_profile: Optional[str] = typer.Option(None, "--prefill-profile", help="prefillProfileName (default: the values "
-                                                  "file's profiles, else by --deployment: prefill for pd, default for p2p)."),
-    deployment: Optional[str] = typer.Option(None, "--deployment", help="Deployment shape for default names: pd (prefill/decode; "
-                                             "the plugin's default 'prefill') or p2p (the P2P guide's single 'default' profile). "
-                                             "Default: p2p when the run measured p2p-tier, else pd."),
-    transport: Optional[str] = typer.Option(None, "--transport", help="Transport for --format vllm when the fit records none: p2p-tier or nixl-pd."),
-    p2p_port: int = typer.Option(P2P_PORT, "--p2p-port", help=f"--format vllm: the P2P tier's listener port (the router's sidecar names {P2P_PORT})."),
-    cpu_bytes_to_use: Optional[str] = typer.Option(None, "--cpu-bytes-to-use", help="--format vllm: CPU tier per engine, e.g. 88GiB "
-                                                   "(default 8GiB, with a warning); /dev/shm is sized from it."),
-    model: Optional[str] = typer.Option(None, "--model", help="--format vllm: served model name for the KV-events topic (default: the run's)."),
-    chunk_size: Optional[int] = typer.Option(None, "--chunk-size", help="affinity/json/helm: tokens per prefill chunk for "
-                                             "peakPrefillThroughput (default: the run's --max-num-batched-tokens, else 8192)."),
-    with_costmodel: bool = typer.Option(False, "--with-costmodel", help="--format helm: also write costModel (only for a router "
-                                        "build that accepts it) and lower minCachedTokenDelta to that variant's floor."),
-    allow_extrapolation: bool = typer.Option(False, "--allow-extrapolation", help="Let the threshold rest on the "
-                                             "fitted curves outside the measured range (below its shortest length, or "
-                                             "beyond its longest), "
-                                             "e.g. kvcal emit-config RUN --format env --allow-extrapolation."),
+    add_plugin: bool = typer.Option(
+        False, "--add-plugin", help="Insert the p2p-source-producer plugin where the file has none."
+    ),
+    prefix_match_producer: Optional[str] = typer.Option(
+        None,
+        "--prefix-match-producer",
+        help="prefixMatchInfoProducerName (default: the values file's, else precise-prefix-cache-producer).",
+    ),
+    prefill_profile: Optional[str] = typer.Option(
+        None,
+        "--prefill-profile",
+        help="prefillProfileName (default: the values "
+        "file's profiles, else by --deployment: prefill for pd, default for p2p).",
+    ),
+    deployment: Optional[str] = typer.Option(
+        None,
+        "--deployment",
+        help="Deployment shape for default names: pd (prefill/decode; "
+        "the plugin's default 'prefill') or p2p (the P2P guide's single 'default' profile). "
+        "Default: p2p when the run measured p2p-tier, else pd.",
+    ),
+    transport: Optional[str] = typer.Option(
+        None, "--transport", help="Transport for --format vllm when the fit records none: p2p-tier or nixl-pd."
+    ),
+    p2p_port: int = typer.Option(
+        P2P_PORT,
+        "--p2p-port",
+        help=f"--format vllm: the P2P tier's listener port (the router's sidecar names {P2P_PORT}).",
+    ),
+    cpu_bytes_to_use: Optional[str] = typer.Option(
+        None,
+        "--cpu-bytes-to-use",
+        help="--format vllm: CPU tier per engine, e.g. 88GiB "
+        "(default 8GiB, with a warning); /dev/shm is sized from it.",
+    ),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="--format vllm: served model name for the KV-events topic (default: the run's)."
+    ),
+    chunk_size: Optional[int] = typer.Option(
+        None,
+        "--chunk-size",
+        help="affinity/json/helm: tokens per prefill chunk for "
+        "peakPrefillThroughput (default: the run's --max-num-batched-tokens, else 8192).",
+    ),
+    with_costmodel: bool = typer.Option(
+        False,
+        "--with-costmodel",
+        help="--format helm: also write costModel (only for a router "
+        "build that accepts it) and lower minCachedTokenDelta to that variant's floor.",
+    ),
+    allow_extrapolation: bool = typer.Option(
+        False,
+        "--allow-extrapolation",
+        help="Let the threshold rest on the "
+        "fitted curves outside the measured range (below its shortest length, or "
+        "beyond its longest), "
+        "e.g. kvcal emit-config RUN --format env --allow-extrapolation.",
+    ),
     class_mix: Optional[str] = typer.Option(
-        None, "--class-mix", help="A fit with link classes: the fleet's share of pod pairs per class, "
+        None,
+        "--class-mix",
+        help="A fit with link classes: the fleet's share of pod pairs per class, "
         "CLASS=SHARE,... summing to 1 (default: each class's share of the campaign's pairs), "
-        "e.g. --class-mix same-node=0.7,tcp=0.3."),
-    allow_disturbed: bool = typer.Option(False, "--allow-disturbed", help="Emit even when the sweep measured a busy host "
-                                         "(other processes took the engines' cores), e.g. kvcal emit-config RUN --allow-disturbed."),
+        "e.g. --class-mix same-node=0.7,tcp=0.3.",
+    ),
+    allow_disturbed: bool = typer.Option(
+        False,
+        "--allow-disturbed",
+        help="Emit even when the sweep measured a busy host "
+        "(other processes took the engines' cores), e.g. kvcal emit-config RUN --allow-disturbed.",
+    ),
 ) -> None:
     """Emit minCachedTokenDelta (where pulling pays on mean costs) and peakPrefillThroughput as router config, engine settings, and more.
 
     How each number was reached is printed on stderr; only the artifact goes to stdout.
     """  # noqa: E501 - help text, printed by --help as written
     options = EmitOptions(
-        format=format, rule=rule, margin=margin, deltas=deltas, block_size=block_size, values=values,
-        in_place=in_place, diff=diff,
-        add_plugin=add_plugin, prefix_match_producer=prefix_match_producer, prefill_profile=prefill_profile,
-        deployment=deployment, transport=transport, p2p_port=p2p_port,
-        cpu_bytes_to_use=byte_size(cpu_bytes_to_use, "--cpu-bytes-to-use"), model=model, chunk_size=chunk_size,
-        with_costmodel=with_costmodel, allow_extrapolation=allow_extrapolation, allow_disturbed=allow_disturbed,
+        format=format,
+        rule=rule,
+        margin=margin,
+        deltas=deltas,
+        block_size=block_size,
+        values=values,
+        in_place=in_place,
+        diff=diff,
+        add_plugin=add_plugin,
+        prefix_match_producer=prefix_match_producer,
+        prefill_profile=prefill_profile,
+        deployment=deployment,
+        transport=transport,
+        p2p_port=p2p_port,
+        cpu_bytes_to_use=byte_size(cpu_bytes_to_use, "--cpu-bytes-to-use"),
+        model=model,
+        chunk_size=chunk_size,
+        with_costmodel=with_costmodel,
+        allow_extrapolation=allow_extrapolation,
+        allow_disturbed=allow_disturbed,
         class_mix=parse_class_mix(class_mix),
     )
     from kvcal.emit.formats import emit  # the fit stack loads only when the command runs (fast --help)

@@ -34,33 +34,78 @@ EPILOG = """Examples:
   kvcal fit --per-request per_request_lifecycle_metrics.json --epp-log epp.log --idle results/idle-run
 """
 
-UNITS = (("intercept_ms", "floor, ms", "{:.2f}"), ("per_token_us", "us/token", "{:.3f}"),
-         ("per_token2_ns", "ns/token^2", "{:.4g}"))
+UNITS = (
+    ("intercept_ms", "floor, ms", "{:.2f}"),
+    ("per_token_us", "us/token", "{:.3f}"),
+    ("per_token2_ns", "ns/token^2", "{:.4g}"),
+)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("fit", epilog=EPILOG)
     def fit(
-        input: Optional[Path] = typer.Argument(None, show_default=False, help="A run folder, a probe CSV "
-                                               "(prefix_tokens,leg,ttft_ms[,rep,bytes_moved]) or the llm-d calibration Job's table."),
+        input: Optional[Path] = typer.Argument(
+            None,
+            show_default=False,
+            help="A run folder, a probe CSV "
+            "(prefix_tokens,leg,ttft_ms[,rep,bytes_moved]) or the llm-d calibration Job's table.",
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print fit.json to stdout and nothing else."),
-        confidence: float = typer.Option(FIT_DEFAULTS.confidence, "--confidence", help="Level of the bootstrap intervals, between 0 and 1."),
-        seed: int = typer.Option(FIT_DEFAULTS.seed, "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."),
-        output: Path | None = typer.Option(None, "--output", "-o", show_default=False, help="Where to write fit.json "
-                                           "(default: <run>/fit.json, or <input>.fit.json beside a file)."),
-        resamples: int = typer.Option(FIT_DEFAULTS.n_resamples, "--resamples", help="Bootstrap resamples (0: no intervals)."),
-        model: str | None = typer.Option(None, "--model", show_default=False, help="Model the probes measured, recorded "
-                                         "in fit.json's setup (a CSV or Job log records none), e.g. openai/gpt-oss-120b."),
-        transport: str | None = typer.Option(None, "--transport", show_default=False, help="Transport the pulls used "
-                                             "(p2p-tier or nixl-pd), recorded in the setup; a CSV or Job log only."),
-        block_size: int | None = typer.Option(None, "--block-size", show_default=False, help="KV block size of the "
-                                              "engines, recorded in the setup (lengths are checked against it); a CSV or Job log only."),
-        busy_queue_threshold: Optional[int] = typer.Option(None, "--busy-queue-threshold", min=1, help="Cost model: a pod is busy "
-                                                           "when its measured waiting queue is at least this; default: the run's, else 1."),
-        per_request: Optional[list[Path]] = typer.Option(None, "--per-request", help="inference-perf per_request_lifecycle_metrics.json "
-                                                         "(repeatable): fit the costModel to production data instead of a run."),
-        epp_log: Optional[Path] = typer.Option(None, "--epp-log", help="The router's log with 'p2p decision' lines (with --per-request)."),
-        idle: Optional[Path] = typer.Option(None, "--idle", help="Idle fit.json or run folder giving P and T (with --per-request)."),
+        confidence: float = typer.Option(
+            FIT_DEFAULTS.confidence, "--confidence", help="Level of the bootstrap intervals, between 0 and 1."
+        ),
+        seed: int = typer.Option(
+            FIT_DEFAULTS.seed, "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."
+        ),
+        output: Path | None = typer.Option(
+            None,
+            "--output",
+            "-o",
+            show_default=False,
+            help="Where to write fit.json (default: <run>/fit.json, or <input>.fit.json beside a file).",
+        ),
+        resamples: int = typer.Option(
+            FIT_DEFAULTS.n_resamples, "--resamples", help="Bootstrap resamples (0: no intervals)."
+        ),
+        model: str | None = typer.Option(
+            None,
+            "--model",
+            show_default=False,
+            help="Model the probes measured, recorded "
+            "in fit.json's setup (a CSV or Job log records none), e.g. openai/gpt-oss-120b.",
+        ),
+        transport: str | None = typer.Option(
+            None,
+            "--transport",
+            show_default=False,
+            help="Transport the pulls used (p2p-tier or nixl-pd), recorded in the setup; a CSV or Job log only.",
+        ),
+        block_size: int | None = typer.Option(
+            None,
+            "--block-size",
+            show_default=False,
+            help="KV block size of the "
+            "engines, recorded in the setup (lengths are checked against it); a CSV or Job log only.",
+        ),
+        busy_queue_threshold: Optional[int] = typer.Option(
+            None,
+            "--busy-queue-threshold",
+            min=1,
+            help="Cost model: a pod is busy "
+            "when its measured waiting queue is at least this; default: the run's, else 1.",
+        ),
+        per_request: Optional[list[Path]] = typer.Option(
+            None,
+            "--per-request",
+            help="inference-perf per_request_lifecycle_metrics.json "
+            "(repeatable): fit the costModel to production data instead of a run.",
+        ),
+        epp_log: Optional[Path] = typer.Option(
+            None, "--epp-log", help="The router's log with 'p2p decision' lines (with --per-request)."
+        ),
+        idle: Optional[Path] = typer.Option(
+            None, "--idle", help="Idle fit.json or run folder giving P and T (with --per-request)."
+        ),
     ) -> None:
         """Fit recompute (affine or quadratic) and pull (affine) costs and report the break-even with its interval.
 
@@ -68,10 +113,18 @@ def register(app: typer.Typer) -> None:
         """
         from kvcal.fit.settings import FitConfig, fit_settings, run_fit
 
-        config = FitConfig(input=input, output=output, model=model, transport=transport, block_size=block_size,
-                           settings=fit_settings(confidence=confidence, seed=seed, n_resamples=resamples),
-                           busy_queue_threshold=busy_queue_threshold, per_request=per_request or [],
-                           epp_log=epp_log, idle=idle)  # first: a bad value is refused before any file is read
+        config = FitConfig(
+            input=input,
+            output=output,
+            model=model,
+            transport=transport,
+            block_size=block_size,
+            settings=fit_settings(confidence=confidence, seed=seed, n_resamples=resamples),
+            busy_queue_threshold=busy_queue_threshold,
+            per_request=per_request or [],
+            epp_log=epp_log,
+            idle=idle,
+        )  # first: a bad value is refused before any file is read
         from kvcal.fit import dumps
         from kvcal.outputs import check_output
 
@@ -109,8 +162,14 @@ def render(result: FitResult) -> None:
     """The human report: coefficients with units and intervals, the chosen models, the break-even, warnings."""
     level = f"{result.confidence:.0%}"
     table = Table(title=f"kvcal fit: {result.source.path or 'input'}", title_justify="left", box=box.SIMPLE_HEAD)
-    for name, justify in (("leg", "left"), ("model", "left"), ("coefficient", "left"), ("value", "right"),
-                          (f"{level} interval", "right"), ("noise", "right")):
+    for name, justify in (
+        ("leg", "left"),
+        ("model", "left"),
+        ("coefficient", "left"),
+        ("value", "right"),
+        (f"{level} interval", "right"),
+        ("noise", "right"),
+    ):
         table.add_column(name, justify=cast("JustifyMethod", justify))
     for leg in ("recompute", "pull"):
         curve: CurveFit = getattr(result, leg)
@@ -119,27 +178,40 @@ def render(result: FitResult) -> None:
         for i, (name, header, fmt) in enumerate(rows):
             ci = curve.ci.get(name)
             interval = f"{fmt.format(ci[0])}-{fmt.format(ci[1])}" if ci and None not in ci else "-"
-            table.add_row(leg if i == 0 else "", curve.model if i == 0 else "", header,
-                          fmt.format(getattr(curve, name)), interval, noise if i == 0 else "",
-                          end_section=i == len(rows) - 1)
+            table.add_row(
+                leg if i == 0 else "",
+                curve.model if i == 0 else "",
+                header,
+                fmt.format(getattr(curve, name)),
+                interval,
+                noise if i == 0 else "",
+                end_section=i == len(rows) - 1,
+            )
     stdout.print(table)
     stdout.print(f"break-even: {_break_even(result)}")
-    stdout.print(f"status: {result.status}" + ("  (extrapolated)" if result.extrapolated else "")
-                 + f"; measured {result.measured_range[0]}-{result.measured_range[1]} tokens, {result.n_probes} probes"
-                 + (f", {result.n_invalid_excluded} invalid excluded" if result.n_invalid_excluded else ""))
+    stdout.print(
+        f"status: {result.status}"
+        + ("  (extrapolated)" if result.extrapolated else "")
+        + f"; measured {result.measured_range[0]}-{result.measured_range[1]} tokens, {result.n_probes} probes"
+        + (f", {result.n_invalid_excluded} invalid excluded" if result.n_invalid_excluded else "")
+    )
     if result.smallest_pull_win_tokens is not None:
         stdout.print(f"smallest measured length where the pull's median won: {result.smallest_pull_win_tokens} tokens")
     if result.pull_won_from_tokens is not None:
-        stdout.print(f"the pull's median won at every measured length from {result.pull_won_from_tokens} tokens up "
-                     "(emit-config's floor)")
+        stdout.print(
+            f"the pull's median won at every measured length from {result.pull_won_from_tokens} tokens up "
+            "(emit-config's floor)"
+        )
     if result.pull_bandwidth_gbps is not None:
         stdout.print(f"pull bandwidth at the longest length: {result.pull_bandwidth_gbps:.2f} GB/s")
     stdout.print(f"recompute model: {result.recompute.selection}")
     render_links(result)
     boot = result.bootstrap
     if boot.no_crossover_share is not None:
-        stdout.print(f"bootstrap: {boot.n_resamples} resamples ({boot.method}, seed {boot.seed}); "
-                     f"no crossover in {boot.no_crossover_share:.1%}")
+        stdout.print(
+            f"bootstrap: {boot.n_resamples} resamples ({boot.method}, seed {boot.seed}); "
+            f"no crossover in {boot.no_crossover_share:.1%}"
+        )
     for line in result.warnings:
         print_warning(line)
     if result.cost_model is not None:

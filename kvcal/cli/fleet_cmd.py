@@ -43,37 +43,79 @@ nearest the idle threshold; no margin is added (docs/fleet.md)."""
 
 
 def fleet(
-    fit_path: Path = typer.Argument(..., metavar="FIT", help="A fit.json, or a run folder (fitted on the fly if it has none)."),
-    workload: Path = typer.Option(..., "--workload", "-w", help="Workload YAML (keys below; docs/examples/fleet-workload.yaml)."),
+    fit_path: Path = typer.Argument(
+        ..., metavar="FIT", help="A fit.json, or a run folder (fitted on the fly if it has none)."
+    ),
+    workload: Path = typer.Option(
+        ..., "--workload", "-w", help="Workload YAML (keys below; docs/examples/fleet-workload.yaml)."
+    ),
     pods: int = typer.Option(8, "--pods", help=f"Engines in the fleet (1-{MAX_PODS})."),
-    thresholds: str = typer.Option("auto", "--thresholds", help="minCachedTokenDelta values to try (comma-separated "
-                                   "block multiples; a repeat is simulated once), or auto: a spread around the fit's "
-                                   "break-even."),
-    rate: Optional[float] = typer.Option(None, "--rate", help="New sessions per second: replaces the workload's arrival."),
-    loads: Optional[str] = typer.Option(None, "--loads", help="Also run every policy at each of these rates (sessions/s), for the plot."),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Simulated seconds: replaces the workload's duration_s."),
-    seeds: int = typer.Option(3, "--seeds", help="Simulation seeds per policy (1-1000; the paired comparison of "
-                              "thresholds needs 2 or more)."),
-    resamples: int = typer.Option(0, "--resamples", help="The calibration's bootstrap resamples per seed (0: the point fit)."),
-    max_requests: int = typer.Option(DEFAULT_MAX_SIMULATED_REQUESTS, "--max-simulated-requests",
-                                     help="Refuse a study that would simulate more requests than this (all runs "
-                                     "together; the size is printed before the first run). Raise it to allow one."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write TTFT p90 and goodput against threshold and load (.png/.svg)."),
+    thresholds: str = typer.Option(
+        "auto",
+        "--thresholds",
+        help="minCachedTokenDelta values to try (comma-separated "
+        "block multiples; a repeat is simulated once), or auto: a spread around the fit's "
+        "break-even.",
+    ),
+    rate: Optional[float] = typer.Option(
+        None, "--rate", help="New sessions per second: replaces the workload's arrival."
+    ),
+    loads: Optional[str] = typer.Option(
+        None, "--loads", help="Also run every policy at each of these rates (sessions/s), for the plot."
+    ),
+    duration: Optional[float] = typer.Option(
+        None, "--duration", help="Simulated seconds: replaces the workload's duration_s."
+    ),
+    seeds: int = typer.Option(
+        3, "--seeds", help="Simulation seeds per policy (1-1000; the paired comparison of thresholds needs 2 or more)."
+    ),
+    resamples: int = typer.Option(
+        0, "--resamples", help="The calibration's bootstrap resamples per seed (0: the point fit)."
+    ),
+    max_requests: int = typer.Option(
+        DEFAULT_MAX_SIMULATED_REQUESTS,
+        "--max-simulated-requests",
+        help="Refuse a study that would simulate more requests than this (all runs "
+        "together; the size is printed before the first run). Raise it to allow one.",
+    ),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Write TTFT p90 and goodput against threshold and load (.png/.svg)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema kvcal.fleet/1)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes for the runs (default: the cores "
-                                       "kvcal may use). The result is the same for any N."),
-    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Run the runs as Ray tasks: auto (the "
-                                      "cluster this machine is in), local (start one here) or an address "
-                                      "(ray://HOST:10001). Needs pip install 'kvcal\\[ray]'; same result as --jobs."),
+    jobs: Optional[int] = typer.Option(
+        None,
+        "--jobs",
+        "-j",
+        help="Worker processes for the runs (default: the cores kvcal may use). The result is the same for any N.",
+    ),
+    ray: Optional[str] = typer.Option(
+        None,
+        "--ray",
+        metavar="ADDRESS",
+        help="Run the runs as Ray tasks: auto (the "
+        "cluster this machine is in), local (start one here) or an address "
+        "(ray://HOST:10001). Needs pip install 'kvcal\\[ray]'; same result as --jobs.",
+    ),
 ) -> None:
     """Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to use."""
     from kvcal.fleet.settings import FleetConfig
 
     chosen = None if thresholds.strip().lower() == "auto" else int_list(thresholds, "--thresholds")
-    config = FleetConfig(fit_path=fit_path, workload_path=workload, pods=pods, thresholds=chosen, rate=rate,
-                         loads=float_list(loads, "--loads"), duration_s=duration, seeds=seeds, resamples=resamples,
-                         max_simulated_requests=max_requests, jobs=jobs, ray_address=ray,
-                         plot=plot)  # first: a bad flag is refused before the heavy imports
+    config = FleetConfig(
+        fit_path=fit_path,
+        workload_path=workload,
+        pods=pods,
+        thresholds=chosen,
+        rate=rate,
+        loads=float_list(loads, "--loads"),
+        duration_s=duration,
+        seeds=seeds,
+        resamples=resamples,
+        max_simulated_requests=max_requests,
+        jobs=jobs,
+        ray_address=ray,
+        plot=plot,
+    )  # first: a bad flag is refused before the heavy imports
     from kvcal.emit.formats import load_input
     from kvcal.fleet.run import check_arguments, run_fleet
     from kvcal.outputs import check_output
@@ -107,6 +149,7 @@ def _progress():
         if now - last[0] >= PROGRESS_EVERY_S or (done == total and now - started >= PROGRESS_EVERY_S):
             last[0] = now
             info(f"kvcal: fleet run {done}/{total} ({label}), {now - started:.0f} s")
+
     return report
 
 
@@ -119,18 +162,23 @@ def _tick():
         if now - last[0] >= PROGRESS_EVERY_S:
             last[0] = now
             info(f"kvcal: fleet run ({label}): simulated {at_s:,.0f} of {duration_s:,.0f} s")
+
     return report
 
 
 def _print(r) -> None:  # r: kvcal.fleet.result.FleetResult
     load = f"{r.rate:g} sessions/s" if r.rate else (f"{r.concurrency} sessions" if r.concurrency else "the trace")
     stdout.print(f"fleet: {r.pods} pods, {load}, {r.duration_s:g} s, {r.seeds} seeds x {max(1, r.resamples)} cost sets")
-    stdout.print(f"{'policy':<12}{'threshold':>10}{'goodput/s':>11}{'TTFT p50':>10}{'p90':>10}{'p99':>10}"
-                 f"{'queue p90':>10}{'pulled':>8}")
+    stdout.print(
+        f"{'policy':<12}{'threshold':>10}{'goodput/s':>11}{'TTFT p50':>10}{'p90':>10}{'p99':>10}"
+        f"{'queue p90':>10}{'pulled':>8}"
+    )
     for row in r.rows:
-        stdout.print(f"{row.policy:<12}{row.threshold if row.threshold is not None else '-':>10}"
-                     f"{row.goodput_rps.value:>11.2f}{row.ttft_p50_ms.value:>10.1f}{row.ttft_p90_ms.value:>10.1f}"
-                     f"{row.ttft_p99_ms.value:>10.1f}{row.prefill_queue_p90.value:>10.1f}{row.pull_share.value:>8.1%}")
+        stdout.print(
+            f"{row.policy:<12}{row.threshold if row.threshold is not None else '-':>10}"
+            f"{row.goodput_rps.value:>11.2f}{row.ttft_p50_ms.value:>10.1f}{row.ttft_p90_ms.value:>10.1f}"
+            f"{row.ttft_p99_ms.value:>10.1f}{row.prefill_queue_p90.value:>10.1f}{row.pull_share.value:>8.1%}"
+        )
     stdout.print(f"best threshold: {r.best_threshold} (tied with it: {r.best_threshold_ci}); rule: {r.best_rule}")
     stdout.print(f"recommended threshold: {r.recommended_threshold}; idle threshold: {r.idle_threshold}")
     for step in r.recommended_steps:

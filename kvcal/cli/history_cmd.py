@@ -20,7 +20,9 @@ EPILOG = """Examples:
 
 
 def history(
-    inputs: list[Path] = typer.Argument(..., help="fit.json files or run folders (fitted on the fly if they have no fit.json)."),
+    inputs: list[Path] = typer.Argument(
+        ..., help="fit.json files or run folders (fitted on the fly if they have no fit.json)."
+    ),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the trend plot here (PNG)."),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write the trend table as Markdown here."),
 ) -> None:

@@ -23,32 +23,55 @@ Arguments after `--` are passed to `kvcal sweep` unchanged."""
 
 
 def k8s_job(
-    image: str = typer.Option(..., "--image", help="Container image with kvcal installed (no GPU or vLLM needed in it)."),
+    image: str = typer.Option(
+        ..., "--image", help="Container image with kvcal installed (no GPU or vLLM needed in it)."
+    ),
     producer_url: Optional[str] = typer.Option(
-        None, "--producer-url", help="Producer engine base URL as seen in-cluster, e.g. http://10.0.3.17:8200."),
-    consumer_url: Optional[str] = typer.Option(None, "--consumer-url", help="Consumer engine base URL as seen in-cluster."),
+        None, "--producer-url", help="Producer engine base URL as seen in-cluster, e.g. http://10.0.3.17:8200."
+    ),
+    consumer_url: Optional[str] = typer.Option(
+        None, "--consumer-url", help="Consumer engine base URL as seen in-cluster."
+    ),
     pairs: Optional[Path] = typer.Option(
-        None, "--pairs", help="YAML 'pairs: [{name, class, producer_url, consumer_url, ...}]' (kvcal sweep --pairs' "
+        None,
+        "--pairs",
+        help="YAML 'pairs: [{name, class, producer_url, consumer_url, ...}]' (kvcal sweep --pairs' "
         "file): an Indexed Job, one pod a pair, each into its folder of --pvc, then kvcal fit over them all and "
-        "emit-config. Not with --producer-url/--consumer-url."),
+        "emit-config. Not with --producer-url/--consumer-url.",
+    ),
     parallelism: int = typer.Option(
-        1, "--parallelism", help="--pairs: pods at once (1: pairs that share an engine would slow each other's probes)."),
+        1, "--parallelism", help="--pairs: pods at once (1: pairs that share an engine would slow each other's probes)."
+    ),
     model: str = typer.Option(..., "--model", help="Model name the engines serve."),
     name: str = typer.Option("kvcal-calibrate", "--name", help="Job name (a DNS label); also the run folder name."),
     namespace: str = typer.Option("default", "--namespace", "-n", help="Namespace of the Job (usually the engines')."),
-    transport: str = typer.Option("p2p-tier", "--transport", help="How the engines move KV: p2p-tier (llm-d P2P) or nixl-pd."),
-    prefix_lengths: Optional[str] = typer.Option(None, "--prefix-lengths", help="Comma-separated prefix lengths (default: kvcal sweep's)."),
+    transport: str = typer.Option(
+        "p2p-tier", "--transport", help="How the engines move KV: p2p-tier (llm-d P2P) or nixl-pd."
+    ),
+    prefix_lengths: Optional[str] = typer.Option(
+        None, "--prefix-lengths", help="Comma-separated prefix lengths (default: kvcal sweep's)."
+    ),
     reps: Optional[int] = typer.Option(None, "--reps", help="Repetitions per length and leg (default: kvcal sweep's)."),
-    producer_p2p_host: Optional[str] = typer.Option(None, "--producer-p2p-host", help="Producer's P2P side-channel host (p2p-tier)."),
-    producer_p2p_port: Optional[int] = typer.Option(None, "--producer-p2p-port", help="Producer's P2P side-channel port (p2p-tier)."),
+    producer_p2p_host: Optional[str] = typer.Option(
+        None, "--producer-p2p-host", help="Producer's P2P side-channel host (p2p-tier)."
+    ),
+    producer_p2p_port: Optional[int] = typer.Option(
+        None, "--producer-p2p-port", help="Producer's P2P side-channel port (p2p-tier)."
+    ),
     pvc: Optional[str] = typer.Option(None, "--pvc", help="PersistentVolumeClaim for /results (default: an emptyDir)."),
-    run_name: Optional[str] = typer.Option(None, "--run-name", help="Run folder name under /results (default: the Job name)."),
+    run_name: Optional[str] = typer.Option(
+        None, "--run-name", help="Run folder name under /results (default: the Job name)."
+    ),
     cpu: str = typer.Option("1", "--cpu", help="CPU request of the kvcal container."),
     memory: str = typer.Option("2Gi", "--memory", help="Memory request and limit of the kvcal container."),
-    ttl: int = typer.Option(86400, "--ttl", help="ttlSecondsAfterFinished: seconds before Kubernetes deletes the finished Job."),
+    ttl: int = typer.Option(
+        86400, "--ttl", help="ttlSecondsAfterFinished: seconds before Kubernetes deletes the finished Job."
+    ),
     service_account: Optional[str] = typer.Option(None, "--service-account", help="serviceAccountName for the pod."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the manifest to FILE instead of stdout."),
-    sweep_args: Optional[list[str]] = typer.Argument(None, metavar="[-- SWEEP_ARGS...]", help="Extra `kvcal sweep` arguments."),
+    sweep_args: Optional[list[str]] = typer.Argument(
+        None, metavar="[-- SWEEP_ARGS...]", help="Extra `kvcal sweep` arguments."
+    ),
 ) -> None:
     """Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable from a laptop)."""  # noqa: E501 - help text, printed by --help as written
     from kvcal.emit.k8s import JobSpec, render_job
@@ -59,11 +82,24 @@ def k8s_job(
     if pair_specs:
         producer_url, consumer_url = pair_specs[0].producer_url, pair_specs[0].consumer_url
     spec = JobSpec(
-        image=image, producer_url=str(producer_url), consumer_url=str(consumer_url), model=model, name=name,
+        image=image,
+        producer_url=str(producer_url),
+        consumer_url=str(consumer_url),
+        model=model,
+        name=name,
         namespace=namespace,
-        transport=transport, run_name=run_name, prefix_lengths=tuple(int_list(prefix_lengths, "--prefix-lengths") or ()), reps=reps,
-        producer_p2p_host=producer_p2p_host, producer_p2p_port=producer_p2p_port, pvc=pvc, cpu=cpu, memory=memory,
-        ttl_seconds=ttl, service_account=service_account, extra_args=tuple(sweep_args or ()),
+        transport=transport,
+        run_name=run_name,
+        prefix_lengths=tuple(int_list(prefix_lengths, "--prefix-lengths") or ()),
+        reps=reps,
+        producer_p2p_host=producer_p2p_host,
+        producer_p2p_port=producer_p2p_port,
+        pvc=pvc,
+        cpu=cpu,
+        memory=memory,
+        ttl_seconds=ttl,
+        service_account=service_account,
+        extra_args=tuple(sweep_args or ()),
     )
     if pair_specs:
         from kvcal.emit.k8s_pairs import PairsJobSpec, render_pairs_job
@@ -103,8 +139,10 @@ def _pairs(path: Optional[Path], producer_url: Optional[str], consumer_url: Opti
 
     for spec in specs:  # each pair's URLs as the one-pair Job checks its own, named by the pair
         try:
-            urls = [validate_url(str(url), flag) for url, flag in ((spec.producer_url, "producer_url"),
-                                                                   (spec.consumer_url, "consumer_url"))]
+            urls = [
+                validate_url(str(url), flag)
+                for url, flag in ((spec.producer_url, "producer_url"), (spec.consumer_url, "consumer_url"))
+            ]
         except InputError as err:
             raise InputError(f"--pairs {path}: pair {spec.name}: {err}") from None
         if urls[0] == urls[1]:

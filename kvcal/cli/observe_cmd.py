@@ -34,30 +34,56 @@ Examples:
 
 
 def observe(
-    prometheus: str = typer.Option(..., "--prometheus", help="The Prometheus server's base URL, e.g. "
-                                   "http://prometheus:9090."),
-    since: Optional[str] = typer.Option(None, "--since", help="The window: this long up to now (15m, 1h30m, 2d; "
-                                        "default 15m)."),
-    start: Optional[str] = typer.Option(None, "--start", help="The window's start: RFC 3339 or unix seconds "
-                                        "(with --end)."),
+    prometheus: str = typer.Option(
+        ..., "--prometheus", help="The Prometheus server's base URL, e.g. http://prometheus:9090."
+    ),
+    since: Optional[str] = typer.Option(
+        None, "--since", help="The window: this long up to now (15m, 1h30m, 2d; default 15m)."
+    ),
+    start: Optional[str] = typer.Option(
+        None, "--start", help="The window's start: RFC 3339 or unix seconds (with --end)."
+    ),
     end: Optional[str] = typer.Option(None, "--end", help="The window's end: RFC 3339 or unix seconds (with --start)."),
-    selector: Optional[str] = typer.Option(None, "--selector", help="Label matchers added to every query, e.g. "
-                                           "'namespace=\"llm-d\",model_name=\"qwen\"'."),
-    fit: Optional[Path] = typer.Option(None, "--fit", metavar="FIT", help="A fit.json or run folder: check bytes per "
-                                       "pulled token against its KV bytes per token."),
-    fleet: Optional[Path] = typer.Option(None, "--fleet", metavar="FLEET_JSON", help="A kvcal fleet --json result: "
-                                         "check TTFT, pull share and queue against the deployed threshold's row."),
-    deployed: Optional[int] = typer.Option(None, "--deployed", metavar="THRESHOLD", help="The minCachedTokenDelta in "
-                                           "production (names the --fleet row)."),
-    values: Optional[Path] = typer.Option(None, "--values", metavar="FILE", help="Read the deployed "
-                                          "minCachedTokenDelta from this Helm values file instead."),
+    selector: Optional[str] = typer.Option(
+        None, "--selector", help='Label matchers added to every query, e.g. \'namespace="llm-d",model_name="qwen"\'.'
+    ),
+    fit: Optional[Path] = typer.Option(
+        None,
+        "--fit",
+        metavar="FIT",
+        help="A fit.json or run folder: check bytes per pulled token against its KV bytes per token.",
+    ),
+    fleet: Optional[Path] = typer.Option(
+        None,
+        "--fleet",
+        metavar="FLEET_JSON",
+        help="A kvcal fleet --json result: check TTFT, pull share and queue against the deployed threshold's row.",
+    ),
+    deployed: Optional[int] = typer.Option(
+        None, "--deployed", metavar="THRESHOLD", help="The minCachedTokenDelta in production (names the --fleet row)."
+    ),
+    values: Optional[Path] = typer.Option(
+        None,
+        "--values",
+        metavar="FILE",
+        help="Read the deployed minCachedTokenDelta from this Helm values file instead.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema kvcal.observe/1)."),
 ) -> None:
     """Read a deployed fleet's pulls, bytes, TTFT and queues from Prometheus and check them against kvcal."""
     from kvcal.observe.run import FleetOutsidePrediction, ObserveConfig, run_observe
 
-    config = ObserveConfig(prometheus=prometheus, since=since, start=start, end=end, selector=selector, fit_path=fit,
-                           fleet_path=fleet, deployed=deployed, values_path=values)
+    config = ObserveConfig(
+        prometheus=prometheus,
+        since=since,
+        start=start,
+        end=end,
+        selector=selector,
+        fit_path=fit,
+        fleet_path=fleet,
+        deployed=deployed,
+        values_path=values,
+    )
     result = run_observe(config)
     if as_json:
         typer.echo(result.model_dump_json(indent=2, by_alias=True))
@@ -65,8 +91,9 @@ def observe(
         _print(result)
     outside = [c for c in result.checks if c.verdict == "outside"]
     if outside:
-        raise FleetOutsidePrediction(f"{', '.join(c.name for c in outside)} outside the prediction: "
-                                     + "; ".join(result.remeasure))
+        raise FleetOutsidePrediction(
+            f"{', '.join(c.name for c in outside)} outside the prediction: " + "; ".join(result.remeasure)
+        )
 
 
 def _shown(figure, scale: float = 1.0, form: str = ".3g") -> str:
@@ -75,18 +102,24 @@ def _shown(figure, scale: float = 1.0, form: str = ".3g") -> str:
 
 def _print(r) -> None:  # r: kvcal.observe.result.ObserveResult
     stdout.print(f"window {r.window.start} .. {r.window.end}, {len(r.pods)} pods, Prometheus {r.prometheus}")
-    stdout.print(f"{'pod':<28}{'pulled':>8}{'local':>8}{'computed':>9}{'B/token':>9}{'TTFT p50':>10}{'p90':>9}"
-                 f"{'p99':>9}{'queue p90':>10}{'req/s':>8}")
+    stdout.print(
+        f"{'pod':<28}{'pulled':>8}{'local':>8}{'computed':>9}{'B/token':>9}{'TTFT p50':>10}{'p90':>9}"
+        f"{'p99':>9}{'queue p90':>10}{'req/s':>8}"
+    )
     for name, f in [(p.name, p) for p in r.pods] + [("fleet", r.fleet)]:
-        stdout.print(f"{name[:27]:<28}{_shown(f.pull_share, 100, '.1f'):>8}{_shown(f.local_hit_share, 100, '.1f'):>8}"
-                     f"{_shown(f.computed_share, 100, '.1f'):>9}{_shown(f.bytes_per_pulled_token, 1, '.0f'):>9}"
-                     f"{_shown(f.ttft_p50_ms, 1, '.1f'):>10}{_shown(f.ttft_p90_ms, 1, '.1f'):>9}"
-                     f"{_shown(f.ttft_p99_ms, 1, '.1f'):>9}{_shown(f.queue_p90, 1, '.1f'):>10}"
-                     f"{_shown(f.requests_per_s, 1, '.3g'):>8}")
+        stdout.print(
+            f"{name[:27]:<28}{_shown(f.pull_share, 100, '.1f'):>8}{_shown(f.local_hit_share, 100, '.1f'):>8}"
+            f"{_shown(f.computed_share, 100, '.1f'):>9}{_shown(f.bytes_per_pulled_token, 1, '.0f'):>9}"
+            f"{_shown(f.ttft_p50_ms, 1, '.1f'):>10}{_shown(f.ttft_p90_ms, 1, '.1f'):>9}"
+            f"{_shown(f.ttft_p99_ms, 1, '.1f'):>9}{_shown(f.queue_p90, 1, '.1f'):>10}"
+            f"{_shown(f.requests_per_s, 1, '.3g'):>8}"
+        )
     stdout.print("shares in % of prompt tokens; TTFT in ms")
     for name, bucket in r.ttft_buckets_ms.items():
-        stdout.print(f"{name}: within the histogram bucket {bucket[0]:g} .. "
-                     f"{'+Inf' if bucket[1] is None else format(bucket[1], 'g')} ms")
+        stdout.print(
+            f"{name}: within the histogram bucket {bucket[0]:g} .. "
+            f"{'+Inf' if bucket[1] is None else format(bucket[1], 'g')} ms"
+        )
     for key, figure in r.fleet.model_dump().items():
         if figure["missing"]:
             stdout.print(f"missing {key}: {figure['missing']}")

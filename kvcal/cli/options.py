@@ -40,8 +40,22 @@ def float_list(text: str | None, flag: str) -> list[float] | None:
     return _number_list(text, flag, float, "numbers")
 
 
-_BYTE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "ki": 2**10,
+    "mi": 2**20,
+    "gi": 2**30,
+    "ti": 2**40,
+}
 
 
 def byte_size(text: str | None, flag: str) -> int | None:
@@ -50,7 +64,7 @@ def byte_size(text: str | None, flag: str) -> int | None:
         return None
     raw = text.strip().replace(" ", "")
     number = raw.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    unit = raw[len(number):].lower()
+    unit = raw[len(number) :].lower()
     try:
         value = float(number) * _BYTE_UNITS[unit]
     except (ValueError, KeyError):
@@ -76,8 +90,10 @@ def parse_class_mix(text: str | None) -> dict[str, float] | None:
         except ValueError:
             share = math.nan
         if not sep or not name or not 0 <= share <= 1:
-            raise InputError(f"--class-mix: {item!r} is not CLASS=SHARE with a share between 0 and 1 "
-                             "(e.g. --class-mix same-node=0.7,tcp=0.3)")
+            raise InputError(
+                f"--class-mix: {item!r} is not CLASS=SHARE with a share between 0 and 1 "
+                "(e.g. --class-mix same-node=0.7,tcp=0.3)"
+            )
         if name in mix:
             raise InputError(f"--class-mix names {name} twice")
         mix[name] = share

@@ -54,8 +54,11 @@ def print_sanity(findings: list) -> None:
     for finding in shown:
         measured = "-" if finding.measured is None else f"{finding.measured:.3g} {finding.unit}".strip()
         expected = "-" if finding.expected is None else f"{finding.expected:.3g} {finding.unit}".strip()
-        stdout.print(f"  {finding.severity}: {finding.check}: measured {measured}, expected {expected}. {finding.advice}",
-                     markup=False, highlight=False)
+        stdout.print(
+            f"  {finding.severity}: {finding.check}: measured {measured}, expected {expected}. {finding.advice}",
+            markup=False,
+            highlight=False,
+        )
 
 
 def error_line(message: str) -> None:

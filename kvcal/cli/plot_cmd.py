@@ -23,14 +23,26 @@ EPILOG = """Examples:
 def register(app: typer.Typer) -> None:
     @app.command("plot", epilog=EPILOG)
     def plot(
-        input: Path = typer.Argument(..., show_default=False,
-                                     help="A run folder, a fit.json, a probe CSV or the llm-d Job's table."),
-        output: Path = typer.Option(..., "--output", "-o", help="Image to write; .png or .svg by extension.", show_default=False),
-        log_x: Optional[bool] = typer.Option(None, "--log-x/--linear-x", show_default=False, help="Logarithmic or "
-                                             "linear prefix-length axis; default: logarithmic when the break-even lies in "
-                                             "the shortest 5% of the lengths drawn (a linear axis squeezes it into the edge)."),
-        confidence: float = typer.Option(FIT_DEFAULTS.confidence, "--confidence", help="Band level when the input must be fitted first."),
-        seed: int = typer.Option(FIT_DEFAULTS.seed, "--seed", min=0, help="Bootstrap seed when the input must be fitted first."),
+        input: Path = typer.Argument(
+            ..., show_default=False, help="A run folder, a fit.json, a probe CSV or the llm-d Job's table."
+        ),
+        output: Path = typer.Option(
+            ..., "--output", "-o", help="Image to write; .png or .svg by extension.", show_default=False
+        ),
+        log_x: Optional[bool] = typer.Option(
+            None,
+            "--log-x/--linear-x",
+            show_default=False,
+            help="Logarithmic or "
+            "linear prefix-length axis; default: logarithmic when the break-even lies in "
+            "the shortest 5% of the lengths drawn (a linear axis squeezes it into the edge).",
+        ),
+        confidence: float = typer.Option(
+            FIT_DEFAULTS.confidence, "--confidence", help="Band level when the input must be fitted first."
+        ),
+        seed: int = typer.Option(
+            FIT_DEFAULTS.seed, "--seed", min=0, help="Bootstrap seed when the input must be fitted first."
+        ),
     ) -> None:
         """Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent.
 

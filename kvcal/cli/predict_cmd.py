@@ -28,18 +28,40 @@ Examples:
 
 
 def predict(
-    model: str = typer.Option(..., "--model", "-m", help="Model profile name or alias, or a HF config.json / model folder."),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Model profile name or alias, or a HF config.json / model folder."
+    ),
     hardware: str = typer.Option(..., "--hardware", help="Accelerator profile (h100, h200, b200, cpu-amx...)."),
-    link: Optional[str] = typer.Option(None, "--link", "-l", help="Link profile (rdma-400, tcp-100g...); default: the accelerator's."),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV cache dtype: bf16, fp16, fp8, fp32 or auto (the model's)."),
-    mfu: Optional[float] = typer.Option(None, "--mfu", help="Share of peak the prefill reaches, 0-1; default: the accelerator's calibrated value."),
-    devices: int = typer.Option(1, "--devices", help="Devices serving one engine instance (TP x PP); multiplies the peak."),
-    overhead_ms: Optional[float] = typer.Option(None, "--overhead-ms", help="Fixed TTFT part in ms; default: the accelerator's."),
-    pull_floor_ms: Optional[float] = typer.Option(None, "--pull-floor-ms", help="Whole fixed cost of a pull in ms; default: overhead + link setup."),
-    link_efficiency: Optional[float] = typer.Option(None, "--link-efficiency", help="Share of the link's nominal rate a pull reaches, 0-1."),
-    sliding_window_full: bool = typer.Option(False, "--sliding-window-full", help="Count sliding-window layers on every token (engine keeps all)."),
-    lengths: Optional[str] = typer.Option(None, "--lengths", help="Comma-separated prefix lengths to tabulate (default: powers of two to the context)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON (schema kvcal.estimate.predict/1)."),
+    link: Optional[str] = typer.Option(
+        None, "--link", "-l", help="Link profile (rdma-400, tcp-100g...); default: the accelerator's."
+    ),
+    kv_dtype: Optional[str] = typer.Option(
+        None, "--kv-dtype", help="KV cache dtype: bf16, fp16, fp8, fp32 or auto (the model's)."
+    ),
+    mfu: Optional[float] = typer.Option(
+        None, "--mfu", help="Share of peak the prefill reaches, 0-1; default: the accelerator's calibrated value."
+    ),
+    devices: int = typer.Option(
+        1, "--devices", help="Devices serving one engine instance (TP x PP); multiplies the peak."
+    ),
+    overhead_ms: Optional[float] = typer.Option(
+        None, "--overhead-ms", help="Fixed TTFT part in ms; default: the accelerator's."
+    ),
+    pull_floor_ms: Optional[float] = typer.Option(
+        None, "--pull-floor-ms", help="Whole fixed cost of a pull in ms; default: overhead + link setup."
+    ),
+    link_efficiency: Optional[float] = typer.Option(
+        None, "--link-efficiency", help="Share of the link's nominal rate a pull reaches, 0-1."
+    ),
+    sliding_window_full: bool = typer.Option(
+        False, "--sliding-window-full", help="Count sliding-window layers on every token (engine keeps all)."
+    ),
+    lengths: Optional[str] = typer.Option(
+        None, "--lengths", help="Comma-separated prefix lengths to tabulate (default: powers of two to the context)."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the prediction as JSON (schema kvcal.estimate.predict/1)."
+    ),
 ) -> None:
     """Predict KV bytes per token, prefill FLOPs, the recompute and pull curves, the break-even and the link's floor."""
     from kvcal.estimate.hfconfig import load_model
@@ -48,8 +70,14 @@ def predict(
     from kvcal.estimate.profiles import load_profiles
 
     settings = PredictSettings(
-        kv_dtype=kv_dtype, mfu=mfu, devices=devices, overhead_ms=overhead_ms, pull_floor_ms=pull_floor_ms,
-        link_efficiency=link_efficiency, sliding_window_full=sliding_window_full, lengths=tuple(int_list(lengths, "--lengths") or ()) or None,
+        kv_dtype=kv_dtype,
+        mfu=mfu,
+        devices=devices,
+        overhead_ms=overhead_ms,
+        pull_floor_ms=pull_floor_ms,
+        link_efficiency=link_efficiency,
+        sliding_window_full=sliding_window_full,
+        lengths=tuple(int_list(lengths, "--lengths") or ()) or None,
     )
     profiles = load_profiles()
     accelerator = profiles.accelerator(hardware)
@@ -71,18 +99,30 @@ def _print_text(r) -> None:  # r: kvcal.estimate.predict.Prediction
     say(f"  KV bytes per token: {r.kv_bytes_per_token:,} ({r.kv_dtype}; {parts})")
     if r.window_tokens:
         say(f"  plus {r.kv_bytes_window:,} B of sliding-window state once the prefix reaches {r.window_tokens} tokens")
-    say(f"  prefill: {r.dense_flops_per_token / 1e9:.4g} GFLOP/token dense plus the attention term; "
+    say(
+        f"  prefill: {r.dense_flops_per_token / 1e9:.4g} GFLOP/token dense plus the attention term; "
         f"{a['peak_tflops_per_device']:g} TFLOP/s {r.compute_dtype} peak x {r.devices} x MFU {a['mfu']:.3g}, "
-        f"+{a['overhead_ms']:g} ms")
-    say(f"  pull: {a['pull_floor_ms']:g} ms floor + {r.pull_us_per_token:.4g} us/token "
+        f"+{a['overhead_ms']:g} ms"
+    )
+    say(
+        f"  pull: {a['pull_floor_ms']:g} ms floor + {r.pull_us_per_token:.4g} us/token "
         f"({a['link_nominal_gbit_s']:g} Gb/s x efficiency {a['link_efficiency']:.3g}); "
-        f"the wire alone needs {r.min_transfer_us_per_token:.4g} us/token")
+        f"the wire alone needs {r.min_transfer_us_per_token:.4g} us/token"
+    )
     rows = [["tokens", "recompute ms", "pull ms", "wire-only ms", "GFLOP/token", "cheaper"]]
     for n in r.lengths:
         key = str(n)
         cheaper = "pull" if r.pull_ms_at[key] < r.recompute_ms_at[key] else "recompute"
-        rows.append([key, f"{r.recompute_ms_at[key]:.4g}", f"{r.pull_ms_at[key]:.4g}", f"{r.min_transfer_ms_at[key]:.3g}",
-                     f"{r.prefill_flops_per_token_at[key] / 1e9:.4g}", cheaper])
+        rows.append(
+            [
+                key,
+                f"{r.recompute_ms_at[key]:.4g}",
+                f"{r.pull_ms_at[key]:.4g}",
+                f"{r.min_transfer_ms_at[key]:.3g}",
+                f"{r.prefill_flops_per_token_at[key] / 1e9:.4g}",
+                cheaper,
+            ]
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         say("  " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths)))

@@ -53,27 +53,54 @@ def list_profiles(
     profiles = load_profiles()
     models = [model_summary(m) for m in profiles.models.values()]
     if as_json:
-        _print_json({
-            "root": str(profiles.root),
-            "models": models,
-            "accelerators": [a.model_dump(by_alias=True) for a in profiles.accelerators.values()],
-            "links": [lk.model_dump(by_alias=True) for lk in profiles.links.values()],
-        })
+        _print_json(
+            {
+                "root": str(profiles.root),
+                "models": models,
+                "accelerators": [a.model_dump(by_alias=True) for a in profiles.accelerators.values()],
+                "links": [lk.model_dump(by_alias=True) for lk in profiles.links.values()],
+            }
+        )
         return
     stdout.print(f"profiles in {profiles.root}", markup=False)
     stdout.print("\nmodels", markup=False)
-    _lines([["name", "attention", "layers", "KV B/token", "KV dtype", "dense GFLOP/token"]] + [
-        [s["name"], s["attention_kind"], str(s["layers"]), f"{s['kv_bytes_per_token']:,}", s["kv_dtype"],
-         f"{s['dense_flops_per_token'] / 1e9:.3g}"] for s in models])
+    _lines(
+        [["name", "attention", "layers", "KV B/token", "KV dtype", "dense GFLOP/token"]]
+        + [
+            [
+                s["name"],
+                s["attention_kind"],
+                str(s["layers"]),
+                f"{s['kv_bytes_per_token']:,}",
+                s["kv_dtype"],
+                f"{s['dense_flops_per_token'] / 1e9:.3g}",
+            ]
+            for s in models
+        ]
+    )
     stdout.print("\naccelerators", markup=False)
-    _lines([["name", "device", "bf16 TFLOP/s", "fp8 TFLOP/s", "mem GB/s", "default link"]] + [
-        [a.name, a.device, f"{a.bf16_dense_tflops:g}", f"{a.fp8_dense_tflops:g}" if a.fp8_dense_tflops else "-",
-         f"{a.memory_bandwidth_gb_s:g}" if a.memory_bandwidth_gb_s else "-", a.default_link]
-        for a in profiles.accelerators.values()])
+    _lines(
+        [["name", "device", "bf16 TFLOP/s", "fp8 TFLOP/s", "mem GB/s", "default link"]]
+        + [
+            [
+                a.name,
+                a.device,
+                f"{a.bf16_dense_tflops:g}",
+                f"{a.fp8_dense_tflops:g}" if a.fp8_dense_tflops else "-",
+                f"{a.memory_bandwidth_gb_s:g}" if a.memory_bandwidth_gb_s else "-",
+                a.default_link,
+            ]
+            for a in profiles.accelerators.values()
+        ]
+    )
     stdout.print("\nlinks", markup=False)
-    _lines([["name", "transport", "nominal Gb/s", "efficiency", "setup ms"]] + [
-        [lk.name, lk.transport, f"{lk.nominal_gbit_s:g}", f"{lk.efficiency:g}", f"{lk.setup_ms:g}"]
-        for lk in profiles.links.values()])
+    _lines(
+        [["name", "transport", "nominal Gb/s", "efficiency", "setup ms"]]
+        + [
+            [lk.name, lk.transport, f"{lk.nominal_gbit_s:g}", f"{lk.efficiency:g}", f"{lk.setup_ms:g}"]
+            for lk in profiles.links.values()
+        ]
+    )
 
 
 @profiles_app.command("show", epilog=EPILOG)
@@ -109,19 +136,30 @@ def _show_text(out: dict[str, Any]) -> None:
     stdout.print(f"{out['kind']} profile {out['profile']['name']} ({out['file']})", markup=False)
     derived = out.get("derived")
     if derived:
-        stdout.print(f"  KV bytes per token: {derived['kv_bytes_per_token']:,} ({derived['kv_dtype']}; "
-                     + ", ".join(f"{k} {v:,}" for k, v in derived["kv_bytes_breakdown"].items()) + ")", markup=False)
+        stdout.print(
+            f"  KV bytes per token: {derived['kv_bytes_per_token']:,} ({derived['kv_dtype']}; "
+            + ", ".join(f"{k} {v:,}" for k, v in derived["kv_bytes_breakdown"].items())
+            + ")",
+            markup=False,
+        )
         if derived["window_tokens"]:
-            stdout.print(f"  sliding-window state: {derived['kv_bytes_window']:,} B once the prefix reaches "
-                         f"{derived['window_tokens']} tokens ({derived['kv_bytes_per_token_all_layers']:,} B/token "
-                         "if every layer keeps every token)", markup=False)
+            stdout.print(
+                f"  sliding-window state: {derived['kv_bytes_window']:,} B once the prefix reaches "
+                f"{derived['window_tokens']} tokens ({derived['kv_bytes_per_token_all_layers']:,} B/token "
+                "if every layer keeps every token)",
+                markup=False,
+            )
         if derived["dense_flops_per_token"] is None:
-            stdout.print(f"  dense prefill FLOPs per token: unknown (compute estimate {derived['compute_estimate']})",
-                         markup=False)
+            stdout.print(
+                f"  dense prefill FLOPs per token: unknown (compute estimate {derived['compute_estimate']})",
+                markup=False,
+            )
         else:
-            stdout.print(f"  dense prefill FLOPs per token: {derived['dense_flops_per_token'] / 1e9:.4g} GFLOP "
-                         f"({derived['matmul_params_per_token'] / 1e9:.4g} B matmul params; plus the attention term)",
-                         markup=False)
+            stdout.print(
+                f"  dense prefill FLOPs per token: {derived['dense_flops_per_token'] / 1e9:.4g} GFLOP "
+                f"({derived['matmul_params_per_token'] / 1e9:.4g} B matmul params; plus the attention term)",
+                markup=False,
+            )
     for key, value in out["profile"].items():
         if isinstance(value, dict):
             stdout.print(f"  {key}:", markup=False)
@@ -136,7 +174,9 @@ def from_config(
     file: Path = typer.Argument(..., help="A Hugging Face config.json, or a model folder holding one."),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP + " Default: the config's dtype."),
     name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the model folder's name)."),
-    as_json: bool = typer.Option(False, "--json", help='Print JSON: {"kv_bytes_per_token": int, ..., "profile": {...}}.'),
+    as_json: bool = typer.Option(
+        False, "--json", help='Print JSON: {"kv_bytes_per_token": int, ..., "profile": {...}}.'
+    ),
 ) -> None:
     """Read a config.json and print its KV bytes per token, FLOPs and the profile it implies (save it as YAML to keep it)."""  # noqa: E501 - help text, printed by --help as written
     from kvcal.estimate.hfconfig import model_profile_from_config
@@ -149,8 +189,12 @@ def from_config(
     if as_json:
         _print_json(out)
         if model.mlp is None:
-            warn_each([f"{path} gives no MLP sizes: the KV layout is complete, the compute estimate is not "
-                       "(kvcal predict needs them)"])
+            warn_each(
+                [
+                    f"{path} gives no MLP sizes: the KV layout is complete, the compute estimate is not "
+                    "(kvcal predict needs them)"
+                ]
+            )
         return
     _show_text({"kind": "model", "file": str(path), "derived": out, "profile": out["profile"]})
 

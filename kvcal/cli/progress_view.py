@@ -25,8 +25,10 @@ def round_line(view) -> str:
     from kvcal.sweep.adaptive import STOP_TEXT, width_text
 
     if view.break_even_tokens is not None and view.break_even_ci:
-        where = (f"break-even {view.break_even_tokens:.0f} tok, interval {view.break_even_ci[0]:.0f}-"
-                 f"{view.break_even_ci[1]:.0f} (width {width_text(view.width)})")
+        where = (
+            f"break-even {view.break_even_tokens:.0f} tok, interval {view.break_even_ci[0]:.0f}-"
+            f"{view.break_even_ci[1]:.0f} (width {width_text(view.width)})"
+        )
     elif view.status:
         where = f"{view.status}, interval {width_text(view.width)}"
     else:
@@ -34,8 +36,10 @@ def round_line(view) -> str:
     if getattr(view, "threshold", None) is not None:
         where += f", threshold {view.threshold}" + ("" if view.regret is None else f" (regret {view.regret:.3%})")
     then = f"stop: {STOP_TEXT[view.stop]}" if view.stop else f"next: {view.kind} round of {view.next_probes} probes"
-    return (f"round {view.round}: {view.n_probes} probes, {view.engine_seconds:.2f} s engine time; {where}; "
-            f"{view.rules}; {then}")
+    return (
+        f"round {view.round}: {view.n_probes} probes, {view.engine_seconds:.2f} s engine time; {where}; "
+        f"{view.rules}; {then}"
+    )
 
 
 def adaptive_result_line(outcome) -> str:
@@ -44,13 +48,17 @@ def adaptive_result_line(outcome) -> str:
 
     interval = ""
     if outcome.break_even_ci:
-        interval = (f"; break-even {outcome.break_even_tokens:.0f} tokens, interval "
-                    f"{outcome.break_even_ci[0]:.0f}-{outcome.break_even_ci[1]:.0f}")
+        interval = (
+            f"; break-even {outcome.break_even_tokens:.0f} tokens, interval "
+            f"{outcome.break_even_ci[0]:.0f}-{outcome.break_even_ci[1]:.0f}"
+        )
     elif outcome.status:
         interval = f"; status {outcome.status}"
-    return (f"kvcal: adaptive stop: {outcome.stop_reason} ({STOP_TEXT.get(outcome.stop_reason, '')}) after "
-            f"{outcome.rounds} rounds, {outcome.engine_seconds:.2f} s engine time; final width "
-            f"{width_text(outcome.final_width)}{_target_text(outcome)}{interval}{_threshold_text(outcome)}")
+    return (
+        f"kvcal: adaptive stop: {outcome.stop_reason} ({STOP_TEXT.get(outcome.stop_reason, '')}) after "
+        f"{outcome.rounds} rounds, {outcome.engine_seconds:.2f} s engine time; final width "
+        f"{width_text(outcome.final_width)}{_target_text(outcome)}{interval}{_threshold_text(outcome)}"
+    )
 
 
 def _target_text(outcome) -> str:
@@ -110,9 +118,15 @@ class RichProgress:
         # markup off: probe errors and paths print as they are ("[/x]" would stop a sweep)
         self._console = Console(stderr=file is None, file=file, markup=False)
         self._bar = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[last]}", markup=False),
-            console=self._console, transient=False,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[last]}", markup=False),
+            console=self._console,
+            transient=False,
         )
         self._task: TaskID | None = None
 
@@ -134,8 +148,9 @@ class RichProgress:
         self._console.log(round_line(view))
         if self._task is not None:
             width = "" if view.width is None else f" {view.width:.1%}"
-            self._bar.update(self._task, description=f"round {view.round}{width}",
-                             total=view.n_probes + view.next_probes)
+            self._bar.update(
+                self._task, description=f"round {view.round}{width}", total=view.n_probes + view.next_probes
+            )
 
     def on_complete(self, done: int, total: int) -> None:
         if self._task is not None:

@@ -27,10 +27,19 @@ ROWS = (
 
 def render_cost_model(cost: CostModelFit) -> None:
     level = f"{cost.confidence:.0%}"
-    table = Table(title=f"router costModel ({cost.design}, {cost.n_requests} requests, busy = waiting >= "
-                        f"{cost.busyQueueThreshold})", title_justify="left", box=box.SIMPLE_HEAD)
-    for name, justify in (("constant", "left"), ("key", "left"), ("value", "right"), (f"{level} interval", "right"),
-                          ("unit", "left")):
+    table = Table(
+        title=f"router costModel ({cost.design}, {cost.n_requests} requests, busy = waiting >= "
+        f"{cost.busyQueueThreshold})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for name, justify in (
+        ("constant", "left"),
+        ("key", "left"),
+        ("value", "right"),
+        (f"{level} interval", "right"),
+        ("unit", "left"),
+    ):
         table.add_column(name, justify=cast("JustifyMethod", justify))
     for key, label, unit in ROWS:
         estimate = getattr(cost, key)
@@ -38,9 +47,14 @@ def render_cost_model(cost: CostModelFit) -> None:
         table.add_row(label, key, f"{estimate.value:.4g}", ci, unit)
     stdout.print(table)
     d = cost.diagnostics
-    shares = ", ".join(f"{name} {value:.0%}" for name, value in (("pulls with a busy source", d.busy_source_pull_share),
-                                                                  ("pulls onto a busy pod", d.busy_computing_pull_share))
-                       if value is not None)
+    shares = ", ".join(
+        f"{name} {value:.0%}"
+        for name, value in (
+            ("pulls with a busy source", d.busy_source_pull_share),
+            ("pulls onto a busy pod", d.busy_computing_pull_share),
+        )
+        if value is not None
+    )
     stdout.print(f"design: {d.n_pull_sizes} pull size(s), condition {d.condition_number:.3g} with T free; {shares}")
     for line in cost.warnings:
         print_warning(f"cost model: {line}")

@@ -18,8 +18,9 @@ def session_line(cost: SessionCost | None, confidence: float) -> str:
     """'412 ms (90% interval 388-436; 3 cold samples at 256 tokens)', or 'not measured'."""
     if cost is None:
         return "not measured (no first pull on a fresh session kvcal created)"
-    interval = (f"{confidence:.0%} interval {cost.ci[0]:.0f}-{cost.ci[1]:.0f}; " if cost.ci
-                else "no interval from one sample; ")
+    interval = (
+        f"{confidence:.0%} interval {cost.ci[0]:.0f}-{cost.ci[1]:.0f}; " if cost.ci else "no interval from one sample; "
+    )
     lengths = ",".join(map(str, cost.lengths))
     retried = f", {cost.n_retried} after a failed handshake kept out" if cost.n_retried else ""
     return f"{cost.value_ms:.0f} ms ({interval}{cost.n_cold} cold sample(s) at {lengths} tokens{retried})"
@@ -33,10 +34,21 @@ def render_links(result: FitResult) -> None:
     if not result.classes:
         return
     level = f"{result.confidence:.0%}"
-    table = Table(title="link classes (each fitted on its own probes; the lines above pool them)", title_justify="left",
-                  box=box.SIMPLE_HEAD)
-    for name in ("class", "pairs", "pull fixed ms", "pull us/token", "break-even", f"{level} interval", "session ms",
-                 f"session {level}"):
+    table = Table(
+        title="link classes (each fitted on its own probes; the lines above pool them)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for name in (
+        "class",
+        "pairs",
+        "pull fixed ms",
+        "pull us/token",
+        "break-even",
+        f"{level} interval",
+        "session ms",
+        f"session {level}",
+    ):
         table.add_column(name, justify="left" if name in ("class", "pairs") else "right")
     for name, cls in result.classes.items():
         be = "-" if cls.break_even_tokens is None else f"{cls.break_even_tokens:.0f}"
@@ -44,8 +56,16 @@ def render_links(result: FitResult) -> None:
         session = "-" if cls.session_cost_ms is None else f"{cls.session_cost_ms:.0f}"
         low_high = cls.session_cost_ci
         session_ci = "-" if low_high is None else f"{low_high[0]:.0f}-{low_high[1]:.0f}"
-        table.add_row(name, ",".join(cls.pairs), f"{cls.pull_fixed_ms:.2f}", f"{cls.pull_us_per_token:.3f}", be, ci,
-                      session, session_ci)
+        table.add_row(
+            name,
+            ",".join(cls.pairs),
+            f"{cls.pull_fixed_ms:.2f}",
+            f"{cls.pull_us_per_token:.3f}",
+            be,
+            ci,
+            session,
+            session_ci,
+        )
     stdout.print(table)
     diff = result.class_difference
     if diff is None:

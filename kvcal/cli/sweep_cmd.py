@@ -67,7 +67,7 @@ HELP = {
     "warmup_probes": "{} e.g. kvcal sweep --warmup-probes --reps 3",
     "load_states": "Comma-separated, e.g. idle,source-busy,computing-busy,both-busy (fits the router's costModel). {}",
     "adaptive": "Choose each round of probes from the fit so far and stop at --target-width, or --target-regret "
-                "(docs/method.md).",
+    "(docs/method.md).",
 }
 
 
@@ -80,7 +80,10 @@ def _load_states(text: str | None, flag: str) -> list[str] | None:
 # Flags read as text and parsed here, so that an error names the flag; this order decides which of two bad
 # flags is reported (the prefix lengths first).
 PARSERS: dict[str, Callable[[str | None, str], Any]] = {
-    "prefix_lengths": int_list, "share_gpu": float_list, "cpu_bytes_to_use": byte_size, "load_states": _load_states,
+    "prefix_lengths": int_list,
+    "share_gpu": float_list,
+    "cpu_bytes_to_use": byte_size,
+    "load_states": _load_states,
 }
 
 
@@ -108,18 +111,31 @@ def _flag(name: str) -> inspect.Parameter:
 def _left_out(name: str, value: Any) -> bool:
     """Whether a setting's flag was not given, so that the campaign file's value stands: None, a switch left off
     (a bare False must not override a campaign file's "adaptive: true") or a repeatable flag never given."""
-    return value is None or (value is False and _flag_type(name) is bool) or (isinstance(value, (list, tuple)) and not value)
+    return (
+        value is None
+        or (value is False and _flag_type(name) is bool)
+        or (isinstance(value, (list, tuple)) and not value)
+    )
 
 
 def sweep(
     *,
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run (--name, or the newest in --output-dir); repeats no finished probe."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Campaign YAML holding any of these settings; flags override it."),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue an interrupted run (--name, or the newest in --output-dir); repeats no finished probe.",
+    ),
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="Campaign YAML holding any of these settings; flags override it."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the engine commands and the probe plan; run nothing."),
     pairs: Optional[Path] = typer.Option(
-        None, "--pairs", help="YAML 'pairs: [{name, class, producer_url, consumer_url, ...}]' (each pair's keys: the "
+        None,
+        "--pairs",
+        help="YAML 'pairs: [{name, class, producer_url, consumer_url, ...}]' (each pair's keys: the "
         "attach flags): one campaign over every pair, probes interleaved in one seeded order, one run folder, fitted "
-        "per class. Not with --producer-url/--consumer-url."),
+        "per class. Not with --producer-url/--consumer-url.",
+    ),
     **given: Any,
 ) -> None:
     """Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."""
@@ -134,7 +150,9 @@ def sweep(
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
     steering = [flag_of(name) for name in adaptive_rule_fields() if flags.get(name) is not None]
     if steering and not settings.adaptive.enabled:
-        raise InputError(f"{', '.join(steering)} steer an adaptive sweep, and this one is a fixed ladder; add --adaptive")
+        raise InputError(
+            f"{', '.join(steering)} steer an adaptive sweep, and this one is a fixed ladder; add --adaptive"
+        )
     if dry_run:
         _print_dry_run(settings, resume)
         return

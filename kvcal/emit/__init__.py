@@ -7,9 +7,14 @@ Public API: :func:`emit` with :class:`EmitOptions` (one entry per ``--format`` i
 from kvcal.lazy import public_api
 
 _API = {
-    "emit": "kvcal.emit.formats", "EmitOptions": "kvcal.emit.options", "EmitResult": "kvcal.emit.options",
-    "compute_threshold": "kvcal.emit.threshold", "Threshold": "kvcal.emit.threshold",
-    "JobSpec": "kvcal.emit.k8s", "job_manifest": "kvcal.emit.k8s", "render_job": "kvcal.emit.k8s",
+    "emit": "kvcal.emit.formats",
+    "EmitOptions": "kvcal.emit.options",
+    "EmitResult": "kvcal.emit.options",
+    "compute_threshold": "kvcal.emit.threshold",
+    "Threshold": "kvcal.emit.threshold",
+    "JobSpec": "kvcal.emit.k8s",
+    "job_manifest": "kvcal.emit.k8s",
+    "render_job": "kvcal.emit.k8s",
 }
 __all__ = list(_API)
 __getattr__ = public_api(__name__, _API)

@@ -51,13 +51,18 @@ class PeakPrefill:
     @property
     def notes(self) -> tuple[str, ...]:
         n = self.chunk_size
-        return (f"{AFFINITY_KEY} = {n} tokens / recompute({n}) {self.recompute_ms:,.1f} ms = "
-                f"{self.tokens_per_s:,} tokens/s (chunk size: {self.chunk_source})",)
+        return (
+            f"{AFFINITY_KEY} = {n} tokens / recompute({n}) {self.recompute_ms:,.1f} ms = "
+            f"{self.tokens_per_s:,} tokens/s (chunk size: {self.chunk_source})",
+        )
 
     def as_json(self) -> dict[str, Any]:
-        return {AFFINITY_KEY: self.tokens_per_s, "peak_prefill_chunk_size": self.chunk_size,
-                "peak_prefill_ci": [round(v) for v in self.interval] if self.interval else None,
-                "peak_prefill_extrapolated": self.extrapolated}
+        return {
+            AFFINITY_KEY: self.tokens_per_s,
+            "peak_prefill_chunk_size": self.chunk_size,
+            "peak_prefill_ci": [round(v) for v in self.interval] if self.interval else None,
+            "peak_prefill_extrapolated": self.extrapolated,
+        }
 
 
 def _recompute_ms(fit: FitResult, n: float) -> float:
@@ -77,19 +82,25 @@ def peak_prefill(fit: FitResult, ctx: RunContext, chunk: int | None = None) -> P
     n, source = chunk_size(ctx, chunk)
     ms = _recompute_ms(fit, n)
     if not math.isfinite(ms) or ms <= 0:
-        raise InputError(f"the fitted recompute curve gives {ms:.3g} ms at {n} tokens: no throughput can be derived "
-                         "(sweep lengths around the chunk size)")
+        raise InputError(
+            f"the fitted recompute curve gives {ms:.3g} ms at {n} tokens: no throughput can be derived "
+            "(sweep lengths around the chunk size)"
+        )
     warnings: list[str] = []
     lo, hi = (fit.measured_range[0], fit.measured_range[-1]) if fit.measured_range else (None, None)
     extrapolated = lo is None or hi is None or not lo <= n <= hi
     if extrapolated:
         where = f"outside the measured lengths {lo}-{hi}" if lo is not None else "with no measured range recorded"
-        warnings.append(f"{AFFINITY_KEY} at chunk size {n} is extrapolated ({where}): sweep a length of {n} tokens "
-                        f"(kvcal sweep --prefix-lengths ...,{n}) to measure it")
+        warnings.append(
+            f"{AFFINITY_KEY} at chunk size {n} is extrapolated ({where}): sweep a length of {n} tokens "
+            f"(kvcal sweep --prefix-lengths ...,{n}) to measure it"
+        )
     interval = _interval(fit, n)
     if interval is None:
-        warnings.append(f"the fit kept no bootstrap samples of the recompute curve: {AFFINITY_KEY} has no interval "
-                        "(rerun kvcal fit with its default --resamples)")
+        warnings.append(
+            f"the fit kept no bootstrap samples of the recompute curve: {AFFINITY_KEY} has no interval "
+            "(rerun kvcal fit with its default --resamples)"
+        )
     return PeakPrefill(n, source, ms, interval, fit.confidence, extrapolated, tuple(warnings))
 
 
@@ -110,7 +121,11 @@ def _interval(fit: FitResult, n: int) -> tuple[float, float] | None:
 def render_affinity(p: PeakPrefill, *, origin: str = "") -> str:
     """The filter entry as a one-item YAML list, with the interval and the chunk size in comments."""
     level = f"{p.confidence:.0%}" if p.confidence else "the"
-    ci = f"{level} interval [{p.interval[0]:,.0f}, {p.interval[1]:,.0f}] tokens/s" if p.interval else "no interval (no bootstrap)"
+    ci = (
+        f"{level} interval [{p.interval[0]:,.0f}, {p.interval[1]:,.0f}] tokens/s"
+        if p.interval
+        else "no interval (no bootstrap)"
+    )
     lines = [
         f"# kvcal: {AFFINITY_KEY} from the fitted recompute curve{' of ' + origin if origin else ''}: "
         f"{p.chunk_size} tokens in {p.recompute_ms:,.1f} ms; {ci}",

@@ -46,12 +46,16 @@ def set_alpha_flag(text: str, epp_paths: list[tuple[Any, ...]], name: str) -> Fl
         where = ".".join(str(p) for p in path + (FLAGS_KEY,))
         new_text, outcome = _set_one(text, path, name)
         if new_text is None:
-            warnings.append(f"{where}: {outcome}; set {ALPHA_FLAG}: true there by hand, or the EPP refuses {PLUGIN_TYPE}")
+            warnings.append(
+                f"{where}: {outcome}; set {ALPHA_FLAG}: true there by hand, or the EPP refuses {PLUGIN_TYPE}"
+            )
             continue
         text = new_text
         carrying.append(path)
-        notes.append(f"{where}.{ALPHA_FLAG}: {outcome} ({PLUGIN_TYPE} is an alpha plugin; the chart passes "
-                     f"--{ALPHA_FLAG}=true to the EPP)")
+        notes.append(
+            f"{where}.{ALPHA_FLAG}: {outcome} ({PLUGIN_TYPE} is an alpha plugin; the chart passes "
+            f"--{ALPHA_FLAG}=true to the EPP)"
+        )
     return FlagEdit(text, tuple(carrying), tuple(notes), tuple(warnings))
 
 
@@ -75,13 +79,23 @@ def _set_one(text: str, path: tuple[Any, ...], name: str) -> tuple[str | None, s
     if FLAGS_KEY not in pairs:
         key = pairs[_CONFIG_KEY][0]
         col = key.start_mark.column
-        return _insert(text, key.start_mark.line, [" " * col + f"{FLAGS_KEY}:", " " * (col + step) + f"{ALPHA_FLAG}: true"],
-                       col, "added (flags was absent)")
+        return _insert(
+            text,
+            key.start_mark.line,
+            [" " * col + f"{FLAGS_KEY}:", " " * (col + step) + f"{ALPHA_FLAG}: true"],
+            col,
+            "added (flags was absent)",
+        )
     key, flags = pairs[FLAGS_KEY]
     if isinstance(flags, ScalarNode) and flags.value in _NULL and str(flags.tag).endswith(":null"):
         if flags.value == "":
-            return _insert(text, key.start_mark.line + 1, [" " * (key.start_mark.column + step) + f"{ALPHA_FLAG}: true"],
-                           None, "added (flags was empty)")
+            return _insert(
+                text,
+                key.start_mark.line + 1,
+                [" " * (key.start_mark.column + step) + f"{ALPHA_FLAG}: true"],
+                None,
+                "added (flags was empty)",
+            )
         return _splice(text, flags, f"{{{ALPHA_FLAG}: true}}"), "added (flags was null)"
     if not isinstance(flags, MappingNode):
         return None, f"{FLAGS_KEY} is not a mapping of flag: value"
@@ -98,8 +112,13 @@ def _set_one(text: str, path: tuple[Any, ...], name: str) -> tuple[str | None, s
         at = flags.start_mark.index + 1
         return text[:at] + f"{ALPHA_FLAG}: true, " + text[at:], "added"
     first = flags.value[0][0]
-    return _insert(text, first.start_mark.line, [" " * first.start_mark.column + f"{ALPHA_FLAG}: true"],
-                   first.start_mark.column, "added")
+    return _insert(
+        text,
+        first.start_mark.line,
+        [" " * first.start_mark.column + f"{ALPHA_FLAG}: true"],
+        first.start_mark.column,
+        "added",
+    )
 
 
 def _insert(text: str, line: int, new_lines: list[str], column: int | None, outcome: str) -> tuple[str | None, str]:
@@ -111,4 +130,4 @@ def _insert(text: str, line: int, new_lines: list[str], column: int | None, outc
 
 
 def _splice(text: str, node: ScalarNode | MappingNode, new: str) -> str:
-    return text[:node.start_mark.index] + new + text[node.end_mark.index:]
+    return text[: node.start_mark.index] + new + text[node.end_mark.index :]

@@ -48,12 +48,18 @@ class ClassThreshold:
     cost_at_own_ms: float | None
 
     def as_json(self) -> dict[str, Any]:
-        return {"share": round(self.share, 6), "pull_fixed_ms": self.fit.pull_fixed_ms,
-                "pull_us_per_token": self.fit.pull_us_per_token, "session_cost_ms": self.fit.session_cost_ms,
-                "session_cost_ci": self.fit.session_cost_ci, "break_even_tokens": self.fit.break_even_tokens,
-                "threshold": self.own.min_cached_token_delta if self.own else None, "refused": self.refused,
-                "cost_at_common_ms": round(self.cost_at_common_ms, 4),
-                "cost_at_own_ms": None if self.cost_at_own_ms is None else round(self.cost_at_own_ms, 4)}
+        return {
+            "share": round(self.share, 6),
+            "pull_fixed_ms": self.fit.pull_fixed_ms,
+            "pull_us_per_token": self.fit.pull_us_per_token,
+            "session_cost_ms": self.fit.session_cost_ms,
+            "session_cost_ci": self.fit.session_cost_ci,
+            "break_even_tokens": self.fit.break_even_tokens,
+            "threshold": self.own.min_cached_token_delta if self.own else None,
+            "refused": self.refused,
+            "cost_at_common_ms": round(self.cost_at_common_ms, 4),
+            "cost_at_own_ms": None if self.cost_at_own_ms is None else round(self.cost_at_own_ms, 4),
+        }
 
 
 @dataclass(frozen=True)
@@ -69,9 +75,14 @@ class MixThreshold:
 def class_threshold(fit: FitResult, options: EmitOptions) -> tuple[Threshold | None, str | None]:
     """A class's own threshold by the one-class rule, or why it has none (the only call of that rule here)."""
     try:
-        return compute_threshold(fit, rule=options.rule, margin=options.margin, block_size=options.block_size,
-                                 allow_extrapolation=options.allow_extrapolation,
-                                 allow_disturbed=options.allow_disturbed), None
+        return compute_threshold(
+            fit,
+            rule=options.rule,
+            margin=options.margin,
+            block_size=options.block_size,
+            allow_extrapolation=options.allow_extrapolation,
+            allow_disturbed=options.allow_disturbed,
+        ), None
     except KvcalError as err:
         if err.exit_code != 3:
             raise
@@ -91,21 +102,32 @@ def mix_threshold(fit: FitResult, options: EmitOptions) -> MixThreshold:
     best = int(np.argmin(total))
     common = int(candidates[best])
     if common > grid[-1]:
-        raise NotRecommended("no threshold: over this class mix recomputing costs least at every measured length; "
-                             "measure longer prefixes (kvcal sweep --pairs FILE --prefix-lengths ...) or change "
-                             "the mix")
+        raise NotRecommended(
+            "no threshold: over this class mix recomputing costs least at every measured length; "
+            "measure longer prefixes (kvcal sweep --pairs FILE --prefix-lengths ...) or change "
+            "the mix"
+        )
     rows = []
     for name, cls in fit.classes.items():
         own, refused = class_threshold(cls.fit, options)
         at_own = None if own is None else float(_excess(cls.fit, grid, np.array([own.min_cached_token_delta]))[0])
         rows.append(ClassThreshold(name, shares[name], cls, own, refused, float(excess[name][best]), at_own))
     mix = ", ".join(f"{n}={s:.3g}" for n, s in shares.items())
-    steps = [f"class mix {mix}: the threshold that costs the mix least "
-             f"on the classes' fitted curves, lengths {grid[0]:.0f}-{grid[-1]:.0f} log-uniform"]
+    steps = [
+        f"class mix {mix}: the threshold that costs the mix least "
+        f"on the classes' fitted curves, lengths {grid[0]:.0f}-{grid[-1]:.0f} log-uniform"
+    ]
     steps += [_class_line(row, common) for row in rows]
     steps.append(f"minCachedTokenDelta = {common}")
-    threshold = Threshold(min_cached_token_delta=common, status="class-mix", break_even_tokens=None, break_even_ci=None,
-                          margin=options.margin, block_size=block, steps=tuple(steps))
+    threshold = Threshold(
+        min_cached_token_delta=common,
+        status="class-mix",
+        break_even_tokens=None,
+        break_even_ci=None,
+        margin=options.margin,
+        block_size=block,
+        steps=tuple(steps),
+    )
     return MixThreshold(threshold, tuple(rows))
 
 
@@ -116,8 +138,10 @@ def resolve_mix(classes: dict[str, ClassFit], given: dict[str, float] | None) ->
         return {name: count / sum(counts.values()) for name, count in counts.items()}
     unknown = sorted(set(given) - set(classes))
     if unknown:
-        raise InputError(f"--class-mix names class(es) {', '.join(unknown)} the fit does not have "
-                         f"(its classes: {', '.join(classes)})")
+        raise InputError(
+            f"--class-mix names class(es) {', '.join(unknown)} the fit does not have "
+            f"(its classes: {', '.join(classes)})"
+        )
     return {name: given.get(name, 0.0) for name in classes}
 
 
@@ -147,8 +171,10 @@ def _excess(fit: FitResult, grid: np.ndarray, thresholds: np.ndarray) -> np.ndar
 
 
 def _class_line(row: ClassThreshold, common: int) -> str:
-    own = (f"own threshold {row.own.min_cached_token_delta}" if row.own else f"no threshold of its own ({row.refused})")
+    own = f"own threshold {row.own.min_cached_token_delta}" if row.own else f"no threshold of its own ({row.refused})"
     at_own = "" if row.cost_at_own_ms is None else f", {row.cost_at_own_ms:.3g} ms at its own"
     session = "" if row.fit.session_cost_ms is None else f"; session cost {row.fit.session_cost_ms:.0f} ms per new pair"
-    return (f"class {row.name} (share {row.share:.3g}): {own}; at the common {common} it loses "
-            f"{row.cost_at_common_ms:.3g} ms a request against choosing per length{at_own}{session}")
+    return (
+        f"class {row.name} (share {row.share:.3g}): {own}; at the common {common} it loses "
+        f"{row.cost_at_common_ms:.3g} ms a request against choosing per length{at_own}{session}"
+    )

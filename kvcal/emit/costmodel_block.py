@@ -27,11 +27,15 @@ from kvcal.fit_record import CurveFit, FitResult
 
 COSTMODEL_FLOOR_TOKENS = 256
 """The fixed threshold the cost-model variant keeps as a floor (the llm-d calibration README's example)."""
-LABEL = (f"# kvcal: costModel NEEDS A ROUTER BUILD WHOSE {PLUGIN_TYPE} ACCEPTS costModel; "
-         "llm-d-router main rejects the key and refuses its whole config.")
+LABEL = (
+    f"# kvcal: costModel NEEDS A ROUTER BUILD WHOSE {PLUGIN_TYPE} ACCEPTS costModel; "
+    "llm-d-router main rejects the key and refuses its whole config."
+)
 
-ROUTER_MAIN_WARNING = ("costModel is not accepted by llm-d-router main (unknown keys make it refuse the whole config): "
-                       "use it only with a router build that has it, else deploy --format plugin")
+ROUTER_MAIN_WARNING = (
+    "costModel is not accepted by llm-d-router main (unknown keys make it refuse the whole config): "
+    "use it only with a router build that has it, else deploy --format plugin"
+)
 
 
 def _load_dependent(router_key: str) -> Any:
@@ -52,11 +56,16 @@ class LoadCalibration:
 
     def values(self) -> dict[str, Any]:
         """Router key -> value for the load-dependent keys this calibration sets."""
-        return {f.metadata["router_key"]: value for f in fields(self)
-                if "router_key" in f.metadata and (value := getattr(self, f.name)) is not None}
+        return {
+            f.metadata["router_key"]: value
+            for f in fields(self)
+            if "router_key" in f.metadata and (value := getattr(self, f.name)) is not None
+        }
 
 
-LOAD_DEPENDENT_COST_KEYS = tuple(f.metadata["router_key"] for f in fields(LoadCalibration) if "router_key" in f.metadata)
+LOAD_DEPENDENT_COST_KEYS = tuple(
+    f.metadata["router_key"] for f in fields(LoadCalibration) if "router_key" in f.metadata
+)
 """The keys an idle sweep cannot calibrate (the block comments out those not set), in the block's order."""
 
 
@@ -93,8 +102,7 @@ def cost_model(fit: FitResult) -> tuple[dict[str, float], list[str], list[str]]:
         n_eval, where = float(fit.measured_range[0]), "the shortest measured length"
     if not n_eval or n_eval <= 0:
         raise InputError(
-            "the fit records neither a break-even nor a measured range; "
-            "cannot place the cost model's per-token figures"
+            "the fit records neither a break-even nor a measured range; cannot place the cost model's per-token figures"
         )
     fixed_ms = fit.pull.intercept_ms
     if fixed_ms < 0:
@@ -116,7 +124,9 @@ def cost_model(fit: FitResult) -> tuple[dict[str, float], list[str], list[str]]:
             f"at {n_eval:,.0f}"
         )
     if prefill_us <= transfer_us:
-        warnings.append("prefill per token does not exceed transfer per token at the evaluation point: the router would never pull")
+        warnings.append(
+            "prefill per token does not exceed transfer per token at the evaluation point: the router would never pull"
+        )
     values = {
         "prefillMicrosecondsPerToken": round(prefill_us, 3),
         "transferMicrosecondsPerToken": round(transfer_us, 3),
@@ -125,7 +135,9 @@ def cost_model(fit: FitResult) -> tuple[dict[str, float], list[str], list[str]]:
     return values, notes, warnings
 
 
-def costmodel_values(fit: FitResult, calibrated: LoadCalibration | None = None) -> tuple[dict[str, Any], list[str], list[str]]:
+def costmodel_values(
+    fit: FitResult, calibrated: LoadCalibration | None = None
+) -> tuple[dict[str, Any], list[str], list[str]]:
     """Every key the block sets: the idle fit's P, T, F, then what ``calibrated`` measured under load.
 
     A fit with its own ``cost_model`` (a loaded run, or production logs) gives every key it calibrated.
@@ -141,7 +153,9 @@ def costmodel_values(fit: FitResult, calibrated: LoadCalibration | None = None) 
     return values, notes, warnings
 
 
-def render_costmodel(fit: FitResult, origin: str = "", calibrated: LoadCalibration | None = None) -> tuple[str, list[str], list[str]]:
+def render_costmodel(
+    fit: FitResult, origin: str = "", calibrated: LoadCalibration | None = None
+) -> tuple[str, list[str], list[str]]:
     """The ``costModel`` block; load-dependent keys not in ``calibrated`` are commented out as not calibrated."""
     if calibrated is None and fit.cost_model is not None:
         text, notes, warnings = render_loaded_costmodel(fit.cost_model, origin, LABEL)

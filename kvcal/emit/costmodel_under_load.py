@@ -35,8 +35,10 @@ def loaded_values(cost: CostModelFit) -> tuple[dict[str, Any], list[str], list[s
             value = 0.0
         values[key] = round(value, 3)
     values["busyQueueThreshold"] = cost.busyQueueThreshold
-    notes = [f"costModel from the {cost.design} fit under load: F, S, Q (with base and q) by weighted least squares; "
-             "P and T from the idle curves"]
+    notes = [
+        f"costModel from the {cost.design} fit under load: F, S, Q (with base and q) by weighted least squares; "
+        "P and T from the idle curves"
+    ]
     return values, notes, warnings
 
 
@@ -59,6 +61,8 @@ def render_loaded_costmodel(cost: CostModelFit, origin: str, label: str) -> tupl
         f"  busyQueueThreshold: {cost.busyQueueThreshold}  "
         "# busy = waiting requests >= this, as the probes were classified"
     )
-    lines.append("  # fleetWeight: yours to set: how much the computing pod's running requests R(d) count against a pull "
-                 "(a fleet policy, not measured)")
+    lines.append(
+        "  # fleetWeight: yours to set: how much the computing pod's running requests R(d) count against a pull "
+        "(a fleet policy, not measured)"
+    )
     return "\n".join(lines) + "\n", notes, warnings

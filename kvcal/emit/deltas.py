@@ -44,8 +44,9 @@ def read_deltas(path: Path) -> Deltas:
         try:
             data = json.loads(stripped)
         except (ValueError, RecursionError):
-            raise InputError(f"{path}: not valid JSON (a list of deltas, [delta, count] pairs or "
-                             "{delta: count})") from None
+            raise InputError(
+                f"{path}: not valid JSON (a list of deltas, [delta, count] pairs or {{delta: count}})"
+            ) from None
         return _collect(_json_pairs(data, path), path, f"{path}")
     return _collect(_text_pairs(text, path), path, f"{path}")
 
@@ -67,8 +68,9 @@ def _text_pairs(text: str, path: Path) -> list[tuple[Any, Any]]:
         if number == 1 and not _numeric(fields[0]):
             continue  # a header
         if len(fields) > 2:
-            raise InputError(f"{path} line {number}: expected a delta, or a delta and a count "
-                             f"(got {line.strip()[:60]!r})")
+            raise InputError(
+                f"{path} line {number}: expected a delta, or a delta and a count (got {line.strip()[:60]!r})"
+            )
         pairs.append((fields[0], fields[1] if len(fields) == 2 else 1.0, number))  # type: ignore[arg-type]
     return pairs
 
@@ -88,8 +90,9 @@ def _collect(pairs: list[tuple], path: Path, source: str) -> Deltas:
         where = f"{path} line {item[2]}" if len(item) > 2 else f"{path}"
         delta, count = _number(raw_delta, where, "delta"), _number(raw_count, where, "count")
         if delta != int(delta) or not 1 <= delta <= MAX_TOKENS:
-            raise InputError(f"{where}: a delta must be a whole number of tokens from 1 to {MAX_TOKENS:,} "
-                             f"(got {raw_delta!r})")
+            raise InputError(
+                f"{where}: a delta must be a whole number of tokens from 1 to {MAX_TOKENS:,} (got {raw_delta!r})"
+            )
         if count < 0:
             raise InputError(f"{where}: a count must be 0 or more (got {raw_count!r})")
         values[int(delta)] = values.get(int(delta), 0.0) + count

@@ -40,14 +40,17 @@ def read_threshold(path: Path) -> int:
     if not found:
         raise InputError(f"{path}: no '{PLUGIN_TYPE}' plugin found (looked in the values and in embedded EPP configs)")
     if len(set(found)) > 1:
-        raise InputError(f"{path}: several '{PLUGIN_TYPE}' plugins with different {KEY} "
-                         f"{sorted(set(found))}; pass --deployed")
+        raise InputError(
+            f"{path}: several '{PLUGIN_TYPE}' plugins with different {KEY} {sorted(set(found))}; pass --deployed"
+        )
     return found[0]
 
 
 def folded_config_problem(name: str, where: str) -> str:
-    return (f"{name}: the embedded config {where} is a folded block ('>'), which joins its lines "
-            "into one: the router would not read it as YAML either; write it as a literal block ('|')")
+    return (
+        f"{name}: the embedded config {where} is a folded block ('>'), which joins its lines "
+        "into one: the router would not read it as YAML either; write it as a literal block ('|')"
+    )
 
 
 def _folded_configs(node: Any, where: str = "") -> list[str]:
@@ -56,8 +59,11 @@ def _folded_configs(node: Any, where: str = "") -> list[str]:
     Those are embedded configs the router cannot read.
     """
     if isinstance(node, MappingNode):
-        return [found for key, value in node.value
-                for found in _folded_configs(value, f"{where}.{key.value}" if where else str(key.value))]
+        return [
+            found
+            for key, value in node.value
+            for found in _folded_configs(value, f"{where}.{key.value}" if where else str(key.value))
+        ]
     if isinstance(node, SequenceNode):
         return [found for index, item in enumerate(node.value) for found in _folded_configs(item, f"{where}[{index}]")]
     if isinstance(node, ScalarNode) and node.style == ">" and PLUGIN_TYPE in str(node.value):
@@ -87,8 +93,10 @@ def _collect_thresholds(node: Any, yaml: Any, found: list[int], broken: list[str
             check_ruamel_text(node, f"{path}: the embedded config {where}")
             _collect_thresholds(yaml.load(io.StringIO(node)), yaml, found, broken, path, where)
         except YAMLError as err:
-            broken.append(f"{path}: the embedded config {where} names {PLUGIN_TYPE} but is not valid YAML "
-                          f"({describe(err)}); the router could not read it either")
+            broken.append(
+                f"{path}: the embedded config {where} names {PLUGIN_TYPE} but is not valid YAML "
+                f"({describe(err)}); the router could not read it either"
+            )
 
 
 def found_names(config: Any, where: str = "") -> FoundNames:
@@ -112,7 +120,9 @@ def found_names(config: Any, where: str = "") -> FoundNames:
         producer = (preferred[0].get("name") or preferred[0].get("type")) if preferred else None
     profile = params.get("prefillProfileName")
     if not isinstance(profile, str):
-        profiles = [str(p.get("name")) for p in config.get("schedulingProfiles") or [] if isinstance(p, dict) and p.get("name")]
+        profiles = [
+            str(p.get("name")) for p in config.get("schedulingProfiles") or [] if isinstance(p, dict) and p.get("name")
+        ]
         profile = "prefill" if "prefill" in profiles else (profiles[0] if len(profiles) == 1 else None)
     return FoundNames(producer if isinstance(producer, str) else None, profile, where or "the values file")
 
@@ -128,8 +138,12 @@ def read_names(path: Path) -> FoundNames:
     broken: list[str] = []
     _collect_configs(data, yaml, configs, broken, f"--values {path}")
     if not configs:
-        raise InputError(broken[0] if broken else f"--values {path} has no embedded EPP config "
-                         "(router.epp.pluginsCustomConfig or inferenceExtension.pluginsCustomConfig)")
+        raise InputError(
+            broken[0]
+            if broken
+            else f"--values {path} has no embedded EPP config "
+            "(router.epp.pluginsCustomConfig or inferenceExtension.pluginsCustomConfig)"
+        )
     _active, fname, config = sorted(configs, key=lambda c: not c[0])[0]
     return found_names(config, f"{path} [{fname}]")
 
@@ -148,8 +162,9 @@ def _collect_configs(node: Any, yaml: Any, out: list[tuple[bool, str, Any]], bro
                         check_ruamel_text(text, f"{what}: embedded config pluginsCustomConfig[{fname}]")
                         parsed = yaml.load(io.StringIO(text))
                     except YAMLError as err:
-                        broken.append(f"{what}: embedded config pluginsCustomConfig[{fname}] is not valid YAML "
-                                      f"({describe(err)})")
+                        broken.append(
+                            f"{what}: embedded config pluginsCustomConfig[{fname}] is not valid YAML ({describe(err)})"
+                        )
                         continue
                     if isinstance(parsed, dict) and isinstance(parsed.get("plugins"), list):
                         out.append((node.get("pluginsConfigFile") == fname, str(fname), parsed))

@@ -69,7 +69,9 @@ def find_embedded(root: Any) -> list[Embedded]:
                         fname = scalar(fk)
                         if isinstance(fv, ScalarNode) and str(fv.tag).endswith(":str") and id(fv) not in seen:
                             seen.add(id(fv))
-                            where = ".".join(str(p) for p in path + (key,)) + f"[{fname}] (line {fv.start_mark.line + 1})"
+                            where = (
+                                ".".join(str(p) for p in path + (key,)) + f"[{fname}] (line {fv.start_mark.line + 1})"
+                            )
                             active = None if active_name is None else active_name == fname
                             found.append(Embedded(path + (key, fname), where, fv, fk.start_mark.column, active))
                 else:
@@ -103,7 +105,9 @@ def guess_indent(root: Any) -> tuple[int, int, int]:
                 if isinstance(v, MappingNode) and not v.flow_style and v.value:
                     maps.append(v.start_mark.column - k.start_mark.column)
                 if isinstance(v, SequenceNode) and not v.flow_style and v.value:
-                    seqs.append((v.value[0].start_mark.column - k.start_mark.column, v.start_mark.column - k.start_mark.column))
+                    seqs.append(
+                        (v.value[0].start_mark.column - k.start_mark.column, v.start_mark.column - k.start_mark.column)
+                    )
                 walk(v, k.start_mark.column)
         elif isinstance(node, SequenceNode):
             for item in node.value:
@@ -133,7 +137,7 @@ def literal_lines(lines: list[str], emb: Embedded) -> tuple[int, int] | None:
         return None
     start = node.start_mark.line + 1
     inner_lines = split_lines(node.value)
-    content = [ln for ln in lines[start:start + len(inner_lines)] if ln.strip()]
+    content = [ln for ln in lines[start : start + len(inner_lines)] if ln.strip()]
     if not content:
         return None
     indent = len(content[0]) - len(content[0].lstrip(" "))
@@ -148,14 +152,14 @@ def literal_lines(lines: list[str], emb: Embedded) -> tuple[int, int] | None:
 
 def apply_line_edits(lines: list[str], start: int, indent: int, old: list[str], new: list[str]) -> list[str]:
     """Write the embedded config's changed lines back at their own lines of the values file."""
-    region = lines[start:start + len(old)]
+    region = lines[start : start + len(old)]
     out: list[str] = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
         if op == "equal":
             out.extend(region[i1:i2])
         else:
             out.extend(" " * indent + ln if ln else "" for ln in new[j1:j2])
-    return lines[:start] + out + lines[start + len(old):]
+    return lines[:start] + out + lines[start + len(old) :]
 
 
 def lookup_path(doc: Any, path: tuple[Any, ...]) -> Any:
@@ -188,7 +192,9 @@ def write_back(work: str, plans: list[tuple[Embedded, str, str]], notes: list[st
     for emb, _old, new, m in mapped:
         set_path(doc, emb.path, LiteralScalarString(new))
         if m is None:
-            notes.append(f"{emb.where} was not a block literal: rewrote it as one (the file was re-serialized; review the diff)")
+            notes.append(
+                f"{emb.where} was not a block literal: rewrote it as one (the file was re-serialized; review the diff)"
+            )
     buf = io.StringIO()
     yaml.dump(doc, buf)
     return buf.getvalue()
@@ -205,6 +211,7 @@ def node_at(node: Any, path: tuple[Any, ...]) -> Any:
 
 def unified_diff(old: str, new: str, name: str) -> str:
     """A ``diff -u`` style patch of the values file (empty when nothing changed)."""
+
     def lines(text: str) -> list[str]:
         out = text.splitlines(keepends=True)
         if out and not out[-1].endswith("\n"):

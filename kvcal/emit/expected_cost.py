@@ -51,8 +51,10 @@ def expected_cost_threshold(w: Working, deltas: Deltas | None, allow_extrapolati
     rec, pull = mean_curves(w.fit)
     m_r, m_p = mean_scales(w.fit)
     crossing = float(break_even_tokens(rec, pull))
-    w.steps.append(f"mean costs: recompute's curve x {m_r:.4g}, the pull's x {m_p:.4g} (what the router pays on "
-                   f"average); they cross for good at {_tokens(crossing)}")
+    w.steps.append(
+        f"mean costs: recompute's curve x {m_r:.4g}, the pull's x {m_p:.4g} (what the router pays on "
+        f"average); they cross for good at {_tokens(crossing)}"
+    )
     crossing = _measured_means(w, rec, pull, crossing)
     crossing = _in_range(w, crossing, allow_extrapolation)
     threshold = _cheaper_block(w, rec, pull, crossing, deltas, allow_extrapolation)
@@ -65,8 +67,11 @@ def _tokens(value: float) -> str:
 
 def _measured_means(w: Working, rec: np.ndarray, pull: np.ndarray, crossing: float) -> float:
     """Where a misfit length's measured mean flips the fitted decision, decide there on it (module step 2)."""
-    rows = [r for r in (w.fit.mean_cost.per_length if w.fit.mean_cost else [])
-            if r.recompute_ms is not None and r.pull_ms is not None]
+    rows = [
+        r
+        for r in (w.fit.mean_cost.per_length if w.fit.mean_cost else [])
+        if r.recompute_ms is not None and r.pull_ms is not None
+    ]
     lengths, corrections = [], []
     for r in rows:
         fitted_r, fitted_p = float(cost_ms(rec, r.prefix_tokens)), float(cost_ms(pull, r.prefix_tokens))
@@ -78,9 +83,11 @@ def _measured_means(w: Working, rec: np.ndarray, pull: np.ndarray, crossing: flo
         lengths.append(float(r.prefix_tokens))
         corrections.append(measured - fitted if flip else 0.0)
         if flip:
-            w.steps.append(f"at {r.prefix_tokens} tokens the curves misfit: measured mean costs recompute "
-                           f"{r.recompute_ms:.4g} ms, pull {r.pull_ms:.4g} ms (fitted {fitted_r:.4g}, {fitted_p:.4g}): "
-                           f"the {'pull' if measured > 0 else 'recompute'} wins there on the measured means")
+            w.steps.append(
+                f"at {r.prefix_tokens} tokens the curves misfit: measured mean costs recompute "
+                f"{r.recompute_ms:.4g} ms, pull {r.pull_ms:.4g} ms (fitted {fitted_r:.4g}, {fitted_p:.4g}): "
+                f"the {'pull' if measured > 0 else 'recompute'} wins there on the measured means"
+            )
     if not any(corrections):
         return crossing
     grid = np.unique(np.concatenate([np.geomspace(w.n_min, w.n_max, GRID), lengths]))
@@ -100,34 +107,51 @@ def _in_range(w: Working, crossing: float, allow_extrapolation: bool) -> float:
     if crossing > w.n_max:
         where = "never catch up" if not math.isfinite(crossing) else f"cross only at {fmt(crossing)} tokens"
         if not allow_extrapolation or not math.isfinite(crossing):
-            raise NoThreshold(f"no threshold: on mean costs the pull does not win by the longest measured length "
-                              f"({w.lo_hi}; the curves {where}); measure next: `kvcal sweep --reps 5 --prefix-lengths "
-                              f"{up}`" + ("" if not math.isfinite(crossing) else
-                                          ", or pass --allow-extrapolation to trust the curves beyond it"))
-        w.warnings.append(f"--allow-extrapolation: the mean costs cross at {fmt(crossing)} tokens, beyond the longest "
-                          f"measured length ({w.n_max}); confirm it with `kvcal sweep --prefix-lengths {up}`")
+            raise NoThreshold(
+                f"no threshold: on mean costs the pull does not win by the longest measured length "
+                f"({w.lo_hi}; the curves {where}); measure next: `kvcal sweep --reps 5 --prefix-lengths "
+                f"{up}`"
+                + (
+                    ""
+                    if not math.isfinite(crossing)
+                    else ", or pass --allow-extrapolation to trust the curves beyond it"
+                )
+            )
+        w.warnings.append(
+            f"--allow-extrapolation: the mean costs cross at {fmt(crossing)} tokens, beyond the longest "
+            f"measured length ({w.n_max}); confirm it with `kvcal sweep --prefix-lengths {up}`"
+        )
         return crossing
     if crossing >= w.n_min:
         return crossing
     down = ladder_down(w.n_min, w.block)
     if allow_extrapolation:
-        w.warnings.append(f"--allow-extrapolation: the mean costs cross at {fmt(crossing)} tokens, below the shortest "
-                          f"measured length ({w.n_min}); confirm it with `kvcal sweep --prefix-lengths {down}`")
+        w.warnings.append(
+            f"--allow-extrapolation: the mean costs cross at {fmt(crossing)} tokens, below the shortest "
+            f"measured length ({w.n_min}); confirm it with `kvcal sweep --prefix-lengths {down}`"
+        )
         return crossing
     if w.n_min <= pull_floor(w.block):
-        w.steps.append(f"the crossing lies below the shortest measured length, {w.n_min} tokens, which is the floor "
-                       f"(two blocks of {w.block}: a one-block pull moves nothing): the threshold rests there")
+        w.steps.append(
+            f"the crossing lies below the shortest measured length, {w.n_min} tokens, which is the floor "
+            f"(two blocks of {w.block}: a one-block pull moves nothing): the threshold rests there"
+        )
         return float(w.n_min)
-    w.steps.append(f"the crossing lies below the shortest measured length: raised to {w.n_min} (below it rests on "
-                   "the curves alone; --allow-extrapolation trusts them)")
-    w.warnings.append(f"the pull won on mean costs at every measured length down to {w.n_min} tokens, so the true "
-                      f"break-even is at or below the sweep: run `kvcal sweep --prefix-lengths {down}` to locate it "
-                      "and lower this threshold")
+    w.steps.append(
+        f"the crossing lies below the shortest measured length: raised to {w.n_min} (below it rests on "
+        "the curves alone; --allow-extrapolation trusts them)"
+    )
+    w.warnings.append(
+        f"the pull won on mean costs at every measured length down to {w.n_min} tokens, so the true "
+        f"break-even is at or below the sweep: run `kvcal sweep --prefix-lengths {down}` to locate it "
+        "and lower this threshold"
+    )
     return float(w.n_min)
 
 
-def _cheaper_block(w: Working, rec: np.ndarray, pull: np.ndarray, crossing: float, deltas: Deltas | None,
-                   allow_extrapolation: bool) -> int:
+def _cheaper_block(
+    w: Working, rec: np.ndarray, pull: np.ndarray, crossing: float, deltas: Deltas | None, allow_extrapolation: bool
+) -> int:
     """The block multiple next to ``crossing`` (below or above) with the lower expected cost."""
     block = w.block
     upper = round_up(crossing, block)
@@ -168,9 +192,11 @@ def _lost_floor(w: Working, threshold: int) -> int:
     worst = max(below)
     longer = [r.prefix_tokens for r in fit.per_length if r.prefix_tokens > worst]
     if not longer:
-        w.warnings.append(f"the pull's median lost measurably at the longest measured length ({worst} tokens), which "
-                          "the mean curves do not: run `kvcal sweep --reps 5 --prefix-lengths "
-                          f"{ladder_up(w.n_max, w.block)}`")
+        w.warnings.append(
+            f"the pull's median lost measurably at the longest measured length ({worst} tokens), which "
+            "the mean curves do not: run `kvcal sweep --reps 5 --prefix-lengths "
+            f"{ladder_up(w.n_max, w.block)}`"
+        )
         return threshold
     raised = round_up(min(longer), w.block)
     w.steps.append(f"the pull's median lost measurably at {worst} tokens: raised to {raised}, the next measured length")
@@ -184,8 +210,10 @@ def _tie_floor(w: Working, threshold: int, measured: list[LengthSummary]) -> int
     if not above or above[0].pull_ms < above[0].recompute_ms:  # type: ignore[operator]
         return threshold
     raised = round_up(above[0].prefix_tokens, w.block)
-    w.steps.append(f"the pull did not win at {above[0].prefix_tokens} tokens on the measured means (a tie within the "
-                   f"noise): raised to {raised}")
+    w.steps.append(
+        f"the pull did not win at {above[0].prefix_tokens} tokens on the measured means (a tie within the "
+        f"noise): raised to {raised}"
+    )
     return raised
 
 
@@ -196,6 +224,7 @@ def _measured(fit: FitResult) -> list[LengthSummary]:
     out = []
     for row in fit.per_length:
         mean = means.get(row.prefix_tokens)
-        out.append(row if mean is None else row.model_copy(update={"recompute_ms": mean.recompute_ms,
-                                                                    "pull_ms": mean.pull_ms}))
+        out.append(
+            row if mean is None else row.model_copy(update={"recompute_ms": mean.recompute_ms, "pull_ms": mean.pull_ms})
+        )
     return out

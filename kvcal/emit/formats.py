@@ -111,7 +111,9 @@ class _Render:
         assert self.t is not None
         return self.t
 
-    def result(self, text: str, notes: list[str] | tuple[str, ...] = (), warnings: list[str] | tuple[str, ...] = ()) -> EmitResult:
+    def result(
+        self, text: str, notes: list[str] | tuple[str, ...] = (), warnings: list[str] | tuple[str, ...] = ()
+    ) -> EmitResult:
         return EmitResult(text, self.t, tuple(self.notes + list(notes)), tuple(self.warnings + list(warnings)))
 
 
@@ -134,8 +136,13 @@ def _render_json(r: _Render) -> EmitResult:
 def _render_plugin(r: _Render) -> EmitResult:
     o = r.options
     found = read_names(o.values) if o.values is not None else None
-    names = plugin_names(prefix_match_producer=o.prefix_match_producer, prefill_profile=o.prefill_profile,
-                         deployment=o.deployment, transport=_transport_of(r.ctx, o), found=found)
+    names = plugin_names(
+        prefix_match_producer=o.prefix_match_producer,
+        prefill_profile=o.prefill_profile,
+        deployment=o.deployment,
+        transport=_transport_of(r.ctx, o),
+        found=found,
+    )
     return r.result(render_plugin(r.threshold, names, origin=r.origin), names.notes)
 
 
@@ -146,8 +153,14 @@ def _render_costmodel(r: _Render) -> EmitResult:
 
 def _render_vllm(r: _Render) -> EmitResult:
     o = r.options
-    spec = engine_spec(r.ctx, block_size=r.threshold.block_size, transport=o.transport, p2p_port=o.p2p_port,
-                       cpu_bytes_to_use=o.cpu_bytes_to_use, model=o.model)
+    spec = engine_spec(
+        r.ctx,
+        block_size=r.threshold.block_size,
+        transport=o.transport,
+        p2p_port=o.p2p_port,
+        cpu_bytes_to_use=o.cpu_bytes_to_use,
+        model=o.model,
+    )
     return r.result(with_threshold_comment(render_vllm(spec, origin=r.origin), r.threshold), spec.notes, spec.warnings)
 
 
@@ -163,8 +176,12 @@ def _render_helm(r: _Render) -> EmitResult:
 
 # One entry per --format: (needs the threshold, renderer). A new format is one entry and its renderer.
 RENDERERS: dict[str, tuple[bool, Callable[[_Render], EmitResult]]] = {
-    "plugin": (True, _render_plugin), "helm": (True, _render_helm), "affinity": (False, _render_affinity),
-    "costmodel": (True, _render_costmodel), "vllm": (True, _render_vllm), "env": (True, _render_env),
+    "plugin": (True, _render_plugin),
+    "helm": (True, _render_helm),
+    "affinity": (False, _render_affinity),
+    "costmodel": (True, _render_costmodel),
+    "vllm": (True, _render_vllm),
+    "env": (True, _render_env),
     "json": (True, _render_json),
 }
 
@@ -193,9 +210,15 @@ def _emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
         mix = mix_threshold(fit, options)
         t = mix.threshold
     elif needs_threshold:  # affinity needs only the recompute curve
-        t = compute_threshold(fit, rule=options.rule, margin=options.margin, block_size=options.block_size,
-                              allow_extrapolation=options.allow_extrapolation, allow_disturbed=options.allow_disturbed,
-                              deltas=deltas)
+        t = compute_threshold(
+            fit,
+            rule=options.rule,
+            margin=options.margin,
+            block_size=options.block_size,
+            allow_extrapolation=options.allow_extrapolation,
+            allow_disturbed=options.allow_disturbed,
+            deltas=deltas,
+        )
     notes = [*t.steps, cost_note(t, deltas)] if t else []
     return render(_Render(fit, ctx, t, options, origin, notes, list(t.warnings) if t else [], mix))
 
@@ -206,7 +229,8 @@ def cost_note(t: Threshold, deltas: Deltas | None) -> str:
     alternatives = "; ".join(
         f"{name} {alt.threshold if alt.threshold is not None else 'refuses'}"
         + (f" ({alt.figures.expected_regret_pct:.3g}%)" if alt.figures.expected_regret_pct is not None else "")
-        for name, alt in t.alternatives.items())
+        for name, alt in t.alternatives.items()
+    )
     return f"{t.cost_line()} over {over}; alternatives: {alternatives}"
 
 
@@ -218,8 +242,9 @@ def _transport_of(ctx: RunContext, options: EmitOptions) -> str | None:
         return None
 
 
-def _emit_helm(fit: FitResult, ctx: RunContext, t: Threshold, options: EmitOptions, notes: list[str],
-               warnings: list[str]) -> EmitResult:
+def _emit_helm(
+    fit: FitResult, ctx: RunContext, t: Threshold, options: EmitOptions, notes: list[str], warnings: list[str]
+) -> EmitResult:
     assert options.values is not None
     threshold = t.min_cached_token_delta
     cost = None
@@ -228,9 +253,11 @@ def _emit_helm(fit: FitResult, ctx: RunContext, t: Threshold, options: EmitOptio
         floor = min(threshold, round_up(COSTMODEL_FLOOR_TOKENS, t.block_size))
         notes += cost_notes
         warnings += cost_warn
-        warnings.append(f"--with-costmodel: wrote costModel, which only a router build whose {PLUGIN_TYPE} accepts it can "
-                        f"load (llm-d-router main refuses the config); minCachedTokenDelta lowered from {threshold} to the "
-                        f"variant's floor {floor}, since the cost model now decides above it")
+        warnings.append(
+            f"--with-costmodel: wrote costModel, which only a router build whose {PLUGIN_TYPE} accepts it can "
+            f"load (llm-d-router main refuses the config); minCachedTokenDelta lowered from {threshold} to the "
+            f"variant's floor {floor}, since the cost model now decides above it"
+        )
         threshold = floor
     try:
         peak = peak_prefill(fit, ctx, options.chunk_size)
@@ -238,11 +265,25 @@ def _emit_helm(fit: FitResult, ctx: RunContext, t: Threshold, options: EmitOptio
         peak_warn = list(peak.warnings)
     except InputError as err:
         peak_value, peak_warn = None, [f"peakPrefillThroughput not derived: {err}"]
-    spec = helm_patch.PluginSpec(threshold, options.prefix_match_producer, options.prefill_profile, options.deployment,
-                           _transport_of(ctx, options), cost, peak_value)
-    out = helm_patch.patch_values_file(options.values, spec, add_plugin=options.add_plugin, in_place=options.in_place,
-                                 diff=options.diff)
+    spec = helm_patch.PluginSpec(
+        threshold,
+        options.prefix_match_producer,
+        options.prefill_profile,
+        options.deployment,
+        _transport_of(ctx, options),
+        cost,
+        peak_value,
+    )
+    out = helm_patch.patch_values_file(
+        options.values, spec, add_plugin=options.add_plugin, in_place=options.in_place, diff=options.diff
+    )
     if any("prefix-cache-affinity-filter" in n for n in out.notes):
         warnings += peak_warn
-    return EmitResult(out.stdout, t, tuple(notes + list(out.notes)), tuple(warnings + list(out.warnings)),
-                      written=out.written, backup=out.backup)
+    return EmitResult(
+        out.stdout,
+        t,
+        tuple(notes + list(out.notes)),
+        tuple(warnings + list(out.warnings)),
+        written=out.written,
+        backup=out.backup,
+    )

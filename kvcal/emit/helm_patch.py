@@ -152,7 +152,9 @@ def _epp_configs(work: str, spec: PluginSpec, name: str) -> tuple[list[_Config],
     configs: list[_Config] = []
     allowed = set(PLUGIN_PARAMETERS) | ({COST_MODEL_KEY} if spec.cost_model is not None else set())
     for emb in find_embedded(root) if root is not None else []:
-        if emb.node.style == ">":  # ruamel also marks the folds with \a inside the value: the parse error would name that
+        if (
+            emb.node.style == ">"
+        ):  # ruamel also marks the folds with \a inside the value: the parse error would name that
             raise InputError(folded_config_problem(name, emb.where))
         inner_root = compose(emb.node.value, f"{name}: embedded config {emb.where}")
         plugin_list = plugins_node(inner_root)
@@ -211,7 +213,9 @@ def _patch_config(
             new_inner = new_inner.rstrip("\n")
     action = "unchanged" if new_inner == inner else ("set" if olds else "added-plugin")
     if emb.active is False:
-        warnings.append(f"{emb.where} is patched but pluginsConfigFile selects another file: the router will not read it")
+        warnings.append(
+            f"{emb.where} is patched but pluginsConfigFile selects another file: the router will not read it"
+        )
     plugin_list = plugins_node(inner_root)
     if spec.peak_prefill_throughput is not None and plugin_list is not None and entries_of(plugin_list, AFFINITY_TYPE):
         notes.append(f"{emb.where}: {AFFINITY_TYPE} {AFFINITY_KEY} -> {spec.peak_prefill_throughput}")
@@ -242,8 +246,15 @@ def _add_targets(configs: list[_Config]) -> list[Embedded]:
     return active or [emb for emb, _, _ in configs if emb.active is None] or [emb for emb, _, _ in configs]
 
 
-def _verify(old_text: str, new_text: str, plans: list[tuple[Embedded, str, str]], spec: PluginSpec,
-            add_plugin: bool, name: str, flagged: tuple[tuple[Any, ...], ...] = ()) -> None:
+def _verify(
+    old_text: str,
+    new_text: str,
+    plans: list[tuple[Embedded, str, str]],
+    spec: PluginSpec,
+    add_plugin: bool,
+    name: str,
+    flagged: tuple[tuple[Any, ...], ...] = (),
+) -> None:
     """The patched file parses and equals the input with exactly the intended edits; else refuse."""
     refuse = f"internal: refusing to write {name}: the patched file would differ from the input beyond {KEY}"
     try:
@@ -256,14 +267,18 @@ def _verify(old_text: str, new_text: str, plans: list[tuple[Embedded, str, str]]
         try:
             want = copy.deepcopy(safe_load(old))
         except YAMLError as err:  # a lenient first read let it through (duplicate keys)
-            raise InputError(f"{name}: the embedded config {emb.where} is not valid YAML ({problem(err)}); "
-                             "fix it first (nothing was written)") from None
+            raise InputError(
+                f"{name}: the embedded config {emb.where} is not valid YAML ({problem(err)}); "
+                "fix it first (nothing was written)"
+            ) from None
         intend(want, spec, add_plugin)
         try:
             patched = safe_load(lookup_path(got, emb.path))
         except YAMLError as err:
-            raise InputError(f"{name}: setting {KEY} in {emb.where} would break its YAML ({problem(err)}); the value "
-                             "is probably a YAML anchor or alias: set it by hand (nothing was written)") from None
+            raise InputError(
+                f"{name}: setting {KEY} in {emb.where} would break its YAML ({problem(err)}); the value "
+                "is probably a YAML anchor or alias: set it by hand (nothing was written)"
+            ) from None
         if patched != want:
             raise KvcalError(refuse + f" (inside {emb.where})")
         node = node_at(new_root, emb.path)
@@ -275,8 +290,9 @@ def _verify(old_text: str, new_text: str, plans: list[tuple[Embedded, str, str]]
         raise KvcalError(refuse)
 
 
-def patch_values_file(path: Path, spec: PluginSpec, *, add_plugin: bool = False, in_place: bool = False,
-                      diff: bool = False) -> FilePatch:
+def patch_values_file(
+    path: Path, spec: PluginSpec, *, add_plugin: bool = False, in_place: bool = False, diff: bool = False
+) -> FilePatch:
     """Patch ``path``: stdout is the whole file, or a unified diff with ``diff``; ``in_place`` writes it."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
@@ -295,8 +311,11 @@ def _patch_file(path: Path, spec: PluginSpec, *, add_plugin: bool, in_place: boo
     for change in result.changes:
         if change.action in ("set", "unchanged"):
             old = ", ".join(str(v) for v in change.old_values)
-            notes.append(f"{change.where}: {KEY} {old} -> {spec.min_cached_token_delta}" if change.action == "set"
-                         else f"{change.where}: {KEY} already {spec.min_cached_token_delta}")
+            notes.append(
+                f"{change.where}: {KEY} {old} -> {spec.min_cached_token_delta}"
+                if change.action == "set"
+                else f"{change.where}: {KEY} already {spec.min_cached_token_delta}"
+            )
     written = backup = None
     if in_place and result.text != text:
         backup = write_in_place(path, result.text)
@@ -311,8 +330,9 @@ def _patch_file(path: Path, spec: PluginSpec, *, add_plugin: bool, in_place: boo
 def check_writable(path: Path) -> None:
     """Refuse an in-place patch of standard input, of a read-only file, or where no backup can be written."""
     if is_stdin_copy(path):
-        raise InputError("--in-place: --values - is standard input, which cannot be patched; drop --in-place and "
-                         "redirect stdout")
+        raise InputError(
+            "--in-place: --values - is standard input, which cannot be patched; drop --in-place and redirect stdout"
+        )
     mode = path.stat().st_mode
     if not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
         raise InputError(f"--in-place: {path} is read-only; make it writable or drop --in-place and redirect stdout")

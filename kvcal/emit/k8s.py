@@ -41,8 +41,19 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 # The sweep settings the Job sets itself (their flat names, in command-line order); an extra
 # argument repeating one of their flags would silently win or clash.
-JOB_SETTINGS = ("engine", "transport", "producer_url", "consumer_url", "model", "producer_p2p_host", "producer_p2p_port",
-                "prefix_lengths", "reps", "output_dir", "name")
+JOB_SETTINGS = (
+    "engine",
+    "transport",
+    "producer_url",
+    "consumer_url",
+    "model",
+    "producer_p2p_host",
+    "producer_p2p_port",
+    "prefix_lengths",
+    "reps",
+    "output_dir",
+    "name",
+)
 _MANAGED = tuple(flag_of(name) for name in JOB_SETTINGS)
 # Launch-mode flags: the Job attaches to running engines, it starts none.
 _LAUNCH_ONLY = (*launch_only_flags(), "--dry-run")
@@ -109,9 +120,13 @@ class JobSpec:
         for arg in self.extra_args:
             flag = arg.split("=", 1)[0]
             if flag in _MANAGED:
-                raise InputError(f"extra sweep argument {flag} is set by k8s-job itself; use the k8s-job option instead")
+                raise InputError(
+                    f"extra sweep argument {flag} is set by k8s-job itself; use the k8s-job option instead"
+                )
             if flag in _LAUNCH_ONLY:
-                raise InputError(f"extra sweep argument {flag} is for launching engines; the Job attaches to running ones")
+                raise InputError(
+                    f"extra sweep argument {flag} is for launching engines; the Job attaches to running ones"
+                )
 
     @property
     def run(self) -> str:
@@ -121,8 +136,11 @@ class JobSpec:
 def _block_size(extra_args: tuple[str, ...]) -> int:
     """The --block-size the Job's sweep will use (64, kvcal sweep's default, unless passed after --)."""
     for i, arg in enumerate(extra_args):
-        value = arg.split("=", 1)[1] if arg.startswith("--block-size=") else (
-            extra_args[i + 1] if arg == "--block-size" and i + 1 < len(extra_args) else None)
+        value = (
+            arg.split("=", 1)[1]
+            if arg.startswith("--block-size=")
+            else (extra_args[i + 1] if arg == "--block-size" and i + 1 < len(extra_args) else None)
+        )
         if value is not None:
             try:
                 return int(value)
@@ -165,22 +183,39 @@ def sweep_command(spec: JobSpec) -> list[str]:
     host = spec.producer_p2p_host
     if host is None and available()[spec.transport].pull_names_producer:
         host = urlsplit(spec.producer_url).hostname  # the producer pod's own address carries its P2P listener
-    values = dict(engine="vllm", transport=spec.transport, producer_url=spec.producer_url, consumer_url=spec.consumer_url,
-                  model=spec.model, producer_p2p_host=host, producer_p2p_port=spec.producer_p2p_port,
-                  prefix_lengths=spec.prefix_lengths, reps=spec.reps, output_dir=RESULTS_MOUNT, name=spec.run)
+    values = dict(
+        engine="vllm",
+        transport=spec.transport,
+        producer_url=spec.producer_url,
+        consumer_url=spec.consumer_url,
+        model=spec.model,
+        producer_p2p_host=host,
+        producer_p2p_port=spec.producer_p2p_port,
+        prefix_lengths=spec.prefix_lengths,
+        reps=spec.reps,
+        output_dir=RESULTS_MOUNT,
+        name=spec.run,
+    )
     return ["kvcal", "sweep", *sweep_argv({name: values[name] for name in JOB_SETTINGS}), *spec.extra_args]
 
 
 def job_script(spec: JobSpec) -> str:
     """The container's shell script: sweep, fit, emit (every argument shell-quoted)."""
     run_dir = f"{RESULTS_MOUNT}/{spec.run}"
-    return "\n".join([
-        "set -eu",
-        shlex.join(sweep_command(spec)),
-        shlex.join(["kvcal", "fit", run_dir]),
-        shlex.join(["kvcal", "emit-config", run_dir, "--format", "json"]) + " > " + shlex.quote(f"{run_dir}/emit.json"),
-        "cat " + shlex.quote(f"{run_dir}/emit.json"),
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "set -eu",
+                shlex.join(sweep_command(spec)),
+                shlex.join(["kvcal", "fit", run_dir]),
+                shlex.join(["kvcal", "emit-config", run_dir, "--format", "json"])
+                + " > "
+                + shlex.quote(f"{run_dir}/emit.json"),
+                "cat " + shlex.quote(f"{run_dir}/emit.json"),
+            ]
+        )
+        + "\n"
+    )
 
 
 def kubernetes_literal(text: str) -> str:
@@ -237,7 +272,11 @@ def _comment(text: str) -> str:
 
 def render_job(spec: JobSpec) -> str:
     """The manifest as YAML, with a header saying how to apply it and read the result."""
-    storage = f"PVC {_comment(spec.pvc)}" if spec.pvc else "an emptyDir (lost with the pod: pass --pvc to keep the run folder)"
+    storage = (
+        f"PVC {_comment(spec.pvc)}"
+        if spec.pvc
+        else "an emptyDir (lost with the pod: pass --pvc to keep the run folder)"
+    )
     head = (
         f"# kvcal k8s-job: in-cluster calibration of {_comment(spec.model)} over {_comment(spec.transport)}; "
         f"results on {storage}.\n"

@@ -70,32 +70,46 @@ def pod_script(spec: PairsJobSpec) -> str:
     """Sweep this pod's pair; the pod that completes the set fits and emits."""
     run_dir = f"{RESULTS_MOUNT}/{spec.job.run}"
     one = sweep_command(spec.job)
-    argv = _without(one, ("--producer-url", "--consumer-url", "--producer-p2p-host", "--producer-p2p-port",
-                          "--output-dir", "--name"))
-    sweep = (shlex.join(argv) + f' --pairs "{PAIRS_MOUNT}/pair-$JOB_COMPLETION_INDEX.yaml" --output-dir '
-             + shlex.quote(run_dir) + ' --name "pair-$JOB_COMPLETION_INDEX"')
+    argv = _without(
+        one,
+        ("--producer-url", "--consumer-url", "--producer-p2p-host", "--producer-p2p-port", "--output-dir", "--name"),
+    )
+    sweep = (
+        shlex.join(argv)
+        + f' --pairs "{PAIRS_MOUNT}/pair-$JOB_COMPLETION_INDEX.yaml" --output-dir '
+        + shlex.quote(run_dir)
+        + ' --name "pair-$JOB_COMPLETION_INDEX"'
+    )
     quoted = shlex.quote(run_dir)
-    return "\n".join([
-        "set -eu",
-        f"mkdir -p {quoted}",
-        f'if [ -d {quoted}/"pair-$JOB_COMPLETION_INDEX" ]; then {sweep} --resume; else {sweep}; fi',
-        f'touch {quoted}/"pair-$JOB_COMPLETION_INDEX.done"',
-        f'if [ "$(ls {quoted}/*.done | wc -l)" -eq {len(spec.pairs)} ] '
-        f"&& mkdir {quoted}/.final 2>/dev/null; then",
-        f"  kvcal fit {quoted}",
-        f"  kvcal emit-config {quoted} --format json > {quoted}/emit.json",
-        f"  cat {quoted}/emit.json",
-        "fi",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "set -eu",
+                f"mkdir -p {quoted}",
+                f'if [ -d {quoted}/"pair-$JOB_COMPLETION_INDEX" ]; then {sweep} --resume; else {sweep}; fi',
+                f'touch {quoted}/"pair-$JOB_COMPLETION_INDEX.done"',
+                f'if [ "$(ls {quoted}/*.done | wc -l)" -eq {len(spec.pairs)} ] '
+                f"&& mkdir {quoted}/.final 2>/dev/null; then",
+                f"  kvcal fit {quoted}",
+                f"  kvcal emit-config {quoted} --format json > {quoted}/emit.json",
+                f"  cat {quoted}/emit.json",
+                "fi",
+            ]
+        )
+        + "\n"
+    )
 
 
 def pairs_manifests(spec: PairsJobSpec) -> list[dict[str, Any]]:
     """The ConfigMap of pair files and the Indexed Job, as plain mappings."""
     job = job_manifest(spec.job)
     config_name = f"{spec.job.name}-pairs"
-    config = {"apiVersion": "v1", "kind": "ConfigMap",
-              "metadata": {"name": config_name, "namespace": spec.job.namespace, "labels": job["metadata"]["labels"]},
-              "data": {f"pair-{i}.yaml": pair_file(pair, spec.job.transport) for i, pair in enumerate(spec.pairs)}}
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": config_name, "namespace": spec.job.namespace, "labels": job["metadata"]["labels"]},
+        "data": {f"pair-{i}.yaml": pair_file(pair, spec.job.transport) for i, pair in enumerate(spec.pairs)},
+    }
     job["spec"].update({"completionMode": "Indexed", "completions": len(spec.pairs), "parallelism": spec.parallelism})
     pod = job["spec"]["template"]["spec"]
     pod["volumes"].append({"name": "pairs", "configMap": {"name": config_name}})
@@ -108,11 +122,13 @@ def pairs_manifests(spec: PairsJobSpec) -> list[dict[str, Any]]:
 def render_pairs_job(spec: PairsJobSpec) -> str:
     """The ConfigMap and the Indexed Job as YAML, with a header saying how to apply them and read the result."""
     job = spec.job
-    head = (f"# kvcal k8s-job --pairs: {len(spec.pairs)} pairs of {len({p.link_class for p in spec.pairs})} link "
-            f"class(es), one pod a pair, into PVC {_comment(str(job.pvc))} at {RESULTS_MOUNT}/{_comment(job.run)}.\n"
-            f"# kubectl apply -f job.yaml && kubectl -n {_comment(job.namespace)} wait --for=condition=complete "
-            f"job/{_comment(job.name)} --timeout=24h\n"
-            "# The pod that completes the set runs kvcal fit (per class) and emit-config; its log ends in the JSON.\n")
+    head = (
+        f"# kvcal k8s-job --pairs: {len(spec.pairs)} pairs of {len({p.link_class for p in spec.pairs})} link "
+        f"class(es), one pod a pair, into PVC {_comment(str(job.pvc))} at {RESULTS_MOUNT}/{_comment(job.run)}.\n"
+        f"# kubectl apply -f job.yaml && kubectl -n {_comment(job.namespace)} wait --for=condition=complete "
+        f"job/{_comment(job.name)} --timeout=24h\n"
+        "# The pod that completes the set runs kvcal fit (per class) and emit-config; its log ends in the JSON.\n"
+    )
     return head + dump_yaml(pairs_manifests(spec))
 
 

@@ -21,7 +21,12 @@ DEFAULT_RULE = RULES[0]
 
 
 def validate_margin(margin: float) -> float:
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not math.isfinite(margin) or not 0 <= margin <= MAX_MARGIN:
+    if (
+        not isinstance(margin, (int, float))
+        or isinstance(margin, bool)
+        or not math.isfinite(margin)
+        or not 0 <= margin <= MAX_MARGIN
+    ):
         raise InputError(f"--margin must be a fraction from 0 to {MAX_MARGIN:g}, e.g. 0.25 for +25% (got {margin})")
     return float(margin)
 
@@ -30,5 +35,7 @@ def validate_block_size(block_size: int) -> int:
     from kvcal.records import MAX_TOKENS  # here, not at the top: the flags' module must not build the records (--help)
 
     if isinstance(block_size, bool) or not isinstance(block_size, int) or not 1 <= block_size <= MAX_TOKENS:
-        raise InputError(f"--block-size must be a whole number of tokens from 1 to {MAX_TOKENS:,}, e.g. 64 (got {block_size})")
+        raise InputError(
+            f"--block-size must be a whole number of tokens from 1 to {MAX_TOKENS:,}, e.g. 64 (got {block_size})"
+        )
     return block_size

@@ -68,8 +68,13 @@ class EmitOptions(FlagModel):
     p2p_port: int = Field(P2P_PORT, ge=1, le=65535, strict=True, description="The P2P tier's listener port.")
     cpu_bytes_to_use: int | None = Field(None, ge=1, strict=True, description="CPU tier per engine, bytes.")
     model: str | None = None
-    chunk_size: int | None = Field(None, ge=1, strict=True, json_schema_extra={
-        "must": "be a positive number of tokens, e.g. 8192"}, description="Tokens per prefill chunk.")
+    chunk_size: int | None = Field(
+        None,
+        ge=1,
+        strict=True,
+        json_schema_extra={"must": "be a positive number of tokens, e.g. 8192"},
+        description="Tokens per prefill chunk.",
+    )
     with_costmodel: bool = False
     allow_extrapolation: bool = False
     allow_disturbed: bool = False
@@ -83,8 +88,10 @@ class EmitOptions(FlagModel):
             raise InputError(f"unknown --rule {self.rule!r}; choose one of {', '.join(RULES)}")
         if self.margin is not None:
             if self.rule != "upper":
-                raise InputError(f"--margin applies only to --rule upper (the {self.rule} rule has no margin); "
-                                 "e.g. kvcal emit-config FIT --rule upper --margin 0.25")
+                raise InputError(
+                    f"--margin applies only to --rule upper (the {self.rule} rule has no margin); "
+                    "e.g. kvcal emit-config FIT --rule upper --margin 0.25"
+                )
             validate_margin(self.margin)  # its bounds and the block size's are kvcal.emit.limits' (the rule's too)
         if self.block_size is not None:
             validate_block_size(self.block_size)
@@ -100,8 +107,10 @@ class EmitOptions(FlagModel):
         _check_name("--prefill-profile", self.prefill_profile)
         _check_name("--model", self.model)
         if self.deployment is not None and self.deployment not in DEPLOYMENTS:
-            raise InputError(f"--deployment must be p2p (the single-profile P2P guide) or pd (prefill/decode), "
-                             f"got {self.deployment!r}")
+            raise InputError(
+                f"--deployment must be p2p (the single-profile P2P guide) or pd (prefill/decode), "
+                f"got {self.deployment!r}"
+            )
         if self.transport is not None:
             canonical_transport(self.transport)
         return self

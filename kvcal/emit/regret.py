@@ -49,8 +49,11 @@ def log_uniform(n_min: float, n_max: float, k: int = GRID_POINTS) -> Deltas:
     if hi <= lo:
         return Deltas(np.array([math.exp(lo)]), np.array([1.0]), f"{n_min:.0f} tokens")
     edges = np.linspace(lo, hi, k + 1)
-    return Deltas(np.exp(0.5 * (edges[:-1] + edges[1:])), np.full(k, 1.0 / k),
-                  f"log-uniform over {n_min:,.0f}-{n_max:,.0f} tokens")
+    return Deltas(
+        np.exp(0.5 * (edges[:-1] + edges[1:])),
+        np.full(k, 1.0 / k),
+        f"log-uniform over {n_min:,.0f}-{n_max:,.0f} tokens",
+    )
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,11 @@ class Figures:
     p_break_even_above: float | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"expected_regret_ms": self.expected_regret_ms, "expected_regret_pct": self.expected_regret_pct,
-                "p_break_even_above": self.p_break_even_above}
+        return {
+            "expected_regret_ms": self.expected_regret_ms,
+            "expected_regret_pct": self.expected_regret_pct,
+            "p_break_even_above": self.p_break_even_above,
+        }
 
 
 class RegretModel:
@@ -89,8 +95,11 @@ class RegretModel:
             return Figures()
         regret = self.regret_ms(threshold)
         share = regret / np.maximum(self.best_cost, 1e-12)
-        return Figures(_sig(float(regret.mean())), _sig(100.0 * float(share.mean())),
-                       _sig(float(np.mean(self.break_even > threshold))))
+        return Figures(
+            _sig(float(regret.mean())),
+            _sig(100.0 * float(share.mean())),
+            _sig(float(np.mean(self.break_even > threshold))),
+        )
 
 
 def _sig(value: float) -> float:

@@ -23,8 +23,10 @@ from kvcal.transports import available
 PLUGIN_TYPE = "p2p-source-producer"
 ALPHA_FLAG = "allow-experimental-plugins"
 """The EPP flag without which it refuses a config that uses an alpha plugin, as p2p-source-producer is."""
-ALPHA_NOTE = (f"{PLUGIN_TYPE} is an alpha plugin: the EPP must run with --{ALPHA_FLAG}=true "
-              "or it refuses the whole config (Helm: router.epp.flags, see --format helm)")
+ALPHA_NOTE = (
+    f"{PLUGIN_TYPE} is an alpha plugin: the EPP must run with --{ALPHA_FLAG}=true "
+    "or it refuses the whole config (Helm: router.epp.flags, see --format helm)"
+)
 """The one stderr line every router-side format prints."""
 THRESHOLD_KEY = "minCachedTokenDelta"
 PLUGIN_PARAMETERS = ("prefixMatchInfoProducerName", THRESHOLD_KEY, "prefillProfileName")
@@ -62,14 +64,24 @@ def shape_of(deployment: str | None, transport: str | None) -> tuple[str, str]:
     return "pd", "no --deployment and the run did not measure the P2P tier"
 
 
-def plugin_names(*, prefix_match_producer: str | None, prefill_profile: str | None, deployment: str | None,
-                 transport: str | None, found: FoundNames | None = None) -> PluginNames:
+def plugin_names(
+    *,
+    prefix_match_producer: str | None,
+    prefill_profile: str | None,
+    deployment: str | None,
+    transport: str | None,
+    found: FoundNames | None = None,
+) -> PluginNames:
     """Resolve both names: flag, then the values file, then the deployment shape's default."""
     found = found or FoundNames()
     notes: list[str] = []
     producer = prefix_match_producer or found.prefix_match_producer or DEFAULT_PREFIX_MATCH_PRODUCER
     if not prefix_match_producer:
-        where = f"from {found.where}" if found.prefix_match_producer else "the guide's producer name (--prefix-match-producer)"
+        where = (
+            f"from {found.where}"
+            if found.prefix_match_producer
+            else "the guide's producer name (--prefix-match-producer)"
+        )
         notes.append(f"prefixMatchInfoProducerName {producer}: {where}")
     profile = prefill_profile or found.prefill_profile
     if not prefill_profile:
@@ -79,15 +91,20 @@ def plugin_names(*, prefix_match_producer: str | None, prefill_profile: str | No
             shape, why = shape_of(deployment, transport)
             profile = P2P_GUIDE_PREFILL_PROFILE if shape == "p2p" else PLUGIN_DEFAULT_PREFILL_PROFILE
             shape_name = "single-profile P2P" if shape == "p2p" else "prefill/decode"
-            notes.append(f"prefillProfileName {profile}: the default for a {shape_name} "
-                         f"deployment ({why}); --prefill-profile or --values to change it")
+            notes.append(
+                f"prefillProfileName {profile}: the default for a {shape_name} "
+                f"deployment ({why}); --prefill-profile or --values to change it"
+            )
     return PluginNames(producer, profile or PLUGIN_DEFAULT_PREFILL_PROFILE, tuple(notes))  # set above; for the types
 
 
 def plugin_parameters(t: Threshold, names: PluginNames) -> dict[str, Any]:
     """The entry's parameters, in the guide's order; keys are always a subset of :data:`PLUGIN_PARAMETERS`."""
-    params = {"prefixMatchInfoProducerName": names.prefix_match_producer, "prefillProfileName": names.prefill_profile,
-              "minCachedTokenDelta": t.min_cached_token_delta}
+    params = {
+        "prefixMatchInfoProducerName": names.prefix_match_producer,
+        "prefillProfileName": names.prefill_profile,
+        "minCachedTokenDelta": t.min_cached_token_delta,
+    }
     assert set(params) <= set(PLUGIN_PARAMETERS)
     return params
 
@@ -95,8 +112,11 @@ def plugin_parameters(t: Threshold, names: PluginNames) -> dict[str, Any]:
 def render_plugin(t: Threshold, names: PluginNames, *, origin: str = "") -> str:
     """The plugin entry as a one-item YAML list, ready to paste under ``plugins:``."""
     head = f"# kvcal: from {origin}; " if origin else "# kvcal: "
-    lines = [f"{head}break-even {ci_text(t)}, block size {t.block_size}; {t.cost_line()}",
-             f"- type: {PLUGIN_TYPE}", "  parameters:"]
+    lines = [
+        f"{head}break-even {ci_text(t)}, block size {t.block_size}; {t.cost_line()}",
+        f"- type: {PLUGIN_TYPE}",
+        "  parameters:",
+    ]
     lines += [f"    {k}: {yaml_scalar(v)}" for k, v in plugin_parameters(t, names).items()]
     return "\n".join(lines) + "\n"
 

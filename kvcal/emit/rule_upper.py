@@ -42,17 +42,23 @@ def _bound(w: Working, ci: tuple[float, ...] | None) -> float | None:
     if ci is not None:
         upper = float(ci[1])
         point = fmt(fit.break_even_tokens) if fit.break_even_tokens is not None else "n/a"
-        w.steps.append(f"break-even {point} tokens, {level} interval [{fmt(ci[0])}, {fmt(ci[1])}]: upper bound {fmt(upper)}")
+        w.steps.append(
+            f"break-even {point} tokens, {level} interval [{fmt(ci[0])}, {fmt(ci[1])}]: upper bound {fmt(upper)}"
+        )
         return max(upper, 0.0)
     if fit.break_even_tokens is not None and math.isfinite(fit.break_even_tokens):
         upper = float(fit.break_even_tokens)
         w.steps.append(f"break-even {fmt(upper)} tokens, no interval recorded: using the point estimate as the bound")
-        w.warnings.append("the fit has no break-even interval; the margin is the only safety: run `kvcal fit` with "
-                          f"its bootstrap (--resamples {FIT_DEFAULTS.n_resamples}) and emit from that fit.json")
+        w.warnings.append(
+            "the fit has no break-even interval; the margin is the only safety: run `kvcal fit` with "
+            f"its bootstrap (--resamples {FIT_DEFAULTS.n_resamples}) and emit from that fit.json"
+        )
         return max(upper, 0.0)
     if fit.status == "crossover":
-        raise InputError("the fit says 'crossover' but records no finite break-even or interval; "
-                         "run `kvcal fit` again (sweeping more --reps narrows it)")
+        raise InputError(
+            "the fit says 'crossover' but records no finite break-even or interval; "
+            "run `kvcal fit` again (sweeping more --reps narrows it)"
+        )
     return None
 
 
@@ -62,8 +68,10 @@ def _with_margin(w: Working, upper: float | None, margin: float) -> int | None:
         return None
     raised = upper * (1.0 + margin)
     threshold = round_up(raised, w.block)
-    w.steps.append(f"{fmt(upper)} x (1 + margin {margin:g}) = {fmt(raised)} tokens, "
-                   f"rounded up to a multiple of block size {w.block}: {threshold}")
+    w.steps.append(
+        f"{fmt(upper)} x (1 + margin {margin:g}) = {fmt(raised)} tokens, "
+        f"rounded up to a multiple of block size {w.block}: {threshold}"
+    )
     return threshold
 
 
@@ -73,9 +81,11 @@ def _floor(w: Working, threshold: int | None, allow_extrapolation: bool) -> int 
     lost_at_longest = floor is None and bool(w.fit.per_length)
     threshold = _raise_to_floor(w, floor, threshold, allow_extrapolation)
     if lost_at_longest:
-        w.warnings.append(f"the pull's median lost at the longest measured length ({w.n_max} tokens), so the data show "
-                          f"no length from which pulling keeps winning: run `kvcal sweep --reps 5 --prefix-lengths "
-                          f"{ladder_up(w.n_max, w.block)}` to confirm the crossover")
+        w.warnings.append(
+            f"the pull's median lost at the longest measured length ({w.n_max} tokens), so the data show "
+            f"no length from which pulling keeps winning: run `kvcal sweep --reps 5 --prefix-lengths "
+            f"{ladder_up(w.n_max, w.block)}` to confirm the crossover"
+        )
     return threshold
 
 
@@ -96,12 +106,15 @@ def _raise_to_floor(w: Working, floor: int | None, threshold: int | None, allow_
     if allow_extrapolation and threshold is not None:
         w.warnings.append(
             f"--allow-extrapolation: {threshold} lies below {floor} tokens, the shortest length from which the "
-            f"pull was measured to win; confirm it with `kvcal sweep --prefix-lengths {ladder_down(floor, w.block)}`")
+            f"pull was measured to win; confirm it with `kvcal sweep --prefix-lengths {ladder_down(floor, w.block)}`"
+        )
         return threshold
     why = "no break-even estimate" if threshold is None else f"{threshold} would rest on the fitted curves alone"
-    w.steps.append(f"{why}: raised to {floor_b}, the shortest measured length from which the pull won at "
-                   f"every longer length ({floor} tokens, rounded up to a block); --allow-extrapolation "
-                   "drops this floor")
+    w.steps.append(
+        f"{why}: raised to {floor_b}, the shortest measured length from which the pull won at "
+        f"every longer length ({floor} tokens, rounded up to a block); --allow-extrapolation "
+        "drops this floor"
+    )
     return floor_b
 
 
@@ -112,10 +125,15 @@ def _advice(w: Working, upper: float | None) -> None:
         w.warnings.append(
             f"the pull won at every measured length down to {w.n_min} tokens, so the true break-even is at or "
             f"below the sweep: run `kvcal sweep --prefix-lengths {ladder_down(w.n_min, w.block)}` to locate it "
-            "and lower this threshold")
+            "and lower this threshold"
+        )
     elif upper is not None and upper > w.n_max:
-        w.warnings.append(f"the break-even's upper bound ({fmt(upper)}) lies beyond the longest measured prefix ({w.n_max}): "
-                          f"run `kvcal sweep --prefix-lengths {ladder_up(w.n_max, w.block)}` to confirm it")
+        w.warnings.append(
+            f"the break-even's upper bound ({fmt(upper)}) lies beyond the longest measured prefix ({w.n_max}): "
+            f"run `kvcal sweep --prefix-lengths {ladder_up(w.n_max, w.block)}` to confirm it"
+        )
     elif fit.extrapolated:
-        w.warnings.append("the break-even is extrapolated outside the measured range: run `kvcal sweep` with "
-                          "--prefix-lengths around it to cover it")
+        w.warnings.append(
+            "the break-even is extrapolated outside the measured range: run `kvcal sweep` with "
+            "--prefix-lengths around it to cover it"
+        )

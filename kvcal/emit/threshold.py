@@ -101,15 +101,19 @@ class Threshold:
     def cost_line(self) -> str:
         """One line for the formats' comments: the rule and what it costs."""
         f = self.figures
-        cost = ("no bootstrap draws to price it" if f.expected_regret_pct is None else
-                f"expected regret {f.expected_regret_ms:.3g} ms ({f.expected_regret_pct:.3g}% of TTFT), "
-                f"P(break-even above) {f.p_break_even_above:.2f}")
+        cost = (
+            "no bootstrap draws to price it"
+            if f.expected_regret_pct is None
+            else f"expected regret {f.expected_regret_ms:.3g} ms ({f.expected_regret_pct:.3g}% of TTFT), "
+            f"P(break-even above) {f.p_break_even_above:.2f}"
+        )
         rule = self.rule if self.margin is None else f"{self.rule}, margin {self.margin:g}"
         return f"rule {rule}: {cost}"
 
 
 def names_slow_mode(rule: Callable[..., Threshold]) -> Callable[..., Threshold]:
     """The rule, with the pull's slow mode in its steps and in any refusal (what to measure when it cannot tell)."""
+
     @functools.wraps(rule)
     def apply(fit: FitResult, **kw: Any) -> Threshold:
         line = slow_mode_line(fit)
@@ -118,9 +122,12 @@ def names_slow_mode(rule: Callable[..., Threshold]) -> Callable[..., Threshold]:
         except (NoThreshold, NotRecommended) as err:
             if line is None:
                 raise
-            raise type(err)(f"{err}; {line}: find the slow path (link congestion, a fallback transport) or measure "
-                            "more reps (`kvcal sweep --reps 5`) to pin its share down") from None
+            raise type(err)(
+                f"{err}; {line}: find the slow path (link congestion, a fallback transport) or measure "
+                "more reps (`kvcal sweep --reps 5`) to pin its share down"
+            ) from None
         return threshold if line is None else replace(threshold, steps=(line, *threshold.steps))
+
     return apply
 
 
@@ -130,16 +137,25 @@ def resolve_rule(rule: str, margin: float | None) -> float | None:
         raise InputError(f"unknown --rule {rule!r}; choose one of {', '.join(RULES)}")
     if rule != "upper":
         if margin is not None:
-            raise InputError(f"--margin applies only to --rule upper (the {rule} rule has no margin); "
-                             "e.g. kvcal emit-config FIT --rule upper --margin 0.25")
+            raise InputError(
+                f"--margin applies only to --rule upper (the {rule} rule has no margin); "
+                "e.g. kvcal emit-config FIT --rule upper --margin 0.25"
+            )
         return None
     return validate_margin(DEFAULT_MARGIN if margin is None else margin)
 
 
 @names_slow_mode
-def compute_threshold(fit: FitResult, *, rule: str = "expected-cost", margin: float | None = None,
-                      block_size: int | None = None, allow_extrapolation: bool = False, allow_disturbed: bool = False,
-                      deltas: Deltas | None = None) -> Threshold:
+def compute_threshold(
+    fit: FitResult,
+    *,
+    rule: str = "expected-cost",
+    margin: float | None = None,
+    block_size: int | None = None,
+    allow_extrapolation: bool = False,
+    allow_disturbed: bool = False,
+    deltas: Deltas | None = None,
+) -> Threshold:
     """Apply ``rule`` to ``fit`` (module docstring) and price it; NotRecommended or NoThreshold (exit 3) if none.
 
     The one entry point every caller uses (emit-config, compare, the fleet, per-class fits).
@@ -152,24 +168,41 @@ def compute_threshold(fit: FitResult, *, rule: str = "expected-cost", margin: fl
     check_threshold(threshold, w.block)
     log.info("threshold %s (%s): %s (block %s)", fit.status, rule, threshold, w.block)
     w.steps.append(f"minCachedTokenDelta = {threshold}")
-    ci = ((float(fit.break_even_ci[0]), float(fit.break_even_ci[1]))
-          if fit.break_even_ci and len(fit.break_even_ci) == 2 else None)
+    ci = (
+        (float(fit.break_even_ci[0]), float(fit.break_even_ci[1]))
+        if fit.break_even_ci and len(fit.break_even_ci) == 2
+        else None
+    )
     model = regret_model(fit, deltas)
     price = model.figures if model is not None else (lambda _t: Figures())
     upper = _quiet(fit, "upper", w.block, allow_extrapolation, deltas)
     alternatives = {"upper": _alternative(price, upper), "recipe": _alternative(price, recipe_threshold(fit, w.block))}
     return Threshold(
-        min_cached_token_delta=threshold, status=fit.status, break_even_tokens=fit.break_even_tokens, break_even_ci=ci,
-        margin=margin, block_size=w.block, steps=tuple(w.steps), warnings=tuple(w.warnings), rule=rule,
-        figures=price(threshold), alternatives=alternatives,
+        min_cached_token_delta=threshold,
+        status=fit.status,
+        break_even_tokens=fit.break_even_tokens,
+        break_even_ci=ci,
+        margin=margin,
+        block_size=w.block,
+        steps=tuple(w.steps),
+        warnings=tuple(w.warnings),
+        rule=rule,
+        figures=price(threshold),
+        alternatives=alternatives,
     )
 
 
 def _working(fit: FitResult, block_size: int | None) -> Working:
     block, block_note = resolve_block_size(fit, block_size)
     n_min, n_max = (int(fit.measured_range[0]), int(fit.measured_range[-1])) if fit.measured_range else (block, block)
-    return Working(fit, block, n_min, n_max, f"{n_min}-{n_max} tokens" if fit.measured_range else "the measured range",
-                   [block_note])
+    return Working(
+        fit,
+        block,
+        n_min,
+        n_max,
+        f"{n_min}-{n_max} tokens" if fit.measured_range else "the measured range",
+        [block_note],
+    )
 
 
 def _apply(w: Working, rule: str, margin: float | None, allow_extrapolation: bool, deltas: Deltas | None) -> int:

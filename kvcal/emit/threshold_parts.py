@@ -42,7 +42,9 @@ def resolve_block_size(fit: FitResult, override: int | None) -> tuple[int, str]:
 def check_threshold(value: Any, block: int) -> int:
     """Validation of what is emitted: an int >= 1 and a multiple of the block size."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value % block:
-        raise KvcalError(f"internal: refusing to emit minCachedTokenDelta={value!r} (must be an int >= 1 and a multiple of {block})")
+        raise KvcalError(
+            f"internal: refusing to emit minCachedTokenDelta={value!r} (must be an int >= 1 and a multiple of {block})"
+        )
     return value
 
 
@@ -102,8 +104,12 @@ def interval_open_above(fit: FitResult) -> bool:
     if fit.break_even_ci and len(fit.break_even_ci) == 2 and math.isfinite(fit.break_even_ci[1]):
         return False
     bounds = fit.bootstrap.break_even_ci_bounds
-    return bool(fit.bootstrap.n_resamples) and bounds is not None and len(bounds) == 2 and (
-        bounds[1] is None or not math.isfinite(bounds[1]))
+    return (
+        bool(fit.bootstrap.n_resamples)
+        and bounds is not None
+        and len(bounds) == 2
+        and (bounds[1] is None or not math.isfinite(bounds[1]))
+    )
 
 
 def ladder_down(floor: int, block: int) -> str:
@@ -125,13 +131,17 @@ def slow_mode_line(fit: FitResult) -> str | None:
     mode = next((m for m in fit.slow_modes if m.mean_fitted), None)
     aside = fit.unresolved_slow
     if mode is None and aside is not None:
-        return (f"{aside.n_slow} of {aside.n_probes} pulls took {aside.ratio:.2g}x the fitted time, too few to tell a "
-                "stall from a slow mode, so the interval's upper end is that of the mean costs with them")
+        return (
+            f"{aside.n_slow} of {aside.n_probes} pulls took {aside.ratio:.2g}x the fitted time, too few to tell a "
+            "stall from a slow mode, so the interval's upper end is that of the mean costs with them"
+        )
     if mode is None:
         return None
-    return (f"the pull has a slow mode ({mode.n_slow} of {mode.n_probes} pulls, {mode.share:.0%}, took {mode.ratio:.2g}x "
-            f"the fast time), so the break-even is that of the mean costs the router pays"
-            + (f" (the fast pulls alone cross at {fmt(fit.fast_break_even_tokens)})" if fit.fast_break_even_tokens else ""))
+    return (
+        f"the pull has a slow mode ({mode.n_slow} of {mode.n_probes} pulls, {mode.share:.0%}, took {mode.ratio:.2g}x "
+        f"the fast time), so the break-even is that of the mean costs the router pays"
+        + (f" (the fast pulls alone cross at {fmt(fit.fast_break_even_tokens)})" if fit.fast_break_even_tokens else "")
+    )
 
 
 @dataclass
@@ -152,13 +162,19 @@ def disturbance_gate(w: Working, allow_disturbed: bool) -> None:
     host = w.fit.host_disturbance
     if host is None or not host.disturbed:
         return
-    figure = (f"other processes took up to {host.max:.0%} (median {host.median:.0%}) of {host.resource} "
-              f"in {len(host.disturbed_probes)} of {host.n_measured} probes")
+    figure = (
+        f"other processes took up to {host.max:.0%} (median {host.median:.0%}) of {host.resource} "
+        f"in {len(host.disturbed_probes)} of {host.n_measured} probes"
+    )
     if not allow_disturbed:
-        raise NoThreshold(f"no threshold: the sweep measured a disturbed host ({figure}); rerun `kvcal sweep` "
-                          "when the machine is quiet (check with `top`), or pass --allow-disturbed to emit anyway")
-    w.warnings.append(f"the sweep measured a disturbed host ({figure}); emitted because of --allow-disturbed: "
-                      "rerun `kvcal sweep` on a quiet machine before trusting it")
+        raise NoThreshold(
+            f"no threshold: the sweep measured a disturbed host ({figure}); rerun `kvcal sweep` "
+            "when the machine is quiet (check with `top`), or pass --allow-disturbed to emit anyway"
+        )
+    w.warnings.append(
+        f"the sweep measured a disturbed host ({figure}); emitted because of --allow-disturbed: "
+        "rerun `kvcal sweep` on a quiet machine before trusting it"
+    )
 
 
 def refuse_never_or_tie(w: Working) -> None:

@@ -8,8 +8,12 @@ Public API: :class:`EnginePair` and :class:`LegMeasurement`, the pairs :class:`V
 from kvcal.lazy import public_api
 
 _API = {
-    "EnginePair": "kvcal.engines.base", "LegMeasurement": "kvcal.engines.base", "VllmPair": "kvcal.engines.vllm",
-    "pair_from_config": "kvcal.engines.vllm", "SimPair": "kvcal.engines.sim", "SimCosts": "kvcal.sim_costs",
+    "EnginePair": "kvcal.engines.base",
+    "LegMeasurement": "kvcal.engines.base",
+    "VllmPair": "kvcal.engines.vllm",
+    "pair_from_config": "kvcal.engines.vllm",
+    "SimPair": "kvcal.engines.sim",
+    "SimCosts": "kvcal.sim_costs",
 }
 __all__ = list(_API)
 __getattr__ = public_api(__name__, _API)

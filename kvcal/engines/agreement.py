@@ -43,8 +43,13 @@ def identity(url: str, model: str | None, cache_info: Mapping[str, str] | None) 
         if not (block.isdigit() and 0 < int(block) <= MAX_BLOCK_SIZE):
             raise ValueError(f"vllm:cache_config_info block_size={block[:40]!r}")
         size = int(block)
-    return EngineIdentity(url=url, model=model or None, block_size=size,
-                          cache_dtype=_text(labels.get("cache_dtype")), dtype=_text(labels.get("dtype")))
+    return EngineIdentity(
+        url=url,
+        model=model or None,
+        block_size=size,
+        cache_dtype=_text(labels.get("cache_dtype")),
+        dtype=_text(labels.get("dtype")),
+    )
 
 
 def _text(value: object) -> str | None:
@@ -57,18 +62,25 @@ def refuse_mismatch(producer: EngineIdentity, consumer: EngineIdentity) -> None:
 
     A fact that one engine does not report cannot be compared and is left alone.
     """
-    differ = [f"{label} {getattr(producer, name)} against {getattr(consumer, name)}" for name, label in COMPARED
-              if None not in (getattr(producer, name), getattr(consumer, name))
-              and getattr(producer, name) != getattr(consumer, name)]
+    differ = [
+        f"{label} {getattr(producer, name)} against {getattr(consumer, name)}"
+        for name, label in COMPARED
+        if None not in (getattr(producer, name), getattr(consumer, name))
+        and getattr(producer, name) != getattr(consumer, name)
+    ]
     if differ:
-        raise InputError(f"the producer at {producer.url} and the consumer at {consumer.url} disagree: "
-                         f"{'; '.join(differ)}; a pull between them moves KV the consumer cannot use. "
-                         "Attach two engines started alike")
+        raise InputError(
+            f"the producer at {producer.url} and the consumer at {consumer.url} disagree: "
+            f"{'; '.join(differ)}; a pull between them moves KV the consumer cannot use. "
+            "Attach two engines started alike"
+        )
 
 
 def refuse_setting(engines: EngineIdentity, block_size: int) -> None:
     """InputError when ``--block-size`` (given by the user) contradicts the block size the engines report."""
     if engines.block_size is not None and engines.block_size != block_size:
-        raise InputError(f"--block-size {block_size} contradicts the engines at {engines.url}, which report "
-                         f"block size {engines.block_size}; leave --block-size out when attaching (it is read from "
-                         "the engines) or pass the engines' own")
+        raise InputError(
+            f"--block-size {block_size} contradicts the engines at {engines.url}, which report "
+            f"block size {engines.block_size}; leave --block-size out when attaching (it is read from "
+            "the engines) or pass the engines' own"
+        )

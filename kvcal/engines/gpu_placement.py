@@ -82,8 +82,13 @@ def given_sizes(args: Sequence[str]) -> ParallelSizes | None:
     if all(v is None for v in values):
         return None
     tensor, pipeline, prefill_context, data, data_local = values
-    return ParallelSizes(tensor=tensor or 1, pipeline=pipeline or 1, data=data or 1,
-                         prefill_context=prefill_context or 1, data_local=data_local)
+    return ParallelSizes(
+        tensor=tensor or 1,
+        pipeline=pipeline or 1,
+        data=data or 1,
+        prefill_context=prefill_context or 1,
+        data_local=data_local,
+    )
 
 
 def place(role: str, devices: str, args: Sequence[str]) -> tuple[ParallelSizes, list[str]]:
@@ -99,5 +104,6 @@ def place(role: str, devices: str, args: Sequence[str]) -> tuple[ParallelSizes, 
         raise InputError(
             f"the engine arguments size each engine to {given.gpus} GPU(s) ({given.shown()}) but the {role} sees "
             f"{seen} (CUDA_VISIBLE_DEVICES={devices}): give each role {given.gpus} with "
-            f"--producer-gpus/--consumer-gpus (comma-separated GPU ids), or sizes whose product is {seen}")
+            f"--producer-gpus/--consumer-gpus (comma-separated GPU ids), or sizes whose product is {seen}"
+        )
     return given, []

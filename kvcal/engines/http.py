@@ -137,8 +137,9 @@ class EngineClient:
         return EngineError(f"{self.name} at {self.base_url}: {what}: {one_line(str(err))}")
 
     @contextmanager
-    def _request(self, method: str, path: str, deadline_s: float, *, metrics: bool = False,
-                 **kwargs: Any) -> Iterator[tuple[httpx.Response, Deadline]]:
+    def _request(
+        self, method: str, path: str, deadline_s: float, *, metrics: bool = False, **kwargs: Any
+    ) -> Iterator[tuple[httpx.Response, Deadline]]:
         """One request under a total deadline; httpx and deadline failures become one-line EngineErrors."""
         client = self._metrics_client if metrics else self._client
         what = f"{method} {path}"
@@ -152,12 +153,15 @@ class EngineClient:
                 if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout)):
                     raise self.fail(f"unreachable ({what})", f"{type(err).__name__}: {err}") from None
                 if deadline.expired or isinstance(err, httpx.TimeoutException):  # a read's timeout is what was left
-                    raise self.fail(f"{what} ran past its {deadline_s:g} s deadline",
-                                    "the engine did not finish its answer in time") from None
+                    raise self.fail(
+                        f"{what} ran past its {deadline_s:g} s deadline", "the engine did not finish its answer in time"
+                    ) from None
                 raise self.fail(f"{what} failed", f"{type(err).__name__}: {err}") from None
             _stop_if_signalled()
             if deadline.expired:  # the socket was shut while the body ended cleanly
-                raise self.fail(f"{what} ran past its {deadline_s:g} s deadline", "the engine did not finish its answer in time")
+                raise self.fail(
+                    f"{what} ran past its {deadline_s:g} s deadline", "the engine did not finish its answer in time"
+                )
 
     def _read(self, response: httpx.Response, deadline: Deadline, what: str, cap: int) -> bytes:
         """The body, at most ``cap`` bytes (more is the engine's error), within the deadline."""
@@ -235,7 +239,9 @@ class EngineClient:
                     raise self.fail("completion failed", f"the engine sent a malformed stream event: {payload[:120]!r}")
                 if "error" in event:
                     error = event["error"]
-                    raise self.fail("completion failed", error.get("message", error) if isinstance(error, dict) else error)
+                    raise self.fail(
+                        "completion failed", error.get("message", error) if isinstance(error, dict) else error
+                    )
                 choices = event.get("choices")
                 if first_ns is None and choices:
                     first_ns = time.perf_counter_ns()
@@ -245,7 +251,9 @@ class EngineClient:
         end_ns = time.perf_counter_ns()
         if first_ns is None:
             raise self.fail("completion failed", "the stream ended without a token")
-        return StreamTiming(ttft_ms=(first_ns - start_ns) / _NS_PER_MS, total_ms=(end_ns - start_ns) / _NS_PER_MS, text=text)
+        return StreamTiming(
+            ttft_ms=(first_ns - start_ns) / _NS_PER_MS, total_ms=(end_ns - start_ns) / _NS_PER_MS, text=text
+        )
 
     def _events(self, response: httpx.Response, deadline: Deadline) -> Iterator[bytes]:
         """The ``data:`` payloads of an SSE stream, split here so that no line or stream outgrows its cap."""
@@ -255,8 +263,10 @@ class EngineClient:
         for chunk in response.iter_bytes():
             read += len(chunk)
             if read > cap:
-                raise self.fail("the completion stream ran on", f"more than {cap:,} bytes for one token "
-                                 f"(kvcal reads at most that); last: {chunk[-120:]!r}")
+                raise self.fail(
+                    "the completion stream ran on",
+                    f"more than {cap:,} bytes for one token (kvcal reads at most that); last: {chunk[-120:]!r}",
+                )
             *lines, pending = (pending + chunk).split(b"\n")
             for line in lines:
                 if line.startswith(b"data:"):
@@ -266,15 +276,22 @@ class EngineClient:
         if pending.startswith(b"data:"):
             yield pending[5:].strip()
 
-    def complete(self, token_ids: list[int], kv_transfer_params: dict[str, Any] | None = None,
-                 headers: dict[str, str] | None = None) -> Completion:
+    def complete(
+        self,
+        token_ids: list[int],
+        kv_transfer_params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Completion:
         """One non-streamed completion (the producer leg, which needs the response's ``kv_transfer_params``).
 
         ``headers``: e.g. vLLM's ``X-data-parallel-rank`` to send it to one rank of a data-parallel engine.
         """
         body = self._body(token_ids, False, kv_transfer_params)
         start_ns = time.perf_counter_ns()
-        with self._request("POST", "/v1/completions", self.request_timeout_s, json=body, headers=headers) as (response, deadline):
+        with self._request("POST", "/v1/completions", self.request_timeout_s, json=body, headers=headers) as (
+            response,
+            deadline,
+        ):
             ok = response.status_code == 200
             raw = self._read(response, deadline, "POST /v1/completions", CAPS["completion"] if ok else CAPS["error"])
         elapsed_ms = (time.perf_counter_ns() - start_ns) / _NS_PER_MS

@@ -133,7 +133,7 @@ def label_matches(actual: str, wanted: str) -> bool:
     """``wanted`` equals ``actual``; ``*:type`` also matches a tier named by position, ``<n>:type`` (vLLM 0.33)."""
     if not wanted.startswith(_ANY_POSITION):
         return actual == wanted
-    kind = wanted[len(_ANY_POSITION):]
+    kind = wanted[len(_ANY_POSITION) :]
     position, _, found = actual.rpartition(":")
     return found == kind and (not position or position.isdigit())
 
@@ -186,7 +186,7 @@ def gauge_total(text: str, name: str) -> float | None:
     """Sum of a gauge's samples (e.g. ``vllm:num_requests_waiting``) in a metrics page; None if absent."""
     found: float | None = None
     for line in text.splitlines():
-        if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " "):
+        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
             try:
                 value = float(line.rsplit(" ", 1)[-1])
             except ValueError:

@@ -65,7 +65,9 @@ def sigterm_raises() -> Iterator[None]:
         raise KeyboardInterrupt(f"signal {signum}")
 
     defaults = ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler))
-    previous = {signum: signal.signal(signum, _raise) for signum, default in defaults if signal.getsignal(signum) == default}
+    previous = {
+        signum: signal.signal(signum, _raise) for signum, default in defaults if signal.getsignal(signum) == default
+    }
     try:
         yield
     finally:
@@ -208,7 +210,9 @@ class ServerProcess:
             raise EngineError(f"{self.name} was never started")
         code = self.proc.poll()
         if code is not None:
-            raise EngineError(f"{self.name} exited with status {code}: {log_tail(self.log_path)} (log: {self.log_path})")
+            raise EngineError(
+                f"{self.name} exited with status {code}: {log_tail(self.log_path)} (log: {self.log_path})"
+            )
 
     def is_ready(self, client: httpx.Client, timeout_s: float = HEALTH_PROBE_S) -> bool:
         """One readiness probe: alive (else EngineError) and ``ready_url`` answers 200 within ``timeout_s`` in all."""

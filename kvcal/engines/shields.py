@@ -63,8 +63,11 @@ def block_broken_imports(names: tuple[str, ...] = OPTIONAL_MEDIA) -> list[str]:
                 del sys.modules[loaded]
             sys.modules[name] = None  # type: ignore[assignment]  # import now raises ImportError
             blocked.append(name)
-            log.warning("%s does not load beside this torch (%s); blocked for this engine", name,
-                        str(err).splitlines()[0] if str(err) else type(err).__name__)
+            log.warning(
+                "%s does not load beside this torch (%s); blocked for this engine",
+                name,
+                str(err).splitlines()[0] if str(err) else type(err).__name__,
+            )
     return blocked
 
 

@@ -105,12 +105,16 @@ class SimPair(EnginePair):
             if self.fail_pull_rate and self._rng.random() < self.fail_pull_rate:
                 # A pull that silently fell back to recompute (e.g. mismatched PYTHONHASHSEED).
                 return LegMeasurement(ttft_ms=self._noisy(self.costs.recompute_ms(n)) + wait, bytes_moved=0)
-            wait += (self.costs.requeue_ms if computing_busy else 0.0) + (self.costs.source_wait_ms if source_busy else 0.0)
+            wait += (self.costs.requeue_ms if computing_busy else 0.0) + (
+                self.costs.source_wait_ms if source_busy else 0.0
+            )
             moved = (n // self._block_size) * self._block_size * self._kv_bytes_per_token
             if not self.session_open:
                 wait += self.costs.session_ms
                 self.session_open = True
-            return LegMeasurement(ttft_ms=self._noisy(self.costs.pull_ms(n)) + wait, bytes_moved=moved, producer_ttft_ms=None)
+            return LegMeasurement(
+                ttft_ms=self._noisy(self.costs.pull_ms(n)) + wait, bytes_moved=moved, producer_ttft_ms=None
+            )
         return LegMeasurement(ttft_ms=self._noisy(self.costs.recompute_ms(n)) + wait, bytes_moved=0)
 
     def load_target(self, role: Role) -> LoadTarget:

@@ -37,8 +37,9 @@ class FleetShape:
     busy_computing_share: float = 0.2
 
 
-def simulate_production(costs: SimCosts, n_requests: int, *, shape: FleetShape = FleetShape(),
-                        seed: int = 0) -> tuple[list[dict[str, Any]], list[str]]:
+def simulate_production(
+    costs: SimCosts, n_requests: int, *, shape: FleetShape = FleetShape(), seed: int = 0
+) -> tuple[list[dict[str, Any]], list[str]]:
     """(inference-perf per-request records, EPP log lines) for ``n_requests`` simulated requests."""
     rng = np.random.default_rng([seed, 4242])
     sigma = float(np.sqrt(np.log1p(costs.noise_cv**2)))
@@ -51,7 +52,11 @@ def simulate_production(costs: SimCosts, n_requests: int, *, shape: FleetShape =
         suffix = int(rng.integers(shape.suffix_tokens[0], shape.suffix_tokens[1] + 1))
         n_in = shape.prefix_tokens + suffix
         draw = rng.random()
-        outcome = "pulled" if draw < shape.pulled_share else ("self" if draw < shape.pulled_share + shape.self_share else "no-best-match")
+        outcome = (
+            "pulled"
+            if draw < shape.pulled_share
+            else ("self" if draw < shape.pulled_share + shape.self_share else "no-best-match")
+        )
         best = shape.prefix_tokens if outcome != "no-best-match" else 0
         computing = shape.prefix_tokens if outcome == "self" else 0
         source_waiting = int(rng.integers(1, 5)) if rng.random() < shape.busy_source_share else 0
@@ -59,31 +64,56 @@ def simulate_production(costs: SimCosts, n_requests: int, *, shape: FleetShape =
         pulled = outcome == "pulled"
         uncached = n_in - (best if pulled else computing)
         bs, bc = source_waiting >= 1, computing_waiting >= 1
-        curve_ms = float(costs.recompute_ms(uncached)) + pulled * (float(costs.pull_ms(best)) - costs.recompute_intercept_ms)
+        curve_ms = float(costs.recompute_ms(uncached)) + pulled * (
+            float(costs.pull_ms(best)) - costs.recompute_intercept_ms
+        )
         delays_ms = bc * costs.busy_computing_ms + pulled * (bs * costs.source_wait_ms + bc * costs.requeue_ms)
         ttft_s = (curve_ms * float(rng.lognormal(-sigma * sigma / 2, sigma)) + delays_ms) / 1e3
         clock += float(rng.exponential(0.05))
         tokens = [clock + ttft_s + 0.01 * k for k in range(4)]
-        chunks = [json.dumps({"id": f"cmpl-{rid}", "object": "text_completion", "choices": [{"index": 0, "text": " a"}]})
-                  for _ in tokens]
+        chunks = [
+            json.dumps({"id": f"cmpl-{rid}", "object": "text_completion", "choices": [{"index": 0, "text": " a"}]})
+            for _ in tokens
+        ]
         # inference-perf 0.7.0's record: a monotonic clock, one chunk per token time, the input
         # tokens under request_metrics (info.input_tokens is its deprecated mirror).
-        requests.append({
-            "start_time": clock - epoch, "end_time": tokens[-1] - epoch, "error": None,
-            "info": {"request_metrics": {"text": {"input_tokens": n_in}}, "input_tokens": n_in,
-                     "response_metrics": {"output_tokens": len(tokens), "response_chunks": chunks,
-                                          "chunk_times": [t - epoch for t in tokens],
-                                          "output_token_times": [t - epoch for t in tokens]}},
-        })
-        decision = {"level": "info", "ts": clock, "logger": "p2p-source-producer", "msg": "p2p decision",
-                    "requestID": rid, "outcome": outcome, "bestCachedTokens": best, "computingCachedTokens": computing,
-                    "deltaTokens": best - computing, "sourceWaiting": source_waiting, "computingWaiting": computing_waiting}
+        requests.append(
+            {
+                "start_time": clock - epoch,
+                "end_time": tokens[-1] - epoch,
+                "error": None,
+                "info": {
+                    "request_metrics": {"text": {"input_tokens": n_in}},
+                    "input_tokens": n_in,
+                    "response_metrics": {
+                        "output_tokens": len(tokens),
+                        "response_chunks": chunks,
+                        "chunk_times": [t - epoch for t in tokens],
+                        "output_token_times": [t - epoch for t in tokens],
+                    },
+                },
+            }
+        )
+        decision = {
+            "level": "info",
+            "ts": clock,
+            "logger": "p2p-source-producer",
+            "msg": "p2p decision",
+            "requestID": rid,
+            "outcome": outcome,
+            "bestCachedTokens": best,
+            "computingCachedTokens": computing,
+            "deltaTokens": best - computing,
+            "sourceWaiting": source_waiting,
+            "computingWaiting": computing_waiting,
+        }
         lines.append("2026-12-03T09:00:00.000000Z " + json.dumps(decision))
     return requests, lines
 
 
-def write_production(folder: Path, costs: SimCosts, n_requests: int, *, shape: FleetShape = FleetShape(),
-                     seed: int = 0) -> tuple[Path, Path]:
+def write_production(
+    folder: Path, costs: SimCosts, n_requests: int, *, shape: FleetShape = FleetShape(), seed: int = 0
+) -> tuple[Path, Path]:
     """Write ``per_request_lifecycle_metrics.json`` and ``epp.log`` into ``folder``; return their paths."""
     requests, lines = simulate_production(costs, n_requests, shape=shape, seed=seed)
     folder.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ _TOKENIZER_TARGET_VOCAB = 2048
 _SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>"]
 _REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
+
 def _tiny_config(vocab_size: int) -> dict[str, Any]:
     return {
         "architectures": ["LlamaForCausalLM"],

@@ -68,7 +68,9 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
         if s.dp_ranks < 1:
             raise InputError(f"--dp-ranks must be >= 1 (got {s.dp_ranks})")
         if s.dp_ranks > 1 and not s.attach:
-            raise InputError("--dp-ranks seeds every rank of running engines: use it in attach mode (--producer-url/--consumer-url)")
+            raise InputError(
+                "--dp-ranks seeds every rank of running engines: use it in attach mode (--producer-url/--consumer-url)"
+            )
         self.transport = get_transport(s.transport, s.transport_options)
         self.cache_dir = Path(s.cache_dir or default_cache_dir()).expanduser()
         self.run_dir = Path(s.run_dir) if s.run_dir else self.cache_dir / "runs"
@@ -224,7 +226,9 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
                 raise client.fail("cannot list models", "the server serves no model")
             client.model = served[0].id
             try:
-                labels = info_labels(client.metrics_text(timeout_s=_left(ready_by, client)), "vllm:cache_config_info") or {}
+                labels = (
+                    info_labels(client.metrics_text(timeout_s=_left(ready_by, client)), "vllm:cache_config_info") or {}
+                )
                 found[role] = identity(client.base_url, served[0].root or served[0].id, labels)
             except MetricsPageError as err:
                 raise client.fail("GET /metrics sent a page that is not Prometheus text", err) from None
@@ -263,8 +267,13 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
 
         Attach: what the engines report.
         """
-        return vllm_setup(self.settings, self.transport, self.plan, block_size=self.block_size,
-                          kv_bytes_per_token=self.kv_bytes_per_token)
+        return vllm_setup(
+            self.settings,
+            self.transport,
+            self.plan,
+            block_size=self.block_size,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+        )
 
     def facts(self) -> PairFacts:
         """Launch: the env, cores or GPUs kvcal set per role and the device.
@@ -272,16 +281,21 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
         Attach: the mode and the producer's DP size.
         """
         if self.settings.attach:
-            return PairFacts(engine="vllm", mode="attach", producer=RoleFacts(data_parallel_size=self.settings.dp_ranks))
+            return PairFacts(
+                engine="vllm", mode="attach", producer=RoleFacts(data_parallel_size=self.settings.dp_ranks)
+            )
         roles = {}
         sizes = self.plan.parallel_sizes() or {}
         for role in ROLES:
             env, size = self.plan.env(role), sizes.get(role)
-            roles[role.value] = RoleFacts(env=env, cpus=env.get("VLLM_CPU_OMP_THREADS_BIND"),
-                                          gpus=env.get("CUDA_VISIBLE_DEVICES"),
-                                          tensor_parallel_size=size.tensor if size else None,
-                                          pipeline_parallel_size=size.pipeline if size else None,
-                                          data_parallel_size=size.data if size else None)
+            roles[role.value] = RoleFacts(
+                env=env,
+                cpus=env.get("VLLM_CPU_OMP_THREADS_BIND"),
+                gpus=env.get("CUDA_VISIBLE_DEVICES"),
+                tensor_parallel_size=size.tensor if size else None,
+                pipeline_parallel_size=size.pipeline if size else None,
+                data_parallel_size=size.data if size else None,
+            )
         return PairFacts(engine="vllm", mode="launch", device=self.plan.device, **roles)
 
     def describe(self) -> dict[str, Any]:
@@ -302,8 +316,12 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
             "max_model_len": self._engine_facts.get("max_model_len") or self.plan.max_model_len(),
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "dp_ranks": self.settings.dp_ranks,
-            "parallel_sizes": {r.value: asdict(p) for r, p in (self.plan.parallel_sizes() or {}).items()} if launch else None,
-            "kv_transfer_config": {r.value: self.transport.kv_transfer_config(r, self.plan.device, self.plan.side(r)) for r in roles}
+            "parallel_sizes": {r.value: asdict(p) for r, p in (self.plan.parallel_sizes() or {}).items()}
+            if launch
+            else None,
+            "kv_transfer_config": {
+                r.value: self.transport.kv_transfer_config(r, self.plan.device, self.plan.side(r)) for r in roles
+            }
             if launch
             else None,
             "env": {r.value: self.plan.env(r) for r in roles} if launch else None,

@@ -142,14 +142,18 @@ def split_gpus(visible: list[str], share: Sequence[float] | None) -> tuple[str, 
     """Producer and consumer ``CUDA_VISIBLE_DEVICES``: halves of ``visible``, or all of them for both when shared."""
     if share is not None:
         if len(share) != 2 or not all(0 < f < 1 for f in share) or sum(share) >= 1:
-            raise InputError(f"--share-gpu needs two memory fractions, producer,consumer, each in (0, 1) and summing "
-                             f"under 1, e.g. 0.45,0.45 (got {','.join(map(str, share))})")
+            raise InputError(
+                f"--share-gpu needs two memory fractions, producer,consumer, each in (0, 1) and summing "
+                f"under 1, e.g. 0.45,0.45 (got {','.join(map(str, share))})"
+            )
         return ",".join(visible), ",".join(visible)
     if len(visible) < 2:
-        raise InputError(f"one GPU visible ({','.join(visible) or 'none'}): both engines on it would fail vLLM's free-memory "
-                         "check; give each its own (--producer-gpus/--consumer-gpus) or share it with --share-gpu 0.45,0.45")
+        raise InputError(
+            f"one GPU visible ({','.join(visible) or 'none'}): both engines on it would fail vLLM's free-memory "
+            "check; give each its own (--producer-gpus/--consumer-gpus) or share it with --share-gpu 0.45,0.45"
+        )
     half = len(visible) // 2
-    return ",".join(visible[:half]), ",".join(visible[half:2 * half])
+    return ",".join(visible[:half]), ",".join(visible[half : 2 * half])
 
 
 def check_shm(transport: Transport, *, engines: int = 2, path: str = "/dev/shm") -> None:
@@ -158,16 +162,20 @@ def check_shm(transport: Transport, *, engines: int = 2, path: str = "/dev/shm")
     if not need:
         return
     gib = 2**30
-    fix = (f"enlarge it (docker run --shm-size={-(-need * engines // gib) + 1}g; "
-           "in Kubernetes a memory emptyDir at /dev/shm) "
-           "or lower --cpu-bytes-to-use")
+    fix = (
+        f"enlarge it (docker run --shm-size={-(-need * engines // gib) + 1}g; "
+        "in Kubernetes a memory emptyDir at /dev/shm) "
+        "or lower --cpu-bytes-to-use"
+    )
     try:
         free = shutil.disk_usage(path).free
     except OSError:
         raise HardwareError(f"{path} is missing but {transport.name}'s CPU tier is an mmap there: {fix}") from None
     if free < need * engines:
-        raise HardwareError(f"{path} has {free / gib:.1f} GiB free but the {engines} engines' {transport.name} CPU tiers need "
-                            f"{engines} x {need / gib:g} GiB (cpu_bytes_to_use): {fix}")
+        raise HardwareError(
+            f"{path} has {free / gib:.1f} GiB free but the {engines} engines' {transport.name} CPU tiers need "
+            f"{engines} x {need / gib:g} GiB (cpu_bytes_to_use): {fix}"
+        )
 
 
 def looks_local(model: str) -> bool:

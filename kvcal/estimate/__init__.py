@@ -7,7 +7,8 @@ campaigns with the sweep's own controller: :mod:`kvcal.sweep.lengths.simulate_de
 from kvcal.lazy import public_api
 
 _API = {
-    "predict": "kvcal.estimate.predict", "sanity_for_fit": "kvcal.estimate.sanity",
+    "predict": "kvcal.estimate.predict",
+    "sanity_for_fit": "kvcal.estimate.sanity",
     "kv_bytes_per_token": "kvcal.estimate.profiles",
 }
 __all__ = list(_API)

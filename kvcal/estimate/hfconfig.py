@@ -191,8 +191,12 @@ def _mlp(cfg: dict[str, Any], model_type: str, layers: int) -> dict[str, Any]:
     shared = int(cfg.get("n_shared_experts") or cfg.get("num_shared_experts") or 0)
     mlp: dict[str, Any] = {
         "first_dense_layers": dense_layers,
-        "moe": {"experts": int(experts), "experts_per_token": per_token, "shared_experts": shared,
-                "expert_intermediate_size": expert_width},
+        "moe": {
+            "experts": int(experts),
+            "experts_per_token": per_token,
+            "shared_experts": shared,
+            "expert_intermediate_size": expert_width,
+        },
     }
     if dense_layers:
         mlp["intermediate_size"] = _count(cfg, "intermediate_size")

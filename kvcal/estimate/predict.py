@@ -101,7 +101,10 @@ class CostModel:
         """(c0, c1, c2) of recompute(n) - pull(n) on the piece that holds ``n_inside``: exact, not fitted."""
         scale = 1e3 / self.flops_per_s
         c0 = self.overhead_ms - self.pull_floor_ms
-        c1 = 2.0 * matmul_params_per_token(self.model) * scale - self.layout.bytes_per_token / self.pull_bytes_per_s * 1e3
+        c1 = (
+            2.0 * matmul_params_per_token(self.model) * scale
+            - self.layout.bytes_per_token / self.pull_bytes_per_s * 1e3
+        )
         c2 = 0.0
         for weight, window in attention_terms(self.model):
             if window is None or n_inside <= window:  # n(n+1)/2
@@ -185,7 +188,9 @@ def build_cost_model(model: ModelProfile, accelerator: Accelerator, link: Link, 
     )
 
 
-def predict(model: ModelProfile, accelerator: Accelerator, link: Link, settings: PredictSettings | None = None) -> Prediction:
+def predict(
+    model: ModelProfile, accelerator: Accelerator, link: Link, settings: PredictSettings | None = None
+) -> Prediction:
     """Predicted curves and break-even for ``model`` on ``devices`` x ``accelerator`` pulling over ``link``."""
     settings = settings or PredictSettings()
     cost = build_cost_model(model, accelerator, link, settings)

@@ -22,8 +22,15 @@ HARDWARE_SCHEMA: Final = "kvcal.hardware/1"
 #: Bytes per KV element, by canonical dtype name.
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
 _DTYPE_ALIASES = {
-    "fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
-    "fp8": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2",
+    "fp32": "float32",
+    "float": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp8": "fp8_e4m3",
+    "fp8_e4m3fn": "fp8_e4m3",
+    "float8_e4m3fn": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2",
 }
 
 
@@ -32,7 +39,9 @@ def normalize_kv_dtype(name: str) -> str:
     key = name.strip().lower()
     key = _DTYPE_ALIASES.get(key, key)
     if key not in DTYPE_BYTES:
-        raise InputError(f"unknown KV dtype {name!r}; use one of {', '.join(sorted(DTYPE_BYTES))} (or bf16, fp16, fp8, auto)")
+        raise InputError(
+            f"unknown KV dtype {name!r}; use one of {', '.join(sorted(DTYPE_BYTES))} (or bf16, fp16, fp8, auto)"
+        )
     return key
 
 
@@ -71,29 +80,43 @@ class Indexer(Spec):
     head_dim: int = Field(gt=0, description="Indexer key/query width (index_head_dim).")
     topk: int = Field(gt=0, description="Keys the main attention keeps per query (index_topk).")
     layers: int = Field(gt=0, description="Layers that run their own indexer and store its keys (others share one).")
-    key_bytes_per_token: int = Field(gt=0, description="Indexer key bytes per token per indexer layer (FP8 keys plus scales).")
+    key_bytes_per_token: int = Field(
+        gt=0, description="Indexer key bytes per token per indexer layer (FP8 keys plus scales)."
+    )
 
 
 class Attention(Spec):
     """The attention layout: what it stores per token (KV bytes) and what it computes (FLOPs)."""
 
-    kind: AttentionKind = Field(description="mha or gqa (K and V per KV head) or mla (one compressed latent per token).")
+    kind: AttentionKind = Field(
+        description="mha or gqa (K and V per KV head) or mla (one compressed latent per token)."
+    )
     num_heads: int = Field(gt=0, description="Query heads.")
     num_kv_heads: int | None = Field(None, gt=0, description="KV heads (MHA/GQA only).")
     head_dim: int | None = Field(None, gt=0, description="Width of one K or V head (MHA/GQA only).")
-    q_lora_rank: int | None = Field(None, gt=0, description="MLA query compression rank; null when queries are not compressed.")
+    q_lora_rank: int | None = Field(
+        None, gt=0, description="MLA query compression rank; null when queries are not compressed."
+    )
     kv_lora_rank: int | None = Field(None, gt=0, description="MLA latent width stored per token (MLA only).")
-    qk_rope_head_dim: int | None = Field(None, gt=0, description="MLA decoupled rope key width stored per token (MLA only).")
+    qk_rope_head_dim: int | None = Field(
+        None, gt=0, description="MLA decoupled rope key width stored per token (MLA only)."
+    )
     qk_nope_head_dim: int | None = Field(None, gt=0, description="MLA per-head non-rope query/key width (MLA only).")
     v_head_dim: int | None = Field(None, gt=0, description="MLA per-head value width (MLA only).")
     sliding_window: SlidingWindow | None = Field(None, description="Sliding-window layers, if any.")
-    indexer: Indexer | None = Field(None, description="Sparse-attention indexer, if any (its keys are extra per-token state).")
+    indexer: Indexer | None = Field(
+        None, description="Sparse-attention indexer, if any (its keys are extra per-token state)."
+    )
 
     @model_validator(mode="after")
     def _fields_match_kind(self) -> Attention:
         if self.kind is AttentionKind.MLA:
-            need = {"kv_lora_rank": self.kv_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim,
-                    "qk_nope_head_dim": self.qk_nope_head_dim, "v_head_dim": self.v_head_dim}
+            need = {
+                "kv_lora_rank": self.kv_lora_rank,
+                "qk_rope_head_dim": self.qk_rope_head_dim,
+                "qk_nope_head_dim": self.qk_nope_head_dim,
+                "v_head_dim": self.v_head_dim,
+            }
         else:
             need = {"num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}
         missing = [k for k, v in need.items() if v is None]
@@ -148,11 +171,15 @@ class Mlp(Spec):
 class ModelProfile(Spec):
     """One model's KV layout and compute facts (``kvcal/estimate/profile_data/models/NAME.yaml``)."""
 
-    schema_: Literal["kvcal.model/1"] = Field(MODEL_SCHEMA, alias="schema", description="Schema id; always kvcal.model/1.")
+    schema_: Literal["kvcal.model/1"] = Field(
+        MODEL_SCHEMA, alias="schema", description="Schema id; always kvcal.model/1."
+    )
     name: str = Field(min_length=1, description="Profile name used on the command line, e.g. llama-3.1-8b.")
     display_name: str = Field(description="Human name, e.g. Llama-3.1-8B.")
     hf_id: str | None = Field(None, description="Hugging Face repo id the facts come from.")
-    aliases: list[str] = Field(default_factory=list, description="Other names a run may carry (repo ids, served names).")
+    aliases: list[str] = Field(
+        default_factory=list, description="Other names a run may carry (repo ids, served names)."
+    )
     architecture: str = Field(description="HF architectures[0], e.g. LlamaForCausalLM.")
     layers: int = Field(gt=0, description="Decoder layers run in prefill (MTP/next-n layers excluded).")
     hidden_size: int = Field(gt=0, description="Residual stream width.")
@@ -160,11 +187,18 @@ class ModelProfile(Spec):
     tie_word_embeddings: bool = Field(False, description="Whether the output head shares the embedding matrix.")
     max_position_embeddings: int = Field(gt=0, description="Longest context the config allows; predictions stop there.")
     attention: Attention = Field(description="Attention layout.")
-    mlp: Mlp | None = Field(None, description="Feed-forward layout (dense or MoE); null when unknown (a config without "
-                            "MLP sizes): the KV layout stands, the compute estimate is incomplete.")
+    mlp: Mlp | None = Field(
+        None,
+        description="Feed-forward layout (dense or MoE); null when unknown (a config without "
+        "MLP sizes): the KV layout stands, the compute estimate is incomplete.",
+    )
     kv_dtype: str = Field("bfloat16", description="KV cache dtype the engine uses by default ('auto' = model dtype).")
-    compute_dtype: Literal["bf16", "fp8"] = Field("bf16", description="Dtype of the dominant prefill GEMMs: picks the peak rate.")
-    active_params_published: float | None = Field(None, gt=0, description="Published active parameters per token, for reference only.")
+    compute_dtype: Literal["bf16", "fp8"] = Field(
+        "bf16", description="Dtype of the dominant prefill GEMMs: picks the peak rate."
+    )
+    active_params_published: float | None = Field(
+        None, gt=0, description="Published active parameters per token, for reference only."
+    )
     sources: list[str] = Field(min_length=1, description="Where each figure comes from (URLs or documents).")
     notes: Notes = ""
 
@@ -188,12 +222,18 @@ class HardwareSpec(Spec):
     """What every hardware profile states first (schema, kind, names); each figure a kind lists in ``cited``
     must carry a citation in its ``sources``."""
 
-    schema_: Literal["kvcal.hardware/1"] = Field(HARDWARE_SCHEMA, alias="schema", description="Schema id; always kvcal.hardware/1.")
+    schema_: Literal["kvcal.hardware/1"] = Field(
+        HARDWARE_SCHEMA, alias="schema", description="Schema id; always kvcal.hardware/1."
+    )
     kind: str = Field(description="Discriminator: accelerator or link.")
-    name: str = Field(min_length=1, description="Profile name used on the command line (--hardware h200, --link rdma-400).")
+    name: str = Field(
+        min_length=1, description="Profile name used on the command line (--hardware h200, --link rdma-400)."
+    )
     display_name: str = Field(description="Human name, e.g. NVIDIA H200 SXM 141GB.")
-    aliases: list[str] = Field(default_factory=list, description="Other names a run may carry (nvidia-smi and short names; "
-                               "a link's transport names).")
+    aliases: list[str] = Field(
+        default_factory=list,
+        description="Other names a run may carry (nvidia-smi and short names; a link's transport names).",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     cited: ClassVar[tuple[str, ...]] = ()
@@ -211,18 +251,30 @@ class HardwareSpec(Spec):
 class Accelerator(HardwareSpec):
     """One compute device kind: peak rates, memory bandwidth, and the prediction defaults."""
 
-    cited = ("bf16_dense_tflops", "fp8_dense_tflops", "memory_bandwidth_gb_s", "memory_gib", "default_mfu",
-             "fixed_overhead_ms")
+    cited = (
+        "bf16_dense_tflops",
+        "fp8_dense_tflops",
+        "memory_bandwidth_gb_s",
+        "memory_gib",
+        "default_mfu",
+        "fixed_overhead_ms",
+    )
 
     kind: Literal["accelerator"] = Field(description="Discriminator: accelerator.")
     device: Literal["gpu", "cpu"] = Field(description="gpu or cpu.")
     unit: str = Field(description="What one device is (one GPU; one CPU core).")
     bf16_dense_tflops: float = Field(gt=0, description="Peak dense BF16 rate per device, TFLOP/s (no sparsity).")
-    fp8_dense_tflops: float | None = Field(None, gt=0, description="Peak dense FP8 rate per device, TFLOP/s; null without FP8 units.")
+    fp8_dense_tflops: float | None = Field(
+        None, gt=0, description="Peak dense FP8 rate per device, TFLOP/s; null without FP8 units."
+    )
     memory_bandwidth_gb_s: float | None = Field(None, gt=0, description="Memory bandwidth per device, GB/s (1e9 B/s).")
     memory_gib: float | None = Field(None, gt=0, description="Device memory, GiB (GB for GPUs as marketed).")
-    default_mfu: float = Field(gt=0, le=1, description="Share of peak a single long prefill reaches (calibrated or assumed).")
-    fixed_overhead_ms: float = Field(ge=0, description="Length-independent part of TTFT (request, scheduling, first token).")
+    default_mfu: float = Field(
+        gt=0, le=1, description="Share of peak a single long prefill reaches (calibrated or assumed)."
+    )
+    fixed_overhead_ms: float = Field(
+        ge=0, description="Length-independent part of TTFT (request, scheduling, first token)."
+    )
     default_link: str = Field(description="Link profile used when --link is not given.")
     sources: Citations
     notes: Notes = ""
@@ -240,10 +292,16 @@ class Link(HardwareSpec):
     cited = ("nominal_gbit_s", "efficiency", "setup_ms")
 
     kind: Literal["link"] = Field(description="Discriminator: link.")
-    transport: Literal["rdma", "tcp", "pcie", "shm"] = Field(description="rdma, tcp, pcie (host to device) or shm (same host).")
+    transport: Literal["rdma", "tcp", "pcie", "shm"] = Field(
+        description="rdma, tcp, pcie (host to device) or shm (same host)."
+    )
     nominal_gbit_s: float = Field(gt=0, description="Nominal rate, Gb/s (1e9 bit/s), one direction.")
-    efficiency: float = Field(gt=0, le=1, description="Share of nominal a KV pull achieves end to end (calibrated or assumed).")
-    setup_ms: float = Field(ge=0, description="Per-pull cost beyond the engine's fixed TTFT (lookup, handshake, completion).")
+    efficiency: float = Field(
+        gt=0, le=1, description="Share of nominal a KV pull achieves end to end (calibrated or assumed)."
+    )
+    setup_ms: float = Field(
+        ge=0, description="Per-pull cost beyond the engine's fixed TTFT (lookup, handshake, completion)."
+    )
     sources: Citations
     notes: Notes = ""
 

@@ -64,11 +64,37 @@ from kvcal.userfiles import read_text
 from kvcal.yaml_guard import describe, load_pyyaml
 
 __all__ = [
-    "DTYPE_BYTES", "HARDWARE_SCHEMA", "MODEL_SCHEMA", "PROFILES_ENV", "Accelerator", "Attention", "AttentionKind",
-    "Indexer", "KvLayout", "Link", "Mlp", "ModelProfile", "Moe", "ProfileSet", "SlidingWindow", "Spec",
-    "attention_flops", "attention_terms", "kv_bytes_per_token", "kv_layout", "load_profiles",
-    "match_profile", "matmul_params_per_token", "model_summary", "normalize_kv_dtype", "parse_hardware_profile",
-    "parse_model_profile", "prefill_flops", "profiles_dir", "query_key_pairs", "total_active_params",
+    "DTYPE_BYTES",
+    "HARDWARE_SCHEMA",
+    "MODEL_SCHEMA",
+    "PROFILES_ENV",
+    "Accelerator",
+    "Attention",
+    "AttentionKind",
+    "Indexer",
+    "KvLayout",
+    "Link",
+    "Mlp",
+    "ModelProfile",
+    "Moe",
+    "ProfileSet",
+    "SlidingWindow",
+    "Spec",
+    "attention_flops",
+    "attention_terms",
+    "kv_bytes_per_token",
+    "kv_layout",
+    "load_profiles",
+    "match_profile",
+    "matmul_params_per_token",
+    "model_summary",
+    "normalize_kv_dtype",
+    "parse_hardware_profile",
+    "parse_model_profile",
+    "prefill_flops",
+    "profiles_dir",
+    "query_key_pairs",
+    "total_active_params",
     "validation_message",
 ]
 
@@ -130,8 +156,10 @@ def matmul_params_per_token(model: ModelProfile) -> int:
     """Weights one token multiplies in the decoder layers (active experts only; no embedding or head)."""
     h, a, mlp = model.hidden_size, model.attention, model.mlp
     if mlp is None:
-        raise InputError(f"model {model.name} has no MLP sizes (intermediate_size, or the experts' widths): its KV layout "
-                         "is known but not its prefill compute; give a config.json with them, or a profile with mlp set")
+        raise InputError(
+            f"model {model.name} has no MLP sizes (intermediate_size, or the experts' widths): its KV layout "
+            "is known but not its prefill compute; give a config.json with them, or a profile with mlp set"
+        )
     if a.kind is AttentionKind.MLA:
         q_in = a.q_lora_rank or h
         q = (h * a.q_lora_rank if a.q_lora_rank else 0) + q_in * a.num_heads * a.qk_dim
@@ -148,7 +176,9 @@ def matmul_params_per_token(model: ModelProfile) -> int:
         total += dense_layers * 3 * h * (mlp.intermediate_size or 0)
     if mlp.moe is not None:
         moe = mlp.moe
-        per_layer = (moe.experts_per_token + moe.shared_experts) * 3 * h * moe.expert_intermediate_size + h * moe.experts
+        per_layer = (
+            moe.experts_per_token + moe.shared_experts
+        ) * 3 * h * moe.expert_intermediate_size + h * moe.experts
         total += (model.layers - dense_layers) * per_layer
     return int(total)
 
@@ -204,7 +234,9 @@ def model_summary(model: ModelProfile, kv_dtype: str | None = None) -> dict[str,
         "kv_bytes_breakdown": dict(layout.breakdown),
         "kv_bytes_window": layout.window_bytes,
         "window_tokens": layout.window_tokens,
-        "kv_bytes_per_token_all_layers": kv_layout(model, kv_dtype, sliding_window_full=True).bytes_per_token if swa else layout.bytes_per_token,
+        "kv_bytes_per_token_all_layers": kv_layout(model, kv_dtype, sliding_window_full=True).bytes_per_token
+        if swa
+        else layout.bytes_per_token,
         "attention_kind": model.attention.kind.value,
         "layers": model.layers,
         "matmul_params_per_token": matmul,

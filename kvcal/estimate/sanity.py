@@ -100,8 +100,14 @@ def sanity_for_fit(fit: FitResult, root: Path | str | None = None) -> tuple[Sani
     """Resolve ``fit.setup`` to profiles and run every check: what ``kvcal fit``/``compare`` print."""
     ctx = context_from_fit(fit, root)
     return ctx, sanity_findings(
-        fit, model=ctx.model, hardware=ctx.hardware, link=ctx.link, devices=ctx.devices,
-        kv_dtype=ctx.kv_dtype, run_kv_bytes_per_token=ctx.run_kv_bytes_per_token, root=root,
+        fit,
+        model=ctx.model,
+        hardware=ctx.hardware,
+        link=ctx.link,
+        devices=ctx.devices,
+        kv_dtype=ctx.kv_dtype,
+        run_kv_bytes_per_token=ctx.run_kv_bytes_per_token,
+        root=root,
     )
 
 
@@ -113,15 +119,30 @@ def _kv_bytes_check(model: ModelProfile, run_kv: int, profile_kv: int, kv_dtype:
         sev: Severity = "ok"
         advice = f"the run's KV layout matches {model.name} in {dtype}"
     elif model.attention.sliding_window and abs(run_kv / full - 1) <= 0.01:
-        sev, advice = "info", ("the engine counts sliding-window layers on every token (hybrid KV manager off); "
-                               "pass --sliding-window-full to kvcal predict to compare like with like")
+        sev, advice = (
+            "info",
+            (
+                "the engine counts sliding-window layers on every token (hybrid KV manager off); "
+                "pass --sliding-window-full to kvcal predict to compare like with like"
+            ),
+        )
     elif abs(ratio - 0.5) <= 0.02 or abs(ratio - 2) <= 0.04:
         other = "an 8-bit" if ratio < 1 else "a 16-bit"
-        sev, advice = "warning", (f"wrong KV dtype? the run stores {run_kv} B/token, {ratio:.2f}x the profile's {dtype} "
-                                  f"figure, as {other} cache would: check --kv-cache-dtype and pass the same --kv-dtype")
+        sev, advice = (
+            "warning",
+            (
+                f"wrong KV dtype? the run stores {run_kv} B/token, {ratio:.2f}x the profile's {dtype} "
+                f"figure, as {other} cache would: check --kv-cache-dtype and pass the same --kv-dtype"
+            ),
+        )
     else:
-        sev, advice = "warning", (f"the run stores {run_kv} B/token but {model.name} in {dtype} needs {profile_kv}: "
-                                  "the model that ran is probably not this profile (check the model name or config)")
+        sev, advice = (
+            "warning",
+            (
+                f"the run stores {run_kv} B/token but {model.name} in {dtype} needs {profile_kv}: "
+                "the model that ran is probably not this profile (check the model name or config)"
+            ),
+        )
     return SanityFinding("kv_bytes", float(run_kv), float(profile_kv), ratio, "B/token", sev, advice)
 
 
@@ -133,12 +154,26 @@ def _pull_check(fit: FitResult, kv_bytes: int | None, link: Link | None, root: P
     elif kv_bytes is None:
         measured = fit.pull_bandwidth_gbps  # taken as GB/s (1e9 B/s)
     else:
-        return SanityFinding("pull_bandwidth", None, None, None, "GB/s", "info",
-                             "the pull cost does not grow with prefix length in the measured range (a floor-dominated "
-                             "pull): its bandwidth cannot be read; sweep longer prefixes to measure it")
+        return SanityFinding(
+            "pull_bandwidth",
+            None,
+            None,
+            None,
+            "GB/s",
+            "info",
+            "the pull cost does not grow with prefix length in the measured range (a floor-dominated "
+            "pull): its bandwidth cannot be read; sweep longer prefixes to measure it",
+        )
     if link is None or measured is None:
-        return SanityFinding("pull_bandwidth", measured, None, None, "GB/s", "info",
-                             "no link profile matches the run's transport: pass one to compare against its rate")
+        return SanityFinding(
+            "pull_bandwidth",
+            measured,
+            None,
+            None,
+            "GB/s",
+            "info",
+            "no link profile matches the run's transport: pass one to compare against its rate",
+        )
     return _rate_pull(measured, link, kv_bytes, root)
 
 
@@ -149,20 +184,48 @@ def _rate_pull(measured: float, link: Link, kv_bytes: int | None, root: Path | s
     ratio = measured / expected
     where = f"{measured:.2f} GB/s against {link.name}'s usual {expected:.2f} GB/s ({nominal:.1f} GB/s nominal)"
     if measured > OVER_NOMINAL * nominal:
-        return SanityFinding("pull_bandwidth", measured, expected, ratio, "GB/s", "warning",
-                             f"{where}: faster than the link can carry, so the KV bytes per token ({kv_bytes}) overstate "
-                             "what moved: wrong KV dtype (an fp8 cache counted as bf16?), sliding-window layers that "
-                             "moved only their window, or a faster link than the profile (check --link)")
+        return SanityFinding(
+            "pull_bandwidth",
+            measured,
+            expected,
+            ratio,
+            "GB/s",
+            "warning",
+            f"{where}: faster than the link can carry, so the KV bytes per token ({kv_bytes}) overstate "
+            "what moved: wrong KV dtype (an fp8 cache counted as bf16?), sliding-window layers that "
+            "moved only their window, or a faster link than the profile (check --link)",
+        )
     if ratio < LOW_PULL_RATIO:
         if kv_bytes is None:  # fit.pull_bandwidth_gbps averages over the whole pull, floor included: a lower bound
-            return SanityFinding("pull_bandwidth", measured, expected, ratio, "GB/s", "info",
-                                 f"{where}, but this is bytes moved over the whole pull time (floor included), a lower "
-                                 "bound; name the model so kvcal can read the rate from the pull slope")
-        return SanityFinding("pull_bandwidth", measured, expected, ratio, "GB/s", "warning",
-                             f"{where}: {_slow_pull_cause(link, measured, root)}")
+            return SanityFinding(
+                "pull_bandwidth",
+                measured,
+                expected,
+                ratio,
+                "GB/s",
+                "info",
+                f"{where}, but this is bytes moved over the whole pull time (floor included), a lower "
+                "bound; name the model so kvcal can read the rate from the pull slope",
+            )
+        return SanityFinding(
+            "pull_bandwidth",
+            measured,
+            expected,
+            ratio,
+            "GB/s",
+            "warning",
+            f"{where}: {_slow_pull_cause(link, measured, root)}",
+        )
     if ratio > 1 / LOW_PULL_RATIO:
-        return SanityFinding("pull_bandwidth", measured, expected, ratio, "GB/s", "info",
-                             f"{where}: faster than pulls usually run on this link; is the transport really {link.name}?")
+        return SanityFinding(
+            "pull_bandwidth",
+            measured,
+            expected,
+            ratio,
+            "GB/s",
+            "info",
+            f"{where}: faster than pulls usually run on this link; is the transport really {link.name}?",
+        )
     return SanityFinding("pull_bandwidth", measured, expected, ratio, "GB/s", "ok", f"{where}: within the usual range")
 
 
@@ -173,14 +236,20 @@ def _slow_pull_cause(link: Link, measured_gb_s: float, root: Path | str | None) 
         tcp = [lk for lk in links if lk.transport == "tcp" and not lk.name.startswith("cpu-")]
         tcp_rate = max((lk.nominal_bytes_per_s * lk.efficiency / 1e9 for lk in tcp), default=0.0)
         if tcp_rate and measured_gb_s <= 1.5 * tcp_rate:
-            return ("as slow as TCP: the transport likely fell back to TCP; check UCX_TLS includes rc/dc/ib, that the RDMA "
-                    "devices are visible in the pod (ibv_devinfo), and NIXL's backend choice in the engine log; if RDMA "
-                    "was in use, check NIC/GPU NUMA affinity and GPUDirect RDMA")
-        return ("well below RDMA's usual rate: check NIC/GPU NUMA affinity, GPUDirect RDMA, and whether the CPU tier "
-                "stages every block (cpu_bytes_to_use too small?)")
+            return (
+                "as slow as TCP: the transport likely fell back to TCP; check UCX_TLS includes rc/dc/ib, that the RDMA "
+                "devices are visible in the pod (ibv_devinfo), and NIXL's backend choice in the engine log; if RDMA "
+                "was in use, check NIC/GPU NUMA affinity and GPUDirect RDMA"
+            )
+        return (
+            "well below RDMA's usual rate: check NIC/GPU NUMA affinity, GPUDirect RDMA, and whether the CPU tier "
+            "stages every block (cpu_bytes_to_use too small?)"
+        )
     if link.transport == "shm":
-        return ("the CPU pull path is slower than usual: check UCX_TLS allows cma/shm, that each engine is bound to its "
-                "own core (VLLM_CPU_OMP_THREADS_BIND), and that nothing else is using the cores")
+        return (
+            "the CPU pull path is slower than usual: check UCX_TLS allows cma/shm, that each engine is bound to its "
+            "own core (VLLM_CPU_OMP_THREADS_BIND), and that nothing else is using the cores"
+        )
     if link.transport == "tcp":
         return "slower than TCP usually runs: check MTU, NIC offloads and whether the producer engine is busy"
     return "slower than this PCIe link usually runs: check pinned host memory and the slot's PCIe generation and width"
@@ -190,33 +259,69 @@ def _prefill_check(fit: FitResult, model: ModelProfile, hardware: Accelerator, d
     n = float(max(fit.measured_range)) if fit.measured_range else 0.0
     t_ms = float(cost_curve.cost_ms(fit.recompute.coefficients, n)) if n > 0 else 0.0
     if t_ms <= 0:
-        return SanityFinding("prefill_flops", None, None, None, "TFLOP/s", "info",
-                             "the recompute fit gives no positive time at the longest prefix: cannot rate the prefill")
+        return SanityFinding(
+            "prefill_flops",
+            None,
+            None,
+            None,
+            "TFLOP/s",
+            "info",
+            "the recompute fit gives no positive time at the longest prefix: cannot rate the prefill",
+        )
     peak = hardware.peak_tflops(model.compute_dtype) * devices
     measured = prefill_flops(model, n) / (t_ms / 1e3) / 1e12
     expected = peak * hardware.default_mfu
     ratio, mfu = measured / expected, measured / peak
-    where = (f"{measured:.3g} TFLOP/s at {int(n)} tokens, {mfu:.1%} of the {peak:.4g} TFLOP/s peak of "
-             f"{devices} x {hardware.name} (usual {hardware.default_mfu:.0%})")
+    where = (
+        f"{measured:.3g} TFLOP/s at {int(n)} tokens, {mfu:.1%} of the {peak:.4g} TFLOP/s peak of "
+        f"{devices} x {hardware.name} (usual {hardware.default_mfu:.0%})"
+    )
     if mfu > 1:
-        return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", "warning",
-                             f"{where}: faster than the hardware can compute, so the recompute leg did not recompute "
-                             "the whole prefix (a prefix-cache hit? the control gate should catch it), the profile is "
-                             "larger than the model that ran, or more devices ran than assumed (--devices)")
+        return SanityFinding(
+            "prefill_flops",
+            measured,
+            expected,
+            ratio,
+            "TFLOP/s",
+            "warning",
+            f"{where}: faster than the hardware can compute, so the recompute leg did not recompute "
+            "the whole prefix (a prefix-cache hit? the control gate should catch it), the profile is "
+            "larger than the model that ran, or more devices ran than assumed (--devices)",
+        )
     if ratio < LOW_PREFILL_RATIO:
         sev: Severity = "info" if devices > 1 else "warning"
         note = "; multi-device prefill of one request often runs far below the one-device rate" if devices > 1 else ""
-        return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", sev,
-                             f"{where}: far below usual: {_slow_prefill_cause(hardware)}{note}")
+        return SanityFinding(
+            "prefill_flops",
+            measured,
+            expected,
+            ratio,
+            "TFLOP/s",
+            sev,
+            f"{where}: far below usual: {_slow_prefill_cause(hardware)}{note}",
+        )
     if ratio > 1 / LOW_PREFILL_RATIO:
-        return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", "info",
-                             f"{where}: faster than usual; check --devices and whether the GEMMs ran in FP8")
-    return SanityFinding("prefill_flops", measured, expected, ratio, "TFLOP/s", "ok", f"{where}: within the usual range")
+        return SanityFinding(
+            "prefill_flops",
+            measured,
+            expected,
+            ratio,
+            "TFLOP/s",
+            "info",
+            f"{where}: faster than usual; check --devices and whether the GEMMs ran in FP8",
+        )
+    return SanityFinding(
+        "prefill_flops", measured, expected, ratio, "TFLOP/s", "ok", f"{where}: within the usual range"
+    )
 
 
 def _slow_prefill_cause(hardware: Accelerator) -> str:
     if hardware.device == "cpu":
-        return ("check core binding: each engine on its own core (VLLM_CPU_OMP_THREADS_BIND=0 and =1); with a KV "
-                "connector on 2 unbound cores vLLM takes an 8x slower path")
-    return ("check the device count (--devices), eager mode or missing CUDA graphs, power capping or a busy GPU, "
-            "and for an FP8 model whether it ran in BF16")
+        return (
+            "check core binding: each engine on its own core (VLLM_CPU_OMP_THREADS_BIND=0 and =1); with a KV "
+            "connector on 2 unbound cores vLLM takes an 8x slower path"
+        )
+    return (
+        "check the device count (--devices), eager mode or missing CUDA graphs, power capping or a busy GPU, "
+        "and for an FP8 model whether it ran in BF16"
+    )

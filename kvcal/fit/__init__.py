@@ -18,12 +18,24 @@ Each name is imported on first use (:mod:`kvcal.lazy`), as in every other stage.
 from kvcal.lazy import public_api
 
 _API = {
-    "CurveFit": "kvcal.fit_record", "FitResult": "kvcal.fit_record", "FitInput": "kvcal.fit.inputs",
-    "load_fit_input": "kvcal.fit.inputs", "break_even_tokens": "kvcal.fit.breakeven", "classify": "kvcal.fit.breakeven",
-    "fit_table": "kvcal.fit.fitting", "curve_ms": "kvcal.fit.entry", "fit_input": "kvcal.fit.entry",
-    "load_or_fit": "kvcal.fit.entry", "fit_and_write": "kvcal.fit.entry", "default_output": "kvcal.fit.io",
-    "dumps": "kvcal.fit.io", "load_fit": "kvcal.fit_record", "looks_like_json": "kvcal.fit.io", "write_fit": "kvcal.fit.io",
-    "mean_curves": "kvcal.fit.mean_cost", "mean_scales": "kvcal.fit.mean_cost",
+    "CurveFit": "kvcal.fit_record",
+    "FitResult": "kvcal.fit_record",
+    "FitInput": "kvcal.fit.inputs",
+    "load_fit_input": "kvcal.fit.inputs",
+    "break_even_tokens": "kvcal.fit.breakeven",
+    "classify": "kvcal.fit.breakeven",
+    "fit_table": "kvcal.fit.fitting",
+    "curve_ms": "kvcal.fit.entry",
+    "fit_input": "kvcal.fit.entry",
+    "load_or_fit": "kvcal.fit.entry",
+    "fit_and_write": "kvcal.fit.entry",
+    "default_output": "kvcal.fit.io",
+    "dumps": "kvcal.fit.io",
+    "load_fit": "kvcal.fit_record",
+    "looks_like_json": "kvcal.fit.io",
+    "write_fit": "kvcal.fit.io",
+    "mean_curves": "kvcal.fit.mean_cost",
+    "mean_scales": "kvcal.fit.mean_cost",
 }
 __all__ = list(_API)
 __getattr__ = public_api(__name__, _API)

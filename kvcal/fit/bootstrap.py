@@ -105,8 +105,9 @@ def t_expansion(df: int, confidence: float) -> float:
     return float(t_quantile(df, confidence) / stats.norm.ppf(0.5 * (1.0 + confidence)))
 
 
-def run_bootstrap(recompute: LegFit, pull: LegFit, settings: FitSettings = FIT_DEFAULTS, *,
-                  mean_cost: MeanCost | None = None) -> BootstrapResult:
+def run_bootstrap(
+    recompute: LegFit, pull: LegFit, settings: FitSettings = FIT_DEFAULTS, *, mean_cost: MeanCost | None = None
+) -> BootstrapResult:
     """Resample both legs independently (separate seeded streams) and refit everything; ``pull`` is the fast curve
     and ``mean_cost`` its mean-cost scale when slow pulls were seen (module docstring)."""
     seed, n_resamples, confidence = settings.seed, settings.n_resamples, settings.confidence
@@ -124,8 +125,11 @@ def run_bootstrap(recompute: LegFit, pull: LegFit, settings: FitSettings = FIT_D
     if len(rec) == 2 and recompute.f_crit is not None:
         f_values = f_statistic(rec["affine"][1], rec["quadratic"][1], recompute.data.n_probes)
         pick_quad = f_values > recompute.f_crit
-        selected = np.where(pick_quad[:, None], to_physical(rec["quadratic"][0], recompute.data.n_ref),
-                            to_physical(rec["affine"][0], recompute.data.n_ref))
+        selected = np.where(
+            pick_quad[:, None],
+            to_physical(rec["quadratic"][0], recompute.data.n_ref),
+            to_physical(rec["affine"][0], recompute.data.n_ref),
+        )
     else:
         pick_quad = np.full(n_resamples, recompute.chosen == "quadratic")
         selected = rec_chosen
@@ -144,15 +148,21 @@ def run_bootstrap(recompute: LegFit, pull: LegFit, settings: FitSettings = FIT_D
     if all(method == REPS for method in methods.values()):
         df = min(residual_df(recompute), residual_df(pull))
     else:
-        df = effective_df(residual_df(recompute), residual_df(pull),
-                          break_even_tokens(selected, pull_point[None, :]), break_even_tokens(rec_point[None, :], pull_coef))
+        df = effective_df(
+            residual_df(recompute),
+            residual_df(pull),
+            break_even_tokens(selected, pull_point[None, :]),
+            break_even_tokens(rec_point[None, :], pull_coef),
+        )
     factor = t_expansion(df, confidence)
     be = _expand_break_even(be, be_point, factor)
     return BootstrapResult(
         methods=methods,
         break_even=be,
-        coef={recompute.data.name: _expand(rec_chosen, rec_point, factor),
-              pull.data.name: _expand(pull_coef, pull_point, factor)},
+        coef={
+            recompute.data.name: _expand(rec_chosen, rec_point, factor),
+            pull.data.name: _expand(pull_coef, pull_point, factor),
+        },
         quadratic_share=float(np.mean(pick_quad)),
         df=df,
         expansion=factor,

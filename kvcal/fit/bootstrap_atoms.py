@@ -63,7 +63,7 @@ def reps_atoms(fit: LegFit) -> Atoms:
     ybar = np.add.reduceat(h * y, starts) / np.add.reduceat(h, starts)
     values = ybar[g] + np.sqrt(counts / (counts - 1.0))[g] * (y - ybar[g])
     width = min(ATOMS, int(counts.max()))
-    rows = [_bins(values[a:a + m], h[a:a + m], width) for a, m in zip(starts, counts)]  # probes sorted by length
+    rows = [_bins(values[a : a + m], h[a : a + m], width) for a, m in zip(starts, counts)]  # probes sorted by length
     return Atoms(*(np.stack(column) for column in zip(*rows)))
 
 
@@ -75,11 +75,16 @@ def residual_atoms(fit: LegFit, relative_residuals: np.ndarray) -> Atoms:
     data = fit.data
     fitted = cost_ms(fit.chosen_fit.coef, data.lengths)[:, None]
     s = data.scale_ms[:, None]
-    mean, square, _, share = _bins(relative_residuals, np.ones_like(relative_residuals),
-                                   min(ATOMS, len(relative_residuals)))
+    mean, square, _, share = _bins(
+        relative_residuals, np.ones_like(relative_residuals), min(ATOMS, len(relative_residuals))
+    )
     shape = (len(data.lengths), len(share))
-    return Atoms(value=fitted + s * mean, square=fitted**2 + 2 * fitted * s * mean + s**2 * square,
-                 start=np.ones(shape), share=np.broadcast_to(share, shape).copy())
+    return Atoms(
+        value=fitted + s * mean,
+        square=fitted**2 + 2 * fitted * s * mean + s**2 * square,
+        start=np.ones(shape),
+        share=np.broadcast_to(share, shape).copy(),
+    )
 
 
 def _bins(values: np.ndarray, weights: np.ndarray, width: int) -> tuple[np.ndarray, ...]:

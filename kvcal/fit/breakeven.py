@@ -43,33 +43,48 @@ def classify(break_even: float, n_min: float, n_max: float) -> tuple[str, bool]:
 
 def classify_many(break_even: np.ndarray, n_min: float, n_max: float) -> np.ndarray:
     """Status strings for an array of break-evens (vectorised :func:`classify`)."""
-    return np.where(~np.isfinite(break_even) | (break_even > n_max), RECOMPUTE_ALWAYS,
-                    np.where(break_even <= n_min, PULL_ALWAYS, CROSSOVER))
+    return np.where(
+        ~np.isfinite(break_even) | (break_even > n_max),
+        RECOMPUTE_ALWAYS,
+        np.where(break_even <= n_min, PULL_ALWAYS, CROSSOVER),
+    )
 
 
-def status_warning(status: str, break_even: float, extrapolated: bool, n_min: int, n_max: int,
-                   block_size: int | None = None) -> str | None:
+def status_warning(
+    status: str, break_even: float, extrapolated: bool, n_min: int, n_max: int, block_size: int | None = None
+) -> str | None:
     """Advice for a break-even outside the measured lengths: the block-multiple lengths to add, and why."""
     block = block_size or DEFAULT_BLOCK_SIZE  # kvcal sweep's, for a table that does not say its own
     assumed = "" if block_size else f" (block size {block} assumed: --block-size sets it)"
     if status == PULL_ALWAYS:
         add = lengths_to_add_below(n_min, break_even, block)
-        where = (f"the fitted curves cross at {break_even:.0f} tokens, below the shortest measured length {n_min}: "
-                 "the break-even is extrapolated" if break_even > 0 else
-                 f"the fitted pull is faster than recompute at every length, down to the shortest measured, {n_min}")
+        where = (
+            f"the fitted curves cross at {break_even:.0f} tokens, below the shortest measured length {n_min}: "
+            "the break-even is extrapolated"
+            if break_even > 0
+            else f"the fitted pull is faster than recompute at every length, down to the shortest measured, {n_min}"
+        )
         if not add:
-            return (f"the pull won at every measured length; {where}; that is already the floor, "
-                    f"{floor_reason(block)}: pulling pays from there up")
-        return (f"the pull won at every measured length; {where}; add shorter lengths to locate it: "
-                f"--prefix-lengths {','.join(map(str, add))}{assumed} (the floor is {pull_floor(block)} tokens)")
+            return (
+                f"the pull won at every measured length; {where}; that is already the floor, "
+                f"{floor_reason(block)}: pulling pays from there up"
+            )
+        return (
+            f"the pull won at every measured length; {where}; add shorter lengths to locate it: "
+            f"--prefix-lengths {','.join(map(str, add))}{assumed} (the floor is {pull_floor(block)} tokens)"
+        )
     if status == RECOMPUTE_ALWAYS:
         if extrapolated:
             add = lengths_to_add_above(n_max, min(2 * break_even, 8 * n_max), block)
-            return (f"recompute won at every measured length; the fitted curves cross at {break_even:.0f} tokens, "
-                    f"beyond the longest measured length {n_max}: the break-even is extrapolated; add longer lengths "
-                    f"as far as the model's max length allows: --prefix-lengths {','.join(map(str, add))}{assumed}")
-        return ("the fitted pull never catches up with recompute: no break-even at any length; "
-                "check the transport (was the pull moving bytes?) before extending the sweep")
+            return (
+                f"recompute won at every measured length; the fitted curves cross at {break_even:.0f} tokens, "
+                f"beyond the longest measured length {n_max}: the break-even is extrapolated; add longer lengths "
+                f"as far as the model's max length allows: --prefix-lengths {','.join(map(str, add))}{assumed}"
+            )
+        return (
+            "the fitted pull never catches up with recompute: no break-even at any length; "
+            "check the transport (was the pull moving bytes?) before extending the sweep"
+        )
     return None
 
 

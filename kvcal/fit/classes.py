@@ -29,7 +29,9 @@ from kvcal.runfolder import RunFolder, run_folders_in
 TEST_NAME = "F test: one affine pull curve for every class against one per class (relative residuals)"
 
 
-def with_links(result: FitResult, folder: Path, settings: FitSettings, *, busy_queue_threshold: int | None) -> FitResult:
+def with_links(
+    result: FitResult, folder: Path, settings: FitSettings, *, busy_queue_threshold: int | None
+) -> FitResult:
     """``result`` (the run's pooled fit) with its session cost and, for two classes or more, each class's fit
     (``folder``: a run folder, or a folder of run folders, one a pair)."""
     records = [r for path in run_folders_in(folder) for r in RunFolder(path).read_probes()]
@@ -48,9 +50,12 @@ def with_links(result: FitResult, folder: Path, settings: FitSettings, *, busy_q
         difference = class_difference(pulls, result.confidence)
         update["classes"], update["class_difference"] = fits, difference
         if difference is not None and difference.differ:
-            update["warnings"] = [*result.warnings, f"the link classes' pull curves differ ({difference.test}, p="
-                                  f"{difference.p_value:.2g}): the top-level fit pools them; read each class's "
-                                  "(kvcal emit-config --class-mix)"]
+            update["warnings"] = [
+                *result.warnings,
+                f"the link classes' pull curves differ ({difference.test}, p="
+                f"{difference.p_value:.2g}): the top-level fit pools them; read each class's "
+                "(kvcal emit-config --class-mix)",
+            ]
     return result.model_copy(update=update)
 
 
@@ -58,9 +63,16 @@ def class_fit(fit: FitResult, records: list[ProbeRecord], pairs: list[str]) -> C
     """One class's entry: the contract's figures, read off its own fit and cold pulls."""
     cost = session_cost(records, fit.pull, fit.confidence)
     fit = fit.model_copy(update={"session_cost": cost})
-    return ClassFit(pairs=pairs, break_even_tokens=fit.break_even_tokens, break_even_ci=fit.break_even_ci,
-                    pull_fixed_ms=fit.pull.intercept_ms, pull_us_per_token=fit.pull.per_token_us,
-                    session_cost_ms=cost.value_ms if cost else None, session_cost_ci=cost.ci if cost else None, fit=fit)
+    return ClassFit(
+        pairs=pairs,
+        break_even_tokens=fit.break_even_tokens,
+        break_even_ci=fit.break_even_ci,
+        pull_fixed_ms=fit.pull.intercept_ms,
+        pull_us_per_token=fit.pull.per_token_us,
+        session_cost_ms=cost.value_ms if cost else None,
+        session_cost_ci=cost.ci if cost else None,
+        fit=fit,
+    )
 
 
 def class_difference(pulls: dict[str, pd.DataFrame], confidence: float) -> ClassDifference | None:
@@ -75,8 +87,13 @@ def class_difference(pulls: dict[str, pd.DataFrame], confidence: float) -> Class
         return None
     statistic = ((pooled - separate) / extra) / max(separate / left, 1e-300)
     p_value = float(stats.f.sf(statistic, extra, left))
-    return ClassDifference(test=TEST_NAME, statistic=round(float(statistic), 4), p_value=p_value,
-                           differ=p_value < 1 - confidence, classes=sorted(pulls))
+    return ClassDifference(
+        test=TEST_NAME,
+        statistic=round(float(statistic), 4),
+        p_value=p_value,
+        differ=p_value < 1 - confidence,
+        classes=sorted(pulls),
+    )
 
 
 def _relative_rss(rows: pd.DataFrame) -> float:

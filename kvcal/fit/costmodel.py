@@ -56,8 +56,12 @@ COLUMNS = ("base_ms", "busy_computing_ms", "transferFixedMs", "sourceWaitMs", "r
 WIDE_MS = 250.0  # the recipe's warning: an interval wider than this does not pin a constant down
 FEW_BUSY_SHARE = 0.1
 CONDITION_CAP = 1e12
-UNSUPPORTED = {"busy_computing_ms": "no request met a busy computing pod", "transferFixedMs": "no request was pulled",
-               "sourceWaitMs": "no pull met a busy source", "requeueMs": "no pull met a busy computing pod"}
+UNSUPPORTED = {
+    "busy_computing_ms": "no request met a busy computing pod",
+    "transferFixedMs": "no request was pulled",
+    "sourceWaitMs": "no pull met a busy source",
+    "requeueMs": "no pull met a busy computing pod",
+}
 
 
 def _design(pulled: np.ndarray, bs: np.ndarray, bc: np.ndarray) -> np.ndarray:
@@ -92,18 +96,26 @@ def diagnostics(data: LoadedProbes, bs: np.ndarray, bc: np.ndarray) -> tuple[Cos
     )
     notes: list[str] = []
     if n_pulls and len(sizes) < 2:
-        notes.append(f"every pull moved the same {int(sizes[0])} tokens: F cannot be told apart from T*delta "
-                     f"(condition of the design with T free: {cond:.3g}); T is held at the idle slope, so F carries "
-                     "any error in T; measure pulls of several sizes (a designed sweep does)")
-    for share, name in ((diag.busy_source_pull_share, "a busy source (S)"), (diag.busy_computing_pull_share, "a busy computing pod (Q)")):
+        notes.append(
+            f"every pull moved the same {int(sizes[0])} tokens: F cannot be told apart from T*delta "
+            f"(condition of the design with T free: {cond:.3g}); T is held at the idle slope, so F carries "
+            "any error in T; measure pulls of several sizes (a designed sweep does)"
+        )
+    for share, name in (
+        (diag.busy_source_pull_share, "a busy source (S)"),
+        (diag.busy_computing_pull_share, "a busy computing pod (Q)"),
+    ):
         if share is not None and 0 < share < FEW_BUSY_SHARE:
-            notes.append(f"only {share:.0%} of pulls met {name}: that constant rests on few requests; "
-                         "a designed sweep (--load-states) balances the states")
+            notes.append(
+                f"only {share:.0%} of pulls met {name}: that constant rests on few requests; "
+                "a designed sweep (--load-states) balances the states"
+            )
     return diag, notes
 
 
-def fit_cost_model(data: LoadedProbes, idle: IdleCurves, *, threshold: int = 1,
-                   settings: FitSettings = FIT_DEFAULTS) -> CostModelFit:
+def fit_cost_model(
+    data: LoadedProbes, idle: IdleCurves, *, threshold: int = 1, settings: FitSettings = FIT_DEFAULTS
+) -> CostModelFit:
     """Fit base, q, F, S, Q with P and T from ``idle``; bootstrap every constant (``settings``: the fit's)."""
     if threshold < 1:
         raise InputError(f"--busy-queue-threshold must be at least 1, got {threshold}")
@@ -114,8 +126,11 @@ def fit_cost_model(data: LoadedProbes, idle: IdleCurves, *, threshold: int = 1,
     x = _design(data.pulled, bs, bc)
     support = np.array([np.any(x[:, j] != 0) for j in range(x.shape[1])])
     diag, warnings = diagnostics(data, bs, bc)
-    warnings += [f"{name} cannot be separated: {UNSUPPORTED.get(name, 'no data')}; reported as 0 with no interval"
-                 for j, name in enumerate(COLUMNS) if not support[j]]
+    warnings += [
+        f"{name} cannot be separated: {UNSUPPORTED.get(name, 'no data')}; reported as 0 with no interval"
+        for j, name in enumerate(COLUMNS)
+        if not support[j]
+    ]
     xs = x[:, support]
     if len(data) <= xs.shape[1]:
         raise InputError(f"{len(data)} requests cannot fit {xs.shape[1]} cost-model constants; measure more")
@@ -133,8 +148,15 @@ def fit_cost_model(data: LoadedProbes, idle: IdleCurves, *, threshold: int = 1,
     if data.n_dropped:
         warnings.append(f"{data.n_dropped} request(s) without measured queues left out of the cost model")
     p_point, t_point, p_samples, t_samples = _per_token(idle)
-    log.info("cost model (%s, %d requests, threshold %d): F %.4g, S %.4g, Q %.4g ms", data.design, len(data), threshold,
-             estimates["transferFixedMs"].value, estimates["sourceWaitMs"].value, estimates["requeueMs"].value)
+    log.info(
+        "cost model (%s, %d requests, threshold %d): F %.4g, S %.4g, Q %.4g ms",
+        data.design,
+        len(data),
+        threshold,
+        estimates["transferFixedMs"].value,
+        estimates["sourceWaitMs"].value,
+        estimates["requeueMs"].value,
+    )
     return CostModelFit(
         transferFixedMs=estimates["transferFixedMs"],
         sourceWaitMs=estimates["sourceWaitMs"],
@@ -153,8 +175,9 @@ def fit_cost_model(data: LoadedProbes, idle: IdleCurves, *, threshold: int = 1,
     )
 
 
-def _estimates(beta: np.ndarray, support: np.ndarray, samples: np.ndarray | None,
-               confidence: float) -> dict[str, Estimate]:
+def _estimates(
+    beta: np.ndarray, support: np.ndarray, samples: np.ndarray | None, confidence: float
+) -> dict[str, Estimate]:
     """Each constant with its interval; one the data never exercise is 0 with none."""
     full = np.zeros(len(COLUMNS))
     full[support] = beta
@@ -179,16 +202,28 @@ def _interval_warnings(estimates: dict[str, Estimate], confidence: float) -> lis
         if ci is None:
             continue
         if ci[1] - ci[0] > WIDE_MS:
-            warnings.append(f"{name}: the {confidence:.0%} interval {ci[0]:.0f} to {ci[1]:.0f} ms is wider than "
-                            f"{WIDE_MS:.0f} ms: not determined; add reps or load states")
+            warnings.append(
+                f"{name}: the {confidence:.0%} interval {ci[0]:.0f} to {ci[1]:.0f} ms is wider than "
+                f"{WIDE_MS:.0f} ms: not determined; add reps or load states"
+            )
         elif name != "transferFixedMs" and ci[0] <= 0 <= ci[1]:
-            warnings.append(f"{name}: the {confidence:.0%} interval {ci[0]:.1f} to {ci[1]:.1f} ms includes 0: "
-                            "not distinguished from noise at this sample size")
+            warnings.append(
+                f"{name}: the {confidence:.0%} interval {ci[0]:.1f} to {ci[1]:.1f} ms includes 0: "
+                "not distinguished from noise at this sample size"
+            )
     return warnings
 
 
-def _weights(data: LoadedProbes, xs: np.ndarray, support: np.ndarray, beta: np.ndarray, offset: np.ndarray,
-             y: np.ndarray, bs: np.ndarray, bc: np.ndarray) -> np.ndarray:
+def _weights(
+    data: LoadedProbes,
+    xs: np.ndarray,
+    support: np.ndarray,
+    beta: np.ndarray,
+    offset: np.ndarray,
+    y: np.ndarray,
+    bs: np.ndarray,
+    bc: np.ndarray,
+) -> np.ndarray:
     """1 / (k_c * curve_i)^2: noise proportional to the request's idle cost, with its own factor per measured class.
 
     curve_i (offset + base + F when pulled) is what the request would cost idle; a
@@ -220,8 +255,12 @@ def _per_token(idle: IdleCurves) -> tuple[float, float, np.ndarray, np.ndarray]:
     n = idle.n_eval
     p = idle.recompute[1] + idle.recompute[2] * n / 1e3
     t = idle.pull[1] + idle.pull[2] * n / 1e3
-    return (float(p), float(t), idle.recompute_samples[:, 1] + idle.recompute_samples[:, 2] * n / 1e3,
-            idle.pull_samples[:, 1] + idle.pull_samples[:, 2] * n / 1e3)
+    return (
+        float(p),
+        float(t),
+        idle.recompute_samples[:, 1] + idle.recompute_samples[:, 2] * n / 1e3,
+        idle.pull_samples[:, 1] + idle.pull_samples[:, 2] * n / 1e3,
+    )
 
 
 def _estimate(point: float, samples: np.ndarray, confidence: float) -> Estimate:

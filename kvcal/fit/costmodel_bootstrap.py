@@ -37,8 +37,16 @@ def measured_class(data: LoadedProbes, bs: np.ndarray, bc: np.ndarray) -> np.nda
     return data.pulled.astype(int) * 4 + bs.astype(int) * 2 + bc.astype(int)
 
 
-def widened_samples(data: LoadedProbes, idle: IdleCurves, xs: np.ndarray, w: np.ndarray, beta: np.ndarray,
-                    bs: np.ndarray, bc: np.ndarray, settings: FitSettings) -> np.ndarray | None:
+def widened_samples(
+    data: LoadedProbes,
+    idle: IdleCurves,
+    xs: np.ndarray,
+    w: np.ndarray,
+    beta: np.ndarray,
+    bs: np.ndarray,
+    bc: np.ndarray,
+    settings: FitSettings,
+) -> np.ndarray | None:
     """(B, p) samples of the fitted constants ``beta``, widened; None at 0 resamples."""
     if settings.n_resamples == 0:
         return None
@@ -57,8 +65,15 @@ def widened_samples(data: LoadedProbes, idle: IdleCurves, xs: np.ndarray, w: np.
     return beta + factor * (samples - beta)
 
 
-def _bootstrap(data: LoadedProbes, idle: IdleCurves, xs: np.ndarray, w: np.ndarray, strata: list[np.ndarray],
-               n_resamples: int, seed: int) -> np.ndarray:
+def _bootstrap(
+    data: LoadedProbes,
+    idle: IdleCurves,
+    xs: np.ndarray,
+    w: np.ndarray,
+    strata: list[np.ndarray],
+    n_resamples: int,
+    seed: int,
+) -> np.ndarray:
     """(B, p) coefficient samples: stratified redraws of the requests, each with one idle-curve resample.
 
     Drawn and solved a slice of resamples at a time, at most ``CHUNK_ELEMENTS`` resamples x requests held at
@@ -66,12 +81,23 @@ def _bootstrap(data: LoadedProbes, idle: IdleCurves, xs: np.ndarray, w: np.ndarr
     resamples); up to CHUNK_ELEMENTS / B requests there is one slice, and the samples are those drawn whole."""
     rng = np.random.default_rng([seed, 1414])
     step = max(1, CHUNK_ELEMENTS // len(data))
-    return np.concatenate([_bootstrap_slice(data, idle, xs, w, strata, min(step, n_resamples - start), rng)
-                           for start in range(0, n_resamples, step)])
+    return np.concatenate(
+        [
+            _bootstrap_slice(data, idle, xs, w, strata, min(step, n_resamples - start), rng)
+            for start in range(0, n_resamples, step)
+        ]
+    )
 
 
-def _bootstrap_slice(data: LoadedProbes, idle: IdleCurves, xs: np.ndarray, w: np.ndarray, strata: list[np.ndarray],
-                     n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+def _bootstrap_slice(
+    data: LoadedProbes,
+    idle: IdleCurves,
+    xs: np.ndarray,
+    w: np.ndarray,
+    strata: list[np.ndarray],
+    n_resamples: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
     counts = np.zeros((n_resamples, len(data)))
     rows = np.arange(n_resamples)[:, None]
     for members in strata:

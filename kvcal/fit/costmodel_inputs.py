@@ -63,8 +63,10 @@ def split_loaded(records: list[ProbeRecord], manifest: RunManifest) -> tuple[lis
         return records, None
     idle = [r for r in records if probe_counts_as_idle(r, loaded.threshold)]
     if not any(r.valid and not r.off_curve for r in idle):
-        raise InputError(f"{manifest.name}: no valid probe measured idle: the idle curves (P, T) need the idle state; "
-                         "sweep with --load-states including idle")
+        raise InputError(
+            f"{manifest.name}: no valid probe measured idle: the idle curves (P, T) need the idle state; "
+            "sweep with --load-states including idle"
+        )
     return idle, loaded
 
 
@@ -86,10 +88,18 @@ def from_run_records(records: list[ProbeRecord], threshold: int = 1) -> LoadedPr
     # Strata are refined by the measured class later (fit_cost_model); here: leg x length.
     labels = {k: i for i, k in enumerate(sorted({k[:2] for k in keys}))}
     stratum = np.array([labels[k[:2]] for k in keys], dtype=np.int64)
-    return LoadedProbes(pulled=pulled, uncached=np.where(pulled, 0.0, n), delta=np.where(pulled, n, 0.0),
-                        ttft_ms=np.array([r.ttft_ms for r in known], dtype=float), source_waiting=sw,
-                        computing_waiting=cw, stratum=stratum, design="designed", n_dropped=len(rows) - len(known),
-                        threshold=threshold)
+    return LoadedProbes(
+        pulled=pulled,
+        uncached=np.where(pulled, 0.0, n),
+        delta=np.where(pulled, n, 0.0),
+        ttft_ms=np.array([r.ttft_ms for r in known], dtype=float),
+        source_waiting=sw,
+        computing_waiting=cw,
+        stratum=stratum,
+        design="designed",
+        n_dropped=len(rows) - len(known),
+        threshold=threshold,
+    )
 
 
 def coef_samples(fit: FitResult, leg: str) -> np.ndarray | None:
@@ -108,6 +118,7 @@ def coef_samples(fit: FitResult, leg: str) -> np.ndarray | None:
 
 def idle_curves(fit: FitResult) -> IdleCurves:
     """Point coefficients and bootstrap samples of a fit's idle curves (samples as stored in fit.json)."""
+
     def coef(curve) -> np.ndarray:
         return np.array([curve.intercept_ms, curve.per_token_us, curve.per_token2_ns], dtype=float)
 

@@ -209,8 +209,16 @@ def _huber_weights(data: LegData, p: int, beta0: np.ndarray) -> tuple[np.ndarray
     sigma = _robust_sigma(resid(beta), p)
     for _ in range(2):
         f_scale = HUBER_K * sigma
-        sol = optimize.least_squares(resid, beta, jac=lambda _b: jac, bounds=(0.0, np.inf), loss="huber",
-                                     f_scale=f_scale, method="trf", x_scale="jac")
+        sol = optimize.least_squares(
+            resid,
+            beta,
+            jac=lambda _b: jac,
+            bounds=(0.0, np.inf),
+            loss="huber",
+            f_scale=f_scale,
+            method="trf",
+            x_scale="jac",
+        )
         beta = sol.x
         sigma = _robust_sigma(resid(beta), p)
     f_scale = HUBER_K * sigma
@@ -243,7 +251,9 @@ def fit_leg(data: LegData, models: tuple[str, ...]) -> LegFit:
     candidates = [m for m in models if MODEL_PARAMS[m] <= k]
     notes: list[str] = []
     if len(candidates) < len(models):
-        notes.append(f"{len(data.lengths)} lengths cannot support {', '.join(m for m in models if m not in candidates)}")
+        notes.append(
+            f"{len(data.lengths)} lengths cannot support {', '.join(m for m in models if m not in candidates)}"
+        )
     p_big = max(MODEL_PARAMS[m] for m in candidates)
     data, beta0 = _smooth_scales(data, p_big)
     v = data.rel_weight
@@ -254,7 +264,9 @@ def fit_leg(data: LegData, models: tuple[str, ...]) -> LegFit:
         huber, f_scale = np.ones(n), None
         resid = (data.ttft_ms - data.basis(p_big)[data.group] @ beta0) / data.scale_ms[data.group]
         sigma = float(np.sqrt(np.sum(resid**2) / max(n - p_big, 1)))
-        notes.append(f"{n} probes: too few for a robust loss (needs {p_big + ROBUST_MIN_DF}); plain weighted least squares")
+        notes.append(
+            f"{n} probes: too few for a robust loss (needs {p_big + ROBUST_MIN_DF}); plain weighted least squares"
+        )
     w = huber * v
     fits = {}
     for m in candidates:
@@ -264,8 +276,13 @@ def fit_leg(data: LegData, models: tuple[str, ...]) -> LegFit:
     chosen, selection, f_crit = _select(fits, models, n, notes)
     fitted = cost_ms(fits[chosen].coef, data.n_tokens)
     down = [
-        {"prefix_tokens": int(data.n_tokens[i]), "rep": int(data.rep[i]), "ttft_ms": round(float(data.ttft_ms[i]), 4),
-         "fitted_ms": round(float(fitted[i]), 4), "weight": round(float(huber[i]), 4)}
+        {
+            "prefix_tokens": int(data.n_tokens[i]),
+            "rep": int(data.rep[i]),
+            "ttft_ms": round(float(data.ttft_ms[i]), 4),
+            "fitted_ms": round(float(fitted[i]), 4),
+            "weight": round(float(huber[i]), 4),
+        }
         for i in np.flatnonzero(huber < DOWNWEIGHT_REPORT_BELOW)
     ]
     return LegFit(data, huber, f_scale, sigma, fits, chosen, selection, f_crit, down)
@@ -286,12 +303,17 @@ def f_statistic(wsse_affine: np.ndarray | float, wsse_quadratic: np.ndarray | fl
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, np.inf, 0.0))
 
 
-def _select(fits: dict[str, ModelFit], models: tuple[str, ...], n: int, notes: list[str]) -> tuple[str, str, float | None]:
+def _select(
+    fits: dict[str, ModelFit], models: tuple[str, ...], n: int, notes: list[str]
+) -> tuple[str, str, float | None]:
     prefix = "; ".join(notes) + ("; " if notes else "")
     if len(fits) == 1:
         (only,) = fits
-        why = ("affine by design (fixed floor + per-token transfer)" if len(models) == 1
-               else f"{only}: the only candidate the lengths support")
+        why = (
+            "affine by design (fixed floor + per-token transfer)"
+            if len(models) == 1
+            else f"{only}: the only candidate the lengths support"
+        )
         return only, prefix + why, None
     crit = f_threshold(n)
     if crit is None:
@@ -299,6 +321,8 @@ def _select(fits: dict[str, ModelFit], models: tuple[str, ...], n: int, notes: l
     f_value = float(f_statistic(fits["affine"].wsse, fits["quadratic"].wsse, n))
     p_value = 0.5 * float(stats.f.sf(f_value, 1, n - 3)) if np.isfinite(f_value) else 0.0
     chosen = "quadratic" if f_value > crit else "affine"
-    text = (f"nested F-test of curvature (one-sided, alpha={SELECTION_ALPHA}): F={f_value:.3g} on (1, {n - 3}) df, "
-            f"p={p_value:.3g}, threshold {crit:.3g} -> {chosen}")
+    text = (
+        f"nested F-test of curvature (one-sided, alpha={SELECTION_ALPHA}): F={f_value:.3g} on (1, {n - 3}) df, "
+        f"p={p_value:.3g}, threshold {crit:.3g} -> {chosen}"
+    )
     return chosen, prefix + text, crit

@@ -41,21 +41,31 @@ def time_trends(table: ProbeTable, legs: tuple[LegFit, ...]) -> list[TimeTrend]:
         if len(rows) < MIN_PROBES:
             continue
         when = rows["order"].to_numpy(dtype=float)
-        e = np.log(rows["ttft_ms"].to_numpy(dtype=float) /
-                   cost_ms(leg_fit.chosen_fit.coef, rows["prefix_tokens"].to_numpy(dtype=float)))
+        e = np.log(
+            rows["ttft_ms"].to_numpy(dtype=float)
+            / cost_ms(leg_fit.chosen_fit.coef, rows["prefix_tokens"].to_numpy(dtype=float))
+        )
         tau = stats.kendalltau(when, e)
         if not math.isfinite(float(tau.pvalue)) or tau.pvalue >= TREND_ALPHA:
             continue
         change = math.expm1(float(stats.theilslopes(e, when).slope) * span)
         if abs(change) > TREND_MIN_CHANGE:
-            out.append(TimeTrend(leg=leg_fit.data.name, change=round(change, 4), p_value=float(f"{tau.pvalue:.3g}"),
-                                 order_source=table.order_source or "order"))
+            out.append(
+                TimeTrend(
+                    leg=leg_fit.data.name,
+                    change=round(change, 4),
+                    p_value=float(f"{tau.pvalue:.3g}"),
+                    order_source=table.order_source or "order",
+                )
+            )
     return out
 
 
 def describe(trend: TimeTrend) -> str:
     """One line for stderr and fit.json's warnings."""
     way = "slower" if trend.change > 0 else "faster"
-    return (f"{trend.leg} drifted {abs(trend.change):.0%} {way} from the first probe to the last in time order "
-            f"(from {trend.order_source}; Kendall p = {trend.p_value:.2g}): the host changed during the run; "
-            "rerun `kvcal sweep` on a quiet machine, or with --reps spread over time, and compare")
+    return (
+        f"{trend.leg} drifted {abs(trend.change):.0%} {way} from the first probe to the last in time order "
+        f"(from {trend.order_source}; Kendall p = {trend.p_value:.2g}): the host changed during the run; "
+        "rerun `kvcal sweep` on a quiet machine, or with --reps spread over time, and compare"
+    )

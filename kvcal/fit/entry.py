@@ -24,8 +24,13 @@ def curve_ms(curve: CurveFit, n: Any) -> np.ndarray:
     return cost_ms(curve.coefficients, n)
 
 
-def fit_input(path: str | Path, settings: FitSettings = FIT_DEFAULTS, *, supplied: RunSetup | None = None,
-              busy_queue_threshold: int | None = None) -> FitResult:
+def fit_input(
+    path: str | Path,
+    settings: FitSettings = FIT_DEFAULTS,
+    *,
+    supplied: RunSetup | None = None,
+    busy_queue_threshold: int | None = None,
+) -> FitResult:
     """Fit the probes of any input now (a fit.json's own probes, when they can be found).
 
     A loaded run also yields the router's cost model, busy classified against
@@ -40,8 +45,14 @@ def load_or_fit(path: str | Path, settings: FitSettings = FIT_DEFAULTS) -> FitRe
     return load_fit_input(path, probes=False).fitted(settings)
 
 
-def fit_and_write(path: str | Path, output: str | Path | None = None, settings: FitSettings = FIT_DEFAULTS, *,
-                  supplied: RunSetup | None = None, busy_queue_threshold: int | None = None) -> tuple[FitResult, Path]:
+def fit_and_write(
+    path: str | Path,
+    output: str | Path | None = None,
+    settings: FitSettings = FIT_DEFAULTS,
+    *,
+    supplied: RunSetup | None = None,
+    busy_queue_threshold: int | None = None,
+) -> tuple[FitResult, Path]:
     """What ``kvcal fit`` does: fit the input and write fit.json (``output`` or :func:`default_output`)."""
     result = fit_input(path, settings, supplied=supplied, busy_queue_threshold=busy_queue_threshold)
     return result, write_fit(result, output or default_output(path))

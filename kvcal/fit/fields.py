@@ -19,7 +19,10 @@ from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS
 
 LEGS = ("recompute", "pull")  # the leg column's values
 TIME_COLUMNS = ("order", "started_at")  # time order: an integer rank, or a start time (ISO 8601 or epoch seconds)
-MAX_INT, MAX_MS = 2**53, MAX_TTFT_MS  # far above any real count or TTFT, far below overflow; one rule with kvcal.records
+MAX_INT, MAX_MS = (
+    2**53,
+    MAX_TTFT_MS,
+)  # far above any real count or TTFT, far below overflow; one rule with kvcal.records
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,13 @@ def int_field(value: str, name: str, where: str, *, positive: bool = False) -> i
         raise InputError(f"{where}: {name} '{text}' is not a whole number")
     if number < 0 or (positive and number == 0):
         raise InputError(f"{where}: {name} must be {'positive' if positive else 'non-negative'}, got {text}")
-    limit = MAX_TOKENS if name in ("prefix_tokens", "tokens", "rep") else MAX_BYTES_MOVED if name == "bytes_moved" else MAX_INT
+    limit = (
+        MAX_TOKENS
+        if name in ("prefix_tokens", "tokens", "rep")
+        else MAX_BYTES_MOVED
+        if name == "bytes_moved"
+        else MAX_INT
+    )
     if number > limit:
         raise InputError(f"{where}: {name} {text} is beyond any plausible value (at most {limit:.3g})")
     return int(number)
@@ -85,7 +94,9 @@ def time_field(value: str, name: str, where: str) -> float:
     if number <= 0:
         raise InputError(f"{where}: {name} must be positive, got {str(value).strip()}")
     if number > MAX_MS:
-        raise InputError(f"{where}: {name} {str(value).strip()} ms is beyond any plausible time (at most {MAX_MS:.0e} ms)")
+        raise InputError(
+            f"{where}: {name} {str(value).strip()} ms is beyond any plausible time (at most {MAX_MS:.0e} ms)"
+        )
     return number
 
 

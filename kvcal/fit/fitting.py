@@ -27,8 +27,9 @@ RECOMPUTE_MODELS = ("affine", "quadratic")
 PULL_MODELS = ("affine",)
 
 
-def fit_table(table: ProbeTable, settings: FitSettings = FIT_DEFAULTS, *,
-              busy_queue_threshold: int | None = None) -> FitResult:
+def fit_table(
+    table: ProbeTable, settings: FitSettings = FIT_DEFAULTS, *, busy_queue_threshold: int | None = None
+) -> FitResult:
     """Fit both legs, find the break-even and bootstrap its interval at ``settings.confidence``.
 
     ``settings`` was checked against its declared bounds when it was built. A loaded run's table
@@ -52,21 +53,35 @@ def fit_table(table: ProbeTable, settings: FitSettings = FIT_DEFAULTS, *,
     else:
         starved = [f.data.name for f in (recompute, pull) if residual_df(f) < 1]
         if starved:
-            notes.append(f"{', '.join(starved)}: as many coefficients as probes, so no interval can be estimated; "
-                         "add reps or lengths")
+            notes.append(
+                f"{', '.join(starved)}: as many coefficients as probes, so no interval can be estimated; "
+                "add reps or lengths"
+            )
         else:
             boot = run_bootstrap(recompute, paid.fast, settings, mean_cost=paid.mean)
     result = build_result(table, recompute, pull, boot, settings, notes=notes)
     result = annotate(result, table, recompute, pull, n_warmup)
-    result = result.model_copy(update={"slow_modes": paid.modes, "fast_break_even_tokens": _fast_break_even(recompute, paid),
-                                       "unresolved_slow": paid.unresolved, "time_trends": trends,
-                                       "mean_cost": summarise_mean_cost(legs, {"recompute": recompute.chosen_fit.coef,
-                                                                               "pull": pull.chosen_fit.coef},
-                                                                         bool(paid.mean and paid.mean.decided),
-                                                                         medians=table.origin.kind == "llmd-table")})
+    result = result.model_copy(
+        update={
+            "slow_modes": paid.modes,
+            "fast_break_even_tokens": _fast_break_even(recompute, paid),
+            "unresolved_slow": paid.unresolved,
+            "time_trends": trends,
+            "mean_cost": summarise_mean_cost(
+                legs,
+                {"recompute": recompute.chosen_fit.coef, "pull": pull.chosen_fit.coef},
+                bool(paid.mean and paid.mean.decided),
+                medians=table.origin.kind == "llmd-table",
+            ),
+        }
+    )
     if table.loaded is not None:
-        cost = fit_cost_model(table.loaded, idle_curves(result), threshold=busy_queue_threshold or table.loaded.threshold,
-                              settings=settings)
+        cost = fit_cost_model(
+            table.loaded,
+            idle_curves(result),
+            threshold=busy_queue_threshold or table.loaded.threshold,
+            settings=settings,
+        )
         result = result.model_copy(update={"cost_model": cost})
     log.info("fit %s: %s at %s tokens", table.origin.path, result.status, result.break_even_tokens)
     return result
@@ -92,7 +107,8 @@ def _leg_data(table: ProbeTable) -> dict[str, LegData]:
             raise InputError(f"{where}: no {name} probes (a leg is missing); both legs are needed for a break-even")
         lengths = sorted(rows["prefix_tokens"].unique())
         if len(lengths) < 2:
-            raise InputError(f"{where}: the {name} leg has one prefix length only ({lengths[0]}); "
-                             "a fit needs at least two lengths")
+            raise InputError(
+                f"{where}: the {name} leg has one prefix length only ({lengths[0]}); a fit needs at least two lengths"
+            )
         out[name] = LegData.from_frame(name, rows, n_ref)
     return out

@@ -35,23 +35,37 @@ def annotate(result: FitResult, table: ProbeTable, recompute: LegFit, pull: LegF
     """``result`` with per-length wins, counts, the host's disturbance and the recipe's verdict."""
     rows = per_length(table, recompute.sigma_rel, pull.sigma_rel)
     warnings = list(result.warnings)
-    update: dict = {"per_length": rows, "pull_won_from_tokens": pull_won_from(rows),
-                    "n_duplicates_collapsed": table.n_duplicates, "n_warmup_excluded": n_warmup,
-                    "host_disturbance": table.host}
+    update: dict = {
+        "per_length": rows,
+        "pull_won_from_tokens": pull_won_from(rows),
+        "n_duplicates_collapsed": table.n_duplicates,
+        "n_warmup_excluded": n_warmup,
+        "host_disturbance": table.host,
+    }
     host = table.host
     if host is not None and host.disturbed_probes:
         shown = ", ".join(host.disturbed_probes[:SHOW_PROBES])
-        more = f" and {len(host.disturbed_probes) - SHOW_PROBES} more" if len(host.disturbed_probes) > SHOW_PROBES else ""
-        figure = (f"other processes took up to {host.max:.0%} of {host.resource} (median {host.median:.0%}; "
-                  f"{len(host.disturbed_probes)} of {host.n_measured} probes over {host.bound:.0%}: {shown}{more})")
+        more = (
+            f" and {len(host.disturbed_probes) - SHOW_PROBES} more" if len(host.disturbed_probes) > SHOW_PROBES else ""
+        )
+        figure = (
+            f"other processes took up to {host.max:.0%} of {host.resource} (median {host.median:.0%}; "
+            f"{len(host.disturbed_probes)} of {host.n_measured} probes over {host.bound:.0%}: {shown}{more})"
+        )
         if host.disturbed:
-            warnings.append(f"DISTURBED HOST: {figure}; these timings measure a busy machine, not the engines: "
-                            "rerun `kvcal sweep` when the machine is quiet (emit-config refuses this run unless --allow-disturbed)")
+            warnings.append(
+                f"DISTURBED HOST: {figure}; these timings measure a busy machine, not the engines: "
+                "rerun `kvcal sweep` when the machine is quiet (emit-config refuses this run unless --allow-disturbed)"
+            )
         else:
-            warnings.append(f"a few probes ran on a busy host: {figure}; under {host.run_bound:.0%} of the run, so it is kept")
+            warnings.append(
+                f"a few probes ran on a busy host: {figure}; under {host.run_bound:.0%} of the run, so it is kept"
+            )
     if table.verdict and result.status != RECOMPUTE_ALWAYS:
-        warnings.append(f"the recipe reported '{table.verdict}': read as recompute-always-wins (pulls fired and never "
-                        f"won); the fitted curves' {result.status} is overridden")
+        warnings.append(
+            f"the recipe reported '{table.verdict}': read as recompute-always-wins (pulls fired and never "
+            f"won); the fitted curves' {result.status} is overridden"
+        )
         update["status"] = RECOMPUTE_ALWAYS
     update["warnings"] = warnings
     return result.model_copy(update=update)

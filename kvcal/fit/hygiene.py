@@ -45,8 +45,10 @@ def collapse_duplicates(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
 
 
 def duplicate_warning(n: int) -> str:
-    return (f"{n} duplicated row(s) (identical length, leg, rep and TTFT) collapsed before the fit: was the input "
-            "concatenated? Kept, they would narrow the interval as if measured twice; check with `sort | uniq -d`")
+    return (
+        f"{n} duplicated row(s) (identical length, leg, rep and TTFT) collapsed before the fit: was the input "
+        "concatenated? Kept, they would narrow the interval as if measured twice; check with `sort | uniq -d`"
+    )
 
 
 def warmup_test(probes: pd.DataFrame) -> tuple[np.ndarray, str | None]:
@@ -73,7 +75,9 @@ def warmup_test(probes: pd.DataFrame) -> tuple[np.ndarray, str | None]:
     if p >= WARMUP_ALPHA or excess <= WARMUP_MIN_EXCESS:
         return exclude, None
     exclude[probes.index.get_indexer(firsts)] = True
-    note = (f"{WARMUP_NOTE} the first probe in time of each (length, leg) was {excess:.0%} slower than the others "
-            f"(median over {len(r)} groups, Wilcoxon p = {p:.1g}); those {len(firsts)} probes were excluded from the fit. "
-            "Sweep with warm-up probes (`kvcal sweep --warmup-probes`) to keep them out of the data")
+    note = (
+        f"{WARMUP_NOTE} the first probe in time of each (length, leg) was {excess:.0%} slower than the others "
+        f"(median over {len(r)} groups, Wilcoxon p = {p:.1g}); those {len(firsts)} probes were excluded from the fit. "
+        "Sweep with warm-up probes (`kvcal sweep --warmup-probes`) to keep them out of the data"
+    )
     return exclude, note

@@ -58,8 +58,9 @@ class FitInput:
         return with_links(result, Path(origin.path), settings, busy_queue_threshold=busy_queue_threshold)
 
 
-def load_fit_input(path: str | Path, *, supplied: RunSetup | None = None, probes: bool = True,
-                   stored_fit: bool = True) -> FitInput:
+def load_fit_input(
+    path: str | Path, *, supplied: RunSetup | None = None, probes: bool = True, stored_fit: bool = True
+) -> FitInput:
     """Load ``path`` as a run folder, fit.json, probe CSV or llm-d Job log.
 
     ``supplied``: setup facts from flags for a probe table; a run folder or fit.json records
@@ -75,8 +76,9 @@ def load_fit_input(path: str | Path, *, supplied: RunSetup | None = None, probes
         check_input(p)  # a FIFO or device would block the peek below (kvcal/userfiles.py)
     is_table = not p.is_dir() and not looks_like_json(p)
     if supplied is not None and supplied != RunSetup() and not is_table:
-        raise InputError(f"{p} records its own setup; --model, --transport and --block-size describe a probe CSV "
-                         "or an llm-d Job log")
+        raise InputError(
+            f"{p} records its own setup; --model, --transport and --block-size describe a probe CSV or an llm-d Job log"
+        )
     if p.is_dir():
         return _run_folder(p, probes, stored_fit)
     if not is_table:

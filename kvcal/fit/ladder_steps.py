@@ -17,8 +17,10 @@ def pull_floor(block_size: int) -> int:
 
 
 def floor_reason(block_size: int) -> str:
-    return (f"{pull_floor(block_size)} tokens, two blocks of {block_size}: an engine never takes a prompt's last "
-            "block from a peer, so a one-block pull moves nothing")
+    return (
+        f"{pull_floor(block_size)} tokens, two blocks of {block_size}: an engine never takes a prompt's last "
+        "block from a peer, so a one-block pull moves nothing"
+    )
 
 
 def lengths_below(shortest: int, block_size: int) -> list[int]:

@@ -50,7 +50,9 @@ def read_llmd_table(path: Path, text: str) -> ParsedRows:
             continue  # log chatter: src=..., mesh warm: ..., MIN_CACHED_TOKEN_DELTA=...
         where = f"{path} line {number}"
         if not 3 <= len(fields) <= 5:
-            raise InputError(f"{where}: expected 'tokens recompute_ms pull_ms [delta%] [pulled_MB]', got {len(fields)} fields")
+            raise InputError(
+                f"{where}: expected 'tokens recompute_ms pull_ms [delta%] [pulled_MB]', got {len(fields)} fields"
+            )
         tokens = int_field(fields[0], "tokens", where, positive=True)
         recompute = time_field(fields[1], "recompute_ms", where)
         pull = time_field(fields[2], "pull_ms", where)
@@ -58,7 +60,9 @@ def read_llmd_table(path: Path, text: str) -> ParsedRows:
             delta = parse_number(fields[3].rstrip("%"), "delta", where)
             expected = 100.0 * (pull - recompute) / recompute
             if abs(delta - expected) > 1.0:
-                notes.append(f"line {number}: delta {delta:+.1f}% disagrees with the times ({expected:+.1f}%): columns swapped?")
+                notes.append(
+                    f"line {number}: delta {delta:+.1f}% disagrees with the times ({expected:+.1f}%): columns swapped?"
+                )
         moved = None
         if len(fields) == 5:
             megabytes = parse_number(fields[4], "pulled_MB", where)
@@ -73,16 +77,23 @@ def read_llmd_table(path: Path, text: str) -> ParsedRows:
             continue
         seen_lines.add(tuple(fields))
         rep = sum(1 for r in rows if r["prefix_tokens"] == tokens and r["leg"] == "recompute")
-        rows.append({"prefix_tokens": tokens, "leg": "recompute", "ttft_ms": recompute, "rep": rep, "bytes_moved": None})
+        rows.append(
+            {"prefix_tokens": tokens, "leg": "recompute", "ttft_ms": recompute, "rep": rep, "bytes_moved": None}
+        )
         rows.append({"prefix_tokens": tokens, "leg": "pull", "ttft_ms": pull, "rep": rep, "bytes_moved": moved})
     if n_zero:
-        notes.append(f"{n_zero} row(s) whose pulls moved 0 MB excluded as non-pulls (they timed recompute against "
-                     "recompute; the recipe counts them out too): check the P2P tier and PYTHONHASHSEED")
+        notes.append(
+            f"{n_zero} row(s) whose pulls moved 0 MB excluded as non-pulls (they timed recompute against "
+            "recompute; the recipe counts them out too): check the P2P tier and PYTHONHASHSEED"
+        )
     if n_repeated:
         notes.append(duplicate_warning(n_repeated))
     if not rows:
-        raise InputError(f"{path}: the llm-d table has a header but no rows" if not n_zero else
-                         f"{path}: every row of the llm-d table moved 0 MB: no pull fired; check the P2P tier")
+        raise InputError(
+            f"{path}: the llm-d table has a header but no rows"
+            if not n_zero
+            else f"{path}: every row of the llm-d table moved 0 MB: no pull fired; check the P2P tier"
+        )
     if verdict:
         notes.append(f"the recipe reported: {verdict}")
     return ParsedRows(rows, notes, n_invalid_excluded=n_zero, verdict=verdict, n_repeated=n_repeated)

@@ -92,8 +92,9 @@ def leg_mean(data: LegData, coef: np.ndarray, z: float) -> LegMean:
     counts = np.array([int(g.sum()) for g in groups])
     offsets = np.where(present, means - mu, 0.0)
     limit = np.maximum(MIN_MISFIT_LOG, z * s / np.sqrt(np.maximum(counts, 1)))
-    return LegMean(bulk_ratio, n, int(tail.sum()), excess, se, data.lengths, offsets,
-                   present & (np.abs(offsets) > limit))
+    return LegMean(
+        bulk_ratio, n, int(tail.sum()), excess, se, data.lengths, offsets, present & (np.abs(offsets) > limit)
+    )
 
 
 def scales(rec: LegMean, pull: LegMean, pull_mode: bool = False) -> tuple[float, float]:
@@ -119,8 +120,9 @@ def _spread(e: np.ndarray, groups: list[np.ndarray], means: np.ndarray, mu: floa
     return max(math.sqrt(float(np.sum((e[bulk] - mu) ** 2)) / max(int(bulk.sum()) - 1, 1)), SD_FLOOR)
 
 
-def summarise(legs: dict[str, LegData], coefs: dict[str, np.ndarray], pull_mode: bool = False,
-              medians: bool = False) -> MeanCostSummary:
+def summarise(
+    legs: dict[str, LegData], coefs: dict[str, np.ndarray], pull_mode: bool = False, medians: bool = False
+) -> MeanCostSummary:
     """The mean-cost record of a fit: ``legs`` the raw probes per leg, ``coefs`` each leg's reported curve,
     ``pull_mode`` whether the pull's curve is already its mean cost over a slow mode (kvcal.fit.modes), ``medians``
     whether each probe is a length's median (an llm-d Job's table: its spread is the medians' noise, not the
@@ -140,11 +142,23 @@ def summarise(legs: dict[str, LegData], coefs: dict[str, np.ndarray], pull_mode:
             k = int(hit[0])
             mean_ms = float(cost_ms(coefs[name], float(n))) * leg.bulk * math.exp(float(leg.offsets[k]))
             ms[name], misfit[name] = float(f"{mean_ms:.6g}"), bool(leg.misfit[k])
-        rows.append(MeanLength(prefix_tokens=int(n), recompute_ms=ms["recompute"], pull_ms=ms["pull"],
-                               recompute_misfit=misfit["recompute"], pull_misfit=misfit["pull"]))
+        rows.append(
+            MeanLength(
+                prefix_tokens=int(n),
+                recompute_ms=ms["recompute"],
+                pull_ms=ms["pull"],
+                recompute_misfit=misfit["recompute"],
+                pull_misfit=misfit["pull"],
+            )
+        )
     m_r, m_p = (1.0, 1.0) if medians else scales(rec, pull, pull_mode)
-    return MeanCostSummary(recompute_scale=_sig(m_r), pull_scale=_sig(m_p),
-                           recompute_scale_se=_sig(rec.scale_se), pull_scale_se=_sig(pull.scale_se), per_length=rows)
+    return MeanCostSummary(
+        recompute_scale=_sig(m_r),
+        pull_scale=_sig(m_p),
+        recompute_scale_se=_sig(rec.scale_se),
+        pull_scale_se=_sig(pull.scale_se),
+        per_length=rows,
+    )
 
 
 def _sig(value: float) -> float:

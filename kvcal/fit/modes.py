@@ -105,9 +105,14 @@ def detect(fit: LegFit, confidence: float = FIT_DEFAULTS.confidence) -> tuple[Sl
 def _record(data: LegData, slow_idx: np.ndarray, log_ratio: float, separation: float, mean_fitted: bool) -> SlowMode:
     n_slow = len(slow_idx)
     return SlowMode(
-        leg=data.name, share=round(n_slow / data.n_probes, 4), ratio=round(math.exp(log_ratio), 4),
-        n_slow=n_slow, n_probes=data.n_probes, lengths=sorted({int(n) for n in data.n_tokens[slow_idx]}),
-        separation_sd=round(separation, 2), mean_fitted=mean_fitted,
+        leg=data.name,
+        share=round(n_slow / data.n_probes, 4),
+        ratio=round(math.exp(log_ratio), 4),
+        n_slow=n_slow,
+        n_probes=data.n_probes,
+        lengths=sorted({int(n) for n in data.n_tokens[slow_idx]}),
+        separation_sd=round(separation, 2),
+        mean_fitted=mean_fitted,
         slow_probes=[[int(data.n_tokens[i]), int(data.rep[i])] for i in slow_idx],
     )
 
@@ -155,12 +160,16 @@ class PullCost:
         if self.mean is None or not self.mean.decided:
             return self.fast
         m = self.mean.scale
-        return replace(self.fast, fits={k: replace(f, coef=f.coef * m) for k, f in self.fast.fits.items()},
-                       selection=f"{self.fast.selection}; mean cost: the fast curve x {m:.4g} (1 + share x (ratio - 1))")
+        return replace(
+            self.fast,
+            fits={k: replace(f, coef=f.coef * m) for k, f in self.fast.fits.items()},
+            selection=f"{self.fast.selection}; mean cost: the fast curve x {m:.4g} (1 + share x (ratio - 1))",
+        )
 
 
-def pull_cost(recompute: LegFit, pull: LegFit, pull_data: LegData, models: tuple[str, ...],
-              settings: FitSettings = FIT_DEFAULTS) -> PullCost:
+def pull_cost(
+    recompute: LegFit, pull: LegFit, pull_data: LegData, models: tuple[str, ...], settings: FitSettings = FIT_DEFAULTS
+) -> PullCost:
     """Each leg's mode (told apart at the fit's confidence); a pull with one refitted on its fast path (slow probes
     divided by the ratio) with its mean-cost scale; else the slow pulls the robust fit set aside, when there are
     any (unresolved)."""
@@ -170,8 +179,12 @@ def pull_cost(recompute: LegFit, pull: LegFit, pull_data: LegData, models: tuple
         if mode.mean_fitted:
             sd = math.log(mode.ratio) / mode.separation_sd
             fast = fit_leg(_unslowed(pull_data, slow_idx, mode.ratio), models)
-            return PullCost(fast, modes, MeanCost(mode.n_slow, mode.n_probes, math.log(mode.ratio),
-                                                  sd / math.sqrt(mode.n_slow), decided=True), None)
+            return PullCost(
+                fast,
+                modes,
+                MeanCost(mode.n_slow, mode.n_probes, math.log(mode.ratio), sd / math.sqrt(mode.n_slow), decided=True),
+                None,
+            )
     aside, e, sd = _set_aside(pull)
     if not aside.size:
         return PullCost(pull, modes, None, None)
@@ -203,7 +216,9 @@ def _unslowed(data: LegData, slow_idx: np.ndarray, ratio: float) -> LegData:
     """The leg with its slow probes divided by the slow/fast ratio (its fast path), noise scales recomputed."""
     y = data.ttft_ms.copy()
     y[slow_idx] /= ratio
-    return replace(data, ttft_ms=y, scale_ms=np.array([np.median(y[data.group == k]) for k in range(len(data.lengths))]))
+    return replace(
+        data, ttft_ms=y, scale_ms=np.array([np.median(y[data.group == k]) for k in range(len(data.lengths))])
+    )
 
 
 @dataclass(frozen=True)
@@ -270,25 +285,33 @@ def _em(fit: LegFit, resp: np.ndarray) -> Mixture:
 def describe(mode: SlowMode) -> str:
     """One line for stderr and fit.json's warnings."""
     if mode.mean_fitted:
-        effect = ("the router pays the mean, so this leg's curve is its mean cost (the fast curve x (1 + share x "
-                  "(ratio - 1))) and the break-even is that of the mean costs")
+        effect = (
+            "the router pays the mean, so this leg's curve is its mean cost (the fast curve x (1 + share x "
+            "(ratio - 1))) and the break-even is that of the mean costs"
+        )
     else:
-        effect = ("it lowers the mean-cost crossover; the robust (fast) curve is kept, which keeps the threshold "
-                  "above the mean-cost break-even")
-    return (f"{mode.leg} has a slow mode: {mode.n_slow} of {mode.n_probes} probes ({mode.share:.0%}) took "
-            f"{mode.ratio:.2g}x the fast time (at {_lengths(mode)} tokens), beyond a stall and beyond the noise "
-            f"({mode.separation_sd:.0f} sd); {effect}. Find the slow path (link congestion, a fallback transport) "
-            "or measure more reps (`kvcal sweep --reps 5`) to pin its share down")
+        effect = (
+            "it lowers the mean-cost crossover; the robust (fast) curve is kept, which keeps the threshold "
+            "above the mean-cost break-even"
+        )
+    return (
+        f"{mode.leg} has a slow mode: {mode.n_slow} of {mode.n_probes} probes ({mode.share:.0%}) took "
+        f"{mode.ratio:.2g}x the fast time (at {_lengths(mode)} tokens), beyond a stall and beyond the noise "
+        f"({mode.separation_sd:.0f} sd); {effect}. Find the slow path (link congestion, a fallback transport) "
+        "or measure more reps (`kvcal sweep --reps 5`) to pin its share down"
+    )
 
 
 def describe_unresolved(aside: SlowMode) -> str:
     """One line for the slow pulls that cannot be told from a stall."""
-    return (f"pull: {aside.n_slow} of {aside.n_probes} probes took {aside.ratio:.2g}x the fitted time (at "
-            f"{_lengths(aside)} tokens): too few to tell a stall from a slow mode (the test needs a share beyond a "
-            f"stall's {STALL_SHARE:.0%} and the fast noise's tail, {MIN_SLOW_PROBES}+ probes and a likelihood ratio of "
-            f"{MIN_LIKELIHOOD_RATIO:.0f}); the "
-            "break-even is the robust one and its interval reaches up to the mean cost with them, so a threshold "
-            "is safe for what the router pays either way. Measure more reps (`kvcal sweep --reps 8`) to tell")
+    return (
+        f"pull: {aside.n_slow} of {aside.n_probes} probes took {aside.ratio:.2g}x the fitted time (at "
+        f"{_lengths(aside)} tokens): too few to tell a stall from a slow mode (the test needs a share beyond a "
+        f"stall's {STALL_SHARE:.0%} and the fast noise's tail, {MIN_SLOW_PROBES}+ probes and a likelihood ratio of "
+        f"{MIN_LIKELIHOOD_RATIO:.0f}); the "
+        "break-even is the robust one and its interval reaches up to the mean cost with them, so a threshold "
+        "is safe for what the router pays either way. Measure more reps (`kvcal sweep --reps 8`) to tell"
+    )
 
 
 def too_few_probes(legs: dict[str, LegData]) -> str | None:
@@ -296,8 +319,10 @@ def too_few_probes(legs: dict[str, LegData]) -> str | None:
     small = [f"{name} {data.n_probes}" for name, data in legs.items() if data.n_probes < MIN_PROBES]
     if not small:
         return None
-    return (f"{TOO_FEW_NOTE} {MIN_PROBES} probes on a leg ({', '.join(small)} probes): a slow path "
-            "there (a congested link, a fallback transport) would go unseen; sweep more reps (`kvcal sweep --reps 3`)")
+    return (
+        f"{TOO_FEW_NOTE} {MIN_PROBES} probes on a leg ({', '.join(small)} probes): a slow path "
+        "there (a congested link, a fallback transport) would go unseen; sweep more reps (`kvcal sweep --reps 3`)"
+    )
 
 
 def _lengths(mode: SlowMode) -> str:

@@ -53,8 +53,10 @@ log = logging.getLogger(__name__)
 DECISION = "p2p decision"
 OUTCOMES = ("pulled", "self", "below-floor", "no-best-match")
 ID_PREFIXES = ("chatcmpl-", "cmpl-")  # vLLM's chat and completion ids around the router's request id
-RERUN = ("rerun inference-perf with api.streaming: true, report.request_lifecycle.per_request: true and "
-         "per_request_fields.response_chunks: true (its default), with outputs of at least 2 tokens")
+RERUN = (
+    "rerun inference-perf with api.streaming: true, report.request_lifecycle.per_request: true and "
+    "per_request_fields.response_chunks: true (its default), with outputs of at least 2 tokens"
+)
 
 # Why a request is left out; each says what inference-perf did or did not record.
 ERRORED = "an error"
@@ -89,7 +91,9 @@ class ResponseMetrics(_Read):
 
 class RequestInfo(_Read):
     request_metrics: RequestMetrics | None = None
-    input_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS, strict=True)  # deprecated mirror of request_metrics.text.input_tokens
+    input_tokens: int | None = Field(
+        None, ge=0, le=MAX_TOKENS, strict=True
+    )  # deprecated mirror of request_metrics.text.input_tokens
     response_metrics: ResponseMetrics | None = None
 
     def prompt_tokens(self) -> int | None:
@@ -181,7 +185,7 @@ def _request_id(chunk: str) -> str | None:
         return None
     if not isinstance(chunk_id, str) or not chunk_id:
         return None
-    return next((chunk_id[len(p):] for p in ID_PREFIXES if chunk_id.startswith(p)), chunk_id)
+    return next((chunk_id[len(p) :] for p in ID_PREFIXES if chunk_id.startswith(p)), chunk_id)
 
 
 def _read_records(path: Path) -> list[LifecycleRecord]:
@@ -219,7 +223,9 @@ def parse_per_request(path: Path) -> PerRequestFile:
         assert record.info is not None and record.info.response_metrics is not None  # skip_reason checked both
         ttft_ms = float(record.ttft_s() or 0.0) * 1e3
         if not math.isfinite(ttft_ms) or ttft_ms <= 0:
-            raise InputError(f"{path} request {index}: a TTFT of {ttft_ms:.3f} ms (the first token at or before the start)")
+            raise InputError(
+                f"{path} request {index}: a TTFT of {ttft_ms:.3f} ms (the first token at or before the start)"
+            )
         chunks = record.info.response_metrics.response_chunks or []
         found.append(RequestTiming(str(_request_id(chunks[0])), int(record.info.prompt_tokens() or 0), ttft_ms))
     if not found:
@@ -262,7 +268,8 @@ def parse_epp_log(path: Path) -> dict[str, Decision]:
         if not entry.get("requestID"):
             raise InputError(f"{where}: a p2p decision without requestID")
         out[str(entry["requestID"])] = Decision(
-            request_id=str(entry["requestID"]), outcome=str(outcome),
+            request_id=str(entry["requestID"]),
+            outcome=str(outcome),
             best_cached_tokens=_int(entry.get("bestCachedTokens", 0), "bestCachedTokens", where),
             computing_cached_tokens=_int(entry.get("computingCachedTokens", 0), "computingCachedTokens", where),
             delta_tokens=_int(entry.get("deltaTokens", 0), "deltaTokens", where),
@@ -274,16 +281,22 @@ def parse_epp_log(path: Path) -> dict[str, Decision]:
     return out
 
 
-def join(requests: list[RequestTiming], decisions: dict[str, Decision], n_skipped: int = 0) -> tuple[LoadedProbes, JoinStats]:
+def join(
+    requests: list[RequestTiming], decisions: dict[str, Decision], n_skipped: int = 0
+) -> tuple[LoadedProbes, JoinStats]:
     """Requests with a decision, as cost-model rows; counts of what could not be joined."""
     rows = [(r, decisions[r.request_id]) for r in requests if r.request_id in decisions]
     stats = JoinStats(len(requests) + n_skipped, n_skipped, len(requests) - len(rows), len(rows))
     log.info("joined %d of %d requests to p2p decisions (%d skipped)", stats.n_joined, stats.n_requests, n_skipped)
     if not rows:
-        raise InputError(f"none of {len(requests)} requests matched a p2p decision by request id "
-                         f"(the chunk id is cmpl-<requestID> or chatcmpl-<requestID>); are the two files from the same run?")
+        raise InputError(
+            f"none of {len(requests)} requests matched a p2p decision by request id "
+            f"(the chunk id is cmpl-<requestID> or chatcmpl-<requestID>); are the two files from the same run?"
+        )
     pulled = np.array([d.outcome == "pulled" for _, d in rows])
-    cached = np.array([d.best_cached_tokens if d.outcome == "pulled" else d.computing_cached_tokens for _, d in rows], dtype=float)
+    cached = np.array(
+        [d.best_cached_tokens if d.outcome == "pulled" else d.computing_cached_tokens for _, d in rows], dtype=float
+    )
     inputs = np.array([r.input_tokens for r, _ in rows], dtype=float)
     data = LoadedProbes(
         pulled=pulled,
@@ -298,8 +311,9 @@ def join(requests: list[RequestTiming], decisions: dict[str, Decision], n_skippe
     return data, stats
 
 
-def fit_observational(per_request: list[Path], epp_log: Path, idle: Path, settings: FitSettings = FIT_DEFAULTS, *,
-                      threshold: int = 1) -> FitResult:
+def fit_observational(
+    per_request: list[Path], epp_log: Path, idle: Path, settings: FitSettings = FIT_DEFAULTS, *, threshold: int = 1
+) -> FitResult:
     """The idle fit of ``idle`` with ``cost_model`` fitted to the joined production requests."""
     if not per_request:
         raise InputError("--epp-log needs at least one --per-request FILE")
@@ -322,4 +336,6 @@ def fit_observational(per_request: list[Path], epp_log: Path, idle: Path, settin
     inputs = [str(p) for p in per_request] + [str(epp_log), str(idle)]
     cost = cost.model_copy(update={"warnings": notes + list(cost.warnings), "inputs": inputs})
     # The idle curves and setup are the idle fit's; the source names the production log.
-    return idle_fit.model_copy(update={"cost_model": cost, "source": FitSource(path=str(epp_log), kind="observational")})
+    return idle_fit.model_copy(
+        update={"cost_model": cost, "source": FitSource(path=str(epp_log), kind="observational")}
+    )

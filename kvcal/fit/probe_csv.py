@@ -38,7 +38,9 @@ def read_probe_csv(path: Path, text: str) -> ParsedRows:
     for number, row in enumerate(reader, start=2):
         if row and len(row) != len(header):
             raise InputError(f"{path} row {number}: {len(row)} fields, the header has {len(header)}")
-    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)  # rows checked above
+    frame = pd.read_csv(
+        io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True
+    )  # rows checked above
     frame.columns = header
     extra = [c for c in header if c not in CSV_REQUIRED + CSV_OPTIONAL]
     notes = [f"ignored unknown column(s): {', '.join(extra)}"] if extra else []
@@ -62,18 +64,22 @@ def read_probe_csv(path: Path, text: str) -> ParsedRows:
     rows = []
     # Plain column lists, not iterrows: a Series per row was most of a million-row table's load time.
     blank = [""] * len(frame)
-    columns = [frame[c].tolist() if c in frame.columns else blank
-               for c in ("prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved")]
+    columns = [
+        frame[c].tolist() if c in frame.columns else blank
+        for c in ("prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved")
+    ]
     for index, tokens, leg, ttft, rep, moved in zip(frame.index.tolist(), *columns):
         where = f"{path} row {int(index) + 2}"  # the header is row 1
         rep, moved = rep.strip(), moved.strip()
-        rows.append({
-            "prefix_tokens": int_field(tokens, "prefix_tokens", where, positive=True),
-            "leg": leg_field(leg, where),
-            "ttft_ms": time_field(ttft, "ttft_ms", where),
-            "rep": int_field(rep, "rep", where) if rep else None,
-            "bytes_moved": int_field(moved, "bytes_moved", where) if moved else None,
-        })
+        rows.append(
+            {
+                "prefix_tokens": int_field(tokens, "prefix_tokens", where, positive=True),
+                "leg": leg_field(leg, where),
+                "ttft_ms": time_field(ttft, "ttft_ms", where),
+                "rep": int_field(rep, "rep", where) if rep else None,
+                "bytes_moved": int_field(moved, "bytes_moved", where) if moved else None,
+            }
+        )
     source = time_order(path, frame, rows)
     if n_invalid:
         notes.append(f"{n_invalid} row(s) with valid=false excluded")

@@ -40,8 +40,10 @@ def check_verdict(path: object, text: str) -> str | None:
         line = unstamped(raw).strip()
         for marker in FAILURE_MARKERS:
             if marker in line:  # also behind a logger's prefix, e.g. "ERROR RUN DISCARDED: ..."
-                raise InputError(f"{path} line {number}: the recipe reported a failed run, not a measurement: "
-                                 f"{line[line.index(marker):]} (fix what it names and rerun the calibration Job)")
+                raise InputError(
+                    f"{path} line {number}: the recipe reported a failed run, not a measurement: "
+                    f"{line[line.index(marker) :]} (fix what it names and rerun the calibration Job)"
+                )
         if NO_CROSSOVER in line:
-            no_crossover = line[line.index(NO_CROSSOVER):]
+            no_crossover = line[line.index(NO_CROSSOVER) :]
     return no_crossover

@@ -31,8 +31,15 @@ def sig6(value: float | None) -> float | None:
     return float(f"{value:.6g}")
 
 
-def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: BootstrapResult | None,
-                 settings: FitSettings, *, notes: list[str]) -> FitResult:
+def build_result(
+    table: ProbeTable,
+    recompute: LegFit,
+    pull: LegFit,
+    boot: BootstrapResult | None,
+    settings: FitSettings,
+    *,
+    notes: list[str],
+) -> FitResult:
     """The FitResult for one campaign (``boot`` None when no interval could be computed)."""
     n_min, n_max = min(table.lengths), max(table.lengths)
     point = float(break_even_tokens(recompute.chosen_fit.coef, pull.chosen_fit.coef))
@@ -70,9 +77,15 @@ def build_result(table: ProbeTable, recompute: LegFit, pull: LegFit, boot: Boots
     )
 
 
-def _interval_summary(boot: BootstrapResult | None, recompute: LegFit, pull: LegFit, point: float,
-                      measured: tuple[int, int], settings: FitSettings, warnings: list[str]
-                      ) -> tuple[list[float] | None, dict[str, Any], dict[str, dict[str, list[float | None]]]]:
+def _interval_summary(
+    boot: BootstrapResult | None,
+    recompute: LegFit,
+    pull: LegFit,
+    point: float,
+    measured: tuple[int, int],
+    settings: FitSettings,
+    warnings: list[str],
+) -> tuple[list[float] | None, dict[str, Any], dict[str, dict[str, list[float | None]]]]:
     """The break-even's interval, the bootstrap's summary and each coefficient's interval; adds to ``warnings``."""
     confidence, seed, n_resamples = settings.confidence, settings.seed, settings.n_resamples
     n_min, n_max = measured
@@ -87,12 +100,16 @@ def _interval_summary(boot: BootstrapResult | None, recompute: LegFit, pull: Leg
         if math.isfinite(point) and math.isfinite(high):
             ci = [round(low, 1), round(high, 1)]
         elif math.isfinite(point):
-            warnings.append(f"the {confidence:.0%} interval of the break-even is open above: {no_cross:.0%} of resamples "
-                            "found no break-even; add reps and longer lengths to bound it")
+            warnings.append(
+                f"the {confidence:.0%} interval of the break-even is open above: {no_cross:.0%} of resamples "
+                "found no break-even; add reps and longer lengths to bound it"
+            )
         shares = {s: float(np.mean(classify_many(boot.break_even, n_min, n_max) == s)) for s in STATUSES}
         if 0.2 <= boot.quadratic_share <= 0.8 and len(recompute.fits) == 2:
-            warnings.append(f"affine versus quadratic recompute is uncertain (quadratic in {boot.quadratic_share:.0%} of "
-                            "resamples): add longer lengths to pin the curvature down")
+            warnings.append(
+                f"affine versus quadratic recompute is uncertain (quadratic in {boot.quadratic_share:.0%} of "
+                "resamples): add longer lengths to pin the curvature down"
+            )
         methods = set(boot.methods.values())
         boot_summary = {
             "n_resamples": n_resamples,
@@ -113,8 +130,10 @@ def _interval_summary(boot: BootstrapResult | None, recompute: LegFit, pull: Leg
             boot_summary[f"{name}_samples"] = {c: [sig6(v) for v in samples[:, j]] for j, c in enumerate(COEFS)}
             coef_ci[name] = {c: [sig6(x) for x in interval(samples[:, j], confidence)] for j, c in enumerate(COEFS)}
         if "residual" in boot.methods.values():
-            warnings.append("some lengths have a single probe: intervals come from the residuals of a few points "
-                            "and are rough; sweep with --reps 3 or more")
+            warnings.append(
+                "some lengths have a single probe: intervals come from the residuals of a few points "
+                "and are rough; sweep with --reps 3 or more"
+            )
     return ci, boot_summary, coef_ci
 
 
@@ -169,16 +188,22 @@ def _disagreements(table: ProbeTable, recompute: LegFit, pull: LegFit) -> list[s
     out = []
     for i in np.flatnonzero(bad):
         winner = "pull" if measured_gap[i] > 0 else "recompute"
-        out.append(f"at {int(n[i])} tokens the measured medians favour the {winner} by {rel[i]:.0%} but the fitted "
-                   "curves do not: the model misfits there; add reps or lengths around it")
+        out.append(
+            f"at {int(n[i])} tokens the measured medians favour the {winner} by {rel[i]:.0%} but the fitted "
+            "curves do not: the model misfits there; add reps or lengths around it"
+        )
     return out
 
 
 def _downweight_notes(fit: LegFit) -> list[str]:
     if not fit.downweighted:
         return []
-    shown = ", ".join(f"{d['prefix_tokens']} tokens rep {d['rep']}: {d['ttft_ms']:.1f} ms vs fitted {d['fitted_ms']:.1f}"
-                      for d in fit.downweighted[:3])
+    shown = ", ".join(
+        f"{d['prefix_tokens']} tokens rep {d['rep']}: {d['ttft_ms']:.1f} ms vs fitted {d['fitted_ms']:.1f}"
+        for d in fit.downweighted[:3]
+    )
     more = f" and {len(fit.downweighted) - 3} more" if len(fit.downweighted) > 3 else ""
-    return [f"{fit.data.name}: the robust loss down-weighted {len(fit.downweighted)} probe(s) ({shown}{more}); "
-            "look for a scheduler hiccup or rerun those lengths"]
+    return [
+        f"{fit.data.name}: the robust loss down-weighted {len(fit.downweighted)} probe(s) ({shown}{more}); "
+        "look for a scheduler hiccup or rerun those lengths"
+    ]

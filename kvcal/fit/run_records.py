@@ -12,8 +12,9 @@ from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, run_folders_in
 
 
-def start_times(chosen: dict[tuple[int, str], ProbeRecord],
-                 where: dict[int, tuple[Path, int]]) -> tuple[dict[tuple[int, str], float], str | None]:
+def start_times(
+    chosen: dict[tuple[int, str], ProbeRecord], where: dict[int, tuple[Path, int]]
+) -> tuple[dict[tuple[int, str], float], str | None]:
     """The chosen probes' started_at as instants by key; or none, and a warning naming the first line that cannot be
     read (``where``: each record's probes.jsonl and line, by ``id``).
 
@@ -25,13 +26,15 @@ def start_times(chosen: dict[tuple[int, str], ProbeRecord],
             when[key] = instant(record.started_at)
         except ValueError as err:
             path, line = where.get(id(record), ("probes.jsonl", "?"))
-            return {}, (f"{path} line {line}: started_at {err}: the time analysis (drift, warm-up order) is off for "
-                        "this run")
+            return {}, (
+                f"{path} line {line}: started_at {err}: the time analysis (drift, warm-up order) is off for this run"
+            )
     return when, None
 
 
-def run_records(folder: Path, link_class: str | None) -> tuple[
-        RunManifest, list[tuple[int, ProbeRecord]], list[str], dict[int, tuple[Path, int]]]:
+def run_records(
+    folder: Path, link_class: str | None
+) -> tuple[RunManifest, list[tuple[int, ProbeRecord]], list[str], dict[int, tuple[Path, int]]]:
     """The first run's manifest and every record (of ``link_class``) of the run folder, or of the run folders in
     ``folder`` (a campaign over pairs swept one folder a pair: the k8s Job's), each with its folder's index; and
     where each record lies (its probes.jsonl and line, by ``id``), for messages that name the line."""
@@ -41,8 +44,10 @@ def run_records(folder: Path, link_class: str | None) -> tuple[
     manifests = [RunFolder(path).manifest() for path in folders]
     differ = {(m.setup.model, m.setup.block_size, m.setup.kv_bytes_per_token) for m in manifests}
     if len(differ) > 1:
-        raise InputError(f"{folder}: its run folders measured different setups (model, block size, KV bytes per "
-                         f"token: {sorted(differ, key=str)}); fit them apart")
+        raise InputError(
+            f"{folder}: its run folders measured different setups (model, block size, KV bytes per "
+            f"token: {sorted(differ, key=str)}); fit them apart"
+        )
     sourced: list[tuple[int, ProbeRecord]] = []
     notes = []
     located: dict[int, tuple[Path, int]] = {}

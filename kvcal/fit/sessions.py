@@ -32,14 +32,20 @@ def session_cost(records: Iterable[ProbeRecord], pull: CurveFit, confidence: flo
     first_tries = [r for r in cold if r.attempt == 0]
     if not first_tries:
         return None
-    excess = np.array([float(r.ttft_ms or 0.0) - float(cost_ms(pull.coefficients, r.prefix_tokens))
-                       for r in first_tries])  # ttft_ms is set: cold holds only valid, timed pulls
+    excess = np.array(
+        [float(r.ttft_ms or 0.0) - float(cost_ms(pull.coefficients, r.prefix_tokens)) for r in first_tries]
+    )  # ttft_ms is set: cold holds only valid, timed pulls
     mean = float(excess.mean())
     interval = None
     if len(excess) >= 2:
         half = float(stats.t.ppf((1 + confidence) / 2, len(excess) - 1) * excess.std(ddof=1) / math.sqrt(len(excess)))
         interval = [round(mean - half, 3), round(mean + half, 3)]
     proofs = Counter(r.bytes_metric for r in first_tries if r.bytes_metric)
-    return SessionCost(value_ms=round(mean, 3), ci=interval, n_cold=len(first_tries),
-                       n_retried=len(cold) - len(first_tries), lengths=sorted({r.prefix_tokens for r in first_tries}),
-                       pulls_by_proof=dict(sorted(proofs.items())))
+    return SessionCost(
+        value_ms=round(mean, 3),
+        ci=interval,
+        n_cold=len(first_tries),
+        n_retried=len(cold) - len(first_tries),
+        lengths=sorted({r.prefix_tokens for r in first_tries}),
+        pulls_by_proof=dict(sorted(proofs.items())),
+    )

@@ -42,8 +42,9 @@ class FitConfig(FlagModel):
     settings: FitSettings = FIT_DEFAULTS
     model: str | None = Field(None, description="The model the probes measured (a probe table records none).")
     transport: str | None = Field(None, description="The pulls' transport (a probe table records none).")
-    block_size: int | None = Field(None, ge=1, json_schema_extra={"must": "be a positive number of tokens"},
-                                   description="KV block size.")
+    block_size: int | None = Field(
+        None, ge=1, json_schema_extra={"must": "be a positive number of tokens"}, description="KV block size."
+    )
     busy_queue_threshold: int | None = Field(None, ge=1, description="Cost model: a pod is busy at this queue.")
     per_request: list[Path] = Field(default_factory=list, description="inference-perf per-request files.")
     epp_log: Path | None = Field(None, description="The router's log with p2p decisions.")
@@ -60,8 +61,10 @@ class FitConfig(FlagModel):
     def _one_kind_of_input(self) -> FitConfig:
         if self.observational:
             if self.input is not None or not (self.per_request and self.epp_log and self.idle):
-                raise InputError("the observational fit takes --per-request FILE (repeatable), --epp-log FILE and "
-                                 "--idle FIT_OR_RUN, and no INPUT")
+                raise InputError(
+                    "the observational fit takes --per-request FILE (repeatable), --epp-log FILE and "
+                    "--idle FIT_OR_RUN, and no INPUT"
+                )
         elif self.input is None:
             raise InputError("give a run folder, probe CSV or llm-d table to fit (or --per-request/--epp-log/--idle)")
         return self
@@ -81,10 +84,16 @@ def run_fit(config: FitConfig) -> tuple[FitResult, Path]:
     """What ``kvcal fit`` does: fit the input (or the production data) and write fit.json; the fit and its path."""
     if config.observational:
         assert config.epp_log is not None and config.idle is not None  # the model's validator holds it
-        result = fit_observational(config.per_request, config.epp_log, config.idle, config.settings,
-                                   threshold=config.busy_queue_threshold or 1)
+        result = fit_observational(
+            config.per_request, config.epp_log, config.idle, config.settings, threshold=config.busy_queue_threshold or 1
+        )
         return result, write_fit(result, config.output or config.epp_log.with_name(f"{config.epp_log.stem}.fit.json"))
     assert config.input is not None
     supplied = RunSetup(model=config.model, transport=config.transport, block_size=config.block_size)
-    return fit_and_write(config.input, config.output, config.settings, supplied=supplied,
-                         busy_queue_threshold=config.busy_queue_threshold)
+    return fit_and_write(
+        config.input,
+        config.output,
+        config.settings,
+        supplied=supplied,
+        busy_queue_threshold=config.busy_queue_threshold,
+    )

@@ -63,7 +63,9 @@ class ProbeTable:
     host: HostDisturbance | None = None
     loaded: LoadedProbes | None = None  # a loaded run's probes in every state, for the cost model
     pulls_by_proof: tuple[tuple[str, int], ...] = ()  # valid pulls per counter that proved their bytes (run folders)
-    order_source: str | None = None  # where ``order`` came from: started_at (a run folder's or a CSV's), order (a CSV's)
+    order_source: str | None = (
+        None  # where ``order`` came from: started_at (a run folder's or a CSV's), order (a CSV's)
+    )
 
     @property
     def block_size(self) -> int | None:
@@ -104,7 +106,9 @@ def load_probe_table(path: str | Path) -> ProbeTable:
         raise InputError(f"{p}: no such file or folder")
     if p.is_dir():
         return _load_run_folder(p)
-    text = read_text(p, bom=True)  # bom: a spreadsheet's byte-order mark; FIFOs, binary files refused (kvcal/userfiles.py)
+    text = read_text(
+        p, bom=True
+    )  # bom: a spreadsheet's byte-order mark; FIFOs, binary files refused (kvcal/userfiles.py)
     if not text.strip():
         raise InputError(f"{p}: file is empty")
     first = next(line for line in text.splitlines() if line.strip())
@@ -118,9 +122,16 @@ def load_probe_table(path: str | Path) -> ProbeTable:
     )
 
 
-def from_rows(rows: list[dict[str, Any]], *, setup: RunSetup | None = None, origin: FitSource | None = None,
-              n_invalid_excluded: int = 0, warnings: list[str] | None = None, verdict: str | None = None,
-              host: HostDisturbance | None = None) -> ProbeTable:
+def from_rows(
+    rows: list[dict[str, Any]],
+    *,
+    setup: RunSetup | None = None,
+    origin: FitSource | None = None,
+    n_invalid_excluded: int = 0,
+    warnings: list[str] | None = None,
+    verdict: str | None = None,
+    host: HostDisturbance | None = None,
+) -> ProbeTable:
     """Build a table from dicts with the COLUMNS keys (rep, bytes_moved and order may be missing); duplicates
     collapse."""
     rows, n_duplicates = collapse_duplicates(rows)
@@ -131,8 +142,16 @@ def from_rows(rows: list[dict[str, Any]], *, setup: RunSetup | None = None, orig
     if n_duplicates:
         notes.append(duplicate_warning(n_duplicates))
     notes += _length_warnings(frame, setup.block_size)
-    return ProbeTable(frame, n_invalid_excluded, setup, origin or FitSource(), tuple(notes),
-                      n_duplicates=n_duplicates, verdict=verdict, host=host)
+    return ProbeTable(
+        frame,
+        n_invalid_excluded,
+        setup,
+        origin or FitSource(),
+        tuple(notes),
+        n_duplicates=n_duplicates,
+        verdict=verdict,
+        host=host,
+    )
 
 
 # --- run folder -------------------------------------------------------------------------------
@@ -169,8 +188,17 @@ def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
         notes.append(unreadable)
     # Rank in time by (started_at as an instant, line): probes stamped in one second keep file order.
     timed = [chosen[k] for k in sorted(chosen, key=lambda k: (when.get(k, 0.0), line_of[k]))]
-    rows = [{"prefix_tokens": r.prefix_tokens, "leg": r.leg.value, "ttft_ms": r.ttft_ms, "rep": r.rep,
-             "bytes_moved": r.bytes_moved, "order": rank if when else None} for rank, r in enumerate(timed)]
+    rows = [
+        {
+            "prefix_tokens": r.prefix_tokens,
+            "leg": r.leg.value,
+            "ttft_ms": r.ttft_ms,
+            "rep": r.rep,
+            "bytes_moved": r.bytes_moved,
+            "order": rank if when else None,
+        }
+        for rank, r in enumerate(timed)
+    ]
     if not rows:
         raise InputError(f"{folder}: no valid probes ({n_invalid} invalid excluded)")
     if n_invalid:
@@ -178,16 +206,31 @@ def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
     if n_warmup:
         notes.append(f"{n_warmup} warm-up probe(s) of the sweep protocol discarded (one per new length and leg)")
     host = summarise(records, resource_of(manifest.pair))
-    table = from_rows(rows, setup=manifest.setup, origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
-                      n_invalid_excluded=n_invalid, warnings=notes, host=host)
-    return replace(table, loaded=loaded, pulls_by_proof=pulls_by_proof(chosen.values()),
-                   order_source="started_at" if when else None)
+    table = from_rows(
+        rows,
+        setup=manifest.setup,
+        origin=FitSource(path=str(folder), kind="run-folder", run=manifest.name),
+        n_invalid_excluded=n_invalid,
+        warnings=notes,
+        host=host,
+    )
+    return replace(
+        table,
+        loaded=loaded,
+        pulls_by_proof=pulls_by_proof(chosen.values()),
+        order_source="started_at" if when else None,
+    )
 
 
 def _table_of(parsed: ParsedRows, origin: FitSource) -> ProbeTable:
     """A probe file's rows as a table: its duplicates collapsed, its notes, counts and time order's source kept."""
-    table = from_rows(parsed.rows, origin=origin, n_invalid_excluded=parsed.n_invalid_excluded,
-                      warnings=parsed.notes, verdict=parsed.verdict)
+    table = from_rows(
+        parsed.rows,
+        origin=origin,
+        n_invalid_excluded=parsed.n_invalid_excluded,
+        warnings=parsed.notes,
+        verdict=parsed.verdict,
+    )
     return replace(table, order_source=parsed.order_source, n_duplicates=table.n_duplicates + parsed.n_repeated)
 
 
@@ -203,8 +246,10 @@ def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
     order = frame.groupby(["prefix_tokens", "leg"]).cumcount()
     frame["rep"] = frame["rep"].where(frame["rep"].notna(), order).astype("int64")
     frame["order"] = pd.to_numeric(frame["order"], errors="coerce").astype("float64")
-    frame["bytes_moved"] = pd.array([None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
-                                     for v in frame["bytes_moved"]], dtype="Int64")
+    frame["bytes_moved"] = pd.array(
+        [None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v) for v in frame["bytes_moved"]],
+        dtype="Int64",
+    )
     return frame.reset_index(drop=True)
 
 
@@ -215,5 +260,7 @@ def _length_warnings(frame: pd.DataFrame, block_size: int | None) -> list[str]:
     if not odd:
         return []
     shown = ", ".join(str(n) for n in odd[:5]) + (" ..." if len(odd) > 5 else "")
-    return [f"length(s) {shown} are not multiples of the block size {block_size}: a partial last block "
-            "cannot be cached or pulled, so those pulls carry some recompute"]
+    return [
+        f"length(s) {shown} are not multiples of the block size {block_size}: a partial last block "
+        "cannot be cached or pulled, so those pulls carry some recompute"
+    ]

@@ -34,8 +34,10 @@ FAMILY_ALPHA = 0.05
 
 def log_gap_se(cv_recompute: float, cv_pull: float, m_recompute: int, m_pull: int) -> float:
     """Standard error of log(recompute median / pull median) at one length (module docstring)."""
+
     def f(m: int) -> float:
         return math.pi / 2 if m >= 3 else 1.0
+
     return math.sqrt(f(m_recompute) * cv_recompute**2 / max(m_recompute, 1) + f(m_pull) * cv_pull**2 / max(m_pull, 1))
 
 
@@ -53,15 +55,27 @@ def per_length(table: ProbeTable, cv_recompute: float, cv_pull: float) -> list[L
         if rec is not None and pull is not None and rec > 0 and pull > 0:
             won = bool(pull < rec)
             measurable = bool(math.log(rec / pull) > max(MIN_WIN_LOG, z * log_gap_se(cv_recompute, cv_pull, m_r, m_p)))
-        out.append(LengthSummary(prefix_tokens=int(n), recompute_ms=_round(rec), pull_ms=_round(pull), n_recompute=m_r,
-                                 n_pull=m_p, pull_won=won, pull_won_measurably=measurable))
+        out.append(
+            LengthSummary(
+                prefix_tokens=int(n),
+                recompute_ms=_round(rec),
+                pull_ms=_round(pull),
+                n_recompute=m_r,
+                n_pull=m_p,
+                pull_won=won,
+                pull_won_measurably=measurable,
+            )
+        )
     return out
 
 
 def pooled_win_z(rows: list[LengthSummary], cv_recompute: float, cv_pull: float) -> float:
     """z of the mean log gap over all lengths (positive: the pull faster on average); 0 when nothing to test."""
-    terms = [(math.log(r.recompute_ms / r.pull_ms), log_gap_se(cv_recompute, cv_pull, r.n_recompute, r.n_pull))
-             for r in rows if r.recompute_ms and r.pull_ms]
+    terms = [
+        (math.log(r.recompute_ms / r.pull_ms), log_gap_se(cv_recompute, cv_pull, r.n_recompute, r.n_pull))
+        for r in rows
+        if r.recompute_ms and r.pull_ms
+    ]
     if not terms:
         return 0.0
     se = math.sqrt(sum(s * s for _, s in terms))
@@ -88,5 +102,11 @@ def pull_lost_measurably(rows: list[LengthSummary], cv_recompute: float, cv_pull
     """The lengths where the pull's median lost by a measurable amount: the win test of :func:`per_length`
     mirrored (``log(pull / recompute) > max(MIN_WIN_LOG, z x se)``, z shared over the lengths as there)."""
     z = float(stats.norm.ppf(1.0 - FAMILY_ALPHA / max(len(rows), 1)))
-    return [r.prefix_tokens for r in rows if r.recompute_ms and r.pull_ms and math.log(r.pull_ms / r.recompute_ms)
-            > max(MIN_WIN_LOG, z * log_gap_se(cv_recompute, cv_pull, r.n_recompute, r.n_pull))]
+    return [
+        r.prefix_tokens
+        for r in rows
+        if r.recompute_ms
+        and r.pull_ms
+        and math.log(r.pull_ms / r.recompute_ms)
+        > max(MIN_WIN_LOG, z * log_gap_se(cv_recompute, cv_pull, r.n_recompute, r.n_pull))
+    ]

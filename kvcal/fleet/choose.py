@@ -15,16 +15,20 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-BEST_RULE = ("best_threshold: the simulated threshold with the highest mean goodput over all runs (seeds x "
-             "resamples), equal means going to the lower mean TTFT p90, then to the one nearest the idle threshold; "
-             "best_threshold_ci: the lowest and highest "
-             "threshold whose goodput ties with it in a paired comparison over the same runs")
-RECOMMENDED_RULE = ("recommended_threshold is the simulated threshold with the highest mean goodput over all runs "
-                    "(seeds x resamples); thresholds whose goodput ties with it (a paired comparison over the same "
-                    "seeds and resamples, Student's t at the fit's confidence) are decided by the lowest TTFT p90 "
-                    "(ties again by the paired comparison), then by nearness to the idle threshold (the lowest tied "
-                    "one when there is none); no margin, never outside the span tied with the best; when no policy "
-                    "differs (nothing pulled) the idle threshold.")
+BEST_RULE = (
+    "best_threshold: the simulated threshold with the highest mean goodput over all runs (seeds x "
+    "resamples), equal means going to the lower mean TTFT p90, then to the one nearest the idle threshold; "
+    "best_threshold_ci: the lowest and highest "
+    "threshold whose goodput ties with it in a paired comparison over the same runs"
+)
+RECOMMENDED_RULE = (
+    "recommended_threshold is the simulated threshold with the highest mean goodput over all runs "
+    "(seeds x resamples); thresholds whose goodput ties with it (a paired comparison over the same "
+    "seeds and resamples, Student's t at the fit's confidence) are decided by the lowest TTFT p90 "
+    "(ties again by the paired comparison), then by nearness to the idle threshold (the lowest tied "
+    "one when there is none); no margin, never outside the span tied with the best; when no policy "
+    "differs (nothing pulled) the idle threshold."
+)
 # Figures that differ by less than this share are equal whatever the noise (one run has no noise estimate).
 EXACT = 1e-9
 
@@ -71,12 +75,16 @@ def choose(candidates: list[Candidate], idle: int | None, confidence: float) -> 
     tied = [c for c in candidates if c is best or ties(c.goodput, best.goodput, confidence)]
     span = (min(c.threshold for c in tied), max(c.threshold for c in tied))
     runs = len(best.goodput)
-    steps = [f"goodput: highest mean {mean_g[best.threshold]:.4g}/s at {best.threshold}; tied with it in a paired "
-             f"comparison over {runs} run(s) at {confidence:.0%}: {_listed(tied)} (span {span[0]}-{span[1]})"]
+    steps = [
+        f"goodput: highest mean {mean_g[best.threshold]:.4g}/s at {best.threshold}; tied with it in a paired "
+        f"comparison over {runs} run(s) at {confidence:.0%}: {_listed(tied)} (span {span[0]}-{span[1]})"
+    ]
     fastest = min(tied, key=lambda c: (mean_p[c.threshold], c.threshold))
     quick = [c for c in tied if c is fastest or ties(c.ttft_p90, fastest.ttft_p90, confidence)]
-    steps.append(f"TTFT p90: lowest mean {mean_p[fastest.threshold]:.4g} ms at {fastest.threshold} among those; "
-                 f"tied with it: {_listed(quick)}")
+    steps.append(
+        f"TTFT p90: lowest mean {mean_p[fastest.threshold]:.4g} ms at {fastest.threshold} among those; "
+        f"tied with it: {_listed(quick)}"
+    )
     if idle is not None:
         pick = min(quick, key=lambda c: (abs(c.threshold - idle), c.threshold)).threshold
         steps.append(f"nearest the idle threshold {idle}: {pick}")
@@ -85,9 +93,14 @@ def choose(candidates: list[Candidate], idle: int | None, confidence: float) -> 
         steps.append(f"no idle threshold: the lowest of them, {pick}")
     if runs < 2:
         steps.append("one run per policy gives no paired noise: only identical figures tie (--seeds 2 or more)")
-    return Choice(best=best.threshold, tied_span=span, recommended=pick, steps=steps,
-                  goodput_tied=tuple(sorted(c.threshold for c in tied)),
-                  p90_tied=tuple(sorted(c.threshold for c in quick)))
+    return Choice(
+        best=best.threshold,
+        tied_span=span,
+        recommended=pick,
+        steps=steps,
+        goodput_tied=tuple(sorted(c.threshold for c in tied)),
+        p90_tied=tuple(sorted(c.threshold for c in quick)),
+    )
 
 
 def _listed(items: list[Candidate]) -> str:

@@ -41,9 +41,15 @@ class CostRule:
     fleet_weight: float
 
     def pulls(self, delta: int, running: int, source_waiting: int, computing_waiting: int) -> bool:
-        gain_ms = delta * (self.prefill_us - self.transfer_us) / 1e3 + self.fleet_weight * running * delta * self.prefill_us / 1e3
-        cost_ms = (self.fixed_ms + (source_waiting >= self.busy_queue) * self.source_wait_ms
-                   + (computing_waiting >= self.busy_queue) * self.requeue_ms)
+        gain_ms = (
+            delta * (self.prefill_us - self.transfer_us) / 1e3
+            + self.fleet_weight * running * delta * self.prefill_us / 1e3
+        )
+        cost_ms = (
+            self.fixed_ms
+            + (source_waiting >= self.busy_queue) * self.source_wait_ms
+            + (computing_waiting >= self.busy_queue) * self.requeue_ms
+        )
         return gain_ms > cost_ms
 
 
@@ -79,8 +85,11 @@ def _loaded_terms(fit: FitResult) -> dict:
     cm = fit.cost_model
     if cm is None:
         return {}
-    return {"source_wait_ms": max(0.0, cm.sourceWaitMs.value), "requeue_ms": max(0.0, cm.requeueMs.value),
-            "busy_queue": cm.busyQueueThreshold}
+    return {
+        "source_wait_ms": max(0.0, cm.sourceWaitMs.value),
+        "requeue_ms": max(0.0, cm.requeueMs.value),
+        "busy_queue": cm.busyQueueThreshold,
+    }
 
 
 def leg_cost(fit: FitResult, leg: str, coefficients: tuple[float, float, float]) -> tuple[float, float, float]:
@@ -96,8 +105,12 @@ def leg_cost(fit: FitResult, leg: str, coefficients: tuple[float, float, float])
 
 
 def point_costs(fit: FitResult) -> FleetCosts:
-    return FleetCosts(leg_cost(fit, "recompute", fit.recompute.coefficients),
-                      leg_cost(fit, "pull", fit.pull.coefficients), **_loaded_terms(fit), links=link_classes(fit))
+    return FleetCosts(
+        leg_cost(fit, "recompute", fit.recompute.coefficients),
+        leg_cost(fit, "pull", fit.pull.coefficients),
+        **_loaded_terms(fit),
+        links=link_classes(fit),
+    )
 
 
 def resampled_costs(fit: FitResult, count: int) -> list[FleetCosts]:
@@ -116,8 +129,9 @@ def resampled_costs(fit: FitResult, count: int) -> list[FleetCosts]:
     order = usable[np.argsort([_crossing(r[i], p[i]) for i in usable])]
     picks = order[np.linspace(0, len(order) - 1, min(count, len(order))).round().astype(int)]
     extra = {**_loaded_terms(fit), "links": link_classes(fit)}
-    return [FleetCosts(leg_cost(fit, "recompute", tuple(r[i])), leg_cost(fit, "pull", tuple(p[i])), **extra)
-            for i in picks]
+    return [
+        FleetCosts(leg_cost(fit, "recompute", tuple(r[i])), leg_cost(fit, "pull", tuple(p[i])), **extra) for i in picks
+    ]
 
 
 def _crossing(recompute: np.ndarray, pull: np.ndarray) -> float:
@@ -130,9 +144,12 @@ def cost_rule(fit: FitResult) -> CostRule | None:
     if fit.cost_model is None:
         return None
     values, _, _ = costmodel_values(fit)
-    return CostRule(prefill_us=float(values["prefillMicrosecondsPerToken"]),
-                    transfer_us=float(values["transferMicrosecondsPerToken"]),
-                    fixed_ms=float(values["transferFixedMs"]), source_wait_ms=float(values.get("sourceWaitMs", 0.0)),
-                    requeue_ms=float(values.get("requeueMs", 0.0)),
-                    busy_queue=int(values.get("busyQueueThreshold", fit.cost_model.busyQueueThreshold)),
-                    fleet_weight=float(values.get("fleetWeight", 0.0)))
+    return CostRule(
+        prefill_us=float(values["prefillMicrosecondsPerToken"]),
+        transfer_us=float(values["transferMicrosecondsPerToken"]),
+        fixed_ms=float(values["transferFixedMs"]),
+        source_wait_ms=float(values.get("sourceWaitMs", 0.0)),
+        requeue_ms=float(values.get("requeueMs", 0.0)),
+        busy_queue=int(values.get("busyQueueThreshold", fit.cost_model.busyQueueThreshold)),
+        fleet_weight=float(values.get("fleetWeight", 0.0)),
+    )

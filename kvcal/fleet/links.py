@@ -33,8 +33,12 @@ def link_classes(fit: FitResult) -> dict[str, LinkClass] | None:
     if not fit.classes:
         return None
     counts = {name: max(len(cls.pairs), 1) for name, cls in fit.classes.items()}
-    return {name: LinkClass(cls.fit.pull.coefficients, max(0.0, cls.session_cost_ms or 0.0),
-                            counts[name] / sum(counts.values())) for name, cls in fit.classes.items()}
+    return {
+        name: LinkClass(
+            cls.fit.pull.coefficients, max(0.0, cls.session_cost_ms or 0.0), counts[name] / sum(counts.values())
+        )
+        for name, cls in fit.classes.items()
+    }
 
 
 class PairLinks:
@@ -44,8 +48,10 @@ class PairLinks:
         shares = shares if shares is not None else {name: cls.share for name, cls in classes.items()}
         unknown = sorted(set(shares) - set(classes))
         if unknown:
-            raise InputError(f"the workload's link_classes name {', '.join(unknown)}, which the fit does not have "
-                             f"(its classes: {', '.join(classes)})")
+            raise InputError(
+                f"the workload's link_classes name {', '.join(unknown)}, which the fit does not have "
+                f"(its classes: {', '.join(classes)})"
+            )
         pairs = [(a, b) for a in range(pods) for b in range(pods) if a != b]
         names = sorted(name for name in shares if shares[name] > 0)
         exact = np.array([shares[name] * len(pairs) for name in names])

@@ -25,7 +25,9 @@ class FleetRow(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     policy: Literal["no-p2p", "always-pull", "threshold", "costmodel"]
     threshold: int | None = Field(description="minCachedTokenDelta for 'threshold' rows; else None.")
-    goodput_rps: Figure = Field(description="Completed requests per second that met the TTFT SLO (all completed when none is set).")
+    goodput_rps: Figure = Field(
+        description="Completed requests per second that met the TTFT SLO (all completed when none is set)."
+    )
     completed_rps: Figure = Field(description="Completed requests per second, SLO or not.")
     input_tokens_per_s: Figure = Field(description="Prompt tokens of the completed requests per second.")
     ttft_p50_ms: Figure
@@ -34,8 +36,11 @@ class FleetRow(BaseModel):
     ttft_mean_ms: Figure
     prefill_queue_p90: Figure = Field(description="p90 of every pod's waiting requests, sampled each second.")
     pull_share: Figure = Field(description="Share of routed requests that pulled from a peer.")
-    pulled_token_share: Figure | None = Field(None, description="Share of the prompt tokens the engines counted that "
-                                              "came from a peer (what kvcal observe reads; None in older results).")
+    pulled_token_share: Figure | None = Field(
+        None,
+        description="Share of the prompt tokens the engines counted that "
+        "came from a peer (what kvcal observe reads; None in older results).",
+    )
     tokens_moved_per_s: Figure = Field(description="KV tokens pulled per second, fleet-wide.")
     busy_share: Figure = Field(description="Share of the window the engines spent in steps.")
 
@@ -64,15 +69,20 @@ class FleetResult(BaseModel):
     resamples: int = Field(description="Bootstrap resamples of the calibration used (0: the point fit only).")
     block_size: int
     best_threshold: int | None = Field(description="The fleet optimum by best_rule.")
-    best_threshold_ci: list[int] | None = Field(description="The lowest and highest threshold tied with the best "
-                                                "(a paired comparison over the same runs).")
+    best_threshold_ci: list[int] | None = Field(
+        description="The lowest and highest threshold tied with the best (a paired comparison over the same runs)."
+    )
     best_rule: str
     recommended_threshold: int | None = Field(description="The simulated threshold recommended_rule picks (no margin).")
     recommended_steps: list[str] = Field(description="How recommended_threshold was chosen, step by step.")
-    recommended_rule: str | None = Field(None, description="The rule behind recommended_threshold, as a sentence "
-                                         "(None in a result written before the rule was recorded).")
-    recommended_reason: str | None = Field(description="Why recommended_threshold is not within one block of "
-                                           "idle_threshold, or why there is none.")
+    recommended_rule: str | None = Field(
+        None,
+        description="The rule behind recommended_threshold, as a sentence "
+        "(None in a result written before the rule was recorded).",
+    )
+    recommended_reason: str | None = Field(
+        description="Why recommended_threshold is not within one block of idle_threshold, or why there is none."
+    )
     idle_threshold: int | None = Field(description="What kvcal emit-config FIT --format json gives.")
     idle_threshold_reason: str | None
     rows: list[FleetRow]

@@ -91,7 +91,9 @@ def route(sim: FleetView, req: TurnRequest, now: float) -> Route:
     if delta <= 0:
         return Route(chosen, mine, keys.get(chosen, session.key))
     pod = sim.pods[chosen]
-    if not sim.policy.pulls(delta, pod.running(), int(_best_source_queue(cached, best, block, queues, chosen)), pod.queue()):
+    if not sim.policy.pulls(
+        delta, pod.running(), int(_best_source_queue(cached, best, block, queues, chosen)), pod.queue()
+    ):
         return Route(chosen, mine, keys.get(chosen, session.key))
     peers = [p for p, tokens in cached.items() if tokens >= best - block and p != chosen]
     weights_ = np.array([1.0 / (1.0 + queues[p]) for p in peers])

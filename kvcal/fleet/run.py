@@ -35,11 +35,24 @@ from kvcal.fleet.study import (
 from kvcal.fleet.workload import Workload, load_workload
 
 __all__ = ["FleetConfig", "check_arguments", "run_fleet"]
-FIGURES = ("goodput_rps", "completed_rps", "input_tokens_per_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
-           "ttft_mean_ms", "prefill_queue_p90", "pull_share",
-           "pulled_token_share", "tokens_moved_per_s", "busy_share")
-NOTHING_DIFFERS = ("no policy differs: every run of every policy gave the same figures (nothing was pulled, so the "
-                   "threshold never mattered at this load), so the idle threshold is recommended")
+FIGURES = (
+    "goodput_rps",
+    "completed_rps",
+    "input_tokens_per_s",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "ttft_mean_ms",
+    "prefill_queue_p90",
+    "pull_share",
+    "pulled_token_share",
+    "tokens_moved_per_s",
+    "busy_share",
+)
+NOTHING_DIFFERS = (
+    "no policy differs: every run of every policy gave the same figures (nothing was pulled, so the "
+    "threshold never mattered at this load), so the idle threshold is recommended"
+)
 
 
 def check_arguments(config: FleetConfig) -> Workload:
@@ -68,8 +81,15 @@ def _row(runs: PolicyRuns, level: float) -> FleetRow:
 
 
 def _candidates(runs: list[PolicyRuns]) -> list[Candidate]:
-    return [Candidate(r.policy.threshold or 0, np.array([x["goodput_rps"] for x in r.runs]),
-                      np.array([x["ttft_p90_ms"] for x in r.runs])) for r in runs if r.policy.name == "threshold"]
+    return [
+        Candidate(
+            r.policy.threshold or 0,
+            np.array([x["goodput_rps"] for x in r.runs]),
+            np.array([x["ttft_p90_ms"] for x in r.runs]),
+        )
+        for r in runs
+        if r.policy.name == "threshold"
+    ]
 
 
 def _nothing_differs(runs: list[PolicyRuns]) -> bool:
@@ -77,8 +97,9 @@ def _nothing_differs(runs: list[PolicyRuns]) -> bool:
     return all(r.runs == first for r in runs[1:])
 
 
-def _reason(choice: Choice, runs: list[PolicyRuns], idle: int | None, idle_reason: str | None,
-            block: int) -> str | None:
+def _reason(
+    choice: Choice, runs: list[PolicyRuns], idle: int | None, idle_reason: str | None, block: int
+) -> str | None:
     """Why the recommendation lies more than a block from the idle threshold (None when it does not)."""
     if idle is None:
         return f"emit-config gives no idle threshold for this fit ({idle_reason})"
@@ -99,8 +120,9 @@ def _reason(choice: Choice, runs: list[PolicyRuns], idle: int | None, idle_reaso
     return why
 
 
-def _recommend(runs: list[PolicyRuns], idle: int | None, idle_reason: str | None, confidence: float,
-               block: int) -> tuple[Choice | None, int | None, list[str], str | None, list[str]]:
+def _recommend(
+    runs: list[PolicyRuns], idle: int | None, idle_reason: str | None, confidence: float, block: int
+) -> tuple[Choice | None, int | None, list[str], str | None, list[str]]:
     """(the choice, the recommended threshold, its steps, why it is off the idle threshold, notes)."""
     candidates = _candidates(runs)
     if not candidates:
@@ -113,8 +135,14 @@ def _recommend(runs: list[PolicyRuns], idle: int | None, idle_reason: str | None
     return choice, choice.recommended, choice.steps, _reason(choice, runs, idle, idle_reason, block), []
 
 
-def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress, workload: Workload | None = None,
-              tick: Tick | None = None, announce: Callable[[str], None] | None = None) -> FleetResult:
+def run_fleet(
+    config: FleetConfig,
+    fit: FitResult,
+    progress: Progress,
+    workload: Workload | None = None,
+    tick: Tick | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> FleetResult:
     """``workload``: what :func:`check_arguments` returned for ``config`` (read and checked here when None);
     ``announce`` gets the study's size before the first run; ``tick`` the progress inside each run."""
     if workload is None:
@@ -145,39 +173,85 @@ def run_fleet(config: FleetConfig, fit: FitResult, progress: Progress, workload:
         at_load = by_policy(specs, figures, i)
         best = choose(_candidates(at_load), idle, fit.confidence).best if _candidates(at_load) else None
         loads.append(LoadResult(rate=rate, rows=[_row(r, fit.confidence) for r in at_load], best_threshold=best))
-    return _result(config, fit, workload, block, choice, recommended, steps, reason, idle, idle_reason,
-                   [_row(r, fit.confidence) for r in runs], loads, notes, runs, len(sets))
+    return _result(
+        config,
+        fit,
+        workload,
+        block,
+        choice,
+        recommended,
+        steps,
+        reason,
+        idle,
+        idle_reason,
+        [_row(r, fit.confidence) for r in runs],
+        loads,
+        notes,
+        runs,
+        len(sets),
+    )
 
 
 def _notes(fit: FitResult, workload: Workload, runs: list[PolicyRuns], notes: list[str]) -> list[str]:
     if not any(r.policy.name == "costmodel" for r in runs):
-        notes.append("no costmodel row: the fit calibrated no costModel under load (kvcal sweep --load-states, or "
-                     "kvcal fit --per-request/--epp-log)")
+        notes.append(
+            "no costmodel row: the fit calibrated no costModel under load (kvcal sweep --load-states, or "
+            "kvcal fit --per-request/--epp-log)"
+        )
     if workload.engine.decode_step_ms is None:
-        notes.append("decode_step_ms not set: a step costs the recompute intercept, "
-                     f"{fit.recompute.intercept_ms:.3g} ms")
+        notes.append(
+            f"decode_step_ms not set: a step costs the recompute intercept, {fit.recompute.intercept_ms:.3g} ms"
+        )
     return notes
 
 
-def _result(config: FleetConfig, fit: FitResult, workload: Workload, block: int, choice: Choice | None,
-            recommended: int | None, steps: list[str], reason: str | None, idle: int | None, idle_reason: str | None,
-            rows: list[FleetRow], loads: list[LoadResult], notes: list[str], runs: list[PolicyRuns],
-            n_sets: int) -> FleetResult:
+def _result(
+    config: FleetConfig,
+    fit: FitResult,
+    workload: Workload,
+    block: int,
+    choice: Choice | None,
+    recommended: int | None,
+    steps: list[str],
+    reason: str | None,
+    idle: int | None,
+    idle_reason: str | None,
+    rows: list[FleetRow],
+    loads: list[LoadResult],
+    notes: list[str],
+    runs: list[PolicyRuns],
+    n_sets: int,
+) -> FleetResult:
     warnings = [f"the fit: {w}" for w in fit.warnings]
     unsampled = config.resamples > 0 and not (fit.bootstrap.recompute_samples and fit.bootstrap.pull_samples)
     if unsampled:
-        warnings.append(f"--resamples {config.resamples}: the fit kept no usable bootstrap samples, so every run used "
-                        "the point fit and the intervals cover the simulation seeds only (refit with --resamples)")
+        warnings.append(
+            f"--resamples {config.resamples}: the fit kept no usable bootstrap samples, so every run used "
+            "the point fit and the intervals cover the simulation seeds only (refit with --resamples)"
+        )
     arrival = workload.arrival if workload.trace is None else None
     return FleetResult(
-        kvcal_version=__version__, fit=str(config.fit_path), workload=str(config.workload_path), pods=config.pods,
+        kvcal_version=__version__,
+        fit=str(config.fit_path),
+        workload=str(config.workload_path),
+        pods=config.pods,
         rate=arrival.rate if arrival is not None else None,
         concurrency=arrival.concurrency if arrival is not None else None,
-        duration_s=workload.duration_s, seeds=config.seeds,
+        duration_s=workload.duration_s,
+        seeds=config.seeds,
         resamples=n_sets if config.resamples and not unsampled else 0,
-        block_size=block, best_threshold=choice.best if choice else None,
-        best_threshold_ci=list(choice.tied_span) if choice else None, best_rule=BEST_RULE,
-        recommended_threshold=recommended, recommended_steps=steps, recommended_rule=RECOMMENDED_RULE,
-        recommended_reason=reason, idle_threshold=idle, idle_threshold_reason=idle_reason, rows=rows, loads=loads,
-        notes=_notes(fit, workload, runs, notes), warnings=warnings,
+        block_size=block,
+        best_threshold=choice.best if choice else None,
+        best_threshold_ci=list(choice.tied_span) if choice else None,
+        best_rule=BEST_RULE,
+        recommended_threshold=recommended,
+        recommended_steps=steps,
+        recommended_rule=RECOMMENDED_RULE,
+        recommended_reason=reason,
+        idle_threshold=idle,
+        idle_threshold_reason=idle_reason,
+        rows=rows,
+        loads=loads,
+        notes=_notes(fit, workload, runs, notes),
+        warnings=warnings,
     )

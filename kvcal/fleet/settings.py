@@ -21,25 +21,32 @@ from kvcal.fleet.parallel import MAX_JOBS, Executor, default_jobs
 MAX_RATE = 1e5  # sessions per second, as the workload file's arrival.rate
 MAX_THRESHOLD_TOKENS = 10**7  # as the workload's longest system prompt: no prompt reaches further
 
+
 class FleetConfig(FlagModel):
     """One ``kvcal fleet`` study: the files, the fleet's size, the policies tried and how many runs each."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-    FLAGS: ClassVar[dict[str, str]] = {"duration_s": "--duration", "ray_address": "--ray"}  # the others are --field-name
+    FLAGS: ClassVar[dict[str, str]] = {
+        "duration_s": "--duration",
+        "ray_address": "--ray",
+    }  # the others are --field-name
 
     fit_path: Path
     workload_path: Path
     pods: int = Field(8, ge=1, le=MAX_PODS, description="Engines in the fleet.")
     thresholds: list[Annotated[int, Field(ge=1, le=MAX_THRESHOLD_TOKENS)]] | None = Field(
-        None, min_length=1, max_length=200, description="minCachedTokenDelta values to try (None: auto).")
+        None, min_length=1, max_length=200, description="minCachedTokenDelta values to try (None: auto)."
+    )
     rate: float | None = Field(None, gt=0, le=MAX_RATE, description="New sessions per second (replaces the arrival).")
     loads: list[Annotated[float, Field(gt=0, le=MAX_RATE)]] | None = Field(
-        None, min_length=1, max_length=32, description="Rates of the load sweep (sessions per second).")
+        None, min_length=1, max_length=32, description="Rates of the load sweep (sessions per second)."
+    )
     duration_s: float | None = Field(None, gt=0, le=86_400, description="Simulated seconds (replaces duration_s).")
     seeds: int = Field(3, ge=1, le=1000, description="Simulation seeds per policy.")
     resamples: int = Field(0, ge=0, le=1000, description="The calibration's bootstrap resamples per seed.")
-    max_simulated_requests: int = Field(DEFAULT_MAX_SIMULATED_REQUESTS, ge=1, le=10**12,
-                                        description="The most requests the whole study may simulate.")
+    max_simulated_requests: int = Field(
+        DEFAULT_MAX_SIMULATED_REQUESTS, ge=1, le=10**12, description="The most requests the whole study may simulate."
+    )
     jobs: int | None = Field(None, ge=1, le=MAX_JOBS, description="Worker processes (None: the cores kvcal may use).")
     ray_address: str | None = Field(None, min_length=1, description="Run as Ray tasks: auto, local or an address.")
     plot: Path | None = Field(None, description="Where the plot goes; .png or .svg (the format is the extension).")

@@ -39,8 +39,17 @@ class FleetSim:
     (no TTFT is cut off at the end); the CPU pair's harness measures so (benchmarks/fleet_cpu_pair.py).
     """
 
-    def __init__(self, workload: Workload, pods: int, costs: FleetCosts, policy: Policy, block: int, seed: int,
-                 drain: bool = False, on_tick: Callable[[float], None] | None = None) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        pods: int,
+        costs: FleetCosts,
+        policy: Policy,
+        block: int,
+        seed: int,
+        drain: bool = False,
+        on_tick: Callable[[float], None] | None = None,
+    ) -> None:
         self.w, self.costs, self.policy, self.block, self.drain = workload, costs, policy, block, drain
         self.on_tick = on_tick  # called with the simulated seconds every TICK_EVERY_EVENTS events
         engine = workload.engine
@@ -50,9 +59,18 @@ class FleetSim:
         load_us = engine.cpu_tier_load_us_per_token
         self.cpu_load_us = load_us if load_us is not None else max(0.0, costs.pull[1])
         self.index = FleetIndex()
-        self.pods = [Pod(i, PodCache(i, self.index, engine.kv_capacity_tokens, engine.cpu_tier_tokens)) for i in range(pods)]
-        self.host = (SharedHost(pods, engine.shared_host_slowdown, lambda at, pod, version: self.push(at, SHARED_STEP_END, (pod, version)))
-                     if engine.shared_host_slowdown > 1 and pods > 1 else None)
+        self.pods = [
+            Pod(i, PodCache(i, self.index, engine.kv_capacity_tokens, engine.cpu_tier_tokens)) for i in range(pods)
+        ]
+        self.host = (
+            SharedHost(
+                pods,
+                engine.shared_host_slowdown,
+                lambda at, pod, version: self.push(at, SHARED_STEP_END, (pod, version)),
+            )
+            if engine.shared_host_slowdown > 1 and pods > 1
+            else None
+        )
         self.queues = np.zeros(pods)
         self.queue_list = [0] * pods  # the same, as Python ints: cheaper to compare on every step
         self.kv_use = np.zeros(pods)  # prompt tokens in flight over the KV capacity, at most 1
@@ -64,7 +82,9 @@ class FleetSim:
         self.stats = RunStats(window_s=workload.duration_s - workload.warmup_s)
         self.events: list = []
         self.seq = 0
-        self.open: dict[int, float] = {}  # request id -> arrival, for requests in the window still without a first token
+        self.open: dict[
+            int, float
+        ] = {}  # request id -> arrival, for requests in the window still without a first token
         self.links = PairLinks(costs.links, workload.link_classes, pods, seed) if costs.links else None
         self.link_costs = {name: costs.for_link(link) for name, link in (costs.links or {}).items()}
 
@@ -76,8 +96,15 @@ class FleetSim:
         for at_ms, kind, item in self.traffic.initial_events():
             self.push(at_ms, kind, item)
         self.push(self.start_ms, SAMPLE)
-        handlers: dict[int, Callable[[float, Any], None]] = {ARRIVE: self._arrive, READY: self._ready, STEP_END: self._step_end, SAMPLE: self._sample,
-                    NEW_SESSION: self._new_session, LANDED: self._landed, SHARED_STEP_END: self._shared_step_end}
+        handlers: dict[int, Callable[[float, Any], None]] = {
+            ARRIVE: self._arrive,
+            READY: self._ready,
+            STEP_END: self._step_end,
+            SAMPLE: self._sample,
+            NEW_SESSION: self._new_session,
+            LANDED: self._landed,
+            SHARED_STEP_END: self._shared_step_end,
+        }
         events, end, tick, count = self.events, self.end_ms, self.on_tick, 0
         while events:
             at_ms, _, kind, item = heapq.heappop(events)
@@ -121,8 +148,13 @@ class FleetSim:
             costs, session_ms = self._pull_costs(r.source, r.pod)
             source.link_free_ms = begin + costs.link_ms(r.delta)
             busy = self.costs.busy_queue
-            delay_ms = (begin - now) + costs.transfer_ms(r.delta) + session_ms + \
-                (self.queues[r.source] >= busy) * self.costs.source_wait_ms + (pod.queue() >= busy) * self.costs.requeue_ms
+            delay_ms = (
+                (begin - now)
+                + costs.transfer_ms(r.delta)
+                + session_ms
+                + (self.queues[r.source] >= busy) * self.costs.source_wait_ms
+                + (pod.queue() >= busy) * self.costs.requeue_ms
+            )
             req.done = r.cached + r.delta
             if in_window:
                 self.stats.pulled += 1

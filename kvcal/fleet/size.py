@@ -51,9 +51,11 @@ class StudySize:
         return BASE_BYTES + self.largest_run * BYTES_PER_REQUEST
 
     def line(self) -> str:
-        return (f"kvcal: fleet study: {self.runs:,} runs, about {_count(self.requests)} simulated requests "
-                f"(at most {_count(self.largest_run)} in one run); about {_duration(self.seconds)} on one core and "
-                f"{self.peak_bytes / 2**20:,.0f} MiB of memory")
+        return (
+            f"kvcal: fleet study: {self.runs:,} runs, about {_count(self.requests)} simulated requests "
+            f"(at most {_count(self.largest_run)} in one run); about {_duration(self.seconds)} on one core and "
+            f"{self.peak_bytes / 2**20:,.0f} MiB of memory"
+        )
 
 
 def requests_per_run(workload: Workload, decode_ms: float) -> float:
@@ -86,8 +88,12 @@ def steps_per_run(workload: Workload, pods: int, decode_ms: float, requests: flo
 def study_size(workloads: list[Workload], runs_per_load: int, pods: int, decode_ms: float) -> StudySize:
     per_run = [requests_per_run(w, decode_ms) for w in workloads]
     steps = [steps_per_run(w, pods, decode_ms, n) for w, n in zip(workloads, per_run)]
-    return StudySize(runs=runs_per_load * len(workloads), requests=runs_per_load * sum(per_run),
-                     largest_run=max(per_run), steps=runs_per_load * sum(steps))
+    return StudySize(
+        runs=runs_per_load * len(workloads),
+        requests=runs_per_load * sum(per_run),
+        largest_run=max(per_run),
+        steps=runs_per_load * sum(steps),
+    )
 
 
 def check_completes(workload: Workload, recompute: tuple[float, float, float], decode_ms: float) -> None:
@@ -105,21 +111,25 @@ def check_completes(workload: Workload, recompute: tuple[float, float, float], d
     shortest_ms = a + b * prompt / 1e3 + c * prompt * prompt / 1e6 + max(1.0, spec.output_tokens.lowest()) * decode_ms
     window_s = workload.duration_s - workload.warmup_s
     if shortest_ms / 1e3 > window_s:
-        raise InputError(f"no request can complete: the shortest turn (a prompt of {prompt:,.0f} tokens, "
-                         f"{max(1.0, spec.output_tokens.lowest()):,.0f} output tokens) takes about "
-                         f"{shortest_ms / 1e3:,.3g} s on an idle engine, longer than the measured window of "
-                         f"{window_s:g} s; there would be nothing to recommend from (shorten sessions.input_tokens, "
-                         "sessions.output_tokens or engine.decode_step_ms, or lengthen duration_s)")
+        raise InputError(
+            f"no request can complete: the shortest turn (a prompt of {prompt:,.0f} tokens, "
+            f"{max(1.0, spec.output_tokens.lowest()):,.0f} output tokens) takes about "
+            f"{shortest_ms / 1e3:,.3g} s on an idle engine, longer than the measured window of "
+            f"{window_s:g} s; there would be nothing to recommend from (shorten sessions.input_tokens, "
+            "sessions.output_tokens or engine.decode_step_ms, or lengthen duration_s)"
+        )
 
 
 def check_cap(size: StudySize, cap: int) -> None:
     """Refuse a study over ``cap`` simulated requests (its engine steps counted in), naming the flag that allows it."""
     if size.work > cap:
         steps = f" and {_count(size.steps)} engine steps" if size.work > 1.5 * size.requests else ""
-        raise InputError(f"the study would simulate about {_count(size.requests)} requests{steps} ({size.runs:,} runs, "
-                         f"about {_duration(size.seconds)}), over the cap of {cap:,}: lower --seeds, --resamples, "
-                         f"--loads, --duration or the rate, or raise --max-simulated-requests to at least "
-                         f"{int(size.work) + 1:,}")
+        raise InputError(
+            f"the study would simulate about {_count(size.requests)} requests{steps} ({size.runs:,} runs, "
+            f"about {_duration(size.seconds)}), over the cap of {cap:,}: lower --seeds, --resamples, "
+            f"--loads, --duration or the rate, or raise --max-simulated-requests to at least "
+            f"{int(size.work) + 1:,}"
+        )
 
 
 def _count(n: float) -> str:

@@ -66,14 +66,18 @@ def _figures(stats: RunStats) -> dict[str, float]:
     ttft = np.asarray(stats.ttft_ms)
     window = stats.window_s
     return {
-        "goodput_rps": stats.met_slo / window, "completed_rps": stats.completed / window,
+        "goodput_rps": stats.met_slo / window,
+        "completed_rps": stats.completed / window,
         "input_tokens_per_s": stats.completed_prompt_tokens / window,
-        "ttft_p50_ms": float(np.percentile(ttft, 50)), "ttft_p90_ms": float(np.percentile(ttft, 90)),
-        "ttft_p99_ms": float(np.percentile(ttft, 99)), "ttft_mean_ms": float(ttft.mean()),
+        "ttft_p50_ms": float(np.percentile(ttft, 50)),
+        "ttft_p90_ms": float(np.percentile(ttft, 90)),
+        "ttft_p99_ms": float(np.percentile(ttft, 99)),
+        "ttft_mean_ms": float(ttft.mean()),
         "prefill_queue_p90": float(np.percentile(stats.queue_samples, 90)) if stats.queue_samples else 0.0,
         "pull_share": stats.pulled / stats.routed if stats.routed else 0.0,
         "pulled_token_share": stats.tokens_moved / stats.routed_prompt_tokens if stats.routed_prompt_tokens else 0.0,
-        "tokens_moved_per_s": stats.tokens_moved / window, "busy_share": stats.busy_share,
+        "tokens_moved_per_s": stats.tokens_moved / window,
+        "busy_share": stats.busy_share,
     }
 
 
@@ -100,31 +104,42 @@ def policies(fit: FitResult, thresholds: list[int]) -> list[Policy]:
 
 def plan_runs(loads: int, chosen: list[Policy], seeds: int, cost_sets: int) -> list[RunSpec]:
     """Every run of the study, grouped by load, then policy, then seed, then resample (run_all keeps this order)."""
-    return [RunSpec(load, policy, seed, resample) for load in range(loads) for policy in chosen
-            for seed in range(seeds) for resample in range(cost_sets)]
+    return [
+        RunSpec(load, policy, seed, resample)
+        for load in range(loads)
+        for policy in chosen
+        for seed in range(seeds)
+        for resample in range(cost_sets)
+    ]
 
 
 def run_one(study: Study, spec: RunSpec, tick: Tick | None = None) -> dict[str, float]:
     """One run's figures; InputError when its window saw no request, or none completed (nothing to recommend from)."""
     workload = study.workloads[spec.load]
     on_tick = (lambda at_s: tick(spec.label, at_s, workload.duration_s)) if tick is not None else None
-    sim = FleetSim(workload, study.pods, study.cost_sets[spec.resample], spec.policy, study.block, spec.seed,
-                   on_tick=on_tick)
+    sim = FleetSim(
+        workload, study.pods, study.cost_sets[spec.resample], spec.policy, study.block, spec.seed, on_tick=on_tick
+    )
     stats = sim.run()
     window = f"{workload.warmup_s:g}-{workload.duration_s:g} s"
     if not stats.ttft_ms:
-        raise InputError(f"no request arrived in the measured window ({window}, seed {spec.seed}): lengthen "
-                         "duration_s (--duration) or raise the rate (--rate)")
+        raise InputError(
+            f"no request arrived in the measured window ({window}, seed {spec.seed}): lengthen "
+            "duration_s (--duration) or raise the rate (--rate)"
+        )
     if not stats.completed:
-        raise InputError(f"no request completed in the measured window ({window}) of the run {spec.label}: the "
-                         "prompts are too long or the steps too slow for this duration, so there is nothing to "
-                         "recommend from (shorten sessions.input_tokens or engine.decode_step_ms, or lengthen "
-                         "duration_s)")
+        raise InputError(
+            f"no request completed in the measured window ({window}) of the run {spec.label}: the "
+            "prompts are too long or the steps too slow for this duration, so there is nothing to "
+            "recommend from (shorten sessions.input_tokens or engine.decode_step_ms, or lengthen "
+            "duration_s)"
+        )
     return _figures(stats)
 
 
-def run_all(study: Study, specs: list[RunSpec], progress: Progress, tick: Tick | None = None,
-            executor: Executor = SERIAL) -> list[dict[str, float]]:
+def run_all(
+    study: Study, specs: list[RunSpec], progress: Progress, tick: Tick | None = None, executor: Executor = SERIAL
+) -> list[dict[str, float]]:
     """Every run of ``specs``, the figures in the order of ``specs`` whoever ran them (:mod:`kvcal.fleet.parallel`).
 
     One after another here (with ``tick``, the progress inside each run), or on the executor's worker processes or

@@ -37,12 +37,26 @@ class Session:
 
 
 class TurnRequest:
-    __slots__ = ("admitted", "arrival_ms", "counted", "done", "hand_to", "met_slo", "output", "pod", "prompt", "rid", "session")
+    __slots__ = (
+        "admitted",
+        "arrival_ms",
+        "counted",
+        "done",
+        "hand_to",
+        "met_slo",
+        "output",
+        "pod",
+        "prompt",
+        "rid",
+        "session",
+    )
 
     def __init__(self, rid: int, session: Session, arrival_ms: float, prompt: int, output: int) -> None:
         self.rid, self.session, self.arrival_ms, self.prompt, self.output = rid, session, arrival_ms, prompt, output
         self.done, self.pod, self.met_slo, self.counted, self.admitted = 0, -1, False, False, False
-        self.hand_to: tuple[int, int] | None = None  # a P/D hold: (computing pod, tokens it pulls) once the source is done
+        self.hand_to: tuple[int, int] | None = (
+            None  # a P/D hold: (computing pod, tokens it pulls) once the source is done
+        )
 
 
 def read_trace(path: Path) -> tuple[tuple[float, int, int], ...]:
@@ -53,8 +67,10 @@ def read_trace(path: Path) -> tuple[tuple[float, int, int], ...]:
     except OSError:
         stat = None
     if stat is not None and stat.st_size > MAX_TRACE_BYTES:
-        raise InputError(f"{path}: {stat.st_size / 2**20:.0f} MiB, over the {MAX_TRACE_BYTES // 2**20} MiB a trace "
-                         "may hold (replay a part of it)")
+        raise InputError(
+            f"{path}: {stat.st_size / 2**20:.0f} MiB, over the {MAX_TRACE_BYTES // 2**20} MiB a trace "
+            "may hold (replay a part of it)"
+        )
     key = (stat.st_mtime_ns, stat.st_size) if stat is not None else None
     return _read_trace(str(path), key)
 
@@ -78,10 +94,10 @@ def _items(text: str, path: Path) -> Iterator[object]:
     """The top-level list's items one at a time: a record is decoded, reduced and dropped before the next."""
     decoder, spaces = json.JSONDecoder(), re.compile(r"[ \t\n\r]*")
     at = spaces.match(text, 0).end()  # type: ignore[union-attr]
-    if text[at:at + 1] != "[":
+    if text[at : at + 1] != "[":
         raise InputError(f"{path}: expected inference-perf's non-empty list of requests")
     at = spaces.match(text, at + 1).end()  # type: ignore[union-attr]
-    if text[at:at + 1] == "]":
+    if text[at : at + 1] == "]":
         raise InputError(f"{path}: expected inference-perf's non-empty list of requests")
     while True:
         try:
@@ -92,7 +108,7 @@ def _items(text: str, path: Path) -> Iterator[object]:
             raise InputError(f"{path}: JSON nested too deep to read") from None
         yield item
         at = spaces.match(text, at).end()  # type: ignore[union-attr]
-        mark = text[at:at + 1]
+        mark = text[at : at + 1]
         at = spaces.match(text, at + 1).end()  # type: ignore[union-attr]
         if mark == "]":
             if at != len(text):
@@ -106,8 +122,9 @@ def _request_of(item: object, index: int, path: Path) -> tuple[float, int, int] 
     try:
         record = LifecycleRecord.model_validate(item)
     except ValidationError as err:
-        raise InputError(f"{path} request {index}: {err.errors()[0]['msg']} at "
-                         f"{'.'.join(map(str, err.errors()[0]['loc']))}") from None
+        raise InputError(
+            f"{path} request {index}: {err.errors()[0]['msg']} at {'.'.join(map(str, err.errors()[0]['loc']))}"
+        ) from None
     if record.error:
         return None
     tokens = record.info.prompt_tokens() if record.info else None
@@ -143,7 +160,9 @@ class Traffic:
         for begin, prompt, output in self.trace:
             session = Session(self._session_id(), 0, min(shared, prompt - 1), 1, np.random.default_rng(0))
             session.turn = 1
-            events.append(((begin - start) * 1e3, ARRIVE, self._request(session, (begin - start) * 1e3, prompt, output)))
+            events.append(
+                ((begin - start) * 1e3, ARRIVE, self._request(session, (begin - start) * 1e3, prompt, output))
+            )
         return events
 
     def _session_id(self) -> int:

@@ -48,7 +48,12 @@ class Dist(Strict):
 
     @model_validator(mode="after")
     def _parameters(self) -> Dist:
-        needs = {"constant": ("value",), "uniform": ("min", "max"), "exponential": ("mean",), "lognormal": ("mean", "cv")}
+        needs = {
+            "constant": ("value",),
+            "uniform": ("min", "max"),
+            "exponential": ("mean",),
+            "lognormal": ("mean", "cv"),
+        }
         given = {k for k in ("value", "min", "max", "mean", "cv") if getattr(self, k) is not None}
         want = set(needs[self.dist])
         if given != want:
@@ -89,8 +94,12 @@ class Dist(Strict):
 class Arrival(Strict):
     """How sessions start: an open Poisson stream (``rate``) or a closed loop of ``concurrency`` sessions."""
 
-    rate: float | None = Field(None, gt=0, le=1e5, description="New sessions per second (Poisson). --rate overrides it.")
-    concurrency: int | None = Field(None, ge=1, le=1_000_000, description="Sessions kept active: a new one starts as one ends.")
+    rate: float | None = Field(
+        None, gt=0, le=1e5, description="New sessions per second (Poisson). --rate overrides it."
+    )
+    concurrency: int | None = Field(
+        None, ge=1, le=1_000_000, description="Sessions kept active: a new one starts as one ends."
+    )
 
     @model_validator(mode="after")
     def _one(self) -> Arrival:
@@ -102,37 +111,64 @@ class Arrival(Strict):
 class Sessions(Strict):
     """Multi-turn sessions: each turn's prompt is the system prompt, the history so far, and the new input."""
 
-    system_prompts: int = Field(1, ge=1, le=1_000_000, description="Distinct system prompts; each session draws one uniformly.")
-    system_prompt_tokens: int = Field(ge=0, le=10**7, description="Tokens of each system prompt (shared by its sessions).")
+    system_prompts: int = Field(
+        1, ge=1, le=1_000_000, description="Distinct system prompts; each session draws one uniformly."
+    )
+    system_prompt_tokens: int = Field(
+        ge=0, le=10**7, description="Tokens of each system prompt (shared by its sessions)."
+    )
     turns: Dist = Field(description="Turns per session.")
     input_tokens: Dist = Field(description="New user tokens each turn.")
     output_tokens: Dist = Field(description="Generated tokens each turn (they join the history).")
-    think_time_s: Dist = Field(Dist(dist="constant", value=0.0), description="Pause between a turn's end and the next turn.")
+    think_time_s: Dist = Field(
+        Dist(dist="constant", value=0.0), description="Pause between a turn's end and the next turn."
+    )
 
 
 class Engine(Strict):
     """What each engine can hold and how it batches (per pod; the calibration supplies the costs)."""
 
-    max_num_batched_tokens: int = Field(8192, ge=1, le=10**7, description="Prefill token budget per step (vLLM's flag of that name).")
+    max_num_batched_tokens: int = Field(
+        8192, ge=1, le=10**7, description="Prefill token budget per step (vLLM's flag of that name)."
+    )
     max_num_seqs: int = Field(256, ge=1, le=100_000, description="Requests running at once (prefill and decode).")
-    kv_capacity_tokens: int = Field(500_000, ge=1, le=10**10, description=(
-        "KV tokens the accelerator holds: running requests reserve theirs (a "
-        "request waits until it fits), the rest is prefix cache with LRU eviction."
-    ))
-    cpu_tier_tokens: int = Field(0, ge=0, le=10**11, description="KV tokens of the CPU tier (evicted blocks land there); 0: none.")
-    cpu_tier_load_us_per_token: float | None = Field(None, ge=0, le=1e6, description="Loading a CPU-tier hit; default: the pull's per-token cost.")
-    decode_step_ms: float | None = Field(None, ge=0, le=1e6, description="A step with no prefill; default: the recompute curve's intercept.")
-    pull_computes_on_source: bool = Field(False, description=(
-        "nixl-pd's P/D handoff: the source prefills the uncached rest and the "
-        "computing pod pulls the whole prompt; false: the P2P tier (pull the "
-        "cached blocks, prefill the rest)."
-    ))
-    shared_host_slowdown: float = Field(1.0, ge=1, le=100, description=(
-        "How many times longer a step takes while every other engine is in a "
-        "step too, for engines that share one host's cores and memory (a CPU "
-        "pair: benchmarks/fleet_cpu_pair.py --probe measures it); in between "
-        "it scales with the share of engines busy. 1: each engine has its own accelerator."
-    ))
+    kv_capacity_tokens: int = Field(
+        500_000,
+        ge=1,
+        le=10**10,
+        description=(
+            "KV tokens the accelerator holds: running requests reserve theirs (a "
+            "request waits until it fits), the rest is prefix cache with LRU eviction."
+        ),
+    )
+    cpu_tier_tokens: int = Field(
+        0, ge=0, le=10**11, description="KV tokens of the CPU tier (evicted blocks land there); 0: none."
+    )
+    cpu_tier_load_us_per_token: float | None = Field(
+        None, ge=0, le=1e6, description="Loading a CPU-tier hit; default: the pull's per-token cost."
+    )
+    decode_step_ms: float | None = Field(
+        None, ge=0, le=1e6, description="A step with no prefill; default: the recompute curve's intercept."
+    )
+    pull_computes_on_source: bool = Field(
+        False,
+        description=(
+            "nixl-pd's P/D handoff: the source prefills the uncached rest and the "
+            "computing pod pulls the whole prompt; false: the P2P tier (pull the "
+            "cached blocks, prefill the rest)."
+        ),
+    )
+    shared_host_slowdown: float = Field(
+        1.0,
+        ge=1,
+        le=100,
+        description=(
+            "How many times longer a step takes while every other engine is in a "
+            "step too, for engines that share one host's cores and memory (a CPU "
+            "pair: benchmarks/fleet_cpu_pair.py --probe measures it); in between "
+            "it scales with the share of engines busy. 1: each engine has its own accelerator."
+        ),
+    )
 
 
 class Router(Strict):
@@ -141,21 +177,38 @@ class Router(Strict):
     The weights default to llm-d's precise-prefix guide's: 3, 2, 2.
     """
 
-    pick: Literal["score", "rotate"] = Field("score", description=(
-        "score: the weighted scorers; rotate: turn k of every session on pod "
-        "(k-1) mod pods, a balancer blind to the cache (the CPU pair's harness: "
-        "nixl-pd moves KV one way)."
-    ))
-    prefix_weight: float = Field(3.0, ge=0, le=1e6, description="Weight of the pod's cached share of the prompt (prefix-cache-scorer).")
-    queue_weight: float = Field(2.0, ge=0, le=1e6, description="Weight of the pod's waiting queue, min-max scaled (queue-scorer).")
-    kv_weight: float = Field(2.0, ge=0, le=1e6, description=(
-        "Weight of the pod's free KV share, prompts in flight over kv_capacity_tokens "
-        "(kv-cache-utilization-scorer)."
-    ))
+    pick: Literal["score", "rotate"] = Field(
+        "score",
+        description=(
+            "score: the weighted scorers; rotate: turn k of every session on pod "
+            "(k-1) mod pods, a balancer blind to the cache (the CPU pair's harness: "
+            "nixl-pd moves KV one way)."
+        ),
+    )
+    prefix_weight: float = Field(
+        3.0, ge=0, le=1e6, description="Weight of the pod's cached share of the prompt (prefix-cache-scorer)."
+    )
+    queue_weight: float = Field(
+        2.0, ge=0, le=1e6, description="Weight of the pod's waiting queue, min-max scaled (queue-scorer)."
+    )
+    kv_weight: float = Field(
+        2.0,
+        ge=0,
+        le=1e6,
+        description=(
+            "Weight of the pod's free KV share, prompts in flight over kv_capacity_tokens "
+            "(kv-cache-utilization-scorer)."
+        ),
+    )
 
 
 class Slo(Strict):
-    ttft_ms: float | None = Field(None, gt=0, le=1e9, description="A request meets the SLO when its TTFT is at most this; none: every completed one counts.")
+    ttft_ms: float | None = Field(
+        None,
+        gt=0,
+        le=1e9,
+        description="A request meets the SLO when its TTFT is at most this; none: every completed one counts.",
+    )
 
 
 MAX_TRACE_BYTES = 2**30
@@ -165,26 +218,34 @@ MAX_TRACE_BYTES = 2**30
 class Trace(Strict):
     """Replay inference-perf's per-request records instead of generating sessions (a file of at most 1 GiB)."""
 
-    per_request: str = Field(description=(
-        "inference-perf per_request_lifecycle_metrics.json (start_time, info.input_tokens, "
-        "output_token_times); a relative path is read from the workload file's folder."
-    ))
-    shared_prefix_tokens: int = Field(0, ge=0, le=10**7, description="Tokens at the start of every prompt that all requests share.")
+    per_request: str = Field(
+        description=(
+            "inference-perf per_request_lifecycle_metrics.json (start_time, info.input_tokens, "
+            "output_token_times); a relative path is read from the workload file's folder."
+        )
+    )
+    shared_prefix_tokens: int = Field(
+        0, ge=0, le=10**7, description="Tokens at the start of every prompt that all requests share."
+    )
 
 
 class Workload(Strict):
     """``kvcal fleet --workload``: the traffic, the engines and the router of the simulated fleet."""
 
     duration_s: float = Field(600.0, gt=0, le=86_400, description="Simulated seconds; --duration overrides it.")
-    warmup_s: float = Field(60.0, ge=0, le=86_400, description="Seconds at the start left out of every figure (caches fill).")
+    warmup_s: float = Field(
+        60.0, ge=0, le=86_400, description="Seconds at the start left out of every figure (caches fill)."
+    )
     arrival: Arrival | None = Field(None, description="How sessions start (needed unless trace is given).")
     sessions: Sessions | None = Field(None, description="The sessions (needed unless trace is given).")
     trace: Trace | None = Field(None, description="Replay these recorded requests instead.")
     engine: Engine = Field(Engine(), description="Each engine's batching and caches.")
     router: Router = Field(Router(), description="The router's scorer weights.")
     link_classes: dict[str, float] | None = Field(
-        None, description="A fit with link classes: each class's share of the ordered pod pairs (summing to 1); "
-        "default: its share of the campaign's pairs (kvcal.fleet.links).")
+        None,
+        description="A fit with link classes: each class's share of the ordered pod pairs (summing to 1); "
+        "default: its share of the campaign's pairs (kvcal.fleet.links).",
+    )
     slo: Slo = Field(Slo(), description="The TTFT objective that goodput counts.")
 
     @model_validator(mode="after")
@@ -192,13 +253,15 @@ class Workload(Strict):
         if self.trace is None and (self.arrival is None or self.sessions is None):
             raise ValueError("give arrival and sessions, or a trace to replay")
         if self.trace is not None and (self.arrival is not None or self.sessions is not None):
-            raise ValueError("a trace is replayed at its recorded times: give either a trace, or arrival and sessions, "
-                             "not both")
+            raise ValueError(
+                "a trace is replayed at its recorded times: give either a trace, or arrival and sessions, not both"
+            )
         if self.warmup_s >= self.duration_s:
             raise ValueError(f"warmup_s ({self.warmup_s:g}) must be shorter than duration_s ({self.duration_s:g})")
         shares = self.link_classes
-        if shares is not None and (not shares or any(not 0 <= v <= 1 for v in shares.values())
-                                   or abs(sum(shares.values()) - 1) > 1e-6):
+        if shares is not None and (
+            not shares or any(not 0 <= v <= 1 for v in shares.values()) or abs(sum(shares.values()) - 1) > 1e-6
+        ):
             raise ValueError("link_classes: each class's share of the pod pairs lies in 0-1 and they sum to 1")
         return self
 
@@ -211,7 +274,9 @@ class Workload(Strict):
             update["arrival"] = Arrival(rate=rate)
         if duration_s is not None:
             if self.warmup_s >= duration_s:
-                raise InputError(f"--duration {duration_s:g} must be longer than the workload's warmup_s ({self.warmup_s:g})")
+                raise InputError(
+                    f"--duration {duration_s:g} must be longer than the workload's warmup_s ({self.warmup_s:g})"
+                )
             update["duration_s"] = duration_s
         return self.model_copy(update=update)
 
@@ -234,8 +299,10 @@ def load_workload(path: Path) -> Workload:
         hint = " (unknown key: see kvcal fleet --help)" if first.get("type") == "extra_forbidden" else ""
         if first.get("type") in ("float_type", "int_type") and isinstance(first.get("input"), str):
             # YAML reads a quoted number, and also 1e3 (no decimal point), as text: say how to write a number.
-            hint = (f" (got the text {first['input'][:40]!r}: write a number without quotes, and an exponent with a "
-                    "decimal point, 1.0e3)")
+            hint = (
+                f" (got the text {first['input'][:40]!r}: write a number without quotes, and an exponent with a "
+                "decimal point, 1.0e3)"
+            )
         raise InputError(f"workload file {path}: {where}: {first['msg']}{hint}") from None
     trace = workload.trace
     if trace is not None and not Path(trace.per_request).is_absolute():
@@ -254,7 +321,9 @@ def _model_of(annotation: Any) -> type[Strict] | None:
 
 
 def _described(field: Any) -> str:
-    choices = next((get_args(a) for a in (field.annotation, *get_args(field.annotation)) if get_origin(a) is Literal), ())
+    choices = next(
+        (get_args(a) for a in (field.annotation, *get_args(field.annotation)) if get_origin(a) is Literal), ()
+    )
     text = field.description or ""
     return text + (f" One of: {'|'.join(choices)}." if choices and "|".join(choices) not in text else "")
 
@@ -275,8 +344,10 @@ def keys_help() -> str:
     lines = [f"  {key}: {text}" for key, text, _ in workload_keys()]
     dists = ", ".join(key.rsplit(".", 1)[-1] for key, _, is_dist in workload_keys() if is_dist)
     parts = "; ".join(f"{name}: {_described(field).rstrip('.')}" for name, field in Dist.model_fields.items())
-    return ("Workload file keys (YAML; an unknown key is refused; docs/examples/fleet-workload.yaml is a complete "
-            "example):\n\n" + "\n".join(lines) + f"\n  a distribution ({dists}): a number, or a mapping of {parts}.")
+    return (
+        "Workload file keys (YAML; an unknown key is refused; docs/examples/fleet-workload.yaml is a complete "
+        "example):\n\n" + "\n".join(lines) + f"\n  a distribution ({dists}): a number, or a mapping of {parts}."
+    )
 
 
 KEYS_HELP = keys_help()

@@ -41,13 +41,16 @@ def fleet_row(fleet: FleetResult, deployed: int) -> FleetRow:
         if row.policy == "threshold" and row.threshold == deployed:
             return row
     ran = sorted({row.threshold for row in fleet.rows if row.threshold is not None})
-    raise InputError(f"the fleet result has no row for the deployed threshold {deployed} (it ran {ran}): "
-                     f"run kvcal fleet with --thresholds {deployed}")
+    raise InputError(
+        f"the fleet result has no row for the deployed threshold {deployed} (it ran {ran}): "
+        f"run kvcal fleet with --thresholds {deployed}"
+    )
 
 
 def _unknown(name: str, observed: Observed, predicted: list[float] | None, tolerance: str, why: str) -> Check:
-    return Check(name=name, observed=observed.value, predicted=predicted, tolerance=tolerance, verdict="unknown",
-                 reason=why)
+    return Check(
+        name=name, observed=observed.value, predicted=predicted, tolerance=tolerance, verdict="unknown", reason=why
+    )
 
 
 def bytes_check(fit: FitResult, observed: Observed) -> Check:
@@ -59,13 +62,24 @@ def bytes_check(fit: FitResult, observed: Observed) -> Check:
     if observed.value is None:
         return _unknown(name, observed, predicted, tolerance, observed.missing or "not observed")
     inside = abs(observed.value - kv) <= BYTES_TOLERANCE * kv
-    return Check(name=name, observed=observed.value, predicted=predicted, tolerance=tolerance,
-                 verdict="ok" if inside else "outside",
-                 reason=f"{observed.value:,.0f} bytes per pulled token against the calibration's {kv:,}")
+    return Check(
+        name=name,
+        observed=observed.value,
+        predicted=predicted,
+        tolerance=tolerance,
+        verdict="ok" if inside else "outside",
+        reason=f"{observed.value:,.0f} bytes per pulled token against the calibration's {kv:,}",
+    )
 
 
-def _interval_check(name: str, observed: Observed, predicted: list[float], seen: list[float | None],
-                    widen: tuple[float, float], tolerance: str) -> Check:
+def _interval_check(
+    name: str,
+    observed: Observed,
+    predicted: list[float],
+    seen: list[float | None],
+    widen: tuple[float, float],
+    tolerance: str,
+) -> Check:
     """ok when ``seen`` (the observed value, or the bucket it lies in) meets ``predicted`` widened by ``widen``."""
     if observed.value is None:
         return _unknown(name, observed, predicted, tolerance, observed.missing or "not observed")
@@ -75,10 +89,15 @@ def _interval_check(name: str, observed: Observed, predicted: list[float], seen:
     seen_low, seen_high = seen[0], seen[1]
     meets = (seen_high is None or seen_high >= low) and seen_low is not None and seen_low <= high
     where = "within" if meets else ("below" if seen_high is not None and seen_high < low else "above")
-    return Check(name=name, observed=observed.value, predicted=predicted, tolerance=tolerance,
-                 verdict="ok" if meets else "outside",
-                 reason=f"{observed.value:.4g} is {where} the predicted [{predicted[0]:.4g}, {predicted[1]:.4g}] "
-                        f"widened to [{low:.4g}, {high:.4g}]")
+    return Check(
+        name=name,
+        observed=observed.value,
+        predicted=predicted,
+        tolerance=tolerance,
+        verdict="ok" if meets else "outside",
+        reason=f"{observed.value:.4g} is {where} the predicted [{predicted[0]:.4g}, {predicted[1]:.4g}] "
+        f"widened to [{low:.4g}, {high:.4g}]",
+    )
 
 
 def fleet_checks(row: FleetRow, fleet: Figures, buckets: dict[str, list[float | None]]) -> list[Check]:
@@ -91,15 +110,37 @@ def fleet_checks(row: FleetRow, fleet: Figures, buckets: dict[str, list[float | 
     share = fleet.pull_share
     share_tol = f"interval widened by {SHARE_TOLERANCE} (absolute)"
     if row.pulled_token_share is None:
-        out.append(_unknown("pull_share", share, None, share_tol, "the fleet result predates the share of prompt "
-                            "tokens pulled: run kvcal fleet again"))
+        out.append(
+            _unknown(
+                "pull_share",
+                share,
+                None,
+                share_tol,
+                "the fleet result predates the share of prompt tokens pulled: run kvcal fleet again",
+            )
+        )
     else:
-        out.append(_interval_check("pull_share", share, list(row.pulled_token_share.ci), [share.value, share.value],
-                                   (0.0, SHARE_TOLERANCE), share_tol))
+        out.append(
+            _interval_check(
+                "pull_share",
+                share,
+                list(row.pulled_token_share.ci),
+                [share.value, share.value],
+                (0.0, SHARE_TOLERANCE),
+                share_tol,
+            )
+        )
     queue = fleet.queue_p90
-    out.append(_interval_check("queue_p90", queue, list(row.prefill_queue_p90.ci), [queue.value, queue.value],
-                               (TTFT_TOLERANCE, QUEUE_SLACK), f"interval widened by {TTFT_TOLERANCE:.0%} and "
-                               f"{QUEUE_SLACK:g} request"))
+    out.append(
+        _interval_check(
+            "queue_p90",
+            queue,
+            list(row.prefill_queue_p90.ci),
+            [queue.value, queue.value],
+            (TTFT_TOLERANCE, QUEUE_SLACK),
+            f"interval widened by {TTFT_TOLERANCE:.0%} and {QUEUE_SLACK:g} request",
+        )
+    )
     return out
 
 
@@ -108,14 +149,18 @@ def remeasure(checks: list[Check], prediction: Prediction, requests_per_s: float
     out = []
     outside = {c.name for c in checks if c.verdict == "outside"}
     if "bytes_per_pulled_token" in outside:
-        out.append("bytes per pulled token moved from the calibration's: the model's KV layout or dtype, or the "
-                   "transport, changed; run kvcal sweep on a producer/consumer pair of this fleet, then kvcal fit")
+        out.append(
+            "bytes per pulled token moved from the calibration's: the model's KV layout or dtype, or the "
+            "transport, changed; run kvcal sweep on a producer/consumer pair of this fleet, then kvcal fit"
+        )
     if outside - {"bytes_per_pulled_token"}:
         rate = f" (it served {requests_per_s:.3g} requests/s)" if requests_per_s is not None else ""
         fleet = prediction.fleet
-        out.append(f"the fleet's TTFT, pulls or queues left kvcal fleet's prediction for threshold "
-                   f"{prediction.deployed}: run kvcal fleet again with the workload the fleet now serves{rate} and "
-                   f"--thresholds {prediction.deployed}"
-                   + (f" (the prediction was made from {fleet.fit})" if fleet is not None else "")
-                   + "; if the load matches, the pull or recompute cost moved: run kvcal sweep on a pair of its pods")
+        out.append(
+            f"the fleet's TTFT, pulls or queues left kvcal fleet's prediction for threshold "
+            f"{prediction.deployed}: run kvcal fleet again with the workload the fleet now serves{rate} and "
+            f"--thresholds {prediction.deployed}"
+            + (f" (the prediction was made from {fleet.fit})" if fleet is not None else "")
+            + "; if the load matches, the pull or recompute cost moved: run kvcal sweep on a pair of its pods"
+        )
     return out

@@ -95,8 +95,14 @@ def _sample(pair: tuple[float, str]) -> tuple[float, float] | None:
 class PrometheusClient:
     """Queries one Prometheus server at ``base_url`` (a path prefix such as ``/prometheus`` kept)."""
 
-    def __init__(self, base_url: str, *, transport: httpx.BaseTransport | None = None,
-                 total_deadline_s: float = TOTAL_DEADLINE_S, query_deadline_s: float = QUERY_DEADLINE_S) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        total_deadline_s: float = TOTAL_DEADLINE_S,
+        query_deadline_s: float = QUERY_DEADLINE_S,
+    ) -> None:
         parse_engine_url(base_url, "--prometheus")
         self.base_url = base_url.rstrip("/")
         self.query_deadline_s = query_deadline_s
@@ -120,8 +126,10 @@ class PrometheusClient:
         return PrometheusUnavailable(f"Prometheus at {self.base_url}: {what}")
 
     def _not_prometheus(self, what: str) -> InputError:
-        return InputError(f"--prometheus {self.base_url} is not a Prometheus API: {one_line(what, 200)} "
-                          "(give the server's base URL, e.g. http://prometheus:9090)")
+        return InputError(
+            f"--prometheus {self.base_url} is not a Prometheus API: {one_line(what, 200)} "
+            "(give the server's base URL, e.g. http://prometheus:9090)"
+        )
 
     def _fetch(self, params: dict[str, str]) -> tuple[int, bytes]:
         """GET /api/v1/query under the deadline left; the status and the capped body."""
@@ -136,18 +144,22 @@ class PrometheusClient:
                     for chunk in response.iter_bytes():
                         body += chunk
                         if len(body) > cap and response.status_code == 200:
-                            raise InputError(f"Prometheus at {self.base_url} answered more than {cap:,} bytes for "
-                                             f"{one_line(params['query'], 120)}: narrow --selector or the window")
+                            raise InputError(
+                                f"Prometheus at {self.base_url} answered more than {cap:,} bytes for "
+                                f"{one_line(params['query'], 120)}: narrow --selector or the window"
+                            )
                         if len(body) > cap or deadline.expired:
                             break
             except httpx.HTTPError as err:
                 if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout)):
                     raise self._unavailable(f"unreachable ({type(err).__name__}: {one_line(str(err), 200)})") from None
                 if deadline.expired or isinstance(err, httpx.TimeoutException):
-                    raise self._unavailable(f"no answer within {left:.3g} s (the server hangs or is overloaded)") \
-                        from None
-                raise self._unavailable(f"the request failed ({type(err).__name__}: {one_line(str(err), 200)})") \
-                    from None
+                    raise self._unavailable(
+                        f"no answer within {left:.3g} s (the server hangs or is overloaded)"
+                    ) from None
+                raise self._unavailable(
+                    f"the request failed ({type(err).__name__}: {one_line(str(err), 200)})"
+                ) from None
             if deadline.expired:
                 raise self._unavailable(f"no answer within {left:.3g} s (the server hangs or is overloaded)")
         return response.status_code, bytes(body)
@@ -159,8 +171,9 @@ class PrometheusClient:
         except ValueError:
             if status >= 500:
                 raise self._unavailable(f"HTTP {status}: {one_line(body.decode('utf-8', 'replace'), 200)}") from None
-            raise self._not_prometheus(f"GET /api/v1/query answered HTTP {status} with "
-                                       f"{body[:80].decode('utf-8', 'replace')!r}") from None
+            raise self._not_prometheus(
+                f"GET /api/v1/query answered HTTP {status} with {body[:80].decode('utf-8', 'replace')!r}"
+            ) from None
         if envelope.status == "error":
             message = f"{envelope.errorType}: {envelope.error}"
             if envelope.errorType == "bad_data" or status in (400, 422):

@@ -45,9 +45,11 @@ QUERIES = {
     "success": "vllm:request_success_total",
 }
 """Every series kvcal reads (with ``--selector``'s matchers added), by role, as vLLM names them."""
-CREATED = ('{__name__=~"vllm[:_](prompt_tokens|prompt_tokens_by_source|prompt_tokens_cached_by_source|'
-           'kv_offload_tiering_read_bytes|nixl_bytes_transferred|time_to_first_token_seconds|request_success)'
-           '_created"}')
+CREATED = (
+    '{__name__=~"vllm[:_](prompt_tokens|prompt_tokens_by_source|prompt_tokens_cached_by_source|'
+    "kv_offload_tiering_read_bytes|nixl_bytes_transferred|time_to_first_token_seconds|request_success)"
+    '_created"}'
+)
 """When each of those counters was created (prometheus_client exports it): a restart or a start inside the window."""
 QUANTILES = {"ttft_p50_ms": 0.5, "ttft_p90_ms": 0.9, "ttft_p99_ms": 0.99}
 NOT_EXPOSED = "{} is not exposed by {}"
@@ -76,16 +78,20 @@ def _joined(series: list[Series]) -> list[Series]:
         spelt = one.labels.get("__name__", "").replace(":", "_")
         key = (spelt, *sorted((k, v) for k, v in one.labels.items() if k != "__name__"))
         groups.setdefault(key, []).append(one)
-    return [group[0] if len(group) == 1 else Series(group[0].labels, tuple(sorted(s for g in group for s in g.samples)))
-            for group in groups.values()]
+    return [
+        group[0] if len(group) == 1 else Series(group[0].labels, tuple(sorted(s for g in group for s in g.samples)))
+        for group in groups.values()
+    ]
 
 
 def fetch(client: PrometheusClient, window: Window, selector: str | None) -> dict[str, list[Series]]:
     """Raw samples of every query (and the counters' creation times, role ``created``) from :data:`LOOKBACK_S`
     before the window to its end."""
     queries = {**QUERIES, "created": CREATED}
-    return {role: _joined(client.raw_samples(with_selector(query, selector), window.start - LOOKBACK_S, window.end))
-            for role, query in queries.items()}
+    return {
+        role: _joined(client.raw_samples(with_selector(query, selector), window.start - LOOKBACK_S, window.end))
+        for role, query in queries.items()
+    }
 
 
 @dataclass
@@ -157,16 +163,21 @@ def _share(part: Increase | None, total: Increase | None, what: str) -> Observed
     if part is None or total is None:
         return Observed(value=None, samples=0, missing=NOT_EXPOSED.format(QUERIES["by_source"], "these pods"))
     if total.value <= 0:
-        return Observed(value=None, samples=total.samples,
-                        missing=f"no prompt token was counted in the window ({what})")
+        return Observed(
+            value=None, samples=total.samples, missing=f"no prompt token was counted in the window ({what})"
+        )
     return Observed(value=part.value / total.value, samples=total.samples)
 
 
 def _bytes_per_token(parts: list[PodParts]) -> Observed:
     with_bytes = [(p.pulled_bytes, p.pulled) for p in parts if p.pulled_bytes is not None and p.pulled is not None]
     if not with_bytes:
-        return Observed(value=None, samples=0, missing=f"no P2P read counter ({QUERIES['tier_p2p_bytes']}) nor NIXL "
-                        f"histogram ({QUERIES['nixl_bytes']}) is exposed: P2P is not enabled on these pods")
+        return Observed(
+            value=None,
+            samples=0,
+            missing=f"no P2P read counter ({QUERIES['tier_p2p_bytes']}) nor NIXL "
+            f"histogram ({QUERIES['nixl_bytes']}) is exposed: P2P is not enabled on these pods",
+        )
     moved = sum(moved_bytes.value for moved_bytes, _ in with_bytes)
     pulled = sum(tokens.value for _, tokens in with_bytes)
     samples = sum(moved_bytes.samples for moved_bytes, _ in with_bytes)
@@ -207,11 +218,18 @@ def figures_of(parts: list[PodParts], window: Window, history: History) -> tuple
     total = _added([p for p in parts if p.pulled is not None], "total")  # the pods whose tokens are split by source
     ttft, resolution = _ttft(parts, window, history)
     success = _added(parts, "success")
-    rate = Observed(value=None, samples=0, missing=NOT_EXPOSED.format(QUERIES["success"], "these pods")) \
-        if success is None else Observed(value=success.value / window.seconds, samples=success.samples)
+    rate = (
+        Observed(value=None, samples=0, missing=NOT_EXPOSED.format(QUERIES["success"], "these pods"))
+        if success is None
+        else Observed(value=success.value / window.seconds, samples=success.samples)
+    )
     figures = Figures(
         pull_share=_share(_added(parts, "pulled"), total, "pull share"),
         local_hit_share=_share(_added(parts, "local"), total, "local hits"),
         computed_share=_share(_added(parts, "computed"), total, "computed"),
-        bytes_per_pulled_token=_bytes_per_token(parts), queue_p90=_queue(parts), requests_per_s=rate, **ttft)
+        bytes_per_pulled_token=_bytes_per_token(parts),
+        queue_p90=_queue(parts),
+        requests_per_s=rate,
+        **ttft,
+    )
     return figures, resolution

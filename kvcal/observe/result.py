@@ -7,8 +7,17 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 OBSERVE_SCHEMA: Final = "kvcal.observe/1"
-FIGURE_NAMES = ("pull_share", "local_hit_share", "computed_share", "bytes_per_pulled_token", "ttft_p50_ms",
-                "ttft_p90_ms", "ttft_p99_ms", "queue_p90", "requests_per_s")
+FIGURE_NAMES = (
+    "pull_share",
+    "local_hit_share",
+    "computed_share",
+    "bytes_per_pulled_token",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "queue_p90",
+    "requests_per_s",
+)
 
 
 class Observed(BaseModel):
@@ -70,7 +79,8 @@ class ObserveResult(BaseModel):
     fleet: Figures
     ttft_buckets_ms: dict[str, list[float | None]] = Field(
         description="The fleet's TTFT quantiles: the histogram bucket [low, high] each lies in (its resolution); "
-                    "null high: the +Inf bucket.")
+        "null high: the +Inf bucket."
+    )
     checks: list[Check] = Field(default_factory=list)
     remeasure: list[str] = Field(default_factory=list, description="What to measure again for each check outside.")
     notes: list[str] = Field(default_factory=list)

@@ -65,8 +65,9 @@ def parse_time(text: str, flag: str) -> float:
         try:
             moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
         except ValueError:
-            raise InputError(f"{flag} {text!r} is neither unix seconds nor an RFC 3339 time "
-                             "(e.g. 2026-12-07T04:00:00Z)") from None
+            raise InputError(
+                f"{flag} {text!r} is neither unix seconds nor an RFC 3339 time (e.g. 2026-12-07T04:00:00Z)"
+            ) from None
         value = (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
     if not math.isfinite(value) or not 0 < value < 32_503_680_000:  # year 3000
         raise InputError(f"{flag} {text!r} is not a time kvcal can query")
@@ -80,8 +81,9 @@ def parse_selector(text: str | None) -> str | None:
     inner = text.strip()
     inner = inner[1:-1] if inner.startswith("{") and inner.endswith("}") else inner
     if not _SELECTOR.fullmatch(inner):
-        raise InputError(f"--selector {text!r} is not a list of label matchers (e.g. namespace=\"llm-d\","
-                         "pod=~\"decode-.*\")")
+        raise InputError(
+            f'--selector {text!r} is not a list of label matchers (e.g. namespace="llm-d",pod=~"decode-.*")'
+        )
     return inner.strip().rstrip(",")
 
 
@@ -110,8 +112,9 @@ def load_prediction(config: ObserveConfig) -> Prediction:
     if config.values_path is not None:
         deployed = read_threshold(check_input(config.values_path, f"values file {config.values_path}"))
     if config.fleet_path is not None and deployed is None:
-        raise InputError("--fleet needs the deployed threshold that names its row: "
-                         "--deployed THRESHOLD or --values FILE")
+        raise InputError(
+            "--fleet needs the deployed threshold that names its row: --deployed THRESHOLD or --values FILE"
+        )
     if deployed is not None and deployed <= 0:
         raise InputError(f"--deployed must be a positive number of tokens, got {deployed}")
     fleet = None
@@ -120,8 +123,9 @@ def load_prediction(config: ObserveConfig) -> Prediction:
         try:
             fleet = FleetResult.model_validate_json(text)
         except ValueError as err:
-            raise InputError(f"{config.fleet_path} is not a kvcal fleet --json result: "
-                             f"{str(err).splitlines()[0]}") from None
+            raise InputError(
+                f"{config.fleet_path} is not a kvcal fleet --json result: {str(err).splitlines()[0]}"
+            ) from None
         if deployed is not None:  # checked above: --fleet comes with a deployed threshold
             fleet_row(fleet, deployed)
     fit = load_input(config.fit_path) if config.fit_path is not None else None
@@ -134,8 +138,10 @@ def _notes(pods: list[PodFigures], fleet: Figures) -> list[str]:
     for name in FIGURE_NAMES:
         lacking = [p for p in pods if getattr(p, name).value is None]
         if lacking and getattr(fleet, name).value is not None:
-            notes.append(f"{name}: the fleet's figure leaves out {', '.join(p.name for p in lacking)} "
-                         f"({getattr(lacking[0], name).missing})")
+            notes.append(
+                f"{name}: the fleet's figure leaves out {', '.join(p.name for p in lacking)} "
+                f"({getattr(lacking[0], name).missing})"
+            )
     return notes
 
 
@@ -160,9 +166,23 @@ def run_observe(config: ObserveConfig, now: float | None = None, transport=None)
         checks.append(bytes_check(prediction.fit, fleet.bytes_per_pulled_token))
     if prediction.fleet is not None and prediction.deployed is not None:
         checks += fleet_checks(fleet_row(prediction.fleet, prediction.deployed), fleet, buckets)
-    notes = _notes(pods, fleet) if parts else [f"no vLLM series matched in the window (selector {selector or 'none'})"
-                                                ": is the fleet scraped, and does --selector name it?"]
-    return ObserveResult(kvcal_version=__version__, prometheus=config.prometheus, selector=selector,
-                         window=TimeWindow(start=_rfc3339(window.start), end=_rfc3339(window.end)), pods=pods,
-                         fleet=fleet, ttft_buckets_ms=buckets, checks=checks,
-                         remeasure=remeasure(checks, prediction, fleet.requests_per_s.value), notes=notes)
+    notes = (
+        _notes(pods, fleet)
+        if parts
+        else [
+            f"no vLLM series matched in the window (selector {selector or 'none'})"
+            ": is the fleet scraped, and does --selector name it?"
+        ]
+    )
+    return ObserveResult(
+        kvcal_version=__version__,
+        prometheus=config.prometheus,
+        selector=selector,
+        window=TimeWindow(start=_rfc3339(window.start), end=_rfc3339(window.end)),
+        pods=pods,
+        fleet=fleet,
+        ttft_buckets_ms=buckets,
+        checks=checks,
+        remeasure=remeasure(checks, prediction, fleet.requests_per_s.value),
+        notes=notes,
+    )

@@ -66,8 +66,11 @@ def draw_fit(
         if band is not None:
             chart.bands.append(Band(line, n.tolist(), band[0].tolist(), band[1].tolist()))
         for state in dict.fromkeys(p.load_state for p in probes if p.leg == leg):
-            shown = [Point(p.prefix_tokens, p.ttft_ms, f"{prefix}{p.tooltip()}") for p in probes
-                     if p.leg == leg and p.load_state == state]
+            shown = [
+                Point(p.prefix_tokens, p.ttft_ms, f"{prefix}{p.tooltip()}")
+                for p in probes
+                if p.leg == leg and p.load_state == state
+            ]
             busy = state not in (None, IDLE)  # a loaded run's busy probes: not what the idle curves were fitted to
             label = f"{prefix}{leg} probes" + (f", {state} (not fitted)" if busy else "")
             chart.points.append(Points(Style(label, c, "", "cross" if busy else marker, hollow), shown))

@@ -104,10 +104,15 @@ def rule_text(run: RunData) -> str:
         )
     figures = t.figures
     if figures.expected_regret_ms is not None and figures.expected_regret_pct is not None:
-        rule += (f" Its expected regret over the bootstrap draws: {figures.expected_regret_ms:.3g} ms a request "
-                 f"({figures.expected_regret_pct:.3g} % of the expected TTFT)"
-                 + (f"; the break-even lies above it with probability {figures.p_break_even_above:.2f}."
-                    if figures.p_break_even_above is not None else "."))
+        rule += (
+            f" Its expected regret over the bootstrap draws: {figures.expected_regret_ms:.3g} ms a request "
+            f"({figures.expected_regret_pct:.3g} % of the expected TTFT)"
+            + (
+                f"; the break-even lies above it with probability {figures.p_break_even_above:.2f}."
+                if figures.p_break_even_above is not None
+                else "."
+            )
+        )
     n = t.min_cached_token_delta
     recompute, pull = float(curve_ms(run.fit.recompute, n)), float(curve_ms(run.fit.pull, n))
     saving = recompute - pull

@@ -50,7 +50,9 @@ def fmt_significant(row: Row) -> str:
 
 QUANTITY_NAMES = {
     "break-even": "break-even (tokens)",
-    "intercept_ms": "fixed cost (ms)", "per_token_us": "per token (us)", "per_token2_ns": "per token^2 (ns)",
+    "intercept_ms": "fixed cost (ms)",
+    "per_token_us": "per token (us)",
+    "per_token2_ns": "per token^2 (ns)",
     "pull bandwidth": "pull bandwidth (GB/s)",
 }
 TABLE_HEADER = ["quantity", "baseline [CI]", "current [CI]", "change [CI]", "significant"]
@@ -72,8 +74,13 @@ def table_rows(result: Comparison, *, notes: bool = False) -> list[list[str]]:
     """The comparison table as strings (TABLE_HEADER's columns, plus a note column if ``notes``)."""
     out = []
     for row in result.rows:
-        cells = [quantity_name(row), _with_ci(row.baseline, row.baseline_ci, row.unit),
-                 _with_ci(row.current, row.current_ci, row.unit), fmt_change(row), fmt_significant(row)]
+        cells = [
+            quantity_name(row),
+            _with_ci(row.baseline, row.baseline_ci, row.unit),
+            _with_ci(row.current, row.current_ci, row.unit),
+            fmt_change(row),
+            fmt_significant(row),
+        ]
         out.append(cells + [row.note] if notes else cells)
     return out
 
@@ -134,13 +141,23 @@ def plot_comparison(result: Comparison):
     for run, colour, role in runs:
         draw_run(ax, run.fit, run.probes, color=colour, label=role, n=n)
     if result.deployed is not None:
-        ax.axvline(result.deployed.threshold_tokens, color="black", linestyle="-.", linewidth=1.2,
-                   label=f"deployed {result.deployed.threshold_tokens} ({result.deployed.verdict})")
+        ax.axvline(
+            result.deployed.threshold_tokens,
+            color="black",
+            linestyle="-.",
+            linewidth=1.2,
+            label=f"deployed {result.deployed.threshold_tokens} ({result.deployed.verdict})",
+        )
     ax.set_xlabel("prefix length (tokens)")
     ax.set_ylabel("time to first token (ms)")
     ax.set_title("\n".join(textwrap.wrap(result.verdict, 120)[:2]), fontsize=9)
-    ax.legend(loc="upper left", fontsize=7, ncol=2,
-              title=f"baseline: {result.baseline.label}   current: {result.current.label}", title_fontsize=8)
+    ax.legend(
+        loc="upper left",
+        fontsize=7,
+        ncol=2,
+        title=f"baseline: {result.baseline.label}   current: {result.current.label}",
+        title_fontsize=8,
+    )
     return fig
 
 
@@ -156,10 +173,18 @@ def run_compare(config: CompareConfig) -> Comparison:
     elif config.values_file is not None:
         deployed = (read_threshold(config.values_file), str(config.values_file))
     with_probes = config.plot is not None or config.probes  # only the plot and a page show them
-    result = compare_runs(load_run(config.baseline, probes=with_probes), load_run(config.current, probes=with_probes),
-                          tolerance=config.tolerance, force=config.force, deployed=deployed, seed=config.seed)
+    result = compare_runs(
+        load_run(config.baseline, probes=with_probes),
+        load_run(config.current, probes=with_probes),
+        tolerance=config.tolerance,
+        force=config.force,
+        deployed=deployed,
+        seed=config.seed,
+    )
     if config.plot is not None:
         save(plot_comparison(result), config.plot, dpi="figure")
     if config.markdown is not None:
-        write_file(config.markdown, render_markdown(result, config.plot, config.markdown), f"--markdown {config.markdown}")
+        write_file(
+            config.markdown, render_markdown(result, config.plot, config.markdown), f"--markdown {config.markdown}"
+        )
     return result

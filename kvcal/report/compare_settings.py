@@ -24,11 +24,20 @@ class CompareConfig(FlagModel):
 
     baseline: Path
     current: Path
-    tolerance: float = Field(0.1, gt=0, lt=MAX_TOLERANCE, json_schema_extra={
-        "must": f"be a relative change in (0, {MAX_TOLERANCE:g})"}, description="Relative break-even move tolerated.")
+    tolerance: float = Field(
+        0.1,
+        gt=0,
+        lt=MAX_TOLERANCE,
+        json_schema_extra={"must": f"be a relative change in (0, {MAX_TOLERANCE:g})"},
+        description="Relative break-even move tolerated.",
+    )
     force: bool = False
-    deployed_tokens: int | None = Field(None, ge=1, json_schema_extra={"must": "be >= 1 token (minCachedTokenDelta)"},
-                                        description="The minCachedTokenDelta in production.")
+    deployed_tokens: int | None = Field(
+        None,
+        ge=1,
+        json_schema_extra={"must": "be >= 1 token (minCachedTokenDelta)"},
+        description="The minCachedTokenDelta in production.",
+    )
     values_file: Path | None = None
     markdown: Path | None = None
     plot: Path | None = None

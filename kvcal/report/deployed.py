@@ -45,8 +45,6 @@ class DeployedCheck:
     p_break_even_above: float | None = None
 
 
-
-
 def _be_interval(fit: FitResult) -> tuple[float, float] | None:
     """The break-even interval, else its bounds with an open (inf) upper end, else the point twice, else None."""
     ci = pair(fit.break_even_ci)
@@ -83,23 +81,32 @@ def deployed_check(base: FitResult, cur: FitResult, threshold: int, origin: str)
     block = cur.block_size or 1
     interval = _be_interval(cur)
     if cur.status == "recompute-always-wins":
-        message = f"deployed {threshold} is UNSAFE: the pull no longer wins at any measured length; disable P2P or re-measure"
+        message = (
+            f"deployed {threshold} is UNSAFE: the pull no longer wins at any measured length; disable P2P or re-measure"
+        )
     elif interval is None:
         message = f"deployed {threshold} is {verdict}: the fit records no break-even to place it against"
     else:
         lo, hi = interval
-        raise_to = (f"raise it to >= {int(math.ceil(hi / block) * block)}" if math.isfinite(hi)
-                    else "the interval is open above: extend the sweep to longer prefixes")
+        raise_to = (
+            f"raise it to >= {int(math.ceil(hi / block) * block)}"
+            if math.isfinite(hi)
+            else "the interval is open above: extend the sweep to longer prefixes"
+        )
         if verdict == "safe":
             message = f"deployed {threshold} is safe: at or above the break-even's upper bound {hi:.0f}"
             if cur.status == "pull-always-wins":
                 message += " (the pull won at every measured length; a lower threshold would save more)"
         elif verdict == "uncertain":
-            message = (f"deployed {threshold} is inside the break-even interval [{lo:.0f}, {hi:.0f}]: "
-                       f"pulls just above it may lose; {raise_to}")
+            message = (
+                f"deployed {threshold} is inside the break-even interval [{lo:.0f}, {hi:.0f}]: "
+                f"pulls just above it may lose; {raise_to}"
+            )
         else:
-            message = (f"deployed {threshold} is UNSAFE: below the break-even interval [{lo:.0f}, {hi:.0f}]; a pull at "
-                       f"{threshold} tokens costs {delta_ms:+.1f} ms vs recompute; {raise_to}")
+            message = (
+                f"deployed {threshold} is UNSAFE: below the break-even interval [{lo:.0f}, {hi:.0f}]; a pull at "
+                f"{threshold} tokens costs {delta_ms:+.1f} ms vs recompute; {raise_to}"
+            )
     if was != verdict:
         message += f" (it was {was} against the baseline)"
     return DeployedCheck(threshold, origin, verdict, message, was, round(delta_ms, 3))
@@ -128,15 +135,21 @@ def _by_regret(base: FitResult, cur: FitResult, threshold: int, origin: str) -> 
     delta_ms = float(curve_ms(cur.pull, threshold) - curve_ms(cur.recompute, threshold))
     cost = f"expected regret {pct:.3g}% of TTFT, P(break-even above it) {above:.2f}"
     if cur.status == "recompute-always-wins":
-        message = f"deployed {threshold} is UNSAFE: the pull no longer wins at any measured length; disable P2P or re-measure"
+        message = (
+            f"deployed {threshold} is UNSAFE: the pull no longer wins at any measured length; disable P2P or re-measure"
+        )
     elif verdict == "safe":
         message = f"deployed {threshold} is safe: {cost}, within {REGRET_TOLERANCE_PCT:g}%"
     elif verdict == "unsafe":
-        message = (f"deployed {threshold} is UNSAFE: {cost}; it pulls where recompute wins (a pull at {threshold} "
-                   f"tokens costs {delta_ms:+.1f} ms): raise it to `kvcal emit-config`'s threshold")
+        message = (
+            f"deployed {threshold} is UNSAFE: {cost}; it pulls where recompute wins (a pull at {threshold} "
+            f"tokens costs {delta_ms:+.1f} ms): raise it to `kvcal emit-config`'s threshold"
+        )
     else:
-        message = (f"deployed {threshold} is costly: {cost}; it recomputes prefixes a pull would serve faster: lower "
-                   "it to `kvcal emit-config`'s threshold")
+        message = (
+            f"deployed {threshold} is costly: {cost}; it recomputes prefixes a pull would serve faster: lower "
+            "it to `kvcal emit-config`'s threshold"
+        )
     if was != verdict:
         message += f" (it was {was} against the baseline)"
     return DeployedCheck(threshold, origin, verdict, message, was, round(delta_ms, 3), pct, above)  # type: ignore[arg-type]

@@ -158,8 +158,19 @@ def _text(value: Any) -> str:
 # ---------------------------------------------------------------- table and plot
 
 
-HEADER = ["#", "run", "run time", "status", "break-even", "CI", "recompute us/tok", "pull us/tok", "pull ms",
-          "GB/s", "changed"]
+HEADER = [
+    "#",
+    "run",
+    "run time",
+    "status",
+    "break-even",
+    "CI",
+    "recompute us/tok",
+    "pull us/tok",
+    "pull ms",
+    "GB/s",
+    "changed",
+]
 
 
 def table_rows(entries: list[HistoryEntry]) -> list[list[str]]:
@@ -167,9 +178,21 @@ def table_rows(entries: list[HistoryEntry]) -> list[list[str]]:
     for index, entry in enumerate(entries, start=1):
         fit = entry.run.fit
         ci = tuple(fit.break_even_ci) if fit.break_even_ci else None
-        rows.append([str(index), entry.run.label, entry.run_time, fit.status, fmt_value(fit.break_even_tokens, "tokens"),
-                     fmt_ci(ci, "tokens"), fmt_value(fit.recompute.per_token_us), fmt_value(fit.pull.per_token_us),
-                     fmt_value(fit.pull.intercept_ms), fmt_value(fit.pull_bandwidth_gbps), entry.change_label])
+        rows.append(
+            [
+                str(index),
+                entry.run.label,
+                entry.run_time,
+                fit.status,
+                fmt_value(fit.break_even_tokens, "tokens"),
+                fmt_ci(ci, "tokens"),
+                fmt_value(fit.recompute.per_token_us),
+                fmt_value(fit.pull.per_token_us),
+                fmt_value(fit.pull.intercept_ms),
+                fmt_value(fit.pull_bandwidth_gbps),
+                entry.change_label,
+            ]
+        )
     return rows
 
 
@@ -196,15 +219,24 @@ def plot_history(entries: list[HistoryEntry]):
     hi = np.array([(fits[i].break_even_ci or [p, p])[1] for i, p in zip(crossing, points)], dtype=float)
     open_above = ~np.isfinite(hi)
     hi = np.where(open_above, be * 3.0, hi)  # an interval open above is drawn to 3x and marked
-    ax_be.errorbar(x[crossing], be, yerr=np.vstack([be - lo, hi - be]), fmt="o-", color="tab:purple", capsize=4,
-                   label="break-even")
+    ax_be.errorbar(
+        x[crossing], be, yerr=np.vstack([be - lo, hi - be]), fmt="o-", color="tab:purple", capsize=4, label="break-even"
+    )
     for i, point, is_open in zip(crossing, points, open_above):
         if is_open:
             ax_be.annotate("interval open above", (i, point * 3.0), fontsize=7, ha="center")
     for i, fit in enumerate(fits):
         if fit.status != "crossover":
-            ax_be.annotate(fit.status, (i, 0), xycoords=("data", "axes fraction"), xytext=(0, 4),
-                           textcoords="offset points", ha="center", fontsize=7, rotation=90)
+            ax_be.annotate(
+                fit.status,
+                (i, 0),
+                xycoords=("data", "axes fraction"),
+                xytext=(0, 4),
+                textcoords="offset points",
+                ha="center",
+                fontsize=7,
+                rotation=90,
+            )
     ax_be.set_ylabel("break-even (tokens)")
     ax_be.legend(loc="best", fontsize=8)
     for leg, colour in (("recompute", "tab:orange"), ("pull", "tab:green")):

@@ -39,12 +39,23 @@ log = logging.getLogger(__name__)
 FORMATS = (".png", ".svg")
 LEG_COLORS = {"recompute": "tab:red", "pull": "tab:blue"}
 LEG_STYLE = {"recompute": ("-", "o"), "pull": ("--", "^")}
-CLASS_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:brown", "tab:olive", "tab:cyan", "tab:pink",
-                "tab:gray", "tab:orange") * 10  # one a link class
+CLASS_COLORS = (
+    "tab:blue",
+    "tab:red",
+    "tab:green",
+    "tab:purple",
+    "tab:brown",
+    "tab:olive",
+    "tab:cyan",
+    "tab:pink",
+    "tab:gray",
+    "tab:orange",
+) * 10  # one a link class
 
 
-def plot_input(path: str | Path, output: str | Path, settings: FitSettings = FIT_DEFAULTS, *,
-               log_x: bool | None = None) -> Path:
+def plot_input(
+    path: str | Path, output: str | Path, settings: FitSettings = FIT_DEFAULTS, *, log_x: bool | None = None
+) -> Path:
     """Plot a run folder, probe CSV, llm-d table or fit.json into ``output`` (.png or .svg), fitting an input
     without a fit with ``settings``.
 
@@ -69,8 +80,11 @@ def classes_figure(fit: FitResult, folder: Path | None, *, log_x: bool = False) 
     top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=[3, 2])
     assert fit.classes is not None
     tops = [grid(cls.fit, log_x=log_x) for cls in fit.classes.values()]
-    n = np.geomspace(min(g[0] for g in tops), max(g[-1] for g in tops), 200) if log_x else \
-        np.linspace(0.0, max(g[-1] for g in tops), 200)
+    n = (
+        np.geomspace(min(g[0] for g in tops), max(g[-1] for g in tops), 200)
+        if log_x
+        else np.linspace(0.0, max(g[-1] for g in tops), 200)
+    )
     titles = []
     for colour, (name, cls) in zip(CLASS_COLORS, fit.classes.items()):
         table = load_class_table(folder, name) if folder is not None else None
@@ -80,8 +94,9 @@ def classes_figure(fit: FitResult, folder: Path | None, *, log_x: bool = False) 
         be = "none" if cls.break_even_tokens is None else f"{cls.break_even_tokens:.0f}"
         titles.append(f"{name} {be}")
     _label_axes(top, bottom, log_x, legend_size="x-small")
-    figure.suptitle(f"{default_title(fit).split(':')[0]}: link classes, break-even {', '.join(titles)} tokens",
-                    fontsize="medium")
+    figure.suptitle(
+        f"{default_title(fit).split(':')[0]}: link classes, break-even {', '.join(titles)} tokens", fontsize="medium"
+    )
     return figure
 
 
@@ -104,8 +119,9 @@ def load_for_plot(path: str | Path, settings: FitSettings = FIT_DEFAULTS) -> tup
     return found.fitted(settings), found.table
 
 
-def figure_for(fit: FitResult, table: ProbeTable | None = None, *, log_x: bool = False,
-               title: str | None = None) -> Figure:
+def figure_for(
+    fit: FitResult, table: ProbeTable | None = None, *, log_x: bool = False, title: str | None = None
+) -> Figure:
     """A two-panel figure: TTFT against length (top) and the pull's saving (bottom); a loaded run adds TTFT by state."""
     loaded = table.loaded if table is not None else None
     if loaded is None:
@@ -171,9 +187,18 @@ def curve_band(fit: FitResult, leg: str, n: np.ndarray) -> tuple[np.ndarray, np.
     return np.percentile(curves, tail, axis=0), np.percentile(curves, 100 - tail, axis=0)
 
 
-def draw_run(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, color: str | None = None,
-             label: str | None = None, log_x: bool = False, bands: bool = True, points: bool = True,
-             n: np.ndarray | None = None) -> None:
+def draw_run(
+    ax: Axes,
+    fit: FitResult,
+    table: ProbeTable | None = None,
+    *,
+    color: str | None = None,
+    label: str | None = None,
+    log_x: bool = False,
+    bands: bool = True,
+    points: bool = True,
+    n: np.ndarray | None = None,
+) -> None:
     """Draw one run onto ``ax``: probes, both fitted curves, bands, break-even and its interval.
 
     With ``color`` both legs take that colour (recompute solid, pull dashed) so
@@ -210,20 +235,52 @@ def _draw_probes(
     slow = _probe_mask(rows, mode)
     aside = _probe_mask(rows, fit.unresolved_slow if leg == "pull" else None) & ~slow
     fast = ~slow & ~aside
-    ax.plot(rows["prefix_tokens"][fast], rows["ttft_ms"][fast], marker, color=c, ms=4, alpha=0.6, ls="none",
-            label=f"{prefix}{leg} probes")
+    ax.plot(
+        rows["prefix_tokens"][fast],
+        rows["ttft_ms"][fast],
+        marker,
+        color=c,
+        ms=4,
+        alpha=0.6,
+        ls="none",
+        label=f"{prefix}{leg} probes",
+    )
     if slow.any() and mode is not None:
-        ax.plot(rows["prefix_tokens"][slow], rows["ttft_ms"][slow], marker, color=c, mfc="none", ms=7,
-                ls="none", label=f"{prefix}{leg} slow mode ({mode.share:.0%} of probes, {mode.ratio:.2g}x)")
+        ax.plot(
+            rows["prefix_tokens"][slow],
+            rows["ttft_ms"][slow],
+            marker,
+            color=c,
+            mfc="none",
+            ms=7,
+            ls="none",
+            label=f"{prefix}{leg} slow mode ({mode.share:.0%} of probes, {mode.ratio:.2g}x)",
+        )
     held = fit.unresolved_slow
     if aside.any() and held is not None:
-        ax.plot(rows["prefix_tokens"][aside], rows["ttft_ms"][aside], "x", color=c, ms=8, mew=1.5, ls="none",
-                label=f"{prefix}{leg} set aside ({held.n_slow} of {held.n_probes}, {held.ratio:.2g}x): "
-                      "a stall or a slow mode, too few to tell")
+        ax.plot(
+            rows["prefix_tokens"][aside],
+            rows["ttft_ms"][aside],
+            "x",
+            color=c,
+            ms=8,
+            mew=1.5,
+            ls="none",
+            label=f"{prefix}{leg} set aside ({held.n_slow} of {held.n_probes}, {held.ratio:.2g}x): "
+            "a stall or a slow mode, too few to tell",
+        )
 
 
-def draw_saving(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, color: str | None = None,
-                label: str | None = None, log_x: bool = False, n: np.ndarray | None = None) -> None:
+def draw_saving(
+    ax: Axes,
+    fit: FitResult,
+    table: ProbeTable | None = None,
+    *,
+    color: str | None = None,
+    label: str | None = None,
+    log_x: bool = False,
+    n: np.ndarray | None = None,
+) -> None:
     """Draw the pull's saving in percent of recompute's TTFT (positive: the pull wins)."""
     n = grid(fit, log_x=log_x) if n is None else n
     c = color or "tab:green"
@@ -236,13 +293,25 @@ def draw_saving(ax: Axes, fit: FitResult, table: ProbeTable | None = None, *, co
             r, p = cost_ms(rec_s, n), cost_ms(pull_s, n)
             saving = 100 * (r - p) / r
             tail = 100 * (1 - fit.confidence) / 2
-            ax.fill_between(n, np.nanpercentile(saving, tail, axis=0), np.nanpercentile(saving, 100 - tail, axis=0),
-                            color=c, alpha=0.15, lw=0)
+            ax.fill_between(
+                n,
+                np.nanpercentile(saving, tail, axis=0),
+                np.nanpercentile(saving, 100 - tail, axis=0),
+                color=c,
+                alpha=0.15,
+                lw=0,
+            )
     if table is not None:
         med = table.medians().dropna()
         if len(med):
-            ax.plot(med["prefix_tokens"], 100 * (med["recompute_ms"] - med["pull_ms"]) / med["recompute_ms"], "s",
-                    color=c, ms=5, label=f"{prefix}measured (medians)")
+            ax.plot(
+                med["prefix_tokens"],
+                100 * (med["recompute_ms"] - med["pull_ms"]) / med["recompute_ms"],
+                "s",
+                color=c,
+                ms=5,
+                label=f"{prefix}measured (medians)",
+            )
     ax.axhline(0.0, color="grey", lw=0.8)
     _break_even_marks(ax, fit, color or "black", prefix, legend=False)
     ax.set_ylim(max(ax.get_ylim()[0], -100.0), min(ax.get_ylim()[1], 100.0))
@@ -289,8 +358,15 @@ def _draw_mode_paths(ax: Axes, mode: SlowMode, fitted: np.ndarray, n: np.ndarray
     fast = fitted / (1.0 + mode.n_slow / mode.n_probes * (mode.ratio - 1.0)) if mode.mean_fitted else fitted
     if mode.mean_fitted:
         ax.plot(n, fast, ":", color=color, lw=1.0, label=f"{prefix}{mode.leg} fast path")
-    ax.plot(n, fast * mode.ratio, "-.", color=color, lw=1.0, alpha=0.7,
-            label=f"{prefix}{mode.leg} slow path ({mode.ratio:.2g}x)")
+    ax.plot(
+        n,
+        fast * mode.ratio,
+        "-.",
+        color=color,
+        lw=1.0,
+        alpha=0.7,
+        label=f"{prefix}{mode.leg} slow path ({mode.ratio:.2g}x)",
+    )
 
 
 def _break_even_marks(ax: Axes, fit: FitResult, color: str, prefix: str, *, legend: bool = True) -> None:
@@ -298,7 +374,13 @@ def _break_even_marks(ax: Axes, fit: FitResult, color: str, prefix: str, *, lege
     if be is None or be <= 0:
         return
     if fit.break_even_ci:
-        ax.axvspan(fit.break_even_ci[0], fit.break_even_ci[1], color=color, alpha=0.08, lw=0,
-                   label=f"{prefix}{fit.confidence:.0%} interval" if legend else None)
+        ax.axvspan(
+            fit.break_even_ci[0],
+            fit.break_even_ci[1],
+            color=color,
+            alpha=0.08,
+            lw=0,
+            label=f"{prefix}{fit.confidence:.0%} interval" if legend else None,
+        )
     text = f"{prefix}break-even {be:.0f} tokens" + (" (extrapolated)" if fit.extrapolated else "")
     ax.axvline(be, color=color, ls=":", lw=1.5, label=text if legend else None)

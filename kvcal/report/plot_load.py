@@ -14,7 +14,12 @@ from matplotlib.axes import Axes
 from kvcal.fit.costmodel_inputs import LoadedProbes
 from kvcal.fit_record import FitResult
 
-STATE_COLORS = {"idle": "tab:grey", "source-busy": "tab:blue", "computing-busy": "tab:orange", "both-busy": "tab:purple"}
+STATE_COLORS = {
+    "idle": "tab:grey",
+    "source-busy": "tab:blue",
+    "computing-busy": "tab:orange",
+    "both-busy": "tab:purple",
+}
 NAMES = {(0, 0): "idle", (1, 0): "source-busy", (0, 1): "computing-busy", (1, 1): "both-busy"}
 
 
@@ -46,5 +51,7 @@ def cost_model_line(fit: FitResult) -> str:
     cm = fit.cost_model
     if cm is None:
         return ""
-    return (f"F {cm.transferFixedMs.value:.3g} ms, S {cm.sourceWaitMs.value:.3g} ms, "
-            f"Q {cm.requeueMs.value:.3g} ms, q {cm.busy_computing_ms.value:.3g} ms")
+    return (
+        f"F {cm.transferFixedMs.value:.3g} ms, S {cm.sourceWaitMs.value:.3g} ms, "
+        f"Q {cm.requeueMs.value:.3g} ms, q {cm.busy_computing_ms.value:.3g} ms"
+    )

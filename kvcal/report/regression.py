@@ -115,7 +115,9 @@ def check_comparable(base: FitResult, cur: FitResult, *, force: bool) -> list[st
         a, b = getattr(base.setup, key), getattr(cur.setup, key)
         if a is not None and b is not None and a != b:
             if not force:
-                raise InputError(f"baseline {key} {a!r} differs from current {b!r}: {why}; pass --force to compare anyway")
+                raise InputError(
+                    f"baseline {key} {a!r} differs from current {b!r}: {why}; pass --force to compare anyway"
+                )
             notes.append(f"forced comparison across {key}s ({a} vs {b}): the move reflects that change, not drift")
     if base.block_size and cur.block_size and base.block_size != cur.block_size:
         notes.append(f"block size differs ({base.block_size} vs {cur.block_size}); thresholds move in block steps")
@@ -145,26 +147,44 @@ def compare_runs(
             rows.append(_coefficient_row(base, cur, leg, name, unit, confidence, rng))
     rows.append(_bandwidth_row(base, cur))
     if any(coefficient_samples(f, "pull", "per_token_us") is None for f in (base, cur)):
-        notes.append("coefficient significance approximated from the fits' intervals (a fit keeps no coefficient samples)")
+        notes.append(
+            "coefficient significance approximated from the fits' intervals (a fit keeps no coefficient samples)"
+        )
     check = deployed_check(base, cur, *deployed) if deployed is not None else None
     return Comparison(baseline, current, tolerance, confidence, rows, regression, direction, verdict, notes, check)
 
 
 def _break_even_verdict(base: FitResult, cur: FitResult, tol: float, confidence: float, rng: np.random.Generator):
     bs, cs = base.status, cur.status
-    make_row = functools.partial(Row, quantity="break-even", unit="tokens", baseline=base.break_even_tokens,
-                                 current=cur.break_even_tokens, baseline_ci=_pair(base.break_even_ci),
-                                 current_ci=_pair(cur.break_even_ci))
+    make_row = functools.partial(
+        Row,
+        quantity="break-even",
+        unit="tokens",
+        baseline=base.break_even_tokens,
+        current=cur.break_even_tokens,
+        baseline_ci=_pair(base.break_even_ci),
+        current_ci=_pair(cur.break_even_ci),
+    )
     if cs == "recompute-always-wins" and bs != cs:
         row = make_row(note=f"status {bs} -> {cs}")
         return row, True, "status", f"REGRESSION: pull no longer wins at any measured length (was {bs})", []
     if bs == cs and bs != "crossover":
-        why = "pull never wins in either run" if bs == "recompute-always-wins" else "pull wins at every length in both runs"
+        why = (
+            "pull never wins in either run"
+            if bs == "recompute-always-wins"
+            else "pull wins at every length in both runs"
+        )
         row = make_row(note=f"no break-even in either run ({bs})")
         return row, False, "none", f"OK: {why}; no break-even to compare, coefficients compared below", []
     if bs == "recompute-always-wins":
         row = make_row(note=f"status {bs} -> {cs}")
-        return row, False, "none", "OK: pull now wins where it never did; consider enabling P2P with a new threshold", []
+        return (
+            row,
+            False,
+            "none",
+            "OK: pull now wins where it never did; consider enabling P2P with a new threshold",
+            [],
+        )
 
     b_point, c_point = _be_point(base), _be_point(cur)
     ratio = c_point / b_point
@@ -189,16 +209,22 @@ def _move_significance(base: FitResult, cur: FitResult, confidence: float, rng: 
         significant: bool | None = lo > 0 or hi < 0
         return significant, (math.expm1(lo), math.expm1(hi)), []
     significant, change_ci = _approx_ratio_significance(base, cur, confidence)
-    note = ("a fit lacks bootstrap samples: significance approximated from the reported intervals"
-            if significant is not None else "a fit lacks bootstrap samples and intervals: gating on tolerance alone")
+    note = (
+        "a fit lacks bootstrap samples: significance approximated from the reported intervals"
+        if significant is not None
+        else "a fit lacks bootstrap samples and intervals: gating on tolerance alone"
+    )
     return significant, change_ci, [note]
 
 
 def _move_verdict(ratio: float, moved: bool, regression: bool, tol: float, confidence: float) -> str:
     pct = f"{(ratio - 1) * 100:+.1f}%"
     if regression:
-        what = ("pulls below the new break-even now lose latency" if ratio > 1
-                else "the threshold now refuses pulls that would win")
+        what = (
+            "pulls below the new break-even now lose latency"
+            if ratio > 1
+            else "the threshold now refuses pulls that would win"
+        )
         return f"REGRESSION: break-even moved {pct} (tolerance {tol:.0%}, significant at {confidence:.0%}): {what}"
     if moved:
         return f"OK: break-even moved {pct}, beyond tolerance {tol:.0%} but not significant at {confidence:.0%}"
@@ -281,8 +307,18 @@ def _coefficient_row(base: FitResult, cur: FitResult, leg: str, name: str, unit:
             change_ci = (lo / abs(b), hi / abs(b)) if b != 0 and se > 0 else None
     if b_curve.model != c_curve.model:
         note = f"model {b_curve.model} -> {c_curve.model}" + (f"; {note}" if note else "")
-    return Row(f"{leg} {name}", unit, b, c, _pair(b_curve.ci.get(name)), _pair(c_curve.ci.get(name)),
-               change, change_ci, significant, note)
+    return Row(
+        f"{leg} {name}",
+        unit,
+        b,
+        c,
+        _pair(b_curve.ci.get(name)),
+        _pair(c_curve.ci.get(name)),
+        change,
+        change_ci,
+        significant,
+        note,
+    )
 
 
 def coefficient_samples(fit: FitResult, leg: str, name: str) -> np.ndarray | None:

@@ -33,8 +33,13 @@ def load_run(path: Path | str, *, probes: bool = True) -> LoadedRun:
     """
     path = Path(path)
     found = load_fit_input(path, probes=probes)
-    return LoadedRun(path=path, fit=found.fitted(), label=run_label(path), probes=found.table if probes else None,
-                     manifest=found.manifest)
+    return LoadedRun(
+        path=path,
+        fit=found.fitted(),
+        label=run_label(path),
+        probes=found.table if probes else None,
+        manifest=found.manifest,
+    )
 
 
 def run_label(path: Path) -> str:

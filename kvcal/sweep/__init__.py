@@ -9,12 +9,19 @@ campaign), :func:`plan_dry_run`, :class:`SweepConfig` and :func:`resolve_config`
 from kvcal.lazy import public_api
 
 _API = {
-    "run_sweep": "kvcal.sweep.runner", "plan_dry_run": "kvcal.sweep.runner", "make_pair": "kvcal.sweep.runner",
-    "SweepConfig": "kvcal.settings", "resolve_config": "kvcal.sweep.validate",
-    "load_campaign_file": "kvcal.sweep.validate", "RunFolder": "kvcal.runfolder",
-    "SweepOutcome": "kvcal.sweep.session", "ProbeSession": "kvcal.sweep.session",
-    "AdaptiveOutcome": "kvcal.sweep.adaptive_run", "SweepProgress": "kvcal.sweep.progress",
-    "plan_campaigns": "kvcal.sweep.lengths.simulate_designs", "prior_from_fit": "kvcal.sweep.lengths.priors",
+    "run_sweep": "kvcal.sweep.runner",
+    "plan_dry_run": "kvcal.sweep.runner",
+    "make_pair": "kvcal.sweep.runner",
+    "SweepConfig": "kvcal.settings",
+    "resolve_config": "kvcal.sweep.validate",
+    "load_campaign_file": "kvcal.sweep.validate",
+    "RunFolder": "kvcal.runfolder",
+    "SweepOutcome": "kvcal.sweep.session",
+    "ProbeSession": "kvcal.sweep.session",
+    "AdaptiveOutcome": "kvcal.sweep.adaptive_run",
+    "SweepProgress": "kvcal.sweep.progress",
+    "plan_campaigns": "kvcal.sweep.lengths.simulate_designs",
+    "prior_from_fit": "kvcal.sweep.lengths.priors",
     "prior_from_profiles": "kvcal.sweep.lengths.priors",
 }
 __all__ = list(_API)

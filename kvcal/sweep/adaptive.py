@@ -59,9 +59,14 @@ DEFAULT_MAX_PROBES = 400
 # 6 raised the pooled coverage from 0.84 to 0.91 for 6% more median engine time.
 MIN_STOP_DF = 6
 
-StopReason = Literal["target-regret", "target-width", "pull-wins-at-shortest", "recompute-wins-to-longest",
-                     "max-engine-seconds",
-                     "max-probes"]
+StopReason = Literal[
+    "target-regret",
+    "target-width",
+    "pull-wins-at-shortest",
+    "recompute-wins-to-longest",
+    "max-engine-seconds",
+    "max-probes",
+]
 STOP_TEXT = {
     "target-regret": "the expected regret of emit-config's threshold reached the target",
     "target-width": "the break-even interval reached the target width",
@@ -79,8 +84,11 @@ class StopRules(Record):
     max_engine_seconds: float | None = Field(None, gt=0)
 
     def describe(self) -> str:
-        target = (f"width <= {self.target_width:.3g}" if self.target_regret is None
-                  else f"regret <= {self.target_regret:.3g} of TTFT")
+        target = (
+            f"width <= {self.target_width:.3g}"
+            if self.target_regret is None
+            else f"regret <= {self.target_regret:.3g} of TTFT"
+        )
         parts = [target, f"{self.max_probes} probes"]
         if self.max_engine_seconds is not None:
             parts.append(f"{self.max_engine_seconds:g} s engine time")
@@ -139,17 +147,28 @@ def relative_width(fit: FitResult) -> float | None:
 def target_met(fit: FitResult, rules: StopRules, verdict: Verdict | None, *, with_mc: bool = True) -> StopReason | None:
     """The target the figures meet (Monte Carlo error added unless ``with_mc`` is off), whatever emit-config says."""
     if rules.target_regret is not None:
-        if verdict is not None and verdict.threshold is not None and meets(
-                verdict.regret, verdict.regret_mc_error if with_mc else 0.0, rules.target_regret):
+        if (
+            verdict is not None
+            and verdict.threshold is not None
+            and meets(verdict.regret, verdict.regret_mc_error if with_mc else 0.0, rules.target_regret)
+        ):
             return "target-regret"
         return None
     error = width_mc_error(fit, FIT_DEFAULTS.confidence) if with_mc else 0.0
     return "target-width" if meets(relative_width(fit), error, rules.target_width) else None
 
 
-def settled_reason(fit: FitResult, rules: StopRules, low: int, high: int, measured: set[int], *,
-                   min_df: int = MIN_STOP_DF, verdict: Verdict | None = None,
-                   with_mc: bool = True) -> StopReason | None:
+def settled_reason(
+    fit: FitResult,
+    rules: StopRules,
+    low: int,
+    high: int,
+    measured: set[int],
+    *,
+    min_df: int = MIN_STOP_DF,
+    verdict: Verdict | None = None,
+    with_mc: bool = True,
+) -> StopReason | None:
     """The stop rule a fit meets by itself (target or settled outside the range), or None; ``min_df`` the df floor.
 
     With emit-config's ``verdict``, a target counts only where it gives a threshold."""
@@ -161,8 +180,12 @@ def settled_reason(fit: FitResult, rules: StopRules, low: int, high: int, measur
     bounds = fit.bootstrap.break_even_ci_bounds or [None, None]
     if fit.status == "pull-always-wins" and low in measured and bounds[1] is not None and bounds[1] <= low:
         return "pull-wins-at-shortest"
-    if (fit.status == "recompute-always-wins" and high in measured and fit.bootstrap.n_resamples
-            and (bounds[0] is None or bounds[0] >= high)):
+    if (
+        fit.status == "recompute-always-wins"
+        and high in measured
+        and fit.bootstrap.n_resamples
+        and (bounds[0] is None or bounds[0] >= high)
+    ):
         return "recompute-wins-to-longest"
     return None
 
@@ -181,8 +204,16 @@ class Step:
 class Controller:
     """The adaptive loop's decisions over a probe table (no I/O); ``judge``: emit-config's verdict on a fit."""
 
-    def __init__(self, low: int, high: int, block_size: int, rules: StopRules, *, screen_resamples: int | None = None,
-                 judge: Judge | None = None):
+    def __init__(
+        self,
+        low: int,
+        high: int,
+        block_size: int,
+        rules: StopRules,
+        *,
+        screen_resamples: int | None = None,
+        judge: Judge | None = None,
+    ):
         if rules.target_regret is not None and judge is None:
             raise ValueError("a regret target needs emit-config's judge")
         self.low, self.high = low, high
@@ -200,8 +231,9 @@ class Controller:
     def verdict(self, fit: FitResult | None) -> Verdict | None:
         return None if fit is None or self.judge is None else self.judge(fit)
 
-    def _stop_fit(self, table: ProbeTable, fit: FitResult, verdict: Verdict | None
-                  ) -> tuple[FitResult, Verdict | None, StopReason | None]:
+    def _stop_fit(
+        self, table: ProbeTable, fit: FitResult, verdict: Verdict | None
+    ) -> tuple[FitResult, Verdict | None, StopReason | None]:
         """A stop is only ever decided on the standard fit: a screened fit that looks done is redone in full."""
         lengths = set(table.lengths)
         screened = bool(self.screen_resamples)
@@ -229,7 +261,9 @@ class Controller:
         room = self.rules.max_probes - n_valid
         if room <= 0:
             return self._final_step(table, fit, verdict, "max-probes")
-        extend = adaptive_design.extension(self.grid, _medians(table), fit.break_even_tokens if fit is not None else None)
+        extend = adaptive_design.extension(
+            self.grid, _medians(table), fit.break_even_tokens if fit is not None else None
+        )
         kind: Literal["seed", "extend", "design"]
         if extend or fit is None:
             kind, choices = "extend", extend or adaptive_design.seed_design(self.grid)
@@ -239,8 +273,14 @@ class Controller:
             kind, choices = "design", self._design(fit, verdict, measured, n_valid, round_index)
         return Step(fit, None, _within(choices, room), kind, verdict)
 
-    def _design(self, fit: FitResult, verdict: Verdict | None, measured: dict[Leg, dict[int, int]], n_valid: int,
-                round_index: int) -> list[adaptive_design.Choice]:
+    def _design(
+        self,
+        fit: FitResult,
+        verdict: Verdict | None,
+        measured: dict[Leg, dict[int, int]],
+        n_valid: int,
+        round_index: int,
+    ) -> list[adaptive_design.Choice]:
         """A round that narrows the break-even (regret: to first order Var(n*) times a constant, so the same score)."""
         if self._wants_proof(fit, verdict):
             proof = win_proof(fit, self.grid, adaptive_design.PAIR)
@@ -252,12 +292,25 @@ class Controller:
             # stands in for the squared width's (without a regret, a refusal, the width's rule sizes the round)
             regret = verdict.regret + (verdict.regret_mc_error or 0.0)
             width, target = math.sqrt(max(regret, 1e-12) / self.rules.target_regret), 1.0
-            return adaptive_design.choose_batch(fit, measured, self.grid, adaptive_design.batch_size(n_valid, width, target),
-                                       round_index, FIT_DEFAULTS.confidence,
-                                       enough=adaptive_design.variance_share_to_target(width, target))
-        return adaptive_design.choose_batch(fit, measured, self.grid, adaptive_design.batch_size(n_valid, width, target),
-                                   round_index, FIT_DEFAULTS.confidence,
-                                   enough=adaptive_design.variance_share_to_target(width, target), target_width=target)
+            return adaptive_design.choose_batch(
+                fit,
+                measured,
+                self.grid,
+                adaptive_design.batch_size(n_valid, width, target),
+                round_index,
+                FIT_DEFAULTS.confidence,
+                enough=adaptive_design.variance_share_to_target(width, target),
+            )
+        return adaptive_design.choose_batch(
+            fit,
+            measured,
+            self.grid,
+            adaptive_design.batch_size(n_valid, width, target),
+            round_index,
+            FIT_DEFAULTS.confidence,
+            enough=adaptive_design.variance_share_to_target(width, target),
+            target_width=target,
+        )
 
     def _wants_proof(self, fit: FitResult, verdict: Verdict | None) -> bool:
         """emit-config refuses a fit that has located the crossover: the width target met, or (a regret target,
@@ -269,8 +322,14 @@ class Controller:
         inside = fit.break_even_tokens is not None and self.low < fit.break_even_tokens < self.high
         return inside and (fit.bootstrap.residual_df or 0) >= MIN_STOP_DF
 
-    def _top_up(self, table: ProbeTable, fit: FitResult, verdict: Verdict | None, measured: dict[Leg, dict[int, int]],
-                round_index: int) -> list[adaptive_design.Choice]:
+    def _top_up(
+        self,
+        table: ProbeTable,
+        fit: FitResult,
+        verdict: Verdict | None,
+        measured: dict[Leg, dict[int, int]],
+        round_index: int,
+    ) -> list[adaptive_design.Choice]:
         """An interval that would stop the campaign but rests on too few df: the df, bought where they cost least."""
         if settled_reason(fit, self.rules, self.low, self.high, set(table.lengths), min_df=0, verdict=verdict) is None:
             return []

@@ -101,8 +101,9 @@ def write_state(run: RunFolder, state: AdaptiveState) -> None:
 class AdaptiveCampaign:
     """Rounds chosen from the fit so far: the seed round, then each refit's design, until a stop rule holds."""
 
-    def __init__(self, config: SweepConfig, run: RunFolder, *, requested: SweepConfig, resume: bool,
-                 judge: Judge | None = None) -> None:
+    def __init__(
+        self, config: SweepConfig, run: RunFolder, *, requested: SweepConfig, resume: bool, judge: Judge | None = None
+    ) -> None:
         self.config, self.run, self.requested, self.judge = config, run, requested, judge
         self.state: AdaptiveState | None = read_state(run) if resume else None
         self.controller: Controller | None = None
@@ -119,7 +120,9 @@ class AdaptiveCampaign:
             low, high = self.check_lengths(session.pair)
             self.state = AdaptiveState(allowed_range=[low, high], rules=_rules(self.config, None))
         else:
-            self.state = self.state.model_copy(update={"rules": _rules(self.requested, self.state.rules), "stop_reason": None})
+            self.state = self.state.model_copy(
+                update={"rules": _rules(self.requested, self.state.rules), "stop_reason": None}
+            )
         low, high = self.state.allowed_range
         if self.state.rules.target_regret is not None and self.judge is None:
             raise InputError("--target-regret needs emit-config's threshold rule: run it through `kvcal sweep`")
@@ -163,32 +166,57 @@ class AdaptiveCampaign:
         state = self.state
         assert state is not None
         return AdaptiveOutcome(
-            base.run_dir, base.total, base.done_before, base.measured, base.invalid_attempts, base.resumed,
-            stop_reason=state.stop_reason or "", final_width=state.final_width,
-            break_even_tokens=state.final_break_even_tokens, break_even_ci=state.final_break_even_ci,
-            status=state.final_status, rounds=len(state.rounds), engine_seconds=state.engine_seconds,
-            target_width=state.rules.target_width, target_regret=state.rules.target_regret,
-            regret=state.final_regret, threshold=state.final_threshold,
-            reach_note=grow_below.adaptive_stop_note(state.stop_reason or "", state.allowed_range,
-                                                explicit=self.config.probe.prefix_lengths is not None,
-                                                block_size=self.config.engine.block_size),
+            base.run_dir,
+            base.total,
+            base.done_before,
+            base.measured,
+            base.invalid_attempts,
+            base.resumed,
+            stop_reason=state.stop_reason or "",
+            final_width=state.final_width,
+            break_even_tokens=state.final_break_even_tokens,
+            break_even_ci=state.final_break_even_ci,
+            status=state.final_status,
+            rounds=len(state.rounds),
+            engine_seconds=state.engine_seconds,
+            target_width=state.rules.target_width,
+            target_regret=state.rules.target_regret,
+            regret=state.final_regret,
+            threshold=state.final_threshold,
+            reach_note=grow_below.adaptive_stop_note(
+                state.stop_reason or "",
+                state.allowed_range,
+                explicit=self.config.probe.prefix_lengths is not None,
+                block_size=self.config.engine.block_size,
+            ),
         )
 
 
-def adaptive_preview(config: SweepConfig, ladder: list[int]) -> tuple[int, int, list[adaptive_design.Choice], StopRules]:
+def adaptive_preview(
+    config: SweepConfig, ladder: list[int]
+) -> tuple[int, int, list[adaptive_design.Choice], StopRules]:
     """What ``--adaptive --dry-run`` shows: the allowed range (the lengths' span, else the floor to the ladder's
     top), the seed round and the rules."""
     block_size = config.engine.block_size
     low, high = adaptive_design.allowed_range(config.probe.prefix_lengths, block_size, max(ladder) + 1)
-    return low, high, adaptive_design.seed_design(adaptive_design.candidate_lengths(low, high, block_size)), _rules(config, None)
+    return (
+        low,
+        high,
+        adaptive_design.seed_design(adaptive_design.candidate_lengths(low, high, block_size)),
+        _rules(config, None),
+    )
 
 
 def _rules(config: SweepConfig, stored: StopRules | None) -> StopRules:
     """The stop rules: from the config; on resume the stored ones, except those set again now."""
     if stored is None:
         rules = config.adaptive
-        return StopRules(target_width=rules.target_width, target_regret=rules.target_regret,
-                         max_probes=rules.max_probes or DEFAULT_MAX_PROBES, max_engine_seconds=rules.max_engine_seconds)
+        return StopRules(
+            target_width=rules.target_width,
+            target_regret=rules.target_regret,
+            max_probes=rules.max_probes or DEFAULT_MAX_PROBES,
+            max_engine_seconds=rules.max_engine_seconds,
+        )
     set_now = config.given()
     given = {k: config.value(k) for k in adaptive_rule_fields() if k in set_now and config.value(k) is not None}
     return stored.model_copy(update=given)
@@ -221,17 +249,31 @@ def _expand(step: Step, plan: list[PlannedProbe], round_index: int, seed: int) -
             out.append((choice.prefix_tokens, choice.leg, rep, choice.reason))
     # Shuffled within the round, as the fixed plan is, so drift does not line up with one length or leg.
     order = np.random.default_rng([seed, round_index]).permutation(len(out))
-    return [PlannedProbe(plan_index=len(plan) + i, probe_id=f"L{n}-{leg.value}-r{rep}", prefix_tokens=n, leg=leg, rep=rep,
-                         adaptive_round=round_index, adaptive_reason=why)
-            for i, (n, leg, rep, why) in enumerate(out[int(k)] for k in order)]
+    return [
+        PlannedProbe(
+            plan_index=len(plan) + i,
+            probe_id=f"L{n}-{leg.value}-r{rep}",
+            prefix_tokens=n,
+            leg=leg,
+            rep=rep,
+            adaptive_round=round_index,
+            adaptive_reason=why,
+        )
+        for i, (n, leg, rep, why) in enumerate(out[int(k)] for k in order)
+    ]
 
 
 def _summary(step: Step, index: int, n_probes: int, engine_seconds: float) -> RoundSummary:
     fit = step.fit
     return RoundSummary(
-        index=index, kind=step.kind, n_probes_before=n_probes, engine_seconds_before=round(engine_seconds, 6),
-        status=fit.status if fit else None, break_even_tokens=fit.break_even_tokens if fit else None,
-        break_even_ci=fit.break_even_ci if fit else None, width=relative_width(fit) if fit else None,
+        index=index,
+        kind=step.kind,
+        n_probes_before=n_probes,
+        engine_seconds_before=round(engine_seconds, 6),
+        status=fit.status if fit else None,
+        break_even_tokens=fit.break_even_tokens if fit else None,
+        break_even_ci=fit.break_even_ci if fit else None,
+        width=relative_width(fit) if fit else None,
         **_judged(step),
     )
 
@@ -252,17 +294,34 @@ def _sig(value: float | None) -> float | None:
 
 
 def _view(summary: RoundSummary, rules: StopRules, next_probes: int, kind: str, stop: str | None) -> RoundView:
-    return RoundView(summary.index, summary.n_probes_before, summary.engine_seconds_before, summary.status,
-                     summary.break_even_tokens, summary.break_even_ci, summary.width, rules.describe(), next_probes,
-                     kind, stop, summary.threshold, summary.regret)
+    return RoundView(
+        summary.index,
+        summary.n_probes_before,
+        summary.engine_seconds_before,
+        summary.status,
+        summary.break_even_tokens,
+        summary.break_even_ci,
+        summary.width,
+        rules.describe(),
+        next_probes,
+        kind,
+        stop,
+        summary.threshold,
+        summary.regret,
+    )
 
 
 def _finish(state: AdaptiveState, step: Step, stop: str, n_probes: int, engine_seconds: float) -> AdaptiveState:
     fit = step.fit
-    return state.model_copy(update={
-        "stop_reason": stop, "final_width": relative_width(fit) if fit else None,
-        "final_break_even_tokens": fit.break_even_tokens if fit else None,
-        "final_break_even_ci": fit.break_even_ci if fit else None, "final_status": fit.status if fit else None,
-        "n_probes": n_probes, "engine_seconds": round(engine_seconds, 6),
-        **{f"final_{key}": value for key, value in _judged(step).items()},
-    })
+    return state.model_copy(
+        update={
+            "stop_reason": stop,
+            "final_width": relative_width(fit) if fit else None,
+            "final_break_even_tokens": fit.break_even_tokens if fit else None,
+            "final_break_even_ci": fit.break_even_ci if fit else None,
+            "final_status": fit.status if fit else None,
+            "n_probes": n_probes,
+            "engine_seconds": round(engine_seconds, 6),
+            **{f"final_{key}": value for key, value in _judged(step).items()},
+        }
+    )

@@ -40,8 +40,15 @@ def cold_probe_id(pair: str | None, index: int, tokens: int) -> str:
     return stem if pair is None else f"{pair}-{stem}"
 
 
-def open_sessions(ctx: ProbeContext, records: Iterable[ProbeRecord], *, tokens: int, kvcal_created: bool,
-                  cold_sessions: int, link_classes: dict[str, str]) -> list[ProbeRecord]:
+def open_sessions(
+    ctx: ProbeContext,
+    records: Iterable[ProbeRecord],
+    *,
+    tokens: int,
+    kvcal_created: bool,
+    cold_sessions: int,
+    link_classes: dict[str, str],
+) -> list[ProbeRecord]:
     """Open every member pair's session: measured cold where kvcal created it, else warmed as before.
 
     Returns every cold attempt recorded (their engine time counts as the run's)."""
@@ -59,9 +66,15 @@ def open_sessions(ctx: ProbeContext, records: Iterable[ProbeRecord], *, tokens: 
                 ctx.progress.on_phase(f"restarting the consumer{_of(name)} for cold sample {sample + 1}")
                 member.restart_consumer()
             _first_request(member, ctx.prompts.tokens(tokens))
-            planned = PlannedProbe(plan_index=0, probe_id=cold_probe_id(name, done + sample, tokens),
-                                   prefix_tokens=tokens, leg=Leg.PULL, rep=0, pair=name,
-                                   link_class=link_classes.get(name) if name is not None else None)
+            planned = PlannedProbe(
+                plan_index=0,
+                probe_id=cold_probe_id(name, done + sample, tokens),
+                prefix_tokens=tokens,
+                leg=Leg.PULL,
+                rep=0,
+                pair=name,
+                link_class=link_classes.get(name) if name is not None else None,
+            )
             measured += _measure_cold(ctx, planned)
     return measured
 

@@ -89,7 +89,9 @@ class CpuMonitor:
         busy = 0.0
         for c in self.cores:
             t = per_cpu[c]
-            busy += sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+            busy += (
+                sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+            )
         return busy
 
     def reading(self) -> float | None:
@@ -145,13 +147,26 @@ class GpuMonitor:
         smi = shutil.which("nvidia-smi")
         if smi is None:
             return None
-        util = subprocess.run([smi, "--query-gpu=index,uuid,utilization.gpu", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=10, check=True).stdout
-        apps = subprocess.run([smi, "--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=10, check=True).stdout
+        util = subprocess.run(
+            [smi, "--query-gpu=index,uuid,utilization.gpu", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+        apps = subprocess.run(
+            [smi, "--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
         ours = self._ours()
-        foreign = {line.split(",")[0].strip() for line in apps.splitlines()
-                   if line.strip() and int(line.split(",")[1]) not in ours}
+        foreign = {
+            line.split(",")[0].strip()
+            for line in apps.splitlines()
+            if line.strip() and int(line.split(",")[1]) not in ours
+        }
         worst = 0.0
         for line in util.splitlines():
             index, uuid, busy = (f.strip() for f in line.split(","))

@@ -104,8 +104,16 @@ def build_loaded_plan(lengths: list[int], reps: int, seed: int, states: list[str
             state = states[int(s)]
             for c in rng.permutation(len(cells)):
                 n, leg = cells[int(c)]
-                plan.append(PlannedProbe(plan_index=len(plan), probe_id=f"{state}-L{n}-{leg.value}-r{rep}",
-                                         prefix_tokens=n, leg=leg, rep=rep, load_state=state))
+                plan.append(
+                    PlannedProbe(
+                        plan_index=len(plan),
+                        probe_id=f"{state}-L{n}-{leg.value}-r{rep}",
+                        prefix_tokens=n,
+                        leg=leg,
+                        rep=rep,
+                        load_state=state,
+                    )
+                )
     return plan
 
 
@@ -126,8 +134,11 @@ class LoadReading:
     computing_waiting: int | None
 
     def record_fields(self) -> dict[str, object]:
-        return {"load_state": self.load_state, "source_waiting": self.source_waiting,
-                "computing_waiting": self.computing_waiting}
+        return {
+            "load_state": self.load_state,
+            "source_waiting": self.source_waiting,
+            "computing_waiting": self.computing_waiting,
+        }
 
 
 class BackgroundStream:
@@ -173,7 +184,9 @@ class BackgroundStream:
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
-                log.warning("background stream %s did not end within %.0f s (its engine is stopped next)", self.name, timeout_s)
+                log.warning(
+                    "background stream %s did not end within %.0f s (its engine is stopped next)", self.name, timeout_s
+                )
         if self._attached:
             self._attached = False
             self.target.stream_stopped()
@@ -182,8 +195,13 @@ class BackgroundStream:
 class LoadController:
     """Owns the background streams of a loaded sweep; a no-op recorder of ``idle`` otherwise."""
 
-    def __init__(self, pair: EnginePair, config: SweepConfig, prompt_maker: Callable[[int], Callable[[int], list[int]]],
-                 on_phase: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        pair: EnginePair,
+        config: SweepConfig,
+        prompt_maker: Callable[[int], Callable[[int], list[int]]],
+        on_phase: Callable[[str], None] | None = None,
+    ) -> None:
         self.pair = pair
         self.config = config
         self.loaded = is_loaded(config)
@@ -227,7 +245,9 @@ class LoadController:
         for role in busy:
             self._add_streams(role, self._per_role.get(role, self.concurrency))
         self.pair.on_load_change(bool(busy))
-        self._on_phase(f"load state {state}: {len(self.streams)} background stream(s), waiting for the queues to settle")
+        self._on_phase(
+            f"load state {state}: {len(self.streams)} background stream(s), waiting for the queues to settle"
+        )
         self._settle(busy)
 
     def _add_streams(self, role: Role, count: int) -> None:
@@ -235,8 +255,12 @@ class LoadController:
         for _ in range(count):
             prompts = self._prompt_maker(self._stream_count)
             self._stream_count += 1
-            stream = BackgroundStream(self._targets[role], functools.partial(prompts, n_tokens),
-                                      self.config.load.background_max_tokens, f"kvcal-load-{role}-{self._stream_count}")
+            stream = BackgroundStream(
+                self._targets[role],
+                functools.partial(prompts, n_tokens),
+                self.config.load.background_max_tokens,
+                f"kvcal-load-{role}-{self._stream_count}",
+            )
             self.streams.append(stream)
             stream.start()
         self._per_role[role] = sum(1 for s in self.streams if s.target is self._targets[role])
@@ -249,7 +273,9 @@ class LoadController:
         ramp_at = time.monotonic() + RAMP_AFTER_S
         good = 0
         queues: dict[Role, int | None] = {}
-        reads: dict[Role, list[bool]] = {role: [] for role in busy}  # per busy engine since the last ramp: at threshold?
+        reads: dict[Role, list[bool]] = {
+            role: [] for role in busy
+        }  # per busy engine since the last ramp: at threshold?
         while True:
             self.check()
             queues = self._queues()
@@ -269,15 +295,26 @@ class LoadController:
                     short = queues.get(role) is not None and sum(reads[role]) < BUSY_SHARE * len(reads[role])
                     if short and self._per_role.get(role, 0) < MAX_STREAMS_PER_ENGINE:
                         more = min(max(self._per_role[role] // 2, 1), MAX_STREAMS_PER_ENGINE - self._per_role[role])
-                        log.info("load state %s: %s queue %s below %d; adding %d stream(s)", self.state, role,
-                                 queues[role], self.threshold, more)
+                        log.info(
+                            "load state %s: %s queue %s below %d; adding %d stream(s)",
+                            self.state,
+                            role,
+                            queues[role],
+                            self.threshold,
+                            more,
+                        )
                         self._add_streams(role, more)
                 reads = {role: [] for role in busy}
             if time.monotonic() >= deadline:
-                log.warning("load state %s: queues did not settle within %.0f s (waiting %s, threshold %d); "
-                            "probing anyway: the fit classifies each probe by its measured queues; raise "
-                            "--background-concurrency if a busy engine's queue stays short", self.state,
-                            self.config.load.load_settle_timeout_s, queues, self.threshold)
+                log.warning(
+                    "load state %s: queues did not settle within %.0f s (waiting %s, threshold %d); "
+                    "probing anyway: the fit classifies each probe by its measured queues; raise "
+                    "--background-concurrency if a busy engine's queue stays short",
+                    self.state,
+                    self.config.load.load_settle_timeout_s,
+                    queues,
+                    self.threshold,
+                )
                 return
             time.sleep(SETTLE_POLL_S)
 
@@ -285,8 +322,10 @@ class LoadController:
         """Raise EngineError if a background stream failed (the run ends; every stream is then stopped)."""
         for stream in self.streams:
             if stream.error is not None:
-                raise EngineError(f"background stream {stream.name} failed: {stream.error}; "
-                                  "every finished probe is kept: fix the engine and rerun with --resume")
+                raise EngineError(
+                    f"background stream {stream.name} failed: {stream.error}; "
+                    "every finished probe is kept: fix the engine and rerun with --resume"
+                )
 
     def reading(self) -> LoadReading:
         """The current state and both engines' waiting queues, read now (just before a probe)."""
@@ -305,10 +344,20 @@ class LoadController:
         for role in BUSY_ROLES[self.state or IDLE]:
             seen = self._probe_reads.setdefault(role, [])
             seen.append((queues.get(role) or 0) >= self.threshold)
-            if len(seen) >= 3 and sum(seen) < BUSY_SHARE * len(seen) and self._per_role.get(role, 0) < MAX_STREAMS_PER_ENGINE:
+            if (
+                len(seen) >= 3
+                and sum(seen) < BUSY_SHARE * len(seen)
+                and self._per_role.get(role, 0) < MAX_STREAMS_PER_ENGINE
+            ):
                 more = min(max(self._per_role[role] // 2, 1), MAX_STREAMS_PER_ENGINE - self._per_role[role])
-                log.info("load state %s: %s queue short in %d of %d probes; adding %d stream(s)", self.state, role,
-                         len(seen) - sum(seen), len(seen), more)
+                log.info(
+                    "load state %s: %s queue short in %d of %d probes; adding %d stream(s)",
+                    self.state,
+                    role,
+                    len(seen) - sum(seen),
+                    len(seen),
+                    more,
+                )
                 self._add_streams(role, more)
                 seen.clear()
 

@@ -49,9 +49,15 @@ def _make_folder(path: Path) -> None:
         os.mkdir(path)
     except FileExistsError:
         if not unfinished_startup(path):
-            raise InputError(f"run folder {path} already exists; add --resume to continue it or choose another --name") from None
-        log.warning("run folder %s holds %s: a start-up that never wrote run.json; starting this sweep in it "
-                    "(its engine logs are kept)", path, " and ".join(sorted(os.listdir(path))) or "nothing")
+            raise InputError(
+                f"run folder {path} already exists; add --resume to continue it or choose another --name"
+            ) from None
+        log.warning(
+            "run folder %s holds %s: a start-up that never wrote run.json; starting this sweep in it "
+            "(its engine logs are kept)",
+            path,
+            " and ".join(sorted(os.listdir(path))) or "nothing",
+        )
     except NotADirectoryError:
         raise InputError(f"--output-dir {path.parent}: a file is in the way of the run folder") from None
     except OSError as err:
@@ -77,8 +83,10 @@ def claim_run_folder(path: Path, *, new: bool) -> Iterator[Path]:
         except OSError as err:
             if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
-            raise InputError(f"run folder {path} is in use by another kvcal sweep (pid {_holder(fd)}); "
-                             "wait for it to finish or stop it, then --resume") from None
+            raise InputError(
+                f"run folder {path} is in use by another kvcal sweep (pid {_holder(fd)}); "
+                "wait for it to finish or stop it, then --resume"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         try:
@@ -139,8 +147,10 @@ def unfinished_startup(path: Path) -> bool:
 def no_run_to_resume(path: Path) -> str:
     """What ``--resume`` says of a folder without run.json."""
     if unfinished_startup(path):
-        return (f"{path} holds no run.json: its start-up never finished, so there is no plan to resume; "
-                "run the same sweep without --resume to start it in that folder (its engine logs are kept)")
+        return (
+            f"{path} holds no run.json: its start-up never finished, so there is no plan to resume; "
+            "run the same sweep without --resume to start it in that folder (its engine logs are kept)"
+        )
     return f"no run to resume at {path} (no run.json)"
 
 
@@ -149,5 +159,7 @@ def live_sweep(path: Path, planned: int, done: int) -> str | None:
     pid = holder_pid(path)
     if pid is None:
         return None
-    return (f"the sweep of {path} is still running (pid {pid}): {done} of the {planned} planned probes are in; "
-            "this fit is of those only: fit again when it ends")
+    return (
+        f"the sweep of {path} is still running (pid {pid}): {done} of the {planned} planned probes are in; "
+        "this fit is of those only: fit again when it ends"
+    )

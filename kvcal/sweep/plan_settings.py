@@ -31,10 +31,16 @@ class PlanConfig(FlagModel):
     link: str | None = Field(None, description="Link profile; None: the accelerator's.")
     target_regret: float | None = Field(None, gt=0, lt=1, description="Adaptive: stop on this expected regret.")
     noise_cv: float | None = Field(None, gt=0, lt=2, description="Probe noise as a fraction of TTFT.")
-    block_size: int | None = Field(None, ge=1, json_schema_extra={"must": "be a positive number of tokens"},
-                                   description="KV block size.")  # 0 once fell back to the default
-    max_model_len: int | None = Field(None, ge=1, le=MAX_PLAN_MODEL_LEN, json_schema_extra={
-        "low": "be a positive number of tokens"}, description="Longest prompt allowed.")
+    block_size: int | None = Field(
+        None, ge=1, json_schema_extra={"must": "be a positive number of tokens"}, description="KV block size."
+    )  # 0 once fell back to the default
+    max_model_len: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_PLAN_MODEL_LEN,
+        json_schema_extra={"low": "be a positive number of tokens"},
+        description="Longest prompt allowed.",
+    )
     target_width: float = Field(0.10, gt=0, lt=10, description="Relative interval width to reach.")
     campaigns: int = Field(10, ge=1, le=MAX_CAMPAIGNS, description="Simulated campaigns per design.")
     seed: int = Field(0, ge=0, description="Seed of the first simulated campaign.")

@@ -60,10 +60,14 @@ def gate(leg: Leg, measured: LegMeasurement, expected_bytes: int | None, min_pul
     if measured.bytes_moved is None:
         return "the pull's bytes could not be counted (the engine exposes no transfer metric)"
     if measured.bytes_moved == 0:
-        return ("pull moved no bytes: it measured recompute against recompute "
-                "(check the kv-transfer-config and that PYTHONHASHSEED matches on both engines)")
+        return (
+            "pull moved no bytes: it measured recompute against recompute "
+            "(check the kv-transfer-config and that PYTHONHASHSEED matches on both engines)"
+        )
     if expected_bytes and measured.bytes_moved < min_pull_fraction * expected_bytes:
-        return f"pull moved {measured.bytes_moved} bytes, under {min_pull_fraction:.0%} of the expected {expected_bytes}"
+        return (
+            f"pull moved {measured.bytes_moved} bytes, under {min_pull_fraction:.0%} of the expected {expected_bytes}"
+        )
     return None
 
 
@@ -107,11 +111,16 @@ def probe_until_valid(ctx: ProbeContext, planned: PlannedProbe, done: int, total
 
 def gave_up(ctx: ProbeContext, probe_id: str, reasons: list[str]) -> EngineError | GateError:
     """The error that ends a run after ``max_attempts`` failed attempts of one probe, in a row."""
-    what, fix = (("failed", "fix the engine") if all(r.startswith("request failed") for r in reasons)
-                 else ("failed its gate", "fix the cause"))
+    what, fix = (
+        ("failed", "fix the engine")
+        if all(r.startswith("request failed") for r in reasons)
+        else ("failed its gate", "fix the cause")
+    )
     error = EngineError if what == "failed" else GateError
-    return error(f"probe {probe_id} {what} {ctx.config.probe.max_attempts} times in a row ({reasons[-1]}); "
-                 f"every finished probe is kept in {ctx.run.probes_path}; {fix} and rerun with --resume")
+    return error(
+        f"probe {probe_id} {what} {ctx.config.probe.max_attempts} times in a row ({reasons[-1]}); "
+        f"every finished probe is kept in {ctx.run.probes_path}; {fix} and rerun with --resume"
+    )
 
 
 def attempt_once(ctx: ProbeContext, planned: PlannedProbe, attempt: int, *, session: str = "warm") -> ProbeRecord:
@@ -134,17 +143,34 @@ def attempt_once(ctx: ProbeContext, planned: PlannedProbe, attempt: int, *, sess
         reason = gate(planned.leg, measured, expected, ctx.config.probe.min_pull_fraction)
     wall_ms = (time.perf_counter() - began) * 1e3
     host_busy = ctx.monitor.after_probe() if ctx.monitor is not None else None
-    shared = dict(probe_id=planned.probe_id, plan_index=planned.plan_index, attempt=attempt,
-                  prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep, expected_bytes=expected,
-                  invalid_reason=reason, started_at=started_at, host_busy=host_busy, **loaded,
-                  adaptive_round=planned.adaptive_round, adaptive_reason=planned.adaptive_reason,
-                  pair=planned.pair, link_class=planned.link_class,
-                  session=session if planned.leg is Leg.PULL else None)
+    shared = dict(
+        probe_id=planned.probe_id,
+        plan_index=planned.plan_index,
+        attempt=attempt,
+        prefix_tokens=planned.prefix_tokens,
+        leg=planned.leg,
+        rep=planned.rep,
+        expected_bytes=expected,
+        invalid_reason=reason,
+        started_at=started_at,
+        host_busy=host_busy,
+        **loaded,
+        adaptive_round=planned.adaptive_round,
+        adaptive_reason=planned.adaptive_reason,
+        pair=planned.pair,
+        link_class=planned.link_class,
+        session=session if planned.leg is Leg.PULL else None,
+    )
     if measured is None:
         return checked_record(ttft_ms=None, bytes_moved=None, valid=False, **shared)
     engine_ms = measured.ttft_ms + (measured.producer_ttft_ms or 0.0)
     return checked_record(  # numbers out of bounds make the attempt invalid (kvcal.probe_checks)
-        ttft_ms=measured.ttft_ms, bytes_moved=measured.bytes_moved, bytes_metric=measured.bytes_metric,
+        ttft_ms=measured.ttft_ms,
+        bytes_moved=measured.bytes_moved,
+        bytes_metric=measured.bytes_metric,
         producer_ttft_ms=measured.producer_ttft_ms,
         overhead_ms=measured.overhead_ms if measured.overhead_ms is not None else max(wall_ms - engine_ms, 0.0),
-        valid=reason is None, metrics_delta=measured.metrics_delta, **shared)
+        valid=reason is None,
+        metrics_delta=measured.metrics_delta,
+        **shared,
+    )

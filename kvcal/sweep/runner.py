@@ -51,7 +51,9 @@ class DryRun:
 
 def default_run_name(config: SweepConfig) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    label = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(config.engine.model_label).name or config.engine.model_label).strip("-")
+    label = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(config.engine.model_label).name or config.engine.model_label).strip(
+        "-"
+    )
     return f"{stamp}-{label or 'model'}"
 
 
@@ -73,10 +75,16 @@ def make_pair(config: SweepConfig, run: RunFolder) -> EnginePair:
 def _one_pair(config: SweepConfig, run: RunFolder) -> EnginePair:
     if config.engine.kind == "sim":
         sim = config.sim
-        return SimPair(sim.costs, block_size=config.engine.block_size, max_model_len=sim.max_model_len,
-                       seed=config.probe.seed, fail_pull_rate=sim.fail_pull_rate,
-                       python_hash_seed=config.engine.python_hash_seed)
+        return SimPair(
+            sim.costs,
+            block_size=config.engine.block_size,
+            max_model_len=sim.max_model_len,
+            seed=config.probe.seed,
+            fail_pull_rate=sim.fail_pull_rate,
+            python_hash_seed=config.engine.python_hash_seed,
+        )
     return pair_from_config(config, run)
+
 
 def build_manifest(config: SweepConfig, run: RunFolder, pair: EnginePair, plan: list[PlannedProbe]) -> RunManifest:
     """run.json of a new run: the settings, the pair's setup and facts, the host's provenance and the plan."""
@@ -84,8 +92,15 @@ def build_manifest(config: SweepConfig, run: RunFolder, pair: EnginePair, plan: 
     provenance["engine"] = pair.describe()
     created_at = utc_now()
     setup = pair.setup().model_copy(update={"model": config.engine.model_label, "created_at": created_at})
-    return RunManifest(name=run.path.name, created_at=created_at, settings=config, setup=setup, pair=pair.facts(),
-                       provenance=provenance, plan=plan)
+    return RunManifest(
+        name=run.path.name,
+        created_at=created_at,
+        settings=config,
+        setup=setup,
+        pair=pair.facts(),
+        provenance=provenance,
+        plan=plan,
+    )
 
 
 def prepare_run(config: SweepConfig, resume: bool) -> tuple[SweepConfig, RunFolder, list[PlannedProbe] | None]:
@@ -95,8 +110,9 @@ def prepare_run(config: SweepConfig, resume: bool) -> tuple[SweepConfig, RunFold
         if config.output.name:
             run = RunFolder(output_dir / config.output.name)
         else:
-            candidates = sorted((p for p in output_dir.glob("*") if RunFolder.is_run_folder(p)),
-                                key=lambda p: p.stat().st_mtime)
+            candidates = sorted(
+                (p for p in output_dir.glob("*") if RunFolder.is_run_folder(p)), key=lambda p: p.stat().st_mtime
+            )
             if not candidates:
                 raise InputError(f"no run to resume in {output_dir}; give --name or --output-dir")
             run = RunFolder(candidates[-1])
@@ -124,8 +140,13 @@ def plan_dry_run(config: SweepConfig, pair_factory: PairFactory = make_pair, *, 
         records = run.read_probes()
         done = completed_probe_ids(records)
         left = [p for p in plan if p.probe_id not in done]
-        grown = None if left or explicit_lengths(config) else grow_below.grown_probes(
-            plan, records, block_size=config.engine.block_size, reps=config.probe.reps, seed=config.probe.seed)
+        grown = (
+            None
+            if left or explicit_lengths(config)
+            else grow_below.grown_probes(
+                plan, records, block_size=config.engine.block_size, reps=config.probe.reps, seed=config.probe.seed
+            )
+        )
         plan = grown[0] if grown else left
     return DryRun(run.path, pair.dry_run_commands(), plan)
 
@@ -150,11 +171,16 @@ def run_sweep(
     if prepared.adaptive.enabled:
         if prepared.load.loaded:
             raise InputError("--adaptive chooses lengths for the idle break-even; run --load-states as a planned sweep")
-        campaign = AdaptiveCampaign(prepared, run, requested=config, resume=stored_plan is not None,
-                                     judge=judge)
+        campaign = AdaptiveCampaign(prepared, run, requested=config, resume=stored_plan is not None, judge=judge)
     else:
         campaign = PlannedCampaign(prepared)
-    session = ProbeSession(prepared, run, resume=resume, pair_factory=pair_factory, manifest_factory=build_manifest,
-                           progress=progress or NullProgress())
+    session = ProbeSession(
+        prepared,
+        run,
+        resume=resume,
+        pair_factory=pair_factory,
+        manifest_factory=build_manifest,
+        progress=progress or NullProgress(),
+    )
     outcome = session.run_campaign(campaign, stored_plan)
     return campaign.outcome(outcome) if isinstance(campaign, AdaptiveCampaign) else outcome

@@ -113,8 +113,13 @@ class PlannedCampaign:
         config = self.config
         if explicit_lengths(config):
             return []  # measured as given; the fit's advice names what to add
-        grown = grow_below.grown_probes(plan, session.run.read_probes(), block_size=config.engine.block_size,
-                                   reps=config.probe.reps, seed=config.probe.seed)
+        grown = grow_below.grown_probes(
+            plan,
+            session.run.read_probes(),
+            block_size=config.engine.block_size,
+            reps=config.probe.reps,
+            seed=config.probe.seed,
+        )
         if grown is None:
             return []
         probes, why = grown
@@ -160,8 +165,16 @@ class _Meter:
 class ProbeSession:
     """One sweep (or its resumption) in ``run``: see the module docstring."""
 
-    def __init__(self, config: SweepConfig, run: RunFolder, *, resume: bool, pair_factory: PairFactory,
-                 manifest_factory: ManifestFactory, progress: SweepProgress) -> None:
+    def __init__(
+        self,
+        config: SweepConfig,
+        run: RunFolder,
+        *,
+        resume: bool,
+        pair_factory: PairFactory,
+        manifest_factory: ManifestFactory,
+        progress: SweepProgress,
+    ) -> None:
         self.config, self.run, self.resume = config, run, resume
         self.pair_factory, self.manifest_factory = pair_factory, manifest_factory
         self.progress = progress
@@ -200,8 +213,12 @@ class ProbeSession:
         with sigterm_raises():
             self.progress.on_phase("starting engines" if config.engine.kind != "sim" else "starting simulated pair")
             # Background streams (load states) are owned like the engines, and stop before them.
-            load = LoadController(pair, config, lambda i: PromptSource(config.probe.seed + 1 + i, pair.vocab_size).tokens,
-                                  self.progress.on_phase)
+            load = LoadController(
+                pair,
+                config,
+                lambda i: PromptSource(config.probe.seed + 1 + i, pair.vocab_size).tokens,
+                self.progress.on_phase,
+            )
             with pair, load:
                 if pair.block_size != config.engine.block_size:
                     # Attached engines report their own block size (a --block-size that contradicts it is refused
@@ -215,11 +232,22 @@ class ProbeSession:
                 done_before = sum(1 for p in plan if p.probe_id in self.done_ids)
                 prompts = PromptSource(config.probe.seed, pair.vocab_size)
                 facts = pair.facts()
-                self._open_sessions(ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading),
-                                    records, campaign.warmup_tokens(plan), facts.mode != "attach")
-                ctx = ProbeContext(pair, prompts, run, config, attempts, self.meter,
-                                   host_monitors.monitor_for(facts),  # primed here: the first probe's window starts now
-                                   load.reading)
+                self._open_sessions(
+                    ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading),
+                    records,
+                    campaign.warmup_tokens(plan),
+                    facts.mode != "attach",
+                )
+                ctx = ProbeContext(
+                    pair,
+                    prompts,
+                    run,
+                    config,
+                    attempts,
+                    self.meter,
+                    host_monitors.monitor_for(facts),  # primed here: the first probe's window starts now
+                    load.reading,
+                )
                 warmups = warmup.WarmupProbes(warmup.enabled(config.probe.warmup_probes, facts))
                 self.progress.on_start(len(plan), done_before)
                 done, measured, invalid = done_before, 0, 0
@@ -262,9 +290,14 @@ class ProbeSession:
         """Each pair's first pull, measured cold where kvcal created the session (kvcal.sweep.coldstart)."""
         self.progress.on_phase("opening the sessions (the first pull of each, measured cold)")
         config = self.config
-        cold = coldstart.open_sessions(opening, records, tokens=tokens, kvcal_created=created,
-                                       cold_sessions=config.probe.cold_sessions,
-                                       link_classes={p.name: p.link_class for p in config.pairs or ()})
+        cold = coldstart.open_sessions(
+            opening,
+            records,
+            tokens=tokens,
+            kvcal_created=created,
+            cold_sessions=config.probe.cold_sessions,
+            link_classes={p.name: p.link_class for p in config.pairs or ()},
+        )
         self.meter.spent_ms += sum(r.ttft_ms or 0.0 for r in cold)  # engine time, as every attempt's
 
     def _append_to_plan(self, plan: list[PlannedProbe]) -> None:

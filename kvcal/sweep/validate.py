@@ -36,9 +36,16 @@ def check_run_name(name: str | None) -> None:
     """A run name is one folder name: no separators, not '.', '..' or blank, no control characters or edge spaces."""
     if name is None:
         return
-    if name.strip() in ("", ".", "..") or "/" in name or "\\" in name or any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise InputError(f"--name must be a single folder name inside --output-dir (no '/', not '.' or '..', not blank), "
-                         f"got {name!r}")
+    if (
+        name.strip() in ("", ".", "..")
+        or "/" in name
+        or "\\" in name
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+    ):
+        raise InputError(
+            f"--name must be a single folder name inside --output-dir (no '/', not '.' or '..', not blank), "
+            f"got {name!r}"
+        )
     if name != name.strip():  # a folder 'o/run ' is one nobody finds again by typing its name
         raise InputError(f"--name {name!r} starts or ends with a space; give it without")
 
@@ -60,15 +67,18 @@ def check_settings(config: SweepConfig) -> None:
         raise InputError(f"--output-dir {config.output.output_dir}: {where} is a file, not a folder")
     if engine.kind == "sim":
         if flags := stray("engine_only"):
-            raise InputError(f"{flags} do(es) not apply to --engine sim (the simulated "
-                             "pair starts no engine and attaches to none); drop it or use --engine vllm")
+            raise InputError(
+                f"{flags} do(es) not apply to --engine sim (the simulated "
+                "pair starts no engine and attaches to none); drop it or use --engine vllm"
+            )
         return
     if "sim" in given:
         raise InputError("the campaign file's sim settings apply to --engine sim only")
     check_pair_urls(engine.producer_url, engine.consumer_url)
     if config.attached and (flags := stray("launch_only")):
-        raise InputError(f"{flags} configure(s) engines kvcal launches; "
-                         "with --producer-url/--consumer-url the engines already run")
+        raise InputError(
+            f"{flags} configure(s) engines kvcal launches; with --producer-url/--consumer-url the engines already run"
+        )
     transports = available()
     if not transports[engine.transport].pull_names_producer and (flags := stray("producer_side_channel")):
         naming = " or ".join(sorted(name for name, t in transports.items() if t.pull_names_producer))
@@ -85,8 +95,10 @@ def check_pairs(config: SweepConfig) -> None:
                 raise InputError(f"pair {pair.name}: --engine sim attaches to no engine; drop its URLs")
             continue
         if None in urls:
-            raise InputError(f"pair {pair.name}: give both producer_url and consumer_url (a campaign over pairs "
-                             "attaches to running engines)")
+            raise InputError(
+                f"pair {pair.name}: give both producer_url and consumer_url (a campaign over pairs "
+                "attaches to running engines)"
+            )
         if pair.sim is not None:
             raise InputError(f"pair {pair.name}: sim curves apply to --engine sim only")
         check_pair_urls(*urls)
@@ -103,8 +115,9 @@ def load_pairs_file(path: Path) -> list[dict[str, Any]]:
         raise InputError(f"--pairs {path} is not valid YAML: {describe(err)}") from None
     pairs = data.get("pairs") if isinstance(data, dict) else None
     if not isinstance(pairs, list) or not pairs or not all(isinstance(p, dict) for p in pairs):
-        raise InputError(f"--pairs {path} must hold 'pairs:', a list of mappings with name, class, producer_url "
-                         "and consumer_url")
+        raise InputError(
+            f"--pairs {path} must hold 'pairs:', a list of mappings with name, class, producer_url and consumer_url"
+        )
     if set(data) != {"pairs"}:
         unknown = ", ".join(sorted(map(str, set(data) - {"pairs"})))
         raise InputError(f"--pairs {path}: unknown top-level key(s) {unknown}")
@@ -120,8 +133,11 @@ def check_resume(stored: SweepConfig, requested: SweepConfig) -> None:
         if _comparable(mine) != _comparable(theirs):
             changed.append(f"{flag_of(name)} {_show(mine)} (the run has {_show(theirs)})")
     if changed:
-        raise InputError("--resume continues the run with its stored settings; these differ: " + "; ".join(changed)
-                         + ". Drop them, or start a new run with another --name")
+        raise InputError(
+            "--resume continues the run with its stored settings; these differ: "
+            + "; ".join(changed)
+            + ". Drop them, or start a new run with another --name"
+        )
 
 
 def _comparable(value: Any) -> Any:
@@ -173,7 +189,9 @@ def resolve_config(file_settings: dict[str, Any], flag_settings: dict[str, Any])
         loc = list(first.get("loc", ())) + ([first["ctx"]["field"]] if first.get("type") == BOOL_NUMBER else [])
         where = ".".join(str(p) for p in _flat_loc(loc))
         hint = " (unknown setting)" if first.get("type") == "extra_forbidden" else ""
-        message = str(first.get("msg", "")).removeprefix("Value error, ")  # pydantic's prefix for a validator's own words
+        message = str(first.get("msg", "")).removeprefix(
+            "Value error, "
+        )  # pydantic's prefix for a validator's own words
         raise InputError(f"setting '{where}': {message}{hint}" if where else f"{message}{hint}") from None
     check_settings(config)
     return config

@@ -52,7 +52,19 @@ class WarmupProbes:
             ttft, moved = m.ttft_ms, m.bytes_moved
         except EngineError:
             ttft, moved = None, None  # the planned probe that follows meets the same failure and reports it
-        return checked_record(probe_id=f"{planned.probe_id}-warmup", plan_index=planned.plan_index, attempt=0,
-                           prefix_tokens=planned.prefix_tokens, leg=planned.leg, rep=planned.rep, ttft_ms=ttft,
-                           bytes_moved=moved, valid=False, invalid_reason=REASON, started_at=started_at, warmup=True,
-                           pair=planned.pair, link_class=planned.link_class)
+        return checked_record(
+            probe_id=f"{planned.probe_id}-warmup",
+            plan_index=planned.plan_index,
+            attempt=0,
+            prefix_tokens=planned.prefix_tokens,
+            leg=planned.leg,
+            rep=planned.rep,
+            ttft_ms=ttft,
+            bytes_moved=moved,
+            valid=False,
+            invalid_reason=REASON,
+            started_at=started_at,
+            warmup=True,
+            pair=planned.pair,
+            link_class=planned.link_class,
+        )

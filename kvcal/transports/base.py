@@ -114,7 +114,9 @@ class Transport(ABC):
     def check_host(self, has_gpu: bool) -> None:
         """Raise HardwareError before launch if this transport cannot run here."""
         if self.needs_gpu and not has_gpu:
-            raise HardwareError(f"transport {self.name} needs a GPU engine and this host has none; use --transport nixl-pd on CPU")
+            raise HardwareError(
+                f"transport {self.name} needs a GPU engine and this host has none; use --transport nixl-pd on CPU"
+            )
 
     @abstractmethod
     def kv_transfer_config(self, role: Role, device: str, side: SideChannel) -> dict[str, Any]:

@@ -56,10 +56,14 @@ class NixlPd(Transport):
             "remote_port": None,
         }
 
-    def pull_params(self, held: dict[str, Any] | None, kv_request_id: str, producer_side: SideChannel) -> dict[str, Any]:
+    def pull_params(
+        self, held: dict[str, Any] | None, kv_request_id: str, producer_side: SideChannel
+    ) -> dict[str, Any]:
         if not held or not held.get("remote_block_ids"):
-            raise EngineError(f"the producer returned no KV blocks to pull (kv_transfer_params: {one_line(repr(held))}); "
-                              "is it a kv_producer?")
+            raise EngineError(
+                f"the producer returned no KV blocks to pull (kv_transfer_params: {one_line(repr(held))}); "
+                "is it a kv_producer?"
+            )
         return dict(held)
 
 

@@ -118,7 +118,9 @@ class P2pTier(Transport):
     def hold_params(self, kv_request_id: str) -> dict[str, Any] | None:
         return None  # a plain request: the producer offloads the prompt to its CPU tier
 
-    def pull_params(self, held: dict[str, Any] | None, kv_request_id: str, producer_side: SideChannel) -> dict[str, Any]:
+    def pull_params(
+        self, held: dict[str, Any] | None, kv_request_id: str, producer_side: SideChannel
+    ) -> dict[str, Any]:
         return {
             "remote_kv_source": {
                 "kv_request_id": kv_request_id,

@@ -55,7 +55,7 @@ from kvcal.fit.ladder_steps import pull_floor
 from kvcal.fit_record import FitResult
 from kvcal.records import Leg
 
-GRID_RATIO = 2 ** 0.25
+GRID_RATIO = 2**0.25
 # The seed's second length is 2x the shortest; the climb then looks 4x longer while the
 # pull has not won. A 4x second length spent a quarter of the oracle's engine time on
 # recompute probes at 1K tokens when the crossover sits near the shortest length (the
@@ -128,12 +128,16 @@ def allowed_range(lengths: list[int] | None, block_size: int, max_model_len: int
     else:
         low, high = pull_floor(block_size), longest
     if high < low * SEED_SECOND and not lengths:
-        raise InputError(f"a max model length of {max_model_len} tokens leaves too short a range to search "
-                         f"({low}-{high} tokens at block size {block_size}; the seed design needs {low} and "
-                         f"{low * SEED_SECOND}): an adaptive campaign needs a longer one (--max-model-len) or a smaller block")
+        raise InputError(
+            f"a max model length of {max_model_len} tokens leaves too short a range to search "
+            f"({low}-{high} tokens at block size {block_size}; the seed design needs {low} and "
+            f"{low * SEED_SECOND}): an adaptive campaign needs a longer one (--max-model-len) or a smaller block"
+        )
     if high <= low or high - low < block_size:
-        raise InputError(f"an adaptive sweep needs a range of lengths to search, got {low}-{high} tokens; "
-                         "give --prefix-lengths with a shortest and a longest length (e.g. 256,65472)")
+        raise InputError(
+            f"an adaptive sweep needs a range of lengths to search, got {low}-{high} tokens; "
+            "give --prefix-lengths with a shortest and a longest length (e.g. 256,65472)"
+        )
     return low, high
 
 
@@ -161,7 +165,9 @@ def seed_design(grid: list[int]) -> list[Choice]:
     return [Choice(n, leg, PAIR, why) for n in (low, second) for leg in (Leg.RECOMPUTE, Leg.PULL)]
 
 
-def extension(grid: list[int], medians: dict[int, tuple[float, float]], fitted_break_even: float | None) -> list[Choice]:
+def extension(
+    grid: list[int], medians: dict[int, tuple[float, float]], fitted_break_even: float | None
+) -> list[Choice]:
     """Climb SEED_STEP longer, CLIMB_REPS probes a leg, while the pull has not won at the longest length both legs
     measured.
 
@@ -236,8 +242,9 @@ def _targets(fit: FitResult, low: int, high: int) -> np.ndarray:
     return np.clip(np.quantile(values, TARGET_QUANTILES), low, high)
 
 
-def t_weighted_cut(variance: float, cut: np.ndarray, df_leg: int, df_other: int, gained: np.ndarray,
-                   confidence: float) -> np.ndarray:
+def t_weighted_cut(
+    variance: float, cut: np.ndarray, df_leg: int, df_other: int, gained: np.ndarray, confidence: float
+) -> np.ndarray:
     """How much a pair shrinks Var(n*) x t^2 on the weaker leg's df: the square of the width the fit reports.
 
     ``cut``: the pair's variance cut (per candidate); ``gained``: the residual df it adds to
@@ -255,9 +262,17 @@ def variance_share_to_target(width: float | None, target: float) -> float | None
     return (target / width) ** 2
 
 
-def choose_batch(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list[int], n_probes: int,
-                 round_index: int, confidence: float = 0.9, *, enough: float | None = None,
-                 target_width: float | None = None) -> list[Choice]:
+def choose_batch(
+    fit: FitResult,
+    measured: dict[Leg, dict[int, int]],
+    grid: list[int],
+    n_probes: int,
+    round_index: int,
+    confidence: float = 0.9,
+    *,
+    enough: float | None = None,
+    target_width: float | None = None,
+) -> list[Choice]:
     """Greedy pairs of probes that narrow the interval most per predicted ms, at most ``n_probes`` (module docstring).
 
     With ``enough``, the round ends early (after MIN_ROUND_PAIRS) once the design's own model
@@ -306,8 +321,9 @@ def choose_batch(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list
     return _as_choices(picks, legs, f"round {round_index}", targets)
 
 
-def df_top_up(fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list[int], min_df: int,
-              round_index: int) -> list[Choice]:
+def df_top_up(
+    fit: FitResult, measured: dict[Leg, dict[int, int]], grid: list[int], min_df: int, round_index: int
+) -> list[Choice]:
     """Pairs that lift every leg's residual df to ``min_df`` where they cost least for what they narrow.
 
     For a campaign whose interval already meets its stop rule but rests on too few degrees
@@ -356,8 +372,9 @@ def _target_variance(at_targets: np.ndarray, inv: np.ndarray, slope2: np.ndarray
     return float(np.mean(np.einsum("ti,ij,tj->t", at_targets, inv, at_targets) / slope2))
 
 
-def _pair_cut(state: _LegState, inv: np.ndarray, at_targets: np.ndarray, at_cand: np.ndarray, cand: np.ndarray,
-              slope2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pair_cut(
+    state: _LegState, inv: np.ndarray, at_targets: np.ndarray, at_cand: np.ndarray, cand: np.ndarray, slope2: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Var(n*) cut by a pair at each candidate (Sherman-Morrison, averaged over the targets), and the pair's weight."""
     w = PAIR / (state.cv * state.cost_ms(cand)) ** 2
     cross = at_targets @ inv @ at_cand.T  # (targets, candidates)
@@ -365,12 +382,15 @@ def _pair_cut(state: _LegState, inv: np.ndarray, at_targets: np.ndarray, at_cand
     return np.mean(w * cross**2 / (1.0 + w * self_var) / slope2[:, None], axis=0), w
 
 
-def _as_choices(picks: dict[tuple[int, Leg], list[float]], legs: dict[Leg, _LegState], label: str,
-                targets: np.ndarray) -> list[Choice]:
+def _as_choices(
+    picks: dict[tuple[int, Leg], list[float]], legs: dict[Leg, _LegState], label: str, targets: np.ndarray
+) -> list[Choice]:
     choices = []
     for (n, leg), shares in sorted(picks.items(), key=lambda item: (item[0][0], item[0][1].value)):
         cost = float(legs[leg].cost_ms(np.array([float(n)]))[0])
-        why = (f"{label}: {leg.value} at {n} cuts the break-even's variance by {shares[0]:.0%} per pair "
-               f"for {cost:.3g} ms a probe (targets {targets[0]:.0f}-{targets[-1]:.0f} tokens)")
+        why = (
+            f"{label}: {leg.value} at {n} cuts the break-even's variance by {shares[0]:.0%} per pair "
+            f"for {cost:.3g} ms a probe (targets {targets[0]:.0f}-{targets[-1]:.0f} tokens)"
+        )
         choices.append(Choice(n, leg, PAIR * len(shares), why))
     return choices

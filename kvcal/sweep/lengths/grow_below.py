@@ -51,8 +51,9 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def grown_probes(plan: list[PlannedProbe], records: list[ProbeRecord], *, block_size: int, reps: int,
-                 seed: int) -> tuple[list[PlannedProbe], str] | None:
+def grown_probes(
+    plan: list[PlannedProbe], records: list[ProbeRecord], *, block_size: int, reps: int, seed: int
+) -> tuple[list[PlannedProbe], str] | None:
     """Probes to append to a default campaign's ``plan`` below its shortest length, and why; None when it is done."""
     medians = leg_medians(records)
     if not medians:
@@ -66,17 +67,22 @@ def grown_probes(plan: list[PlannedProbe], records: list[ProbeRecord], *, block_
     if not lengths:
         return None  # at the floor: the summary says so (top_note's twin in the fit's advice)
     offset = len(plan)
-    grown = [p.model_copy(update={"plan_index": offset + p.plan_index})
-             for p in build_plan(lengths, reps, seed + offset)]
+    grown = [
+        p.model_copy(update={"plan_index": offset + p.plan_index}) for p in build_plan(lengths, reps, seed + offset)
+    ]
     added = ",".join(map(str, lengths))
     if pull_ms >= recompute_ms:
-        why = (f"{shortest} tokens is the only length the model's limit left the default ladder, and no fit can use "
-               f"one length: adding {added} tokens (recompute won at {shortest}: {recompute_ms:.1f} ms against the "
-               f"pull's {pull_ms:.1f} ms)")
+        why = (
+            f"{shortest} tokens is the only length the model's limit left the default ladder, and no fit can use "
+            f"one length: adding {added} tokens (recompute won at {shortest}: {recompute_ms:.1f} ms against the "
+            f"pull's {pull_ms:.1f} ms)"
+        )
     else:
-        why = (f"the pull won at {shortest} tokens, the shortest measured ({pull_ms:.1f} ms against recompute's "
-               f"{recompute_ms:.1f} ms): adding {added} tokens to find the crossover below it "
-               f"(the floor is {floor_reason(block_size)})")
+        why = (
+            f"the pull won at {shortest} tokens, the shortest measured ({pull_ms:.1f} ms against recompute's "
+            f"{recompute_ms:.1f} ms): adding {added} tokens to find the crossover below it "
+            f"(the floor is {floor_reason(block_size)})"
+        )
     return grown, why
 
 
@@ -85,8 +91,10 @@ def floor_note(records: list[ProbeRecord], block_size: int) -> str | None:
     medians = leg_medians(records)
     floor = pull_floor(block_size)
     if floor in medians and min(medians) == floor and medians[floor][1] < medians[floor][0]:
-        return (f"the pull won down to {floor_reason(block_size)}: the crossover lies below what a pull can prove; "
-                f"pulling pays from {floor} tokens up")
+        return (
+            f"the pull won down to {floor_reason(block_size)}: the crossover lies below what a pull can prove; "
+            f"pulling pays from {floor} tokens up"
+        )
     return None
 
 
@@ -99,8 +107,10 @@ def top_note(records: list[ProbeRecord], longest_allowed: int) -> str | None:
     recompute_ms, pull_ms = medians[longest]
     if recompute_ms > pull_ms or longest < longest_allowed:
         return None
-    return (f"recompute won at {longest} tokens, the longest prompt this model allows: no crossover to find on "
-            "this pair within the model's context (an engine started with a longer --max-model-len can look further)")
+    return (
+        f"recompute won at {longest} tokens, the longest prompt this model allows: no crossover to find on "
+        "this pair within the model's context (an engine started with a longer --max-model-len can look further)"
+    )
 
 
 def dry_run_note(lengths: list[int], block_size: int) -> str | None:
@@ -109,10 +119,14 @@ def dry_run_note(lengths: list[int], block_size: int) -> str | None:
     if shortest <= pull_floor(block_size):
         return None
     if len(set(lengths)) < 2:
-        return (f"default design: {shortest} tokens is one length, which no fit can use: the octave below it is "
-                f"added after it, and more below while the pull wins, down to {floor_reason(block_size)}")
-    return (f"default design: if the pull wins at {shortest} tokens, lengths below it are added, an octave at a "
-            f"time, down to {floor_reason(block_size)}")
+        return (
+            f"default design: {shortest} tokens is one length, which no fit can use: the octave below it is "
+            f"added after it, and more below while the pull wins, down to {floor_reason(block_size)}"
+        )
+    return (
+        f"default design: if the pull wins at {shortest} tokens, lengths below it are added, an octave at a "
+        f"time, down to {floor_reason(block_size)}"
+    )
 
 
 def adaptive_stop_note(stop_reason: str, allowed_range: list[int], *, explicit: bool, block_size: int) -> str | None:
@@ -122,11 +136,15 @@ def adaptive_stop_note(stop_reason: str, allowed_range: list[int], *, explicit: 
         if explicit:
             more = ",".join(map(str, lengths_to_add_above(high, 4 * high, block_size)))
             return f"recompute won up to {high} tokens, the longest of --prefix-lengths: widen it (e.g. ...,{more})"
-        return (f"recompute won up to {high} tokens, the longest prompt this model allows: no crossover to find on "
-                "this pair within the model's context")
+        return (
+            f"recompute won up to {high} tokens, the longest prompt this model allows: no crossover to find on "
+            "this pair within the model's context"
+        )
     if stop_reason == "pull-wins-at-shortest":
         below = lengths_to_add_below(low, low / 2, block_size)
         if explicit and below:
-            return f"the pull won down to {low} tokens, the shortest of --prefix-lengths: widen it (e.g. {below[0]},...)"
+            return (
+                f"the pull won down to {low} tokens, the shortest of --prefix-lengths: widen it (e.g. {below[0]},...)"
+            )
         return f"the pull won down to {floor_reason(block_size)}: pulling pays from {low} tokens up"
     return None

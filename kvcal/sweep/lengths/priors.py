@@ -46,15 +46,23 @@ def prior_from_fit(path: str, *, noise_cv: float | None, block_size: int | None,
     fit = load_or_fit(path)
     r, p = fit.recompute, fit.pull
     noise = noise_cv if noise_cv is not None else max(r.noise_cv or 0.05, p.noise_cv or 0.05)
-    curves = dict(recompute_intercept_ms=r.intercept_ms, recompute_per_token_us=r.per_token_us,
-                  recompute_per_token2_ns=r.per_token2_ns, pull_intercept_ms=p.intercept_ms,
-                  pull_per_token_us=p.per_token_us)
+    curves = dict(
+        recompute_intercept_ms=r.intercept_ms,
+        recompute_per_token_us=r.per_token_us,
+        recompute_per_token2_ns=r.per_token2_ns,
+        pull_intercept_ms=p.intercept_ms,
+        pull_per_token_us=p.per_token_us,
+    )
     try:
         costs = SimCosts(**curves, noise_cv=noise)
-    except ValidationError as err:  # a fitted curve may dip below zero (the gpt-oss ladder's -75 ms intercept); SimCosts may not
+    except (
+        ValidationError
+    ) as err:  # a fitted curve may dip below zero (the gpt-oss ladder's -75 ms intercept); SimCosts may not
         refused = ", ".join(f"{e['loc'][0]} {curves[e['loc'][0]]:g}" for e in err.errors() if e["loc"][0] in curves)
-        raise InputError(f"{path}: the fitted curves cannot drive a simulated pair ({refused}: the simulator "
-                         "takes coefficients of 0 or more); plan from --model and --hardware, or from a fit with more lengths") from None
+        raise InputError(
+            f"{path}: the fitted curves cannot drive a simulated pair ({refused}: the simulator "
+            "takes coefficients of 0 or more); plan from --model and --hardware, or from a fit with more lengths"
+        ) from None
     block = block_size or fit.block_size or 64
     limit = max_model_len or max(_run_limit(path) or DEFAULT_LIMIT, fit.measured_range[1] + 1)
     low, high = allowed_range(None, block, limit)
@@ -70,8 +78,15 @@ def _run_limit(path: str) -> int | None:
     return settings.engine.max_model_len or (settings.sim.max_model_len if settings.engine.kind == "sim" else None)
 
 
-def prior_from_profiles(model: str, hardware: str, link: str | None, *, noise_cv: float | None, block_size: int | None,
-                        max_model_len: int | None) -> Prior:
+def prior_from_profiles(
+    model: str,
+    hardware: str,
+    link: str | None,
+    *,
+    noise_cv: float | None,
+    block_size: int | None,
+    max_model_len: int | None,
+) -> Prior:
     """Curves from ``kvcal predict``'s profiles, as a quadratic recompute and an affine pull."""
     profiles = load_profiles()
     spec = load_model(model)
@@ -82,9 +97,14 @@ def prior_from_profiles(model: str, hardware: str, link: str | None, *, noise_cv
     n = np.geomspace(low, high, 40)
     rec = _poly_fit(n, np.array([cost.recompute_ms(x) for x in n]), 3)
     pull = _poly_fit(n, np.array([cost.pull_ms(x) for x in n]), 2)
-    costs = SimCosts(recompute_intercept_ms=rec[0], recompute_per_token_us=rec[1] * 1e3,
-                     recompute_per_token2_ns=rec[2] * 1e6, pull_intercept_ms=pull[0], pull_per_token_us=pull[1] * 1e3,
-                     noise_cv=0.05 if noise_cv is None else noise_cv)
+    costs = SimCosts(
+        recompute_intercept_ms=rec[0],
+        recompute_per_token_us=rec[1] * 1e3,
+        recompute_per_token2_ns=rec[2] * 1e6,
+        pull_intercept_ms=pull[0],
+        pull_per_token_us=pull[1] * 1e3,
+        noise_cv=0.05 if noise_cv is None else noise_cv,
+    )
     notes = [] if noise_cv is not None else ["noise 5% (the default; give --noise-cv from a run of this pair)"]
     return Prior(costs, f"kvcal predict {spec.name} on {accelerator.name}", low, high, block, tuple(notes))
 

@@ -70,20 +70,27 @@ def validate_prefix_lengths(lengths: list[int], block_size: int, max_model_len: 
     return sorted(lengths)
 
 
-def build_plan(lengths: list[int], reps: int, seed: int,
-               pairs: Sequence[tuple[str, str]] = ()) -> list[PlannedProbe]:
+def build_plan(lengths: list[int], reps: int, seed: int, pairs: Sequence[tuple[str, str]] = ()) -> list[PlannedProbe]:
     """Every (length, leg, rep) once, shuffled with ``seed``; with ``pairs`` ((name, link class), a campaign over
     several pairs) every (pair, length, leg, rep) once, all pairs in one shuffled order, ids prefixed by the pair."""
     if reps < 1:
         raise InputError(f"--reps must be at least 1, got {reps}")
     members: Sequence[tuple[str | None, str | None]] = pairs or [(None, None)]
-    cells = [(member, n, leg, rep) for member in members for n in lengths for leg in (Leg.RECOMPUTE, Leg.PULL)
-             for rep in range(reps)]
+    cells = [
+        (member, n, leg, rep)
+        for member in members
+        for n in lengths
+        for leg in (Leg.RECOMPUTE, Leg.PULL)
+        for rep in range(reps)
+    ]
     order = np.random.default_rng(seed).permutation(len(cells))
     plan = []
     for index, cell_index in enumerate(order):
         (name, link_class), n, leg, rep = cells[int(cell_index)]
         probe_id = f"L{n}-{leg.value}-r{rep}" if name is None else f"{name}-L{n}-{leg.value}-r{rep}"
-        plan.append(PlannedProbe(plan_index=index, probe_id=probe_id, prefix_tokens=n, leg=leg, rep=rep, pair=name,
-                                 link_class=link_class))
+        plan.append(
+            PlannedProbe(
+                plan_index=index, probe_id=probe_id, prefix_tokens=n, leg=leg, rep=rep, pair=name, link_class=link_class
+            )
+        )
     return plan

@@ -96,12 +96,30 @@ class CampaignPlan(Record):
     notes: list[str]
 
 
-def _campaign(design: str, fit: FitResult | None, n_probes: int, engine_ms: float, stop: str | None,
-              truth: float | None, search_ms: float = 0.0, regret: float | None = None) -> SimulatedCampaign:
+def _campaign(
+    design: str,
+    fit: FitResult | None,
+    n_probes: int,
+    engine_ms: float,
+    stop: str | None,
+    truth: float | None,
+    search_ms: float = 0.0,
+    regret: float | None = None,
+) -> SimulatedCampaign:
     ci = fit.break_even_ci if fit else None
     covered = None if ci is None or truth is None else bool(ci[0] <= truth <= ci[1])
-    return SimulatedCampaign(design, n_probes, engine_ms / 1e3, relative_width(fit) if fit else None,
-                    fit.break_even_tokens if fit else None, ci, stop, covered, search_ms / 1e3, regret)
+    return SimulatedCampaign(
+        design,
+        n_probes,
+        engine_ms / 1e3,
+        relative_width(fit) if fit else None,
+        fit.break_even_tokens if fit else None,
+        ci,
+        stop,
+        covered,
+        search_ms / 1e3,
+        regret,
+    )
 
 
 def _setup(prior: Prior) -> RunSetup:
@@ -113,18 +131,28 @@ def _rows_from(pair: SimPair, n: int, leg: Leg, count: int, rep0: int) -> list[d
     out = []
     for rep in range(rep0, rep0 + count):
         m = pair.measure(leg, ids)
-        out.append({"prefix_tokens": n, "leg": leg.value, "ttft_ms": m.ttft_ms, "rep": rep, "bytes_moved": m.bytes_moved})
+        out.append(
+            {"prefix_tokens": n, "leg": leg.value, "ttft_ms": m.ttft_ms, "rep": rep, "bytes_moved": m.bytes_moved}
+        )
     return out
 
 
-def simulate_adaptive(prior: Prior, target: float, seed: int, *, max_probes: int = 2000,
-                      screen_resamples: int | None = SCREEN_RESAMPLES, target_regret: float | None = None,
-                      judge: Judge | None = None) -> SimulatedCampaign:
+def simulate_adaptive(
+    prior: Prior,
+    target: float,
+    seed: int,
+    *,
+    max_probes: int = 2000,
+    screen_resamples: int | None = SCREEN_RESAMPLES,
+    target_regret: float | None = None,
+    judge: Judge | None = None,
+) -> SimulatedCampaign:
     """One adaptive campaign on the prior's simulated pair, as ``kvcal sweep --adaptive`` would run it."""
     pair = SimPair(prior.costs, block_size=prior.block_size, seed=seed, max_model_len=prior.high + prior.block_size)
     rules = StopRules(target_width=target, target_regret=target_regret, max_probes=max_probes)
-    controller = Controller(prior.low, prior.high, prior.block_size, rules, screen_resamples=screen_resamples,
-                            judge=judge)
+    controller = Controller(
+        prior.low, prior.high, prior.block_size, rules, screen_resamples=screen_resamples, judge=judge
+    )
     rows: list[dict] = []
     reps: dict[tuple[int, str], int] = {}
     engine_ms, search_ms, round_index = 0.0, 0.0, 0
@@ -164,8 +192,16 @@ def default_ladder(prior: Prior) -> list[int]:
     return ladder
 
 
-def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: list[int] | None = None,
-                    reps: int = 3, max_passes: int = 128, screen_resamples: int | None = SCREEN_RESAMPLES) -> SimulatedCampaign:
+def simulate_ladder(
+    prior: Prior,
+    target: float | None,
+    seed: int,
+    *,
+    lengths: list[int] | None = None,
+    reps: int = 3,
+    max_passes: int = 128,
+    screen_resamples: int | None = SCREEN_RESAMPLES,
+) -> SimulatedCampaign:
     """The uniform ladder: ``reps`` passes (target None), or the fewest passes whose standard fit reaches ``target``.
 
     Passes are drawn once, in order; the fewest is found by doubling then bisection on the
@@ -179,7 +215,9 @@ def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: l
     def upto(k: int) -> tuple[list[dict], float]:
         while len(passes) < k:
             rep = len(passes)
-            passes.append([row for n in ladder for leg in (Leg.RECOMPUTE, Leg.PULL) for row in _rows_from(pair, n, leg, 1, rep)])
+            passes.append(
+                [row for n in ladder for leg in (Leg.RECOMPUTE, Leg.PULL) for row in _rows_from(pair, n, leg, 1, rep)]
+            )
         rows = [row for one in passes[:k] for row in one]
         return rows, sum(row["ttft_ms"] for row in rows)
 
@@ -210,13 +248,15 @@ def simulate_ladder(prior: Prior, target: float | None, seed: int, *, lengths: l
         result, n, engine_ms = fit(k, None)
         width = relative_width(result)
         if (width is not None and width <= target) or k >= max_passes:
-            return _campaign("ladder", result, n, engine_ms, "target-width" if k < max_passes else "max-passes",
-                             prior.truth)
+            return _campaign(
+                "ladder", result, n, engine_ms, "target-width" if k < max_passes else "max-passes", prior.truth
+            )
         k += 1
 
 
-def oracle(prior: Prior, target: float, confidence: float = FIT_DEFAULTS.confidence, *,
-           noise_known: bool = True) -> SimulatedCampaign:
+def oracle(
+    prior: Prior, target: float, confidence: float = FIT_DEFAULTS.confidence, *, noise_known: bool = True
+) -> SimulatedCampaign:
     """The floor: m probes per leg at the true break-even n*, slopes known, noise cv on both legs.
 
     There recompute and pull cost the same T*, so the two means each have sd cv T* / sqrt(m)
@@ -233,7 +273,7 @@ def oracle(prior: Prior, target: float, confidence: float = FIT_DEFAULTS.confide
     if n is None or n <= 0:
         return SimulatedCampaign(name, 0, 0.0, None, n, None, None, None)
     t_star = float(c.pull_ms(n))
-    slope = ((c.recompute_per_token_us - c.pull_per_token_us) / 1e3 + 2 * c.recompute_per_token2_ns * n / 1e6)
+    slope = (c.recompute_per_token_us - c.pull_per_token_us) / 1e3 + 2 * c.recompute_per_token2_ns * n / 1e6
     p = 0.5 * (1 + confidence)
     base = 2 * (2 * c.noise_cv * t_star / (target * n * slope)) ** 2  # m per unit q^2
     m = max(1, math.ceil(base * float(stats.norm.ppf(p)) ** 2))
@@ -249,9 +289,12 @@ def summarize(design: str, runs: list[SimulatedCampaign], target: float, target_
     widths = [r.width for r in runs if r.width is not None]
     covered = [r.covered for r in runs if r.covered is not None]
     return Summary(
-        design=design, campaigns=len(runs),
-        probes_median=float(np.median(probes)), probes_p10_p90=[float(x) for x in np.quantile(probes, [0.1, 0.9])],
-        engine_s_median=float(np.median(engine)), engine_s_p10_p90=[float(x) for x in np.quantile(engine, [0.1, 0.9])],
+        design=design,
+        campaigns=len(runs),
+        probes_median=float(np.median(probes)),
+        probes_p10_p90=[float(x) for x in np.quantile(probes, [0.1, 0.9])],
+        engine_s_median=float(np.median(engine)),
+        engine_s_p10_p90=[float(x) for x in np.quantile(engine, [0.1, 0.9])],
         width_median=float(np.median(widths)) if widths else None,
         reached_target_share=float(np.mean([_reached(r, target, target_regret) for r in runs])),
         coverage=float(np.mean(covered)) if covered else None,
@@ -275,12 +318,21 @@ def coverage_note(campaigns: int, confidence: float) -> str | None:
     if campaigns >= COVERAGE_CAMPAIGNS:
         return None
     spread = float(stats.norm.ppf(0.95)) * math.sqrt(confidence * (1 - confidence) / campaigns)
-    return (f"coverage from {campaigns} campaign(s) is uncertain by about +-{spread:.0%} around the nominal "
-            f"{confidence * 100:g}%; give --campaigns {COVERAGE_CAMPAIGNS} or more to judge it")
+    return (
+        f"coverage from {campaigns} campaign(s) is uncertain by about +-{spread:.0%} around the nominal "
+        f"{confidence * 100:g}%; give --campaigns {COVERAGE_CAMPAIGNS} or more to judge it"
+    )
 
 
-def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int = 0, *,
-                   target_regret: float | None = None, judge: Judge | None = None) -> CampaignPlan:
+def plan_campaigns(
+    prior: Prior,
+    target: float,
+    campaigns: int = 10,
+    seed: int = 0,
+    *,
+    target_regret: float | None = None,
+    judge: Judge | None = None,
+) -> CampaignPlan:
     """Simulate ``campaigns`` adaptive and uniform campaigns on the prior and summarise each design; with
     ``target_regret`` (and emit-config's ``judge``) the adaptive ones stop on the regret, the others on the width."""
     if campaigns < 1:
@@ -297,9 +349,11 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
     ladder = default_ladder(prior)
     if len(ladder) < 2:  # one length and no room below it within the range: a sweep could not fit it either
         only = ladder[0] if ladder else "-"
-        notes.append(f"the default ladder has one length within {prior.low}-{prior.high} tokens ({only}), and no fit "
-                     f"can use one: no ladder is simulated (kvcal sweep --prefix-lengths {prior.low},{prior.high} "
-                     "measures two)")
+        notes.append(
+            f"the default ladder has one length within {prior.low}-{prior.high} tokens ({only}), and no fit "
+            f"can use one: no ladder is simulated (kvcal sweep --prefix-lengths {prior.low},{prior.high} "
+            "measures two)"
+        )
     else:
         if inside:
             designs.append(summarize("ladder", [simulate_ladder(prior, target, s) for s in seeds], target))
@@ -308,13 +362,19 @@ def plan_campaigns(prior: Prior, target: float, campaigns: int = 10, seed: int =
         designs.append(summarize("oracle", [oracle(prior, target)], target))
     else:
         where = "below the shortest" if prior.truth is not None and prior.truth <= prior.low else "beyond the longest"
-        notes.append(f"the prior's break-even lies {where} allowed length: an adaptive campaign stops once its "
-                     "interval shows that, so no width is targeted and no ladder or oracle is scaled to it")
+        notes.append(
+            f"the prior's break-even lies {where} allowed length: an adaptive campaign stops once its "
+            "interval shows that, so no width is targeted and no ladder or oracle is scaled to it"
+        )
     c = prior.costs
     return CampaignPlan(
         prior=prior.label,
         curves={k: float(v) for k, v in c.model_dump().items() if isinstance(v, (int, float))},
         true_break_even_tokens=None if prior.truth is None else round(prior.truth, 1),
-        allowed_range=[prior.low, prior.high], target_width=target, target_regret=target_regret,
-        confidence=FIT_DEFAULTS.confidence, designs=designs, notes=notes,
+        allowed_range=[prior.low, prior.high],
+        target_width=target,
+        target_regret=target_regret,
+        confidence=FIT_DEFAULTS.confidence,
+        designs=designs,
+        notes=notes,
     )
