@@ -105,6 +105,9 @@ def win_proof(fit: FitResult, grid: list[int], pair: int) -> list[tuple[int, Leg
     n = proof_length(fit, grid)
     if n is None:
         return []
-    why = (f"win proof: the target is met but emit-config refuses (no measurable pull win at one length); both legs at "
-           f"{n} tokens, {n / fit.break_even_tokens:.1f}x the break-even")  # type: ignore[operator]
+    be = fit.break_even_tokens
+    why = (
+        f"win proof: the target is met but emit-config refuses (no measurable pull win at one length); both legs at "
+        f"{n} tokens" + (f", {n / be:.1f}x the break-even" if be else "")
+    )
     return [(n, leg, pair, why) for leg in (Leg.RECOMPUTE, Leg.PULL)]
