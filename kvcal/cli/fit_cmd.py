@@ -158,8 +158,8 @@ def _warn_if_sweep_alive(path: Path) -> None:
         warn(note)  # stderr: --json keeps stdout for fit.json
 
 
-def render(result: FitResult) -> None:
-    """The human report: coefficients with units and intervals, the chosen models, the break-even, warnings."""
+def _curves_table(result: FitResult) -> Table:
+    """Each leg's coefficients with units, intervals and noise."""
     level = f"{result.confidence:.0%}"
     table = Table(title=f"kvcal fit: {result.source.path or 'input'}", title_justify="left", box=box.SIMPLE_HEAD)
     for name, justify in (
@@ -187,7 +187,12 @@ def render(result: FitResult) -> None:
                 noise if i == 0 else "",
                 end_section=i == len(rows) - 1,
             )
-    stdout.print(table)
+    return table
+
+
+def render(result: FitResult) -> None:
+    """The human report: coefficients with units and intervals, the chosen models, the break-even, warnings."""
+    stdout.print(_curves_table(result))
     stdout.print(f"break-even: {_break_even(result)}")
     stdout.print(
         f"status: {result.status}"

@@ -71,29 +71,7 @@ def simulate_production(
         ttft_s = (curve_ms * float(rng.lognormal(-sigma * sigma / 2, sigma)) + delays_ms) / 1e3
         clock += float(rng.exponential(0.05))
         tokens = [clock + ttft_s + 0.01 * k for k in range(4)]
-        chunks = [
-            json.dumps({"id": f"cmpl-{rid}", "object": "text_completion", "choices": [{"index": 0, "text": " a"}]})
-            for _ in tokens
-        ]
-        # inference-perf 0.7.0's record: a monotonic clock, one chunk per token time, the input
-        # tokens under request_metrics (info.input_tokens is its deprecated mirror).
-        requests.append(
-            {
-                "start_time": clock - epoch,
-                "end_time": tokens[-1] - epoch,
-                "error": None,
-                "info": {
-                    "request_metrics": {"text": {"input_tokens": n_in}},
-                    "input_tokens": n_in,
-                    "response_metrics": {
-                        "output_tokens": len(tokens),
-                        "response_chunks": chunks,
-                        "chunk_times": [t - epoch for t in tokens],
-                        "output_token_times": [t - epoch for t in tokens],
-                    },
-                },
-            }
-        )
+        requests.append(_perf_record(rid, clock - epoch, [t - epoch for t in tokens], n_in))
         decision = {
             "level": "info",
             "ts": clock,
@@ -109,6 +87,27 @@ def simulate_production(
         }
         lines.append("2026-12-03T09:00:00.000000Z " + json.dumps(decision))
     return requests, lines
+
+
+def _perf_record(rid: str, start: float, token_times: list[float], n_in: int) -> dict[str, Any]:
+    """inference-perf 0.7.0's record: a monotonic clock, one chunk per token time, the input tokens under
+    request_metrics (info.input_tokens is its deprecated mirror)."""
+    chunk = {"id": f"cmpl-{rid}", "object": "text_completion", "choices": [{"index": 0, "text": " a"}]}
+    return {
+        "start_time": start,
+        "end_time": token_times[-1],
+        "error": None,
+        "info": {
+            "request_metrics": {"text": {"input_tokens": n_in}},
+            "input_tokens": n_in,
+            "response_metrics": {
+                "output_tokens": len(token_times),
+                "response_chunks": [json.dumps(chunk) for _ in token_times],
+                "chunk_times": list(token_times),
+                "output_token_times": list(token_times),
+            },
+        },
+    }
 
 
 def write_production(

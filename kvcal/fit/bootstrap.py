@@ -105,6 +105,26 @@ def t_expansion(df: int, confidence: float) -> float:
     return float(t_quantile(df, confidence) / stats.norm.ppf(0.5 * (1.0 + confidence)))
 
 
+def _recompute_draws(
+    recompute: LegFit, rec: dict[str, tuple[np.ndarray, np.ndarray]], n_resamples: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The recompute draws' chosen-model coefficients, the coefficients each draw's own F-test selects, and
+    which draws picked the quadratic."""
+    rec_chosen = to_physical(rec[recompute.chosen][0], recompute.data.n_ref)
+    if len(rec) == 2 and recompute.f_crit is not None:
+        f_values = f_statistic(rec["affine"][1], rec["quadratic"][1], recompute.data.n_probes)
+        pick_quad = f_values > recompute.f_crit
+        selected = np.where(
+            pick_quad[:, None],
+            to_physical(rec["quadratic"][0], recompute.data.n_ref),
+            to_physical(rec["affine"][0], recompute.data.n_ref),
+        )
+    else:
+        pick_quad = np.full(n_resamples, recompute.chosen == "quadratic")
+        selected = rec_chosen
+    return rec_chosen, selected, pick_quad
+
+
 def run_bootstrap(
     recompute: LegFit, pull: LegFit, settings: FitSettings = FIT_DEFAULTS, *, mean_cost: MeanCost | None = None
 ) -> BootstrapResult:
@@ -120,19 +140,7 @@ def run_bootstrap(
         sums = _resampled_sums(leg_fit, _draw_reps if method == REPS else _draw_residuals, rng, n_resamples)
         refits[leg_fit.data.name] = {m: _refit(leg_fit, MODEL_PARAMS[m], *sums) for m in leg_fit.fits}
 
-    rec = refits[recompute.data.name]
-    rec_chosen = to_physical(rec[recompute.chosen][0], recompute.data.n_ref)
-    if len(rec) == 2 and recompute.f_crit is not None:
-        f_values = f_statistic(rec["affine"][1], rec["quadratic"][1], recompute.data.n_probes)
-        pick_quad = f_values > recompute.f_crit
-        selected = np.where(
-            pick_quad[:, None],
-            to_physical(rec["quadratic"][0], recompute.data.n_ref),
-            to_physical(rec["affine"][0], recompute.data.n_ref),
-        )
-    else:
-        pick_quad = np.full(n_resamples, recompute.chosen == "quadratic")
-        selected = rec_chosen
+    rec_chosen, selected, pick_quad = _recompute_draws(recompute, refits[recompute.data.name], n_resamples)
     pull_coef = to_physical(refits[pull.data.name][pull.chosen][0], pull.data.n_ref)
 
     rec_point, pull_point = recompute.chosen_fit.coef, pull.chosen_fit.coef

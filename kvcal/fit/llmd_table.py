@@ -48,27 +48,7 @@ def read_llmd_table(path: Path, text: str) -> ParsedRows:
         fields = line.split()
         if not fields or not _INT.match(fields[0]):
             continue  # log chatter: src=..., mesh warm: ..., MIN_CACHED_TOKEN_DELTA=...
-        where = f"{path} line {number}"
-        if not 3 <= len(fields) <= 5:
-            raise InputError(
-                f"{where}: expected 'tokens recompute_ms pull_ms [delta%] [pulled_MB]', got {len(fields)} fields"
-            )
-        tokens = int_field(fields[0], "tokens", where, positive=True)
-        recompute = time_field(fields[1], "recompute_ms", where)
-        pull = time_field(fields[2], "pull_ms", where)
-        if len(fields) >= 4:
-            delta = parse_number(fields[3].rstrip("%"), "delta", where)
-            expected = 100.0 * (pull - recompute) / recompute
-            if abs(delta - expected) > 1.0:
-                notes.append(
-                    f"line {number}: delta {delta:+.1f}% disagrees with the times ({expected:+.1f}%): columns swapped?"
-                )
-        moved = None
-        if len(fields) == 5:
-            megabytes = parse_number(fields[4], "pulled_MB", where)
-            if megabytes < 0 or megabytes * MB > MAX_INT:
-                raise InputError(f"{where}: pulled_MB must be non-negative and plausible, got {fields[4]}")
-            moved = int(round(megabytes * MB))
+        tokens, recompute, pull, moved = _row(fields, f"{path} line {number}", number, notes)
         if moved == 0:
             n_zero += 1  # the recipe counts a length only when its pulls moved bytes: this row timed recompute twice
             continue
@@ -97,3 +77,29 @@ def read_llmd_table(path: Path, text: str) -> ParsedRows:
     if verdict:
         notes.append(f"the recipe reported: {verdict}")
     return ParsedRows(rows, notes, n_invalid_excluded=n_zero, verdict=verdict, n_repeated=n_repeated)
+
+
+def _row(fields: list[str], where: str, number: int, notes: list[str]) -> tuple[int, float, float, int | None]:
+    """One table line's tokens, recompute and pull times and bytes pulled (None without the column); a delta
+    column that disagrees with the times is noted."""
+    if not 3 <= len(fields) <= 5:
+        raise InputError(
+            f"{where}: expected 'tokens recompute_ms pull_ms [delta%] [pulled_MB]', got {len(fields)} fields"
+        )
+    tokens = int_field(fields[0], "tokens", where, positive=True)
+    recompute = time_field(fields[1], "recompute_ms", where)
+    pull = time_field(fields[2], "pull_ms", where)
+    if len(fields) >= 4:
+        delta = parse_number(fields[3].rstrip("%"), "delta", where)
+        expected = 100.0 * (pull - recompute) / recompute
+        if abs(delta - expected) > 1.0:
+            notes.append(
+                f"line {number}: delta {delta:+.1f}% disagrees with the times ({expected:+.1f}%): columns swapped?"
+            )
+    moved = None
+    if len(fields) == 5:
+        megabytes = parse_number(fields[4], "pulled_MB", where)
+        if megabytes < 0 or megabytes * MB > MAX_INT:
+            raise InputError(f"{where}: pulled_MB must be non-negative and plausible, got {fields[4]}")
+        moved = int(round(megabytes * MB))
+    return tokens, recompute, pull, moved

@@ -25,19 +25,7 @@ CSV_OPTIONAL = ("rep", "bytes_moved", "valid", "order", "started_at")
 
 def read_probe_csv(path: Path, text: str) -> ParsedRows:
     """The rows of a probe CSV (the interchange format), with its notes, invalid count and time order's source."""
-    reader = csv.reader(io.StringIO(text))
-    header = [h.strip() for h in next(reader)]
-    seen: set[str] = set()
-    for name in header:
-        if name in seen:
-            raise InputError(f"{path}: duplicate column '{name}' in the header")
-        seen.add(name)
-    missing = [c for c in CSV_REQUIRED if c not in header]
-    if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)} (need prefix_tokens, leg, ttft_ms)")
-    for number, row in enumerate(reader, start=2):
-        if row and len(row) != len(header):
-            raise InputError(f"{path} row {number}: {len(row)} fields, the header has {len(header)}")
+    header = _checked_header(path, text)
     frame = pd.read_csv(
         io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True
     )  # rows checked above
@@ -84,3 +72,22 @@ def read_probe_csv(path: Path, text: str) -> ParsedRows:
     if n_invalid:
         notes.append(f"{n_invalid} row(s) with valid=false excluded")
     return ParsedRows(rows, notes, n_invalid_excluded=n_invalid, order_source=source)
+
+
+def _checked_header(path: Path, text: str) -> list[str]:
+    """The header's column names, once each with the required ones, every row as long as it (before pandas reads
+    the file, whose own errors would not name the row)."""
+    reader = csv.reader(io.StringIO(text))
+    header = [h.strip() for h in next(reader)]
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise InputError(f"{path}: duplicate column '{name}' in the header")
+        seen.add(name)
+    missing = [c for c in CSV_REQUIRED if c not in header]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)} (need prefix_tokens, leg, ttft_ms)")
+    for number, row in enumerate(reader, start=2):
+        if row and len(row) != len(header):
+            raise InputError(f"{path} row {number}: {len(row)} fields, the header has {len(header)}")
+    return header

@@ -162,6 +162,15 @@ class _Meter:
         self.inner.on_complete(done, total)
 
 
+@dataclass
+class _Counts:
+    """Probes done (before this run and in it), measured in it, and invalid attempts retried."""
+
+    done: int
+    measured: int = 0
+    invalid: int = 0
+
+
 class ProbeSession:
     """One sweep (or its resumption) in ``run``: see the module docstring."""
 
@@ -220,60 +229,13 @@ class ProbeSession:
                 self.progress.on_phase,
             )
             with pair, load:
-                if pair.block_size != config.engine.block_size:
-                    # Attached engines report their own block size (a --block-size that contradicts it is refused
-                    # by the pair): the plan and run.json's settings take it, so run.json never holds two.
-                    engine = config.engine.model_copy(update={"block_size": pair.block_size})
-                    config = self.config = config.model_copy(update={"engine": engine})
-                plan = list(campaign.first_plan(self, stored_plan))
-                if stored_plan is None:
-                    self.manifest = self.manifest_factory(config, run, pair, plan)
-                    run.write_manifest(self.manifest)
+                ctx, plan = self._started(campaign, stored_plan, pair, load, records, attempts)
                 done_before = sum(1 for p in plan if p.probe_id in self.done_ids)
-                prompts = PromptSource(config.probe.seed, pair.vocab_size)
-                facts = pair.facts()
-                self._open_sessions(
-                    ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading),
-                    records,
-                    campaign.warmup_tokens(plan),
-                    facts.mode != "attach",
-                )
-                ctx = ProbeContext(
-                    pair,
-                    prompts,
-                    run,
-                    config,
-                    attempts,
-                    self.meter,
-                    host_monitors.monitor_for(facts),  # primed here: the first probe's window starts now
-                    load.reading,
-                )
-                warmups = warmup.WarmupProbes(warmup.enabled(config.probe.warmup_probes, facts))
+                warmups = warmup.WarmupProbes(warmup.enabled(self.config.probe.warmup_probes, pair.facts()))
                 self.progress.on_start(len(plan), done_before)
-                done, measured, invalid = done_before, 0, 0
+                counts = _Counts(done=done_before)
                 try:
-                    while True:
-                        for planned in [p for p in plan if p.probe_id not in self.done_ids]:
-                            if STOP.is_set():  # a signal whose KeyboardInterrupt was lost (kvcal/engines/deadline.py)
-                                raise KeyboardInterrupt("stopped by a signal")
-                            load.enter(planned.load_state)
-                            warm = warmups.before(pair, planned, prompts.tokens(planned.prefix_tokens))
-                            if warm is not None:
-                                run.append_probe(warm)
-                            record = probe_until_valid(ctx, planned, done, len(plan))
-                            self.done_ids.add(record.probe_id)
-                            invalid += record.attempt
-                            measured += 1
-                            done += 1
-                            if campaign.round_ends_after(self):
-                                break
-                        new = campaign.next_probes(self, plan)
-                        if not new:
-                            campaign.finished(self)
-                            break
-                        plan += new
-                        self._append_to_plan(plan)
-                        campaign.appended(self, new)
+                    self._probe_plan(campaign, ctx, load, warmups, plan, counts)
                 except BaseException:
                     # The error in flight is the one to report (a full disk names the append that failed);
                     # a summary that cannot be written now must not replace it.
@@ -283,8 +245,73 @@ class ProbeSession:
                 else:
                     write_summary(run)
                 finally:
-                    self.progress.on_complete(done, len(plan))
-        return SweepOutcome(run.path, len(plan), done_before, measured, invalid, self.resume)
+                    self.progress.on_complete(counts.done, len(plan))
+        return SweepOutcome(run.path, len(plan), done_before, counts.measured, counts.invalid, self.resume)
+
+    def _started(
+        self,
+        campaign: Campaign,
+        stored_plan: list[PlannedProbe] | None,
+        pair: EnginePair,
+        load: LoadController,
+        records: list[ProbeRecord],
+        attempts: dict[str, int],
+    ) -> tuple[ProbeContext, list[PlannedProbe]]:
+        """With the engines up: the settings the pair fixes, the plan and run.json, the sessions opened, the
+        probe context (its host monitor primed, so the first probe's window starts now)."""
+        config, run = self.config, self.run
+        if pair.block_size != config.engine.block_size:
+            # Attached engines report their own block size (a --block-size that contradicts it is refused
+            # by the pair): the plan and run.json's settings take it, so run.json never holds two.
+            engine = config.engine.model_copy(update={"block_size": pair.block_size})
+            config = self.config = config.model_copy(update={"engine": engine})
+        plan = list(campaign.first_plan(self, stored_plan))
+        if stored_plan is None:
+            self.manifest = self.manifest_factory(config, run, pair, plan)
+            run.write_manifest(self.manifest)
+        prompts = PromptSource(config.probe.seed, pair.vocab_size)
+        facts = pair.facts()
+        self._open_sessions(
+            ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading),
+            records,
+            campaign.warmup_tokens(plan),
+            facts.mode != "attach",
+        )
+        monitor = host_monitors.monitor_for(facts)
+        return ProbeContext(pair, prompts, run, config, attempts, self.meter, monitor, load.reading), plan
+
+    def _probe_plan(
+        self,
+        campaign: Campaign,
+        ctx: ProbeContext,
+        load: LoadController,
+        warmups: warmup.WarmupProbes,
+        plan: list[PlannedProbe],
+        counts: _Counts,
+    ) -> None:
+        """Probe every planned probe not done yet, round by round, until the campaign adds none (``plan`` grows)."""
+        while True:
+            for planned in [p for p in plan if p.probe_id not in self.done_ids]:
+                if STOP.is_set():  # a signal whose KeyboardInterrupt was lost (kvcal/engines/deadline.py)
+                    raise KeyboardInterrupt("stopped by a signal")
+                load.enter(planned.load_state)
+                warm = warmups.before(ctx.pair, planned, ctx.prompts.tokens(planned.prefix_tokens))
+                if warm is not None:
+                    self.run.append_probe(warm)
+                record = probe_until_valid(ctx, planned, counts.done, len(plan))
+                self.done_ids.add(record.probe_id)
+                counts.invalid += record.attempt
+                counts.measured += 1
+                counts.done += 1
+                if campaign.round_ends_after(self):
+                    break
+            new = campaign.next_probes(self, plan)
+            if not new:
+                campaign.finished(self)
+                return
+            plan += new
+            self._append_to_plan(plan)
+            campaign.appended(self, new)
 
     def _open_sessions(self, opening: ProbeContext, records: list[ProbeRecord], tokens: int, created: bool) -> None:
         """Each pair's first pull, measured cold where kvcal created the session (kvcal.sweep.coldstart)."""

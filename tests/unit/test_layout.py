@@ -9,6 +9,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "kvcal"
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 60
 # Imports inside functions that are deliberate: the CLI loads a command's stage only when it runs;
 # serve.py imports vLLM after patching it.
 LAZY_ALLOWED = ("cli/", "engines/serve.py",
@@ -76,3 +77,22 @@ def test_kvcal_modules_are_imported_at_the_top():
         late += [f"{relative}: {target}" for node, target in _imports(tree, modules)
                  if id(node) not in top and id(node) not in guarded]
     assert not late
+
+
+def _own_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's lines from its first statement to its end, less the functions defined inside it: a typer
+    command's signature declares one option a line (after the formatter) and is not counted."""
+    lines = set(range(node.body[0].lineno, node.end_lineno + 1))
+    for child in ast.walk(node):
+        if child is not node and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines -= set(range(child.lineno, child.end_lineno + 1))
+    return len(lines)
+
+
+def test_functions_stay_short():
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _own_lines(node) > MAX_FUNCTION_LINES:
+                long.append(f"{path.relative_to(PACKAGE)}: {node.name} ({_own_lines(node)} lines)")
+    assert not long
