@@ -9,7 +9,7 @@ import typer
 
 from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
-from kvcal.emit.options import DEFAULT_MARGIN, DEFAULT_RULE, FORMATS, P2P_PORT, RULES, EmitOptions
+from kvcal.emit.limits import DEFAULT_MARGIN, DEFAULT_RULE, FORMATS, P2P_PORT, RULES
 
 EPILOG = """Examples:
 
@@ -164,6 +164,8 @@ def emit_config(
 
     How each number was reached is printed on stderr; only the artifact goes to stdout.
     """  # noqa: E501 - help text, printed by --help as written
+    from kvcal.emit.options import EmitOptions  # the settings model: built only when the command runs (fast --help)
+
     options = EmitOptions(
         format=format,
         rule=rule,

@@ -12,7 +12,7 @@ from rich.table import Table
 from kvcal.cli.output import print_sanity, print_warning, stdout, warn, warn_each
 from kvcal.cli.render_costmodel import render_cost_model
 from kvcal.cli.render_links import render_links
-from kvcal.fit_record import FIT_DEFAULTS
+from kvcal.fit_defaults import CONFIDENCE, N_RESAMPLES, SEED
 
 if TYPE_CHECKING:  # annotations only: the fit's records (pandas-free) load when the command runs
     from rich.console import JustifyMethod
@@ -52,11 +52,9 @@ def register(app: typer.Typer) -> None:
         ),
         json_out: bool = typer.Option(False, "--json", help="Print fit.json to stdout and nothing else."),
         confidence: float = typer.Option(
-            FIT_DEFAULTS.confidence, "--confidence", help="Level of the bootstrap intervals, between 0 and 1."
+            CONFIDENCE, "--confidence", help="Level of the bootstrap intervals, between 0 and 1."
         ),
-        seed: int = typer.Option(
-            FIT_DEFAULTS.seed, "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."
-        ),
+        seed: int = typer.Option(SEED, "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."),
         output: Path | None = typer.Option(
             None,
             "--output",
@@ -64,9 +62,7 @@ def register(app: typer.Typer) -> None:
             show_default=False,
             help="Where to write fit.json (default: <run>/fit.json, or <input>.fit.json beside a file).",
         ),
-        resamples: int = typer.Option(
-            FIT_DEFAULTS.n_resamples, "--resamples", help="Bootstrap resamples (0: no intervals)."
-        ),
+        resamples: int = typer.Option(N_RESAMPLES, "--resamples", help="Bootstrap resamples (0: no intervals)."),
         model: str | None = typer.Option(
             None,
             "--model",

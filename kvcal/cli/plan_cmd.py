@@ -9,7 +9,7 @@ import typer
 
 from kvcal.cli.output import warn_each
 from kvcal.cli.predict_cmd import say
-from kvcal.sweep.plan_settings import MAX_CAMPAIGNS, MAX_PLAN_MODEL_LEN
+from kvcal.sweep.plan_limits import MAX_CAMPAIGNS, MAX_PLAN_MODEL_LEN
 
 EPILOG = """The prior is either an earlier run or fit (--from) or a `kvcal predict` profile
 pair (--model, --hardware); campaigns are simulated on those curves with --noise-cv

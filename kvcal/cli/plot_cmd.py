@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from kvcal.cli.output import stdout
-from kvcal.fit_record import FIT_DEFAULTS
+from kvcal.fit_defaults import CONFIDENCE, SEED
 
 EPILOG = """Examples:
 
@@ -38,11 +38,9 @@ def register(app: typer.Typer) -> None:
             "the shortest 5% of the lengths drawn (a linear axis squeezes it into the edge).",
         ),
         confidence: float = typer.Option(
-            FIT_DEFAULTS.confidence, "--confidence", help="Band level when the input must be fitted first."
+            CONFIDENCE, "--confidence", help="Band level when the input must be fitted first."
         ),
-        seed: int = typer.Option(
-            FIT_DEFAULTS.seed, "--seed", min=0, help="Bootstrap seed when the input must be fitted first."
-        ),
+        seed: int = typer.Option(SEED, "--seed", min=0, help="Bootstrap seed when the input must be fitted first."),
     ) -> None:
         """Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent.
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 import math
 
 from kvcal.errors import InputError
+from kvcal.transports.p2p_tier import P2P_PORT  # noqa: F401 - --p2p-port's default; the CLI reads it here
 
 MAX_MARGIN = 100.0  # +10,000%: past any safety factor; beyond it the threshold is no longer a number a router can hold
 
 DEFAULT_MARGIN = 0.25
 """``--rule upper``'s margin when none is given: +25 % over the interval's upper end (docs/emit.md)."""
+
+FORMATS = ("plugin", "helm", "affinity", "costmodel", "vllm", "env", "json")
+"""What emit-config writes (kvcal.emit.formats renders each)."""
 
 RULES = ("expected-cost", "upper")
 """The threshold rules (kvcal.emit.threshold); the first is the default."""

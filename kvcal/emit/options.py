@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
-from kvcal.emit.limits import (  # noqa: F401 - the CLI reads DEFAULT_MARGIN here
+from kvcal.emit.limits import (  # noqa: F401 - readers of the options take these from here too
     DEFAULT_MARGIN,
     DEFAULT_RULE,
+    FORMATS,
+    P2P_PORT,
     RULES,
     validate_block_size,
     validate_margin,
@@ -18,15 +20,12 @@ from kvcal.emit.limits import (  # noqa: F401 - the CLI reads DEFAULT_MARGIN her
 from kvcal.errors import InputError
 from kvcal.flag_settings import FlagModel
 from kvcal.transports import available, transport_names
-from kvcal.transports.p2p_tier import P2pTier
 
 if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not pay for them
     from kvcal.emit.threshold import Threshold
 
-FORMATS = ("plugin", "helm", "affinity", "costmodel", "vllm", "env", "json")
 TRANSPORTS = tuple(sorted(transport_names(), key=lambda name: available()[name].deployment != "p2p"))
 DEPLOYMENTS = ("p2p", "pd")
-P2P_PORT = P2pTier.deployed_side_port
 _TRANSPORT_ALIASES = {alias: name for name, cls in available().items() for alias in (name, *cls.aliases)}
 _HELM_ONLY = ("--in-place", "--diff", "--add-plugin", "--with-costmodel")
 

@@ -15,9 +15,7 @@ from pydantic import Field, model_validator
 
 from kvcal.errors import InputError
 from kvcal.flag_settings import FlagModel
-
-MAX_CAMPAIGNS = 200  # 10 campaigns took 17 s of CPU on the 2-core dev host (2026-12-07): 200 is minutes, 1e5 days
-MAX_PLAN_MODEL_LEN = 2**24  # 16.8M tokens, beyond any model's context; 1e8 took 89 s there and 1e9 did not end in 100 s
+from kvcal.sweep.plan_limits import MAX_CAMPAIGNS, MAX_PLAN_MODEL_LEN
 
 
 class PlanConfig(FlagModel):

@@ -79,13 +79,7 @@ def test_the_stand_ins_give_the_real_classes_when_used():
 
 
 # Why a command's help still imports pydantic: its flags are the fields of a pydantic settings model.
-NEEDS_PYDANTIC = {
-    "sweep": "SweepConfig's fields are its flags (kvcal/cli/sweep_cmd.py)",
-    "fit": "its flags' defaults are read from the fit's settings model, FitSettings (issue 41: declared once)",
-    "plot": "its flags' defaults are read from the fit's settings model, FitSettings (issue 41: declared once)",
-    "plan": "its flags' bounds are read from its settings model's module (kvcal/sweep/plan_settings.py)",
-    "emit-config": "its flags' choices and defaults are read from its settings model's module (kvcal/emit/options.py)",
-}
+NEEDS_PYDANTIC = {"sweep": "SweepConfig's fields are its flags (kvcal/cli/sweep_cmd.py)"}
 
 
 def test_only_the_commands_whose_flags_are_pydantic_fields_import_pydantic_for_their_help():
