@@ -287,20 +287,13 @@ class Controller:
             if proof:
                 return [adaptive_design.Choice(n, leg, count, why) for n, leg, count, why in proof]
         width, target = relative_width(fit), self.rules.target_width
+        target_width: float | None = target
         if self.rules.target_regret is not None and verdict is not None and verdict.regret is not None:
             # the squared width and the expected regret both scale as Var(n*): the regret's ratio to its target
             # stands in for the squared width's (without a regret, a refusal, the width's rule sizes the round)
             regret = verdict.regret + (verdict.regret_mc_error or 0.0)
             width, target = math.sqrt(max(regret, 1e-12) / self.rules.target_regret), 1.0
-            return adaptive_design.choose_batch(
-                fit,
-                measured,
-                self.grid,
-                adaptive_design.batch_size(n_valid, width, target),
-                round_index,
-                FIT_DEFAULTS.confidence,
-                enough=adaptive_design.variance_share_to_target(width, target),
-            )
+            target_width = None
         return adaptive_design.choose_batch(
             fit,
             measured,
@@ -309,7 +302,7 @@ class Controller:
             round_index,
             FIT_DEFAULTS.confidence,
             enough=adaptive_design.variance_share_to_target(width, target),
-            target_width=target,
+            target_width=target_width,
         )
 
     def _wants_proof(self, fit: FitResult, verdict: Verdict | None) -> bool:
