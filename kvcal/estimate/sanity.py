@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -183,13 +184,9 @@ def _rate_pull(measured: float, link: Link, kv_bytes: int | None, root: Path | s
     expected = nominal * link.efficiency
     ratio = measured / expected
     where = f"{measured:.2f} GB/s against {link.name}'s usual {expected:.2f} GB/s ({nominal:.1f} GB/s nominal)"
+    rated = partial(SanityFinding, "pull_bandwidth", measured, expected, ratio, "GB/s")
     if measured > OVER_NOMINAL * nominal:
-        return SanityFinding(
-            "pull_bandwidth",
-            measured,
-            expected,
-            ratio,
-            "GB/s",
+        return rated(
             "warning",
             f"{where}: faster than the link can carry, so the KV bytes per token ({kv_bytes}) overstate "
             "what moved: wrong KV dtype (an fp8 cache counted as bf16?), sliding-window layers that "
@@ -197,36 +194,21 @@ def _rate_pull(measured: float, link: Link, kv_bytes: int | None, root: Path | s
         )
     if ratio < LOW_PULL_RATIO:
         if kv_bytes is None:  # fit.pull_bandwidth_gbps averages over the whole pull, floor included: a lower bound
-            return SanityFinding(
-                "pull_bandwidth",
-                measured,
-                expected,
-                ratio,
-                "GB/s",
+            return rated(
                 "info",
                 f"{where}, but this is bytes moved over the whole pull time (floor included), a lower "
                 "bound; name the model so kvcal can read the rate from the pull slope",
             )
-        return SanityFinding(
-            "pull_bandwidth",
-            measured,
-            expected,
-            ratio,
-            "GB/s",
+        return rated(
             "warning",
             f"{where}: {_slow_pull_cause(link, measured, root)}",
         )
     if ratio > 1 / LOW_PULL_RATIO:
-        return SanityFinding(
-            "pull_bandwidth",
-            measured,
-            expected,
-            ratio,
-            "GB/s",
+        return rated(
             "info",
             f"{where}: faster than pulls usually run on this link; is the transport really {link.name}?",
         )
-    return SanityFinding("pull_bandwidth", measured, expected, ratio, "GB/s", "ok", f"{where}: within the usual range")
+    return rated("ok", f"{where}: within the usual range")
 
 
 def _slow_pull_cause(link: Link, measured_gb_s: float, root: Path | str | None) -> str:
@@ -272,17 +254,13 @@ def _prefill_check(fit: FitResult, model: ModelProfile, hardware: Accelerator, d
     measured = prefill_flops(model, n) / (t_ms / 1e3) / 1e12
     expected = peak * hardware.default_mfu
     ratio, mfu = measured / expected, measured / peak
+    rated = partial(SanityFinding, "prefill_flops", measured, expected, ratio, "TFLOP/s")
     where = (
         f"{measured:.3g} TFLOP/s at {int(n)} tokens, {mfu:.1%} of the {peak:.4g} TFLOP/s peak of "
         f"{devices} x {hardware.name} (usual {hardware.default_mfu:.0%})"
     )
     if mfu > 1:
-        return SanityFinding(
-            "prefill_flops",
-            measured,
-            expected,
-            ratio,
-            "TFLOP/s",
+        return rated(
             "warning",
             f"{where}: faster than the hardware can compute, so the recompute leg did not recompute "
             "the whole prefix (a prefix-cache hit? the control gate should catch it), the profile is "
@@ -291,22 +269,12 @@ def _prefill_check(fit: FitResult, model: ModelProfile, hardware: Accelerator, d
     if ratio < LOW_PREFILL_RATIO:
         sev: Severity = "info" if devices > 1 else "warning"
         note = "; multi-device prefill of one request often runs far below the one-device rate" if devices > 1 else ""
-        return SanityFinding(
-            "prefill_flops",
-            measured,
-            expected,
-            ratio,
-            "TFLOP/s",
+        return rated(
             sev,
             f"{where}: far below usual: {_slow_prefill_cause(hardware)}{note}",
         )
     if ratio > 1 / LOW_PREFILL_RATIO:
-        return SanityFinding(
-            "prefill_flops",
-            measured,
-            expected,
-            ratio,
-            "TFLOP/s",
+        return rated(
             "info",
             f"{where}: faster than usual; check --devices and whether the GEMMs ran in FP8",
         )

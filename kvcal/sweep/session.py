@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -271,14 +271,10 @@ class ProbeSession:
             run.write_manifest(self.manifest)
         prompts = PromptSource(config.probe.seed, pair.vocab_size)
         facts = pair.facts()
-        self._open_sessions(
-            ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading),
-            records,
-            campaign.warmup_tokens(plan),
-            facts.mode != "attach",
-        )
-        monitor = host_monitors.monitor_for(facts)
-        return ProbeContext(pair, prompts, run, config, attempts, self.meter, monitor, load.reading), plan
+        opening = ProbeContext(pair, prompts, run, config, attempts, self.meter, None, load.reading)
+        self._open_sessions(opening, records, campaign.warmup_tokens(plan), facts.mode != "attach")
+        # the host monitor is primed here, after the sessions opened: the first probe's window starts now
+        return replace(opening, monitor=host_monitors.monitor_for(facts)), plan
 
     def _probe_plan(
         self,
