@@ -38,14 +38,16 @@ Formats: plugin (the p2p-source-producer entry), helm (patch a values file), aff
 whose p2p-source-producer accepts costModel: llm-d-router main refuses it), vllm (engine
 args, env and /dev/shm volume), env, json.
 
-The default rule (expected-cost) emits where the legs' mean costs cross for good, rounded to the
-cheaper neighbouring block; stderr gives its steps and what it costs (expected regret over the
-deltas, the chance the break-even lies above it) beside the upper and the llm-d recipe's rules.
+The default rule (expected-cost) emits the block multiple over the measured range with the least
+expected TTFT per request, averaged over the deltas and the fit's own draws of both legs' mean
+costs; stderr gives its steps and what it costs (expected regret over the deltas, the chance the
+best threshold lies above it) beside the upper and the llm-d recipe's rules.
 
-Exit 3, nothing on stdout: recomputing always won (P2P not recommended), the legs tie, the mean costs
-do not cross within the measured range (unless --allow-extrapolation; --rule upper: the interval is
-open above), or the sweep measured a disturbed host (unless --allow-disturbed); stderr says why and
-what to measure next. Exit 2: --margin without --rule upper, or a bad --deltas file."""  # noqa: E501 - help text, printed by --help as written
+Exit 3, nothing on stdout: under the default rule, no P2P is cheapest on the mean costs (stderr
+gives the costs that make it so; a tie or recompute winning at some lengths is priced, not refused);
+under --rule upper, recomputing always won, the legs tie or the interval is open above; under
+either, the sweep measured a disturbed host (unless --allow-disturbed). stderr says why and what
+to measure next. Exit 2: --margin without --rule upper, or a bad --deltas file."""  # noqa: E501 - help text, printed by --help as written
 
 
 def emit_config(
@@ -63,7 +65,7 @@ def emit_config(
         DEFAULT_RULE,
         "--rule",
         help=f"How the threshold is chosen: {' or '.join(RULES)}. "
-        "expected-cost: where the legs' mean costs cross, rounded to the cheaper block; upper: "
+        "expected-cost: the block multiple with the least expected cost over the fit's draws; upper: "
         "the break-even interval's upper end x (1 + --margin), kvcal's earlier rule.",
     ),
     margin: Optional[float] = typer.Option(
