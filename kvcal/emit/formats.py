@@ -173,7 +173,11 @@ def _render_work_range(r: _Render) -> EmitResult:
     )
     entries = work_range_entries(names, peak.tokens_per_s, o.ttft_penalty_ms)
     text = render_work_range(wr, labels, entries, about=about)
-    return r.result(text, [*names.notes, *peak.notes, labels.line()], [*wr.warnings, *peak.warnings])
+    d_note = (
+        f"the P2P source keeps minCachedTokenDelta 1 (it publishes S - D + 1 reusable tokens: a larger D lengthens "
+        f"every routed request by D - 1); the threshold T {wr.threshold} sets B instead"
+    )
+    return r.result(text, [d_note, *names.notes, *peak.notes, labels.line()], [*wr.warnings, *peak.warnings])
 
 
 def _render_plugin(r: _Render) -> EmitResult:
