@@ -121,7 +121,7 @@ class WorkRange:
         """Why the band is empty, with the guide's advice (for exit 3 and for helm's warning)."""
         return (
             f"the prefill work-range band is empty: the threshold T {self.threshold:,} tokens is above the SLO work "
-            f"{self.slo_work_tokens:,} tokens (the longest prefix whose recompute fits --ttft-penalty-ms "
+            f"{self.slo_work_tokens:,} tokens (the longest prefix whose recompute fits the budget of "
             f"{self.ttft_penalty_ms:g} ms): {EMPTY_BAND_ADVICE}"
         )
 
