@@ -30,15 +30,12 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "llmd"
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
 
 
-def test_the_glm_like_ladder_gives_a_threshold_between_the_tie_and_what_was_shipped(kvcal, tmp_path):
-    """A stand-in for the published GLM-5.2 H200 ladder (a flat ~1.9 s pull against ~137 us/token recompute; the legs
-    tie near 13,650 tokens, the llm-d team shipped 16,384): the default lands in [13,648, 16,384], the old rule above."""
-    assert kvcal("fit", FIXTURES / "glm-5.2-h200-standin-job.log", "-o", tmp_path / "fit.json").code == 0
+def test_the_recipe_alternative_on_llm_ds_glm_table_is_what_llm_d_recommends(kvcal, tmp_path):
+    """The upstream-tier GLM-5.2 H200 table: the recipe's rule (the shortest length whose median pull won) gives
+    12,288, llm-d's recommendation; the default prices below it (the band test is tests/unit/emit/test_work_range.py)."""
+    assert kvcal("fit", FIXTURES / "glm-5.2-h200-upstream-tier.log", "--block-size", "64", "-o", tmp_path / "fit.json").code == 0
     default = json.loads(kvcal("emit-config", tmp_path / "fit.json", "--format", "json").out)
-    assert 13_648 <= default["minCachedTokenDelta"] <= 16_384
-    assert default["alternatives"]["upper"]["threshold"] > 16_384
-    assert default["alternatives"]["recipe"]["threshold"] == 16_384
-    assert default["expected_regret_pct"] < default["alternatives"]["upper"]["expected_regret_pct"]
+    assert default["alternatives"]["recipe"]["threshold"] == 12_288
     assert default["expected_regret_pct"] < default["alternatives"]["recipe"]["expected_regret_pct"]
 
 
