@@ -166,6 +166,13 @@ class RunSetup(Record):
     max_num_batched_tokens: int | None = Field(
         None, gt=0, description="The engines' --max-num-batched-tokens (their prefill chunk), when kvcal passed one."
     )
+    max_model_len: int | None = Field(
+        None,
+        gt=0,
+        le=MAX_TOKENS,
+        description="The longest context the consumer engine serves (its --max-model-len, as it reported it); "
+        "None where unknown (a probe CSV, an llm-d table, a run before it was recorded).",
+    )
     accelerator: str | None = Field(None, description="GPU name, or the CPU model on a CPU engine.")
     device_count: int | None = Field(None, ge=0, description="Devices each engine ran on.")
     tensor_parallel_size: int | None = Field(None, ge=1, description="Tensor-parallel size of each engine.")

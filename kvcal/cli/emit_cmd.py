@@ -33,10 +33,13 @@ EPILOG = """Examples:
 
   kvcal emit-config runs/fleet --format json --class-mix same-node=0.7,tcp=0.3   # one threshold over link classes
 
+  kvcal emit-config runs/r --format work-range --ttft-penalty-ms 3500 --max-model-len 131072   # remaining-work routing
+
 Formats: plugin (the p2p-source-producer entry), helm (patch a values file), affinity
 (prefix-cache-affinity-filter's peakPrefillThroughput), costmodel (ONLY for a router build
 whose p2p-source-producer accepts costModel: llm-d-router main refuses it), vllm (engine
-args, env and /dev/shm volume), env, json.
+args, env and /dev/shm volume), env, json, work-range (remaining-work routing: the prefill
+work-range labels for B = min(threshold, SLO work) and the EPP entries to merge).
 
 The default rule (expected-cost) emits the block multiple over the measured range with the least
 expected TTFT per request, averaged over the deltas and the fit's own draws of both legs' mean
@@ -46,8 +49,9 @@ best threshold lies above it) beside the upper and the llm-d recipe's rules.
 Exit 3, nothing on stdout: under the default rule, no P2P is cheapest on the mean costs (stderr
 gives the costs that make it so; a tie or recompute winning at some lengths is priced, not refused);
 under --rule upper, recomputing always won, the legs tie or the interval is open above; under
-either, the sweep measured a disturbed host (unless --allow-disturbed). stderr says why and what
-to measure next. Exit 2: --margin without --rule upper, or a bad --deltas file."""  # noqa: E501 - help text, printed by --help as written
+either, the sweep measured a disturbed host (unless --allow-disturbed); with work-range, the band
+is empty. stderr says why and what to measure next. Exit 2: --margin without --rule upper, a bad
+--deltas file, work-range without --ttft-penalty-ms or a max model length."""  # noqa: E501 - help text, printed by --help as written
 
 
 def emit_config(
@@ -161,6 +165,17 @@ def emit_config(
         help="Emit even when the sweep measured a busy host "
         "(other processes took the engines' cores), e.g. kvcal emit-config RUN --allow-disturbed.",
     ),
+    ttft_penalty_ms: Optional[float] = typer.Option(
+        None,
+        "--ttft-penalty-ms",
+        help="work-range (required), json, helm: the TTFT a request may lose by migrating to the long class "
+        "(the affinity filter's maxTTFTPenaltyMs, an operator's choice), e.g. --ttft-penalty-ms 3500.",
+    ),
+    max_model_len: Optional[int] = typer.Option(
+        None,
+        "--max-model-len",
+        help="work-range, json, helm: the model's longest context, the work-range labels' MAX (default: the run's).",
+    ),
 ) -> None:
     """Emit minCachedTokenDelta (where pulling pays on mean costs) and peakPrefillThroughput as router config, engine settings, and more.
 
@@ -190,6 +205,8 @@ def emit_config(
         allow_extrapolation=allow_extrapolation,
         allow_disturbed=allow_disturbed,
         class_mix=parse_class_mix(class_mix),
+        ttft_penalty_ms=ttft_penalty_ms,
+        max_model_len=max_model_len,
     )
     from kvcal.emit.formats import emit  # the fit stack loads only when the command runs (fast --help)
 

@@ -107,7 +107,8 @@ def test_recompute_always_wins_raises_not_recommended(fmt: str, tmp_path) -> Non
     fit = make_fit(status="recompute-always-wins", be=None, ci=None, pull=make_curve(500.0, 50.0))
     values = tmp_path / "v.yaml"
     values.write_text("a: 1\n")
-    opts = em.EmitOptions(format=fmt, values=values if fmt == "helm" else None)
+    opts = em.EmitOptions(format=fmt, values=values if fmt == "helm" else None,
+                          ttft_penalty_ms=3500.0 if fmt == "work-range" else None)
     with pytest.raises(NotRecommended) as err:
         em.emit(fit, opts)
     assert err.value.exit_code == 3

@@ -30,6 +30,15 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "llmd"
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
 
 
+def test_the_recipe_alternative_on_llm_ds_glm_table_is_what_llm_d_recommends(kvcal, tmp_path):
+    """The upstream-tier GLM-5.2 H200 table: the recipe's rule (the shortest length whose median pull won) gives
+    12,288, llm-d's recommendation; the default prices below it (the band test is tests/unit/emit/test_work_range.py)."""
+    assert kvcal("fit", FIXTURES / "glm-5.2-h200-upstream-tier.log", "--block-size", "64", "-o", tmp_path / "fit.json").code == 0
+    default = json.loads(kvcal("emit-config", tmp_path / "fit.json", "--format", "json").out)
+    assert default["alternatives"]["recipe"]["threshold"] == 12_288
+    assert default["expected_regret_pct"] < default["alternatives"]["recipe"]["expected_regret_pct"]
+
+
 def test_the_gpt_oss_ladder_still_gives_2048_and_says_so_in_every_rule(kvcal, tmp_path):
     assert kvcal("fit", FIXTURES / "gpt-oss-120b-job.log", "-o", tmp_path / "fit.json").code == 0
     data = json.loads(kvcal("emit-config", tmp_path / "fit.json", "--format", "json").out)
