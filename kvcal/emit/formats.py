@@ -203,6 +203,7 @@ def _render_vllm(r: _Render) -> EmitResult:
     spec = engine_spec(
         r.ctx,
         block_size=r.threshold.block_size,
+        threshold=r.threshold.min_cached_token_delta,
         transport=o.transport,
         p2p_port=o.p2p_port,
         cpu_bytes_to_use=o.cpu_bytes_to_use,

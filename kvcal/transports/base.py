@@ -27,7 +27,11 @@ engine is producer and consumer).
 - ``pull_names_producer``: whether the pull request names the producer's side channel;
 - ``aliases``, ``deployment``, ``cpu_tier``: the other names it goes by, the llm-d
   deployment shape that carries it, and whether it keeps a CPU tier per engine (emit
-  and validation ask these instead of comparing names).
+  and validation ask these instead of comparing names);
+- ``recompute_threshold_key`` / ``recompute_threshold_applies``: the extra-config key under
+  which the engine's connector reads its own pull-or-recompute threshold, and where that
+  connector applies it (empty: the connector has no such knob); the ``recompute_threshold``
+  option (tokens) puts a value there.
 
 Adding a transport is one new module in this package that defines ``TRANSPORT``.
 """
@@ -107,6 +111,10 @@ class Transport(ABC):
     deployment: ClassVar[str] = "pd"
     # True when each engine keeps a CPU tier sized by the ``cpu_bytes_to_use`` option.
     cpu_tier: ClassVar[bool] = False
+    # The connector's own pull-or-recompute threshold: its kv_connector_extra_config key, and
+    # where the connector applies it (comment lines for a deployment); "" / (): no such knob.
+    recompute_threshold_key: ClassVar[str] = ""
+    recompute_threshold_applies: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options = dict(options or {})

@@ -326,16 +326,57 @@ def test_vllm_p2p_port_flag_moves_the_listener_and_warns() -> None:
     assert any("7777" in w for w in res.warnings)
 
 
-def test_vllm_nixl_pd_warns_it_is_a_proxy() -> None:
+def _kv_transfer_config(stdout: str) -> dict:
+    args = yaml.safe_load(stdout)["args"]
+    return json.loads(args[args.index("--kv-transfer-config") + 1])
+
+
+def test_vllm_nixl_pd_sets_vllms_own_threshold_to_the_fitted_one() -> None:
+    """A nixl-pd run measured the path vLLM's kv_recompute_threshold decides: the knob gets the threshold, a note
+    says it is the thing itself (the router's minCachedTokenDelta stays a proxy), the output says where vLLM applies it."""
     res = em.emit(make_fit(setup={"transport": "nixl-pd", "kv_transfer_config": {"consumer": {"kv_buffer_device": "cpu"}}}),
                   em.EmitOptions(format="vllm"))
     data = yaml.safe_load(res.stdout)
-    cfg = json.loads(data["args"][data["args"].index("--kv-transfer-config") + 1])
-    assert cfg == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cuda"}
+    cfg = _kv_transfer_config(res.stdout)
+    assert cfg == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cuda",
+                   "kv_connector_extra_config": {"kv_recompute_threshold": res.threshold.min_cached_token_delta}}
+    assert res.threshold.min_cached_token_delta % 64 == 0 and res.threshold.min_cached_token_delta != 64  # not vLLM's default
     env = {e["name"]: e.get("value") for e in data["env"]}
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "$(POD_IP)" and env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5600"
     assert "--kv-events-config" not in data["args"] and "volumes" not in data
-    assert any("proxy" in w for w in res.warnings) and any("'cpu'" in n for n in res.notes)
+    assert any("'cpu'" in n for n in res.notes)
+    assert any("the thing itself" in n and "minCachedTokenDelta" in n and "proxy" in n for n in res.notes)
+    assert not any("proxy" in w for w in res.warnings)
+    comments = "\n".join(line for line in res.stdout.splitlines() if line.startswith("#"))
+    assert f"kv_recompute_threshold {res.threshold.min_cached_token_delta} in --kv-transfer-config" in comments
+    for word in ("prefill instance", "do_remote_decode", "remote_block_ids", "bidirectional_kv_xfer: true",
+                 "decoder_kv_blocks_ttl", "PR 55801"):
+        assert word in comments, word
+
+
+@pytest.mark.parametrize("block_size", [64, 128])
+def test_vllm_nixl_pd_threshold_follows_the_block_size_given(block_size) -> None:
+    res = em.emit(make_fit(setup={"transport": "nixl-pd"}), em.EmitOptions(format="vllm", block_size=block_size))
+    threshold = _kv_transfer_config(res.stdout)["kv_connector_extra_config"]["kv_recompute_threshold"]
+    assert threshold == res.threshold.min_cached_token_delta and threshold % block_size == 0
+
+
+@pytest.mark.parametrize("recorded", [None, "p2p-tier"])
+def test_vllm_nixl_pd_from_another_transports_run_warns_the_threshold_is_a_proxy(recorded) -> None:
+    res = em.emit(make_fit(setup={"transport": recorded} if recorded else {}),
+                  em.EmitOptions(format="vllm", transport="nixl-pd"))
+    assert _kv_transfer_config(res.stdout)["kv_connector_extra_config"] == {
+        "kv_recompute_threshold": res.threshold.min_cached_token_delta}
+    (warning,) = [w for w in res.warnings if "proxy" in w]
+    assert (recorded or "a transport it does not record") in warning and "--transport nixl-pd" in warning
+    assert not any("the thing itself" in n for n in res.notes)
+
+
+def test_vllm_p2p_tier_has_no_recompute_threshold() -> None:
+    """The OffloadingConnector has no such knob: its fragment carries none and says nothing of it."""
+    res = em.emit(make_fit(setup={"transport": "p2p-tier"}), em.EmitOptions(format="vllm"))
+    assert "kv_recompute_threshold" not in res.stdout
+    assert not any("kv_recompute_threshold" in line for line in res.notes + res.warnings)
 
 
 def test_vllm_without_transport_is_an_input_error() -> None:
