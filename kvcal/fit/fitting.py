@@ -60,7 +60,7 @@ def fit_table(
         else:
             boot = run_bootstrap(recompute, paid.fast, settings, mean_cost=paid.mean)
     result = build_result(table, recompute, pull, boot, settings, notes=notes)
-    result = annotate(result, table, recompute, pull, n_warmup)
+    result = annotate(result, table, n_warmup)
     result = result.model_copy(
         update={
             "slow_modes": paid.modes,
