@@ -8,8 +8,8 @@ A router with threshold ``t`` pulls a request whose cached-token delta ``d`` is 
     regret(t) = max_t' S(t') - S(t)         (t' over every threshold, "never pull" included)
 
 in ms per request, and as a share of the best expected TTFT ``cost(t*)``. Each bootstrap
-draw of the two curves (fit.json's samples, each leg times its mean-cost scale, drawn
-with its standard error: :mod:`kvcal.fit.mean_cost`) gives one regret and its own optimum
+draw of the two curves (fit.json's samples, each leg times a draw of its mean-cost scale:
+:func:`kvcal.fit.mean_cost.scale_draws`) gives one regret and its own optimum
 ``t*``; the figures are their means, and ``p_break_even_above`` is the share of draws whose
 mean costs cross (for good) above ``t``. A fit without bootstrap samples has no figures.
 
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from kvcal.cost_curve import break_even_tokens, cost_ms
+from kvcal.fit.mean_cost import scale_draws
 from kvcal.fit_record import FitResult
-from kvcal.records_cost import MeanCostSummary
 
 GRID_POINTS = 512  # log-spaced deltas over the measured range: under 1 % apart over a 32x range
 
@@ -122,8 +122,5 @@ def draws(fit: FitResult) -> tuple[np.ndarray, np.ndarray] | None:
     if keep.sum() < 2:
         return None
     rec, pull = rec[keep], pull[keep]
-    scales = fit.mean_cost or MeanCostSummary(recompute_scale=1.0, pull_scale=1.0)
-    rng = np.random.default_rng([fit.bootstrap.seed, 38])
-    m_r = scales.recompute_scale * np.exp(rng.normal(0.0, scales.recompute_scale_se, len(rec)))
-    m_p = scales.pull_scale * np.exp(rng.normal(0.0, scales.pull_scale_se, len(rec)))
+    m_r, m_p = scale_draws(fit, len(rec), np.random.default_rng([fit.bootstrap.seed, 38]))
     return rec * m_r[:, None], pull * m_p[:, None]

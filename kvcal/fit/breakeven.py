@@ -25,6 +25,8 @@ outside the data".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from kvcal.cost_curve import break_even_tokens

@@ -70,7 +70,7 @@ def fit_table(
             "mean_cost": summarise_mean_cost(
                 legs,
                 {"recompute": recompute.chosen_fit.coef, "pull": pull.chosen_fit.coef},
-                bool(paid.mean and paid.mean.decided),
+                frozenset(m.leg for m in paid.modes),
                 medians=table.origin.kind == "llmd-table",
             ),
         }
