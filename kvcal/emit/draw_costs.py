@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcal.cost_curve import cost_ms
-from kvcal.fit.mean_cost import mean_curves, mean_scales
+from kvcal.fit.mean_cost import mean_curves, mean_scales, scale_draws
 from kvcal.fit_record import FitResult
-from kvcal.records_cost import MeanCostSummary, MeanLength
+from kvcal.records_cost import MeanLength
 
 LEGS = ("recompute", "pull")
 
@@ -83,8 +83,8 @@ def cost_draws(fit: FitResult) -> CostDraws:
     knots = np.array([float(r.prefix_tokens) for r in rows])
     rng = np.random.default_rng([fit.bootstrap.seed, 50])
     corrections, misfits = [], []
-    for leg, curves, scale_draws in (("recompute", rec, scales[0]), ("pull", pull, scales[1])):
-        correction, found_misfits = _corrections(fit, leg, curves, scale_draws, rows, rng, noisy=from_bootstrap)
+    for leg, curves, leg_scales in (("recompute", rec, scales[0]), ("pull", pull, scales[1])):
+        correction, found_misfits = _corrections(fit, leg, curves, leg_scales, rows, rng, noisy=from_bootstrap)
         corrections.append(correction)
         misfits += found_misfits
     return CostDraws(rec, pull, knots, corrections[0], corrections[1], tuple(misfits), from_bootstrap)
@@ -121,18 +121,18 @@ def _corrections(
 
 
 def _bulk(fit: FitResult, leg: str, scale: float) -> float:
-    """The leg's bulk mean ratio (its scale without the tail) when fit.json records it, else the scale."""
-    summary = fit.mean_cost
-    bulk = getattr(summary, f"{leg}_bulk", None) if summary is not None else None
-    return float(bulk) if isinstance(bulk, (int, float)) and bulk > 0 else scale
+    """The leg's bulk mean ratio (its scale without the tail) from fit.json's scale parts, else the scale."""
+    parts = getattr(fit.mean_cost, f"{leg}_parts", None) if fit.mean_cost is not None else None
+    if parts is None:
+        return scale
+    return math.exp(parts.bulk_log_mean + parts.bulk_sd**2 / 2)
 
 
 def _spread(fit: FitResult, leg: str) -> float:
-    """The leg's bulk spread (log sd) when fit.json records it, else its robust noise cv."""
-    summary = fit.mean_cost
-    recorded = getattr(summary, f"{leg}_bulk_sd", None) if summary is not None else None
-    if isinstance(recorded, (int, float)) and recorded > 0:
-        return float(recorded)
+    """The leg's bulk spread (log sd) from fit.json's scale parts, else its robust noise cv."""
+    parts = getattr(fit.mean_cost, f"{leg}_parts", None) if fit.mean_cost is not None else None
+    if parts is not None:
+        return float(parts.bulk_sd)
     curve = fit.recompute if leg == "recompute" else fit.pull
     return float(curve.noise_cv or 0.0)
 
@@ -163,8 +163,5 @@ def draw_parts(fit: FitResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     if keep.sum() < 2:
         return None
     rec, pull = rec[keep], pull[keep]
-    scales = fit.mean_cost or MeanCostSummary(recompute_scale=1.0, pull_scale=1.0)
-    rng = np.random.default_rng([fit.bootstrap.seed, 38])
-    m_r = scales.recompute_scale * np.exp(rng.normal(0.0, scales.recompute_scale_se, len(rec)))
-    m_p = scales.pull_scale * np.exp(rng.normal(0.0, scales.pull_scale_se, len(rec)))
+    m_r, m_p = scale_draws(fit, len(rec), np.random.default_rng([fit.bootstrap.seed, 38]))
     return rec, pull, m_r, m_p

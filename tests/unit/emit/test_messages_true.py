@@ -90,6 +90,22 @@ def _won_from_floor(fit: FitResult, m: re.Match) -> None:
     _won_from(fit, m)
 
 
+def _at_lengths(fit: FitResult, m: re.Match) -> None:
+    won = {r.prefix_tokens: r.pull_won for r in fit.per_length}
+    for n in re.findall(r"\d+", m["lengths"]):
+        assert won.get(int(n)) == (m["verdict"] == "won"), f"the pull's median did not {m['verdict'].rstrip('d')} at {n}"
+
+
+def _every(fit: FitResult, m: re.Match) -> None:
+    rows = [r for r in fit.per_length if r.pull_won is not None]
+    assert rows and all(bool(r.pull_won) == (m["winner"] == "pull") for r in rows), f"not every median: {m[0]}"
+
+
+def _ends(fit: FitResult, m: re.Match) -> None:
+    won = {r.prefix_tokens: r.pull_won for r in fit.per_length}
+    assert won[int(m["end"])] == (m["there"] == "won") and won[int(m["other"])] == (m["there"] == "lost")
+
+
 def _warm_up(fit: FitResult, m: re.Match) -> None:
     assert int(m["k"]) == fit.n_warmup_excluded
 
@@ -107,6 +123,11 @@ CHECKS: list[tuple[re.Pattern, Check]] = [
     (re.compile(r"the pull's median won at every measured length from (?P<n>\d+) tokens up"), _won_from),
     (re.compile(r"the shortest measured length from which the pull won at every longer length \((?P<n>\d+) tokens"),
      _won_from_floor),
+    (re.compile(r"(?:the pull's|its) median (?P<verdict>won|lost) at (?P<lengths>\d+(?:, \d+)*(?: \.\.\.)?) tokens"),
+     _at_lengths),
+    (re.compile(r"(?P<winner>the pull|recompute) won at every measured length(?! down| \()"), _every),
+    (re.compile(r"measured length (?P<end>\d+), but the pull's median (?P<there>lost|won) there and (?:won|lost) at "
+                r"(?P<other>\d+)"), _ends),
     (re.compile(r"\(median over \d+ groups, Wilcoxon p = [0-9.e-]+\); those (?P<k>\d+) probes were excluded"), _warm_up),
 ]
 CLAIM_WORDS = re.compile(r"median|measured mean|won at|lost at|beat the pull|pull won|recompute won")
