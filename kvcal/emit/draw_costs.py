@@ -69,16 +69,22 @@ class CostDraws:
         )
 
 
-def cost_draws(fit: FitResult) -> CostDraws:
-    """The fit's draws of both legs' mean costs with the misfit lengths' measured means (module docstring)."""
+def cost_draws(fit: FitResult, known_scale: str | None = None) -> CostDraws:
+    """The fit's draws of both legs' mean costs with the misfit lengths' measured means (module docstring);
+    ``known_scale`` ('recompute' or 'pull'): that leg's scale held at its point value in every draw, what the draws
+    would be were its mean cost over the curve known."""
     parts = draw_parts(fit)
     from_bootstrap = parts is not None
     if parts is None:
         rec, pull = (np.atleast_2d(curve) for curve in mean_curves(fit))
         scales = tuple(np.array([scale]) for scale in mean_scales(fit))
     else:
-        rec, pull = parts[0] * parts[2][:, None], parts[1] * parts[3][:, None]
-        scales = (parts[2], parts[3])
+        point = mean_scales(fit)
+        scales = tuple(
+            np.full(len(drawn), point[i]) if known_scale == LEGS[i] else drawn
+            for i, drawn in enumerate((parts[2], parts[3]))
+        )
+        rec, pull = parts[0] * scales[0][:, None], parts[1] * scales[1][:, None]
     rows = [r for r in (fit.mean_cost.per_length if fit.mean_cost else []) if r.prefix_tokens > 0]
     knots = np.array([float(r.prefix_tokens) for r in rows])
     rng = np.random.default_rng([fit.bootstrap.seed, 50])

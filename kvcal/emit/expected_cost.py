@@ -21,12 +21,22 @@ being cheapest. Refusals about the data (a disturbed host) are made before any r
 
 from __future__ import annotations
 
+import math
+
 from kvcal.emit.decision import Decision, decide
 from kvcal.emit.delta_weights import Deltas
+from kvcal.emit.draw_costs import LEGS, cost_draws
+from kvcal.emit.regret import RegretModel
+from kvcal.emit.threshold_costs import ThresholdCosts
 from kvcal.emit.threshold_parts import Working, fmt, ladder_down, ladder_up
 from kvcal.errors import NotRecommended
 from kvcal.fit.ladder_steps import pull_floor
-from kvcal.fit.mean_cost import mean_scales
+from kvcal.fit.mean_cost import mean_scales, reps_to_settle, scale_rel_sd
+
+SETTLE_REGRET_PCT = 0.1
+"""An expected regret (% of TTFT) below which no leg's scale needs settling."""
+DOMINATES = 0.5
+"""The share of the expected regret a scale's uncertainty must carry to dominate the choice."""
 
 
 def expected_cost_threshold(w: Working, deltas: Deltas | None, allow_extrapolation: bool) -> Decision:
@@ -42,6 +52,7 @@ def expected_cost_threshold(w: Working, deltas: Deltas | None, allow_extrapolati
     if decision.threshold is None:
         raise NotRecommended(_no_p2p(w, decision))
     _advice(w, decision.threshold, allow_extrapolation)
+    _scale_advice(w, decision)
     return decision
 
 
@@ -113,4 +124,33 @@ def _advice(w: Working, threshold: int, allow_extrapolation: bool) -> None:
         w.warnings.append(
             f"the threshold is the longest measured length ({w.n_max} tokens): pulling pays only at the top of the "
             f"range; confirm it with `kvcal sweep --reps 5 --prefix-lengths {ladder_up(w.n_max, w.block)}`"
+        )
+
+
+def _scale_advice(w: Working, decision: Decision) -> None:
+    """Where one leg's mean-cost scale carries most of what the choice may cost: which leg, and the reps that would
+    bring its share of the expected regret under ``SETTLE_REGRET_PCT`` (its regret falls about as its variance)."""
+    threshold, summary = decision.threshold, w.fit.mean_cost
+    if threshold is None or summary is None or not decision.draws.from_bootstrap:
+        return
+    total = RegretModel(decision.model).figures(threshold).expected_regret_pct or 0.0
+    if total < SETTLE_REGRET_PCT:
+        return
+    for leg in LEGS:
+        parts = summary.recompute_parts if leg == "recompute" else summary.pull_parts
+        if parts is None:
+            continue
+        known = ThresholdCosts(cost_draws(w.fit, known_scale=leg), decision.model.deltas, decision.candidates)
+        carried = total - (RegretModel(known).figures(threshold).expected_regret_pct or 0.0)
+        if carried < DOMINATES * total:
+            continue
+        target = scale_rel_sd(parts) * math.sqrt(SETTLE_REGRET_PCT / carried)
+        more = reps_to_settle(w.fit, leg, target)
+        lengths = sum(1 for r in w.fit.per_length if (r.n_recompute if leg == "recompute" else r.n_pull))
+        per_length = math.ceil(more / max(lengths, 1))
+        w.warnings.append(
+            f"the {leg}'s mean cost over its curve (x{mean_scales(w.fit)[LEGS.index(leg)]:.3g}) carries {carried:.2g} "
+            f"points of this threshold's expected regret of {total:.2g}% of TTFT: about {more:,} more probes of the "
+            f"{leg} at the lengths already measured ({per_length:,} more reps at each of {max(lengths, 1)}) would "
+            f"bring that under {SETTLE_REGRET_PCT:g}%"
         )

@@ -209,3 +209,21 @@ def test_compare_judges_a_deployed_threshold_by_what_it_costs(tmp_path, kvcal):
     write_fit(fit, path)
     assert kvcal("compare", path, path, "--deployed", str(best), "--strict-deployed").code == 0
     assert kvcal("compare", path, path, "--deployed", "8192", "--strict-deployed").code == 1
+
+
+def test_a_scale_that_dominates_the_choice_names_its_leg_and_the_reps_that_settle_it():
+    """Tight curves but a pull whose bulk spread rests on 2 degrees of freedom (sigma 0.9: exp(s^2/2) anywhere from
+    1.0 to 2.5): the pull's scale carries most of the expected regret, and the warning says how many more pulls
+    would settle it; with the same spread on 400 degrees of freedom nothing is said."""
+    fit = fit_table(sim_table(SimCosts(), LADDER, 5, seed=3), settings=FitSettings(seed=3, n_resamples=400))
+    base = fit.mean_cost.pull_parts
+
+    def with_df(df: int):
+        parts = base.model_copy(update={"bulk_sd": 0.9, "bulk_df": df, "bulk_log_mean": -0.405})
+        return fit.model_copy(update={"mean_cost": fit.mean_cost.model_copy(update={"pull_parts": parts})})
+
+    loose = compute_threshold(with_df(2))
+    advice = [w for w in loose.warnings if "the pull's mean cost over its curve" in w]
+    assert len(advice) == 1 and "more probes of the pull" in advice[0]
+    assert int(advice[0].split("about ")[1].split(" more probes")[0].replace(",", "")) > 0
+    assert not any("mean cost over its curve" in w for w in compute_threshold(with_df(400)).warnings)
