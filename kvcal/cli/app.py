@@ -66,9 +66,11 @@ def _root(
 ) -> None:
     import logging
 
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    from kvcal.cli.output import SafeLogFormatter
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    for handler in logging.getLogger().handlers:  # library lines quote URLs and servers: redacted, escaped
+        handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
 
 
 def _listed_only() -> None:

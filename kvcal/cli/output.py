@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from rich.console import Console
 from rich.markup import escape
 
 from kvcal.outputs import stdout_claimed
+from kvcal.redact import redact_text
+from kvcal.terminal_text import flattened
 
 
 def _on_terminal(stream) -> bool:
@@ -61,14 +64,26 @@ def print_sanity(findings: list) -> None:
         )
 
 
+def safe_line(message: object) -> str:
+    """A message as the CLI shows it: every URL redacted (kvcal/redact.py), on one line, control characters
+    escaped (kvcal/terminal_text.py). The last guard: messages quote servers, engines and files."""
+    return flattened(redact_text(str(message)))
+
+
+class SafeLogFormatter(logging.Formatter):
+    """A log record as one safe line (:func:`safe_line`): a library's log quotes URLs and what servers sent."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return safe_line(super().format(record))
+
+
 def error_line(message: str) -> None:
     """One line on stderr: the whole error report a user sees."""
-    first = " ".join(str(message).split())
-    print(f"kvcal: error: {first}", file=sys.stderr)
+    print(f"kvcal: error: {safe_line(message)}", file=sys.stderr)
 
 
 def warn(message: str) -> None:
-    print(f"kvcal: warning: {message}", file=sys.stderr)
+    print(f"kvcal: warning: {safe_line(message)}", file=sys.stderr)
 
 
 def warn_each(lines) -> None:
@@ -78,4 +93,5 @@ def warn_each(lines) -> None:
 
 
 def info(message: str) -> None:
-    print(message, file=sys.stderr)
+    """Lines on stderr, each redacted and escaped like an error line (a report's own line breaks kept)."""
+    print("\n".join(safe_line(line) for line in str(message).split("\n")), file=sys.stderr)
