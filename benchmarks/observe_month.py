@@ -44,6 +44,8 @@ PER_SCRAPE = {"local_compute": 60, "local_cache_hit": 25, "external_kv_transfer"
 P2P_PER_SCRAPE = 10
 REQUESTS_PER_SCRAPE = 4  # 2 finish by length, 1 by stop, 1 aborted; each observes one TTFT of 0.3 s
 KV_BYTES = 2048
+BOUND_CPU_S = (3.0, 10.0)  # start-up, and per pod-month: the bound docs/observe.md states
+BOUND_RSS_MIB = (250.0, 150.0)
 
 
 def _counter(k: np.ndarray, per: float, restart: int, silent: int) -> np.ndarray:
@@ -136,10 +138,9 @@ def serve(pods: int, start: float, end: float) -> None:
     server.serve_forever()
 
 
-def _run_kvcal(url: str, start: float, end: float) -> tuple[dict, float, float, float]:
+def _run_kvcal(kvcal: str, url: str, start: float, end: float) -> tuple[dict, float, float, float]:
     """kvcal observe's JSON, its wall and CPU seconds and its peak RSS in MiB (the child's own rusage, from wait4)."""
-    kvcal = Path(sys.executable).with_name("kvcal")
-    command = [str(kvcal), "observe", "--prometheus", url, "--start", f"{start:.3f}", "--end", f"{end:.3f}", "--json"]
+    command = [kvcal, "observe", "--prometheus", url, "--start", f"{start:.3f}", "--end", f"{end:.3f}", "--json"]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         wall = time.perf_counter()
         child = subprocess.Popen(command, stdout=out, stderr=err)
@@ -184,6 +185,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=1)
     parser.add_argument("--days", type=float, default=31.0)
+    parser.add_argument("--kvcal", default=str(Path(sys.executable).with_name("kvcal")),
+                        help="the kvcal script to time (default: the installed one; another checkout's for a before)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     start = END - args.days * 86_400
@@ -193,16 +196,19 @@ def main() -> None:
                               stdout=subprocess.PIPE, text=True)
     try:
         port = int(server.stdout.readline())  # type: ignore[union-attr]
-        result, wall, cpu, rss = _run_kvcal(f"http://127.0.0.1:{port}", start, END)
+        result, wall, cpu, rss = _run_kvcal(args.kvcal, f"http://127.0.0.1:{port}", start, END)
     finally:
         server.terminate()
         server.wait()
     samples = 46 * args.pods * (args.days * 86_400 / STEP_S)
     problems = _check(result, args.pods, start, END)
+    months = args.pods * args.days / 31
+    cpu_bound, rss_bound = (BOUND_CPU_S[0] + BOUND_CPU_S[1] * months, BOUND_RSS_MIB[0] + BOUND_RSS_MIB[1] * months)
+    met = "met" if cpu <= cpu_bound and rss <= rss_bound else "MISSED"
     print(f"{args.pods} pods, {args.days:g} days at {STEP_S:g} s, {samples:,.0f} samples: wall {wall:.1f} s, "
-          f"kvcal cpu {cpu:.1f} s ({cpu / samples * 1e6:.2f} us a sample), peak RSS {rss:,.0f} MiB; figures "
+          f"kvcal cpu {cpu:.1f} s ({cpu / samples * 1e6:.2f} us a sample), peak RSS {rss:,.0f} MiB; bound "
+          f"(cpu {cpu_bound:.0f} s, RSS {rss_bound:,.0f} MiB) {met}; figures "
           + ("exact" if not problems else "WRONG: " + "; ".join(problems)))
-
 
 if __name__ == "__main__":
     main()

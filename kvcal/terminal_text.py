@@ -12,6 +12,10 @@ Escaped: every C0 control and DEL, every C1 control (U+0080-U+009F), the line an
 paragraph separators U+2028/U+2029, the bidi embeddings, overrides, isolates and marks
 (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069), and lone surrogates (bytes that were
 not UTF-8, which no terminal can show). Tabs are escaped too: they shift columns.
+
+JSON escapes C0 controls itself but leaves DEL, C1 controls, separators and bidi
+characters raw (valid JSON, and what pydantic writes); :func:`json_visible` writes those as
+``\\uXXXX`` escapes, which decode to the same text, so JSON printed to a terminal is inert too.
 """
 
 from __future__ import annotations
@@ -37,3 +41,11 @@ def flattened(text: str, limit: int | None = None) -> str:
     """``text`` on one line (runs of white space, newlines included, as one space), escaped, cut at ``limit``."""
     flat = visible(" ".join(text.split()))
     return flat if limit is None or len(flat) <= limit else flat[:limit] + "..."
+
+
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def json_visible(text: str) -> str:
+    """JSON text with the characters JSON leaves raw but a terminal obeys written as ``\\uXXXX`` (same value)."""
+    return _JSON_UNSAFE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)

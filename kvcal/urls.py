@@ -11,6 +11,7 @@ Every message shows the URL through :func:`kvcal.redact.redact_url`.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -21,6 +22,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_HOST_CHARS = 253
 """A DNS name's longest text form (RFC 1035, 2.3.4: 255 octets on the wire)."""
 MAX_LABEL_CHARS = 63
+_IPV4_STYLE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
 
 
 class EngineUrl(NamedTuple):
@@ -48,6 +50,8 @@ def check_host(host: str, what: str) -> str:
         return name
     except ValueError:
         pass
+    if _IPV4_STYLE.fullmatch(name):  # four numbers look like IPv4: httpx refuses one past 255, so does kvcal
+        raise InputError(f"{what}: host {host!r} is not an IPv4 address (each of its four numbers 0-255)")
     try:
         ascii_form = name.encode("idna").decode("ascii")
     except UnicodeError:
@@ -68,9 +72,11 @@ def _library_host(url: str, flag: str) -> str:
     import httpx
 
     try:
-        return httpx.URL(url).raw_host.decode("ascii")
+        parsed = httpx.URL(url)
+        parsed.host  # noqa: B018 - decoding an A-label ("xn--...") as httpx does for the Host header: it may refuse
+        return parsed.raw_host.decode("ascii")
     except (httpx.InvalidURL, UnicodeError, ValueError, TypeError) as err:
-        reason = str(err).split(":")[0] if isinstance(err, httpx.InvalidURL) else type(err).__name__
+        reason = str(err).split(":")[0] if isinstance(err, httpx.InvalidURL) else f"{type(err).__name__}: {err}"
         raise InputError(f"{flag}: {shown(url)} is not a URL the HTTP client accepts ({reason})") from None
 
 

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from kvcal.cli.output import stdout
-from kvcal.terminal_text import visible
+from kvcal.terminal_text import json_visible, visible
 
 EPILOG = """Reads the engines' own counters from Prometheus' HTTP API over the window (raw samples; a
 counter that resets when a pod restarts is counted on from zero): the share of prompt
@@ -87,7 +87,7 @@ def observe(
     )
     result = run_observe(config)
     if as_json:
-        typer.echo(result.model_dump_json(indent=2, by_alias=True))
+        typer.echo(json_visible(result.model_dump_json(indent=2, by_alias=True)))
     else:
         _print(result)
     outside = [c for c in result.checks if c.verdict == "outside"]

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from kvcal.outputs import stdout_claimed
 from kvcal.redact import redact_text
-from kvcal.terminal_text import flattened
+from kvcal.terminal_text import flattened, visible
 
 
 def _on_terminal(stream) -> bool:
@@ -44,7 +44,7 @@ stderr = Console(stderr=True, soft_wrap=True, markup=False, width=None if _on_te
 
 def print_warning(line: str) -> None:
     """A warning in a command's report on stdout: the word styled, the text as it is."""
-    stdout.print(f"[yellow]warning:[/yellow] {escape(line)}", markup=True, highlight=False)
+    stdout.print(f"[yellow]warning:[/yellow] {escape(visible(line))}", markup=True, highlight=False)
 
 
 def print_sanity(findings: list) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from kvcal.errors import InputError, one_line
 from kvcal.redact import redact_text, redact_url
-from kvcal.terminal_text import flattened, visible
+from kvcal.terminal_text import flattened, json_visible, visible
 from kvcal.urls import check_host, parse_engine_url
 
 SECRET = "s3cr3t"
@@ -70,3 +70,11 @@ def test_a_refused_url_never_repeats_its_secret():
 
 def test_check_host_gives_the_ascii_form():
     assert check_host("exämple.com", "--x") == "xn--exmple-cua.com" and check_host("10.0.0.1", "--x") == "10.0.0.1"
+
+
+def test_json_keeps_its_value_but_shows_what_a_terminal_would_obey_as_escapes():
+    import json
+
+    text = json.dumps({"pod": "a\u202eb\x85c\x7f\u2028"}, ensure_ascii=False)
+    shown = json_visible(text)
+    assert json.loads(shown) == json.loads(text) and all(ord(c) < 0x7F for c in shown)
