@@ -29,6 +29,7 @@ import io
 import math
 import os
 import sys
+import warnings
 from typing import TYPE_CHECKING, cast
 
 import rich.console
@@ -374,6 +375,7 @@ def _guard_streams() -> None:
         sys.stdout = _ClosedText()
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - stderr for the life of the process
+    warnings.showwarning = _warning_line  # a library's warning quotes what it was given: one safe line
     # Rich ends a command whose reader left with exit 1 (compare's "regression"); typer's help prints through rich.
     rich.console.Console.on_broken_pipe = _reader_left  # type: ignore[method-assign,assignment]  # rich's hook
     # An umask that takes the owner's own bits would leave run folders and files their owner cannot open.
@@ -385,6 +387,13 @@ def _guard_streams() -> None:
             f"writing with umask {mask & ~0o700:04o}",
             file=sys.stderr,
         )
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:  # warnings' signature
+    """A library's warning (matplotlib names a glyph it lacks, Ray advises) as one line, redacted and escaped."""
+    from kvcal.cli.output import warn
+
+    warn(f"{category.__name__}: {message} ({os.path.basename(filename)}:{lineno})")
 
 
 def _silence_stdout() -> None:
