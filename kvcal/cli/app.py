@@ -37,7 +37,7 @@ import typer
 
 from kvcal import __version__
 from kvcal.cli import commands
-from kvcal.cli.output import error_line
+from kvcal.cli.output import error_line, library_warning
 from kvcal.cli.rich_help import HelpFlagGroup, load_help_renderer
 from kvcal.errors import InputError, KvcalError
 
@@ -65,13 +65,9 @@ def _root(
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log library detail to stderr."),
 ) -> None:
-    import logging
+    from kvcal.cli.output import configure_logging
 
-    from kvcal.cli.output import SafeLogFormatter
-
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
-    for handler in logging.getLogger().handlers:  # library lines quote URLs and servers: redacted, escaped
-        handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
+    configure_logging(verbose)
 
 
 def _listed_only() -> None:
@@ -375,7 +371,7 @@ def _guard_streams() -> None:
         sys.stdout = _ClosedText()
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - stderr for the life of the process
-    warnings.showwarning = _warning_line  # a library's warning quotes what it was given: one safe line
+    warnings.showwarning = library_warning  # a library's warning quotes what it was given: one safe line
     # Rich ends a command whose reader left with exit 1 (compare's "regression"); typer's help prints through rich.
     rich.console.Console.on_broken_pipe = _reader_left  # type: ignore[method-assign,assignment]  # rich's hook
     # An umask that takes the owner's own bits would leave run folders and files their owner cannot open.
@@ -387,13 +383,6 @@ def _guard_streams() -> None:
             f"writing with umask {mask & ~0o700:04o}",
             file=sys.stderr,
         )
-
-
-def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:  # warnings' signature
-    """A library's warning (matplotlib names a glyph it lacks, Ray advises) as one line, redacted and escaped."""
-    from kvcal.cli.output import warn
-
-    warn(f"{category.__name__}: {message} ({os.path.basename(filename)}:{lineno})")
 
 
 def _silence_stdout() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from rich.console import Console
@@ -77,6 +78,13 @@ class SafeLogFormatter(logging.Formatter):
         return safe_line(super().format(record))
 
 
+def configure_logging(verbose: bool) -> None:
+    """Library detail on stderr (INFO with --verbose), each record one safe line (they quote URLs and servers)."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
+
+
 def error_line(message: str) -> None:
     """One line on stderr: the whole error report a user sees."""
     print(f"kvcal: error: {safe_line(message)}", file=sys.stderr)
@@ -84,6 +92,11 @@ def error_line(message: str) -> None:
 
 def warn(message: str) -> None:
     print(f"kvcal: warning: {safe_line(message)}", file=sys.stderr)
+
+
+def library_warning(message, category, filename, lineno, file=None, line=None) -> None:  # warnings' signature
+    """A library's warning (matplotlib names a glyph it lacks, Ray advises) as one line, redacted and escaped."""
+    warn(f"{category.__name__}: {message} ({os.path.basename(filename)}:{lineno})")
 
 
 def warn_each(lines) -> None:
