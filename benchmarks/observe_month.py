@@ -18,8 +18,8 @@ the server's), the samples it read, and checks its figures against what the pods
 
 ``--real`` serves the same series from Debian's Prometheus instead (scripts/prometheus_env.sh
 installs it), backfilled with ``promtool tsdb create-blocks-from openmetrics``: the spans'
-edges as a real server draws them (closed ranges in 2.x). Building a month of blocks takes
-a few minutes and some 1.3 GB of temporary text a pod.
+edges as a real server draws them (closed ranges in 2.x). promtool reads its whole input
+once per 2-hour block, so use it for a few days (2 days: half a minute); a month takes hours.
 """
 
 from __future__ import annotations
