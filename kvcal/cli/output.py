@@ -106,5 +106,5 @@ def warn_each(lines) -> None:
 
 
 def info(message: str) -> None:
-    """Lines on stderr, each redacted and escaped like an error line (a report's own line breaks kept)."""
-    print("\n".join(safe_line(line) for line in str(message).split("\n")), file=sys.stderr)
+    """Lines on stderr, each redacted and escaped like an error line (a report's own line breaks and spacing kept)."""
+    print("\n".join(visible(redact_text(line)) for line in str(message).split("\n")), file=sys.stderr)
