@@ -29,6 +29,7 @@ import io
 import math
 import os
 import sys
+import warnings
 from typing import TYPE_CHECKING, cast
 
 import rich.console
@@ -36,7 +37,7 @@ import typer
 
 from kvcal import __version__
 from kvcal.cli import commands
-from kvcal.cli.output import error_line
+from kvcal.cli.output import error_line, library_warning
 from kvcal.cli.rich_help import HelpFlagGroup, load_help_renderer
 from kvcal.errors import InputError, KvcalError
 
@@ -64,11 +65,9 @@ def _root(
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log library detail to stderr."),
 ) -> None:
-    import logging
+    from kvcal.cli.output import configure_logging
 
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(verbose)
 
 
 def _listed_only() -> None:
@@ -372,6 +371,7 @@ def _guard_streams() -> None:
         sys.stdout = _ClosedText()
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - stderr for the life of the process
+    warnings.showwarning = library_warning  # a library's warning quotes what it was given: one safe line
     # Rich ends a command whose reader left with exit 1 (compare's "regression"); typer's help prints through rich.
     rich.console.Console.on_broken_pipe = _reader_left  # type: ignore[method-assign,assignment]  # rich's hook
     # An umask that takes the owner's own bits would leave run folders and files their owner cannot open.

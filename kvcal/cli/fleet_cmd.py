@@ -54,8 +54,8 @@ def fleet(
         "auto",
         "--thresholds",
         help="minCachedTokenDelta values to try (comma-separated "
-        "block multiples; a repeat is simulated once), or auto: a spread around the fit's "
-        "break-even.",
+        "block multiples, or 1, the plugin's default; a repeat is simulated once), or auto: a spread around the "
+        "fit's break-even.",
     ),
     rate: Optional[float] = typer.Option(
         None, "--rate", help="New sessions per second: replaces the workload's arrival."

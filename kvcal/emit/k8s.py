@@ -32,7 +32,7 @@ from kvcal.errors import InputError
 from kvcal.settings_flags import flag_of, launch_only_flags, sweep_argv
 from kvcal.sweep.lengths.probe_plan import validate_prefix_lengths
 from kvcal.transports import available, transport_names
-from kvcal.urls import parse_engine_url
+from kvcal.urls import check_host, parse_engine_url
 
 RESULTS_MOUNT = "/results"
 TRANSPORTS = transport_names()
@@ -165,7 +165,7 @@ def _host(host: str, what: str) -> str:
     except ValueError:
         if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", name):
             raise InputError(f"{what}: {host!r} is not a host name or IP address") from None
-        return name
+        return check_host(name, what)  # the labels as the HTTP client and the resolver will take them
     if ip.is_loopback or ip.is_unspecified:
         raise InputError(own_pod)
     return name

@@ -18,11 +18,14 @@ import multiprocessing
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcal.errors import InputError
+from kvcal.errors import InputError, KvcalError, one_line
+from kvcal.redact import redact_url
+from kvcal.urls import check_host
 
 RAY_INSTALL = "pip install 'kvcal[ray]'"
 MAX_JOBS = 1024
@@ -52,8 +55,7 @@ class Executor:
         if not 1 <= self.jobs <= MAX_JOBS:
             raise InputError(f"--jobs must lie within 1-{MAX_JOBS}, got {self.jobs}")
         if self.ray_address is not None:
-            if not self.ray_address.strip():
-                raise InputError("--ray needs an address: auto, local, or the cluster's (ray://HOST:10001)")
+            check_ray_address(self.ray_address)
             ray_module()
 
     @property
@@ -71,6 +73,28 @@ class Executor:
 
 
 SERIAL = Executor()
+
+
+class RayUnavailable(KvcalError, exit_code=4):
+    """The Ray cluster ``--ray`` names could not be joined (not reached, or it refused the client)."""
+
+
+def check_ray_address(address: str) -> None:
+    """``auto``, ``local``, or a cluster's ``ray://HOST[:PORT]`` or ``HOST:PORT``: its host as the resolver takes it,
+    its port 1-65535, never credentials (a refusal shows the address redacted)."""
+    example = "auto, local, or the cluster's (ray://HOST:10001)"
+    text = address.strip()
+    if text in ("auto", "local"):
+        return
+    scheme, _, rest = text.rpartition("://")
+    authority = rest.partition("/")[0]
+    host, colon, port = authority.rpartition(":") if not authority.endswith("]") else (authority, "", "")
+    host, port = (host, port) if colon else (authority, "")
+    if not host or scheme not in ("", "ray") or "@" in rest or (port and not port.isdigit()) or not (port or scheme):
+        raise InputError(f"--ray {redact_url(address)!r} is not a Ray address: give {example}")
+    if port and not 1 <= int(port) <= 65535:
+        raise InputError(f"--ray {redact_url(address)!r}: port {port} is not 1-65535")
+    check_host(host, "--ray")
 
 
 def _serial_map(fn: RunFn, shared: Any, tasks: Sequence[Task], on_done: OnDone) -> list[Any]:
@@ -149,7 +173,14 @@ def _ray_map(address: str, fn: RunFn, shared: Any, tasks: Sequence[Task], on_don
     if not ray.is_initialized():
         # "local" starts a cluster here, "auto" joins the one this machine belongs to (RAY_ADDRESS or the
         # head's address file); anything else is a cluster address, ray://HOST:10001 from outside it.
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        try:
+            with warnings.catch_warnings():  # Ray's own multi-line advice on a timeout: the error below says it
+                warnings.simplefilter("ignore")
+                ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
+            raise RayUnavailable(
+                f"--ray {redact_url(address)}: the Ray cluster could not be joined ({one_line(str(err), 200)})"
+            ) from None
     shared_ref = ray.put((fn, shared))  # shipped once; every task gets the reference
     remote = ray.remote(num_cpus=1, max_retries=0)(_ray_call)
     refs = [remote.remote(shared_ref, task) for task in tasks]

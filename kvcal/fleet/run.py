@@ -65,9 +65,13 @@ def check_arguments(config: FleetConfig) -> Workload:
 
 
 def _check_blocks(thresholds: list[int] | None, block: int) -> None:
+    """Block multiples, and 1: the plugin's default minCachedTokenDelta, which kvcal observe may find deployed."""
     for t in thresholds or []:
-        if t % block:
-            raise InputError(f"--thresholds must be positive multiples of the block size {block}, got {t}")
+        if t % block and t != 1:
+            raise InputError(
+                f"--thresholds must be positive multiples of the block size {block}, "
+                f"or 1 (the plugin's default), got {t}"
+            )
 
 
 def _row(runs: PolicyRuns, level: float) -> FleetRow:

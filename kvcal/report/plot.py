@@ -33,6 +33,7 @@ from kvcal.fit.tables import ProbeTable, load_class_table
 from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings, SlowMode
 from kvcal.outputs import replacing, written_through
 from kvcal.report.plot_load import cost_model_line, draw_by_state
+from kvcal.terminal_text import visible
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ def _label_axes(top: Axes, bottom: Axes, log_x: bool, *, legend_size: str) -> No
 def default_title(fit: FitResult) -> str:
     setup = fit.setup
     what = " / ".join(str(v) for v in (setup.model, setup.transport, setup.engine) if v) or str(fit.source.path or "")
+    what = visible(what)  # names from a file: shown as written, control characters escaped
     if fit.break_even_tokens is None:
         be = "no break-even"
     else:
