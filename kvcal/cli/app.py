@@ -39,6 +39,7 @@ from kvcal.cli import commands
 from kvcal.cli.output import error_line
 from kvcal.cli.rich_help import HelpFlagGroup, load_help_renderer
 from kvcal.errors import InputError, KvcalError
+from kvcal.outputs import checked_stdout
 
 if TYPE_CHECKING:
     import click
@@ -370,6 +371,7 @@ def _guard_streams() -> None:
                 os.close(held)
     if sys.stdout is None:
         sys.stdout = _ClosedText()
+    sys.stdout = checked_stdout(sys.stdout)  # every byte written or an error, text escaped (kvcal/outputs.py)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - stderr for the life of the process
     # Rich ends a command whose reader left with exit 1 (compare's "regression"); typer's help prints through rich.

@@ -122,8 +122,10 @@ def register(app: typer.Typer) -> None:
             idle=idle,
         )  # first: a bad value is refused before any file is read
         from kvcal.fit import dumps
-        from kvcal.outputs import check_output
+        from kvcal.outputs import check_output, claim_stdout
 
+        if json_out:
+            claim_stdout("--json")
         check_output(output, "--output", config.inputs, fit_json=True)
         if input is not None:
             _warn_if_sweep_alive(input)
