@@ -119,6 +119,11 @@ def claim_stdout(what: str) -> None:
     _STDOUT_OWNER[:] = [what]
 
 
+def unclaim_stdout() -> None:
+    """A new command starts with stdout unclaimed (the CLI calls this first: tests run many commands in one process)."""
+    _STDOUT_OWNER.clear()
+
+
 def stdout_claimed() -> bool:
     """Whether an output of this command goes to stdout: its report then goes to stderr, not into the data."""
     return bool(_STDOUT_OWNER)

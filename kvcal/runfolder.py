@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 _Stored = TypeVar("_Stored", bound=Record)
 
 INTERCHANGE_COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "started_at"]  # started_at: time order
+PAIR_COLUMNS = ["pair", "link_class"]  # a campaign over pairs: each row's pair and link class (fit reads them back)
 
 
 class StoredPlan(Record):
@@ -214,7 +215,8 @@ def export_interchange(run: RunFolder, output: Path) -> int:
         rows = [r for r in rows if probe_counts_as_idle(r, threshold)]
     if not rows:
         raise InputError(f"{run.path} has no valid probes to export")
-    buffer: list[list[object]] = [list(INTERCHANGE_COLUMNS)]
+    pairs = any(r.pair is not None or r.link_class is not None for r in rows)
+    buffer: list[list[object]] = [[*INTERCHANGE_COLUMNS, *(PAIR_COLUMNS if pairs else [])]]
     for r in rows:
         buffer.append(
             [
@@ -224,6 +226,7 @@ def export_interchange(run: RunFolder, output: Path) -> int:
                 r.rep,
                 "" if r.bytes_moved is None else r.bytes_moved,
                 r.started_at if when else "",
+                *([r.pair or "", r.link_class or ""] if pairs else []),
             ]
         )
     text = io.StringIO()

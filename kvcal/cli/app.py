@@ -39,7 +39,7 @@ from kvcal.cli import commands
 from kvcal.cli.output import error_line
 from kvcal.cli.rich_help import HelpFlagGroup, load_help_renderer
 from kvcal.errors import InputError, KvcalError
-from kvcal.outputs import checked_stdout
+from kvcal.outputs import checked_stdout, unclaim_stdout
 
 if TYPE_CHECKING:
     import click
@@ -273,6 +273,7 @@ def not_utf8(args: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error becomes a short report on stderr and an exit code, never a traceback."""
     args = sys.argv[1:] if argv is None else list(argv)
+    unclaim_stdout()
     _guard_streams()
     if (problem := not_utf8(args)) is not None:
         error_line(problem)

@@ -131,6 +131,8 @@ class JobSpec:
                 raise InputError(
                     f"extra sweep argument {flag} is set by k8s-job itself; use the k8s-job option instead"
                 )
+            if flag == "--resume":
+                raise InputError("extra sweep argument --resume: the Job resumes its run folder by itself on a rerun")
             if flag in _LAUNCH_ONLY:
                 raise InputError(
                     f"extra sweep argument {flag} is for launching engines; the Job attaches to running ones"

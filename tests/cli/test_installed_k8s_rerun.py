@@ -211,3 +211,17 @@ def test_a_pair_side_channel_is_refused_for_a_transport_whose_pull_never_names_i
     flag = _kvcal("k8s-job", "--image", "img", "--model", "m", "--pvc", "res", "--pairs", pairs, "--producer-p2p-port",
                   "7000", cwd=tmp_path)
     assert flag.returncode == 2 and "--pairs names each pair's side channel" in flag.stderr
+
+
+def test_emit_config_output_is_replaced_whole_and_a_refused_emit_leaves_it(state, tmp_path):
+    """`emit-config -o FILE`: the artifact written whole; exit 3 (nothing to emit) leaves the previous file as it was."""
+    good = _kvcal("emit-config", state / "runs" / "calib", "--format", "json", "-o", tmp_path / "emit.json", cwd=tmp_path)
+    assert good.returncode == 0 and not good.stdout and "wrote" in good.stderr, good.stderr
+    before = (tmp_path / "emit.json").read_bytes()
+    assert json.loads(before)["minCachedTokenDelta"] > 0
+    refused = _kvcal("emit-config", state / "slow-fit.json", "--format", "json", "-o", tmp_path / "emit.json",
+                     cwd=tmp_path)
+    assert refused.returncode == 3 and (tmp_path / "emit.json").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["emit.json"]  # no temporary file left behind
+    onto_input = _kvcal("emit-config", state / "slow-fit.json", "-o", state / "slow-fit.json", cwd=tmp_path)
+    assert onto_input.returncode == 2 and "is an input of this command" in onto_input.stderr
