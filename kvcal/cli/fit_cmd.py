@@ -47,8 +47,8 @@ def register(app: typer.Typer) -> None:
         input: Optional[Path] = typer.Argument(
             None,
             show_default=False,
-            help="A run folder, a probe CSV "
-            "(prefix_tokens,leg,ttft_ms[,rep,bytes_moved]) or the llm-d calibration Job's table.",
+            help="A run folder, a probe CSV (prefix_tokens,leg,ttft_ms[,rep,bytes_moved,pair,link_class]: "
+            "per class when tagged) or the llm-d calibration Job's table.",
         ),
         json_out: bool = typer.Option(False, "--json", help="Print fit.json to stdout and nothing else."),
         confidence: float = typer.Option(
