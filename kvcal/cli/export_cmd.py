@@ -15,8 +15,7 @@ def export(
 ) -> None:
     """Write the probe table (prefix_tokens, leg, ttft_ms, rep, bytes_moved, started_at), one row per valid probe.
 
-    A campaign over pairs (kvcal sweep --pairs) adds each row's pair and link_class: kvcal fit reads them
-    back and fits each class as it does the run folder.
+    A --pairs run adds each row's pair and link_class: kvcal fit reads them back and fits each class.
 
     Example: kvcal export results/my-run -o probes.csv   (or -o - | column -ts,)
     """
