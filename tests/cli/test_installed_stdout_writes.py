@@ -78,6 +78,7 @@ def _with_a_lone_surrogate(ws: Path) -> Path:
     folder.mkdir(exist_ok=True)
     fit = json.loads((ws / "runs" / "r" / "fit.json").read_text())
     fit["warnings"] = [*fit["warnings"], "bad \ud800 text"]
+    fit["setup"]["model"] = "mo\udcffdel"  # shown in plots' titles, pages, the fleet's JSON
     (folder / "fit.json").write_text(json.dumps(fit))  # ensure_ascii: the file holds the escape, as a user's may
     return folder / "fit.json"
 
@@ -91,6 +92,23 @@ def test_a_lone_surrogate_in_a_fit_is_written_escaped_not_an_internal_error(ws, 
     page = done.stdout if target == "-" else (ws / target).read_bytes()
     assert b"bad \\ud800 text" in page
     page.decode("utf-8")  # whole, valid UTF-8
+
+
+@pytest.mark.parametrize("args", [
+    ["plot", "{fit}", "-o", "plot.png"],
+    ["fleet", "{fit}", "--workload", str(EXAMPLE), "--pods", "2", "--thresholds", "256", "--seeds", "1",
+     "--duration", "40", "--jobs", "1", "--json"],
+    ["compare", "{fit}", "runs/r/fit.json", "--force", "--markdown", "-"],
+    ["emit-config", "{fit}", "--format", "json", "-o", "emit.json"],
+], ids=lambda a: a[0])
+def test_a_lone_surrogate_read_from_json_is_escaped_where_it_enters(ws, args):
+    """Before, a plot's title was exit 70 in matplotlib and fleet --json exit 70 in pydantic's serializer."""
+    fit = _with_a_lone_surrogate(ws)
+    done = _kvcal(*[a.replace("{fit}", str(fit)) for a in args], cwd=ws, text=False)
+    assert done.returncode == 0, done.stderr
+    assert b"internal error" not in done.stderr
+    if args[0] in ("fleet", "compare"):  # the text escaped, in the output: fleet warns of it, compare names the model
+        assert b"\\\\ud800" in done.stdout or b"mo\\udcffdel" in done.stdout
 
 
 def test_text_an_ascii_stdout_cannot_hold_is_escaped(ws):
