@@ -40,6 +40,7 @@ from kvcal.cli import commands
 from kvcal.cli.output import error_line, library_warning
 from kvcal.cli.rich_help import HelpFlagGroup, load_help_renderer
 from kvcal.errors import InputError, KvcalError
+from kvcal.outputs import checked_stdout, unclaim_stdout
 
 if TYPE_CHECKING:
     import click
@@ -271,6 +272,7 @@ def not_utf8(args: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error becomes a short report on stderr and an exit code, never a traceback."""
     args = sys.argv[1:] if argv is None else list(argv)
+    unclaim_stdout()
     _guard_streams()
     if (problem := not_utf8(args)) is not None:
         error_line(problem)
@@ -369,6 +371,7 @@ def _guard_streams() -> None:
                 os.close(held)
     if sys.stdout is None:
         sys.stdout = _ClosedText()
+    sys.stdout = checked_stdout(sys.stdout)  # every byte written or an error, text escaped (kvcal/outputs.py)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - stderr for the life of the process
     warnings.showwarning = library_warning  # a library's warning quotes what it was given: one safe line

@@ -14,7 +14,6 @@ number; the weights are the counts over their sum.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -26,7 +25,7 @@ from kvcal.emit.regret import Deltas
 from kvcal.errors import InputError
 from kvcal.fit.observational import DECISION, parse_epp_log
 from kvcal.records import MAX_TOKENS
-from kvcal.userfiles import read_text
+from kvcal.userfiles import load_json, read_text
 
 _SPLIT = re.compile(r"[,\t ;]+")
 
@@ -42,7 +41,7 @@ def read_deltas(path: Path) -> Deltas:
     stripped = text.strip()
     if stripped.startswith(("[", "{")):
         try:
-            data = json.loads(stripped)
+            data = load_json(stripped)
         except (ValueError, RecursionError):
             raise InputError(
                 f"{path}: not valid JSON (a list of deltas, [delta, count] pairs or {{delta: count}})"

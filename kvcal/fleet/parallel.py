@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcal.errors import InputError, KvcalError, one_line
+from kvcal.fleet.help_facts import MAX_JOBS, WORKER_MIB
 from kvcal.redact import redact_url
 from kvcal.urls import check_host
 
 RAY_INSTALL = "pip install 'kvcal[ray]'"
-MAX_JOBS = 1024
 
 Task = Any
 OnDone = Callable[[int, Task], None]  # (runs finished so far, the task that just finished)
@@ -36,7 +36,12 @@ RunFn = Callable[[Any, Task], Any]  # fn(shared, task): a module-level function 
 
 
 def default_jobs() -> int:
-    """The cores this process may use (its CPU affinity, which a container's cpuset or taskset narrows)."""
+    """The cores this process may use (its CPU affinity, which a container's cpuset or taskset narrows), at most
+    :data:`MAX_JOBS`."""
+    return min(MAX_JOBS, usable_cores())
+
+
+def usable_cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
@@ -53,10 +58,18 @@ class Executor:
     def check(self) -> None:
         """Bounds and, for Ray, that it can be imported: before any work."""
         if not 1 <= self.jobs <= MAX_JOBS:
-            raise InputError(f"--jobs must lie within 1-{MAX_JOBS}, got {self.jobs}")
+            raise InputError(
+                f"--jobs must lie within 1-{MAX_JOBS} (each worker holds about {WORKER_MIB} MiB), got {self.jobs}"
+            )
         if self.ray_address is not None:
             check_ray_address(self.ray_address)
             ray_module()
+
+    def workers(self, runs: int) -> int:
+        """Worker processes a study of ``runs`` runs starts here: 0 when it runs in this process (or on Ray)."""
+        if self.ray_address is not None or self.jobs == 1 or runs <= 1:
+            return 0
+        return min(self.jobs, runs)
 
     @property
     def serial(self) -> bool:
@@ -67,9 +80,10 @@ class Executor:
         """``[fn(shared, t) for t in tasks]``, in that order; ``on_done`` after each run finishes."""
         if self.ray_address is not None:
             return _ray_map(self.ray_address, fn, shared, tasks, on_done)
-        if self.jobs == 1 or len(tasks) <= 1:
+        workers = self.workers(len(tasks))
+        if workers == 0:
             return _serial_map(fn, shared, tasks, on_done)
-        return _pool_map(min(self.jobs, len(tasks)), fn, shared, tasks, on_done)
+        return _pool_map(workers, fn, shared, tasks, on_done)
 
 
 SERIAL = Executor()
