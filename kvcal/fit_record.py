@@ -24,7 +24,7 @@ from kvcal.records_cost import MeanCostSummary
 from kvcal.records_costmodel import CostModelFit
 from kvcal.records_links import ClassDifference, SessionCost
 from kvcal.records_v1 import FIT_V1, upgrade_fit
-from kvcal.userfiles import read_text
+from kvcal.userfiles import load_json, read_text
 
 FIT_SCHEMA: Final = "kvcal.fit/2"
 FIT_SCHEMAS = (FIT_V1, FIT_SCHEMA)
@@ -316,7 +316,7 @@ def load_fit(path: str | Path) -> FitResult:
         raise InputError(f"{p}: no such file or folder")
     text = read_text(p, bom=True)  # FIFOs, folders, binary and unreadable files named (kvcal/userfiles.py)
     try:
-        data = json.loads(text)
+        data = load_json(text)
     except RecursionError:
         raise InputError(f"{p}: not a kvcal fit.json (JSON nested too deeply)") from None
     except json.JSONDecodeError as err:

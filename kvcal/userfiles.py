@@ -5,17 +5,23 @@
 called a directory (not "no such file"), an unreadable file says so, and text that is
 not UTF-8 is named as such. Every failure is an :class:`~kvcal.errors.InputError`
 naming the file (``what`` says which input it was, e.g. ``--values values.yaml``).
+
+``load_json`` is how a JSON file a user gives becomes Python values: JSON may escape a lone
+surrogate (``"\\ud800"``), which no UTF-8 output can hold, so a report, a plot or a JSON
+dump of it would fail far from the file; each is escaped where it enters, as its text.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from kvcal.errors import InputError
 
@@ -146,3 +152,38 @@ def stdin_copy() -> Path:
 def is_stdin_copy(path: str | Path) -> bool:
     """Whether ``path`` is the copy of standard input: nothing may be written beside it (it is removed at exit)."""
     return bool(_stdin_copy) and Path(path).parent == _stdin_copy[0].parent
+
+
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # the only way a JSON text holds one (\ud800-\udfff)
+
+
+def load_json(text: str) -> Any:
+    """``json.loads(text)``, every string holding a lone surrogate escaped (``\\ud800`` as those six characters).
+
+    Raises what ``json.loads`` raises. A text without a surrogate escape is returned as parsed, unwalked.
+    """
+    data = json.loads(text)
+    if not _SURROGATE.search(text):
+        return data
+    if not isinstance(data, (dict, list)):
+        return _encodable(data) if isinstance(data, str) else data
+    stack: list[Any] = [data]
+    while stack:  # a loop, not recursion: as deep as json.loads went, and no deeper
+        node = stack.pop()
+        items = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
+        if isinstance(node, dict):
+            node.clear()
+        for key, value in items:
+            value = _encodable(value) if isinstance(value, str) else value
+            if isinstance(value, (dict, list)):
+                stack.append(value)
+            node[_encodable(key) if isinstance(key, str) else key] = value
+    return data
+
+
+def _encodable(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

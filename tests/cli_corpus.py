@@ -397,8 +397,12 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
         add(f"prefix-lengths-{i}", "length-list", "sweep", {"prefix_lengths": lengths})
         add(f"prefix-lengths-{i}", "length-list", "k8s-job", {"prefix_lengths": lengths})
     urls = ["not a url", "ftp://10.0.0.1:8000", "http://", "http://:8000", "http://10.0.0.1:99999", "http://10.0.0.1:abc",
-            "10.0.0.1:8000", "http://10.0.0.1:8000/\n", "http://[::1", "http://user@:8000"]
+            "10.0.0.1:8000", "http://10.0.0.1:8000/\n", "http://[::1", "http://user@:8000",
+            # hosts httpx or the resolver would refuse later (exit 70 once), and URLs carrying secrets (issue 55)
+            "http://a..b:8000", f"http://{'a' * 64}.svc:8000", "http://1.2.3.999:8000", "http://xn--zz.com:8000",
+            "http://user:pw@10.0.0.1:8000", "http://10.0.0.1:8000/?token=pw"]
     for i, url in enumerate(urls):
+        add(f"prometheus-{i}", "url", "observe", {"prometheus": url})
         for flag in ("producer_url", "consumer_url"):
             add(f"{flag}-{i}", "url", "sweep", {"engine": "vllm", "producer_url": "http://127.0.0.1:9", "consumer_url": "http://127.0.0.1:10", flag: url})
             add(f"{flag}-{i}", "url", "k8s-job", {flag: url})

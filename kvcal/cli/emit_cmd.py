@@ -10,6 +10,7 @@ import typer
 from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
 from kvcal.emit.limits import DEFAULT_MARGIN, DEFAULT_RULE, FORMATS, P2P_PORT, RULES
+from kvcal.errors import InputError
 
 EPILOG = """Examples:
 
@@ -34,6 +35,8 @@ EPILOG = """Examples:
   kvcal emit-config runs/fleet --format json --class-mix same-node=0.7,tcp=0.3   # one threshold over link classes
 
   kvcal emit-config runs/r --format work-range --ttft-penalty-ms 3500 --max-model-len 131072   # remaining-work routing
+
+  kvcal emit-config runs/r --format json -o emit.json     # replaced whole; exit 3 leaves the old one as it was
 
 Formats: plugin (the p2p-source-producer entry), helm (patch a values file), affinity
 (prefix-cache-affinity-filter's peakPrefillThroughput), costmodel (ONLY for a router build
@@ -176,12 +179,24 @@ def emit_config(
         "--max-model-len",
         help="work-range, json, helm: the model's longest context, the work-range labels' MAX (default: the run's).",
     ),
+    output: Optional[Path] = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Write the artifact to FILE instead of stdout: whole, or (a refusal, a failure) the previous file "
+        "left as it was; - for stdout.",
+    ),
 ) -> None:
     """Emit minCachedTokenDelta (where pulling pays on mean costs) and peakPrefillThroughput as router config, engine settings, and more.
 
     How each number was reached is printed on stderr; only the artifact goes to stdout.
     """  # noqa: E501 - help text, printed by --help as written
     from kvcal.emit.options import EmitOptions  # the settings model: built only when the command runs (fast --help)
+    from kvcal.outputs import check_output, write_file
+
+    if output is not None and in_place and not diff:
+        raise InputError("--in-place writes the values file itself; drop --output (or add --diff to keep the diff)")
+    check_output(output, "--output", [input_path, values, deltas])
 
     options = EmitOptions(
         format=format,
@@ -215,7 +230,10 @@ def emit_config(
         info(f"kvcal: {line}")
     for line in result.warnings:
         warn(line)
-    if result.stdout:
+    if output is not None:
+        write_file(output, result.stdout, f"--output {output}")  # only now: a refused emit leaves the old file
+        info(f"kvcal: wrote {output}")
+    elif result.stdout:
         typer.echo(result.stdout, nl=False)
 
 

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from kvcal.cli.output import stdout
+from kvcal.terminal_text import json_visible, visible
 
 EPILOG = """Reads the engines' own counters from Prometheus' HTTP API over the window (raw samples; a
 counter that resets when a pod restarts is counted on from zero): the share of prompt
@@ -86,7 +87,7 @@ def observe(
     )
     result = run_observe(config)
     if as_json:
-        typer.echo(result.model_dump_json(indent=2, by_alias=True))
+        typer.echo(json_visible(result.model_dump_json(indent=2, by_alias=True)))
     else:
         _print(result)
     outside = [c for c in result.checks if c.verdict == "outside"]
@@ -100,35 +101,40 @@ def _shown(figure, scale: float = 1.0, form: str = ".3g") -> str:
     return "-" if figure.value is None else f"{figure.value * scale:{form}}"
 
 
+def _line(text: str) -> None:
+    stdout.print(visible(text))
+
+
 def _print(r) -> None:  # r: kvcal.observe.result.ObserveResult
-    stdout.print(f"window {r.window.start} .. {r.window.end}, {len(r.pods)} pods, Prometheus {r.prometheus}")
-    stdout.print(
+    """The table and its lines; pod names, notes and reasons quote the server: each line escaped, one a record."""
+    _line(f"window {r.window.start} .. {r.window.end}, {len(r.pods)} pods, Prometheus {r.prometheus}")
+    _line(
         f"{'pod':<28}{'pulled':>8}{'local':>8}{'computed':>9}{'B/token':>9}{'TTFT p50':>10}{'p90':>9}"
         f"{'p99':>9}{'queue p90':>10}{'req/s':>8}"
     )
     for name, f in [(p.name, p) for p in r.pods] + [("fleet", r.fleet)]:
-        stdout.print(
-            f"{name[:27]:<28}{_shown(f.pull_share, 100, '.1f'):>8}{_shown(f.local_hit_share, 100, '.1f'):>8}"
+        _line(
+            f"{visible(name)[:27]:<28}{_shown(f.pull_share, 100, '.1f'):>8}{_shown(f.local_hit_share, 100, '.1f'):>8}"
             f"{_shown(f.computed_share, 100, '.1f'):>9}{_shown(f.bytes_per_pulled_token, 1, '.0f'):>9}"
             f"{_shown(f.ttft_p50_ms, 1, '.1f'):>10}{_shown(f.ttft_p90_ms, 1, '.1f'):>9}"
             f"{_shown(f.ttft_p99_ms, 1, '.1f'):>9}{_shown(f.queue_p90, 1, '.1f'):>10}"
             f"{_shown(f.requests_per_s, 1, '.3g'):>8}"
         )
-    stdout.print("shares in % of prompt tokens; TTFT in ms")
+    _line("shares in % of prompt tokens; TTFT in ms")
     for name, bucket in r.ttft_buckets_ms.items():
-        stdout.print(
+        _line(
             f"{name}: within the histogram bucket {bucket[0]:g} .. "
             f"{'+Inf' if bucket[1] is None else format(bucket[1], 'g')} ms"
         )
     for key, figure in r.fleet.model_dump().items():
         if figure["missing"]:
-            stdout.print(f"missing {key}: {figure['missing']}")
+            _line(f"missing {key}: {figure['missing']}")
     for check in r.checks:
-        stdout.print(f"check {check.name}: {check.verdict} ({check.reason}; tolerance: {check.tolerance})")
+        _line(f"check {check.name}: {check.verdict} ({check.reason}; tolerance: {check.tolerance})")
     for line in r.remeasure:
-        stdout.print(f"measure again: {line}")
+        _line(f"measure again: {line}")
     for note in r.notes:
-        stdout.print(f"note: {note}")
+        _line(f"note: {note}")
 
 
 def register(app: typer.Typer) -> None:

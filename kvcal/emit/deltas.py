@@ -21,7 +21,6 @@ a million decisions takes the same few MB as one of a thousand.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -33,7 +32,7 @@ from kvcal.emit.delta_weights import MAX_POINTS, Histogram, merge_to
 from kvcal.errors import InputError
 from kvcal.fit.observational import DECISION, decision_from_line
 from kvcal.records import MAX_TOKENS
-from kvcal.userfiles import read_lines, read_text
+from kvcal.userfiles import load_json, read_lines, read_text
 
 _SPLIT = re.compile(r"[,\t ;]+")
 MAX_COUNT = 1e200  # far past any count of requests; the weights' sums stay finite below it
@@ -123,7 +122,7 @@ def _json_pairs(path: Path) -> list[tuple[Any, Any, str]]:
             "give the deltas one a line (delta or delta,count) instead"
         )
     try:
-        data = json.loads(read_text(path, f"{path}", bom=True))
+        data = load_json(read_text(path, f"{path}", bom=True))
     except (ValueError, RecursionError):
         raise InputError(
             f"{path}: not valid JSON (a list of deltas, [delta, count] pairs or {{delta: count}})"

@@ -216,9 +216,10 @@ class PairMeasurement:
             client = self._client(metric.role)
             was, now = _ref_total(before[metric.role], ref), _ref_total(after[metric.role], ref)
             shown = _proof_name(metric.role, after[metric.role], ref)
-            if not (math.isfinite(was) and math.isfinite(now)):
+            if not (math.isfinite(was) and math.isfinite(now)) or min(was, now) < 0:
                 raise client.fail(
-                    "GET /metrics sent a byte counter that is not a number", f"{shown} = {was} then {now}"
+                    "GET /metrics sent a byte counter that is not a number (or is negative)",
+                    f"{shown} = {was} then {now}",
                 )
             if now < was:
                 raise client.fail(

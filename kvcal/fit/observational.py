@@ -47,6 +47,7 @@ from kvcal.fit.costmodel_inputs import LoadedProbes, idle_curves
 from kvcal.fit.entry import load_or_fit
 from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings, FitSource
 from kvcal.records import MAX_TOKENS
+from kvcal.userfiles import load_json
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,7 @@ def _request_id(chunk: str) -> str | None:
 
 def _read_records(path: Path) -> list[LifecycleRecord]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = load_json(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: no such per-request file") from None
     except (ValueError, UnicodeDecodeError) as err:
@@ -266,7 +267,7 @@ def decision_from_line(line: str, where: str) -> Decision | None:
     if start < 0 or DECISION not in line:
         return None
     try:
-        entry = json.loads(line[start:])
+        entry = load_json(line[start:])
     except (ValueError, RecursionError):
         return None
     if not isinstance(entry, dict) or DECISION not in (entry.get("msg"), entry.get("body"), entry.get("message")):

@@ -36,14 +36,29 @@ class Prediction:
 
 
 def fleet_row(fleet: FleetResult, deployed: int) -> FleetRow:
-    """The fleet's 'threshold' row for the deployed threshold; an input error naming the thresholds it has."""
-    for row in fleet.rows:
-        if row.policy == "threshold" and row.threshold == deployed:
-            return row
-    ran = sorted({row.threshold for row in fleet.rows if row.threshold is not None})
+    """The fleet's row for the deployed threshold; an input error naming the thresholds it has and what to run.
+
+    Cached prefixes are whole blocks, so the delta the router compares with the threshold is
+    a multiple of the block size, and a threshold pulls at the same deltas as the next block
+    multiple up: a deployed 1000 with 64-token blocks is the row of 1024, and one of at most
+    one block (1, the plugin's default) pulls whenever a peer holds more, kvcal fleet's
+    ``always-pull`` row (or a ``threshold`` row run at that value).
+    """
+    block = max(1, fleet.block_size)
+    acts_as = -(-deployed // block) * block
+    rows = [row for row in fleet.rows if row.policy == "threshold"]
+    for wanted in (deployed, acts_as):
+        for row in rows:
+            if row.threshold == wanted:
+                return row
+    if acts_as == block:
+        for row in fleet.rows:
+            if row.policy == "always-pull":
+                return row
+    ran = sorted({row.threshold for row in rows if row.threshold is not None})
     raise InputError(
         f"the fleet result has no row for the deployed threshold {deployed} (it ran {ran}): "
-        f"run kvcal fleet with --thresholds {deployed}"
+        f"run kvcal fleet with --thresholds {deployed if deployed == 1 else acts_as}"
     )
 
 

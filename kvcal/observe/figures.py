@@ -22,6 +22,7 @@ import numpy as np
 
 from kvcal.observe.client import PrometheusClient, Series
 from kvcal.observe.result import Figures, Observed
+from kvcal.observe.samples import merged
 from kvcal.observe.series import (
     LOOKBACK_S,
     History,
@@ -78,10 +79,7 @@ def _joined(series: list[Series]) -> list[Series]:
         spelt = one.labels.get("__name__", "").replace(":", "_")
         key = (spelt, *sorted((k, v) for k, v in one.labels.items() if k != "__name__"))
         groups.setdefault(key, []).append(one)
-    return [
-        group[0] if len(group) == 1 else Series(group[0].labels, tuple(sorted(s for g in group for s in g.samples)))
-        for group in groups.values()
-    ]
+    return [merged(group[0].labels, group) for group in groups.values()]
 
 
 def fetch(client: PrometheusClient, window: Window, selector: str | None) -> dict[str, list[Series]]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal
+import math
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 OBSERVE_SCHEMA: Final = "kvcal.observe/1"
 FIGURE_NAMES = (
@@ -20,6 +21,10 @@ FIGURE_NAMES = (
 )
 
 
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
 class Observed(BaseModel):
     """One figure: its value, how many samples it rests on, and why it is missing (value None) when it is."""
 
@@ -27,6 +32,14 @@ class Observed(BaseModel):
     value: float | None
     samples: int = Field(ge=0, description="Counters and the queue: the scrapes read; TTFT: the requests observed.")
     missing: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_number_is_missing(cls, data: Any) -> Any:
+        """A value that is not a finite number is no figure: missing, with the reason (never NaN in a record)."""
+        if isinstance(data, dict) and data.get("value") is not None and not _finite(data["value"]):
+            return {**data, "value": None, "missing": data.get("missing") or f"not a finite number ({data['value']})"}
+        return data
 
 
 class Figures(BaseModel):
@@ -65,6 +78,17 @@ class Check(BaseModel):
     tolerance: str
     verdict: Literal["ok", "outside", "unknown"]
     reason: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_value_is_unknown(cls, data: Any) -> Any:
+        """NaN never passes a gate: a verdict on an observed value or a prediction that is not a finite number
+        is ``unknown`` (every check of observe is built through here, whichever module judges it)."""
+        if isinstance(data, dict) and data.get("verdict") in ("ok", "outside"):
+            numbers = [data.get("observed"), *(data.get("predicted") or [])]
+            if not all(_finite(x) for x in numbers):
+                return {**data, "verdict": "unknown", "reason": f"no finite value to judge ({data.get('reason')})"}
+        return data
 
 
 class ObserveResult(BaseModel):

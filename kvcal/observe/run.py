@@ -13,12 +13,13 @@ from kvcal import __version__
 from kvcal.emit.deployed_values import read_threshold
 from kvcal.emit.formats import load_input
 from kvcal.errors import InputError, KvcalError
-from kvcal.fleet.result import FleetResult
+from kvcal.fleet.result import FleetResult, checked_result
 from kvcal.observe.checks import Prediction, bytes_check, fleet_checks, fleet_row, remeasure
-from kvcal.observe.client import PrometheusClient
+from kvcal.observe.client import PrometheusClient, query_budget
 from kvcal.observe.figures import fetch, figures_of, history_of, pod_parts
 from kvcal.observe.result import FIGURE_NAMES, Figures, ObserveResult, PodFigures, TimeWindow
 from kvcal.observe.series import Window
+from kvcal.redact import redact_url
 from kvcal.userfiles import check_input, read_text
 
 MAX_WINDOW_S = 31 * 86_400
@@ -121,7 +122,7 @@ def load_prediction(config: ObserveConfig) -> Prediction:
     if config.fleet_path is not None:
         text = read_text(check_input(config.fleet_path, f"fleet result {config.fleet_path}"))
         try:
-            fleet = FleetResult.model_validate_json(text)
+            fleet = checked_result(FleetResult.model_validate_json(text), str(config.fleet_path))
         except ValueError as err:
             raise InputError(
                 f"{config.fleet_path} is not a kvcal fleet --json result: {str(err).splitlines()[0]}"
@@ -154,7 +155,9 @@ def run_observe(config: ObserveConfig, now: float | None = None, transport=None)
     selector = parse_selector(config.selector)
     window = resolve_window(config, time.time() if now is None else now)
     prediction = load_prediction(config)
-    with PrometheusClient(config.prometheus, transport=transport) as client:
+    with PrometheusClient(
+        config.prometheus, transport=transport, total_deadline_s=query_budget(window.seconds)
+    ) as client:
         client.check(window.end)
         fetched = fetch(client, window, selector)
     history = history_of(fetched)
@@ -176,7 +179,7 @@ def run_observe(config: ObserveConfig, now: float | None = None, transport=None)
     )
     return ObserveResult(
         kvcal_version=__version__,
-        prometheus=config.prometheus,
+        prometheus=redact_url(config.prometheus),
         selector=selector,
         window=TimeWindow(start=_rfc3339(window.start), end=_rfc3339(window.end)),
         pods=pods,

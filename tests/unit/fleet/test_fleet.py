@@ -130,8 +130,18 @@ def test_near_idle_the_recommended_threshold_is_emit_configs(tmp_path):
 
 
 def test_thresholds_off_the_block_are_refused(tmp_path):
-    with pytest.raises(InputError, match="multiples of the block size 64"):
+    with pytest.raises(InputError, match="multiples of the block size 64, or 1"):
         run_fleet(_config(thresholds=[100]), make_fit(), lambda *a: None)
+
+
+def test_the_plugins_default_threshold_of_1_is_simulated_and_pulls_like_always_pull(tmp_path):
+    """kvcal observe names `--thresholds 1` for a fleet deployed with the plugin's default (issue 55)."""
+    w = tmp_path / "w.yaml"
+    w.write_text(EXAMPLE.read_text())
+    result = run_fleet(_config(w, pods=2, thresholds=[1, 1024], rate=0.05, duration_s=120, seeds=1), make_fit(),
+                       lambda *a: None)
+    rows = {(r.policy, r.threshold): r for r in result.rows}
+    assert rows[("threshold", 1)].pull_share == rows[("always-pull", None)].pull_share
 
 
 def test_rate_replaces_a_closed_loop():
