@@ -72,13 +72,14 @@ class Part:
 
 @dataclass(frozen=True)
 class Ratio:
-    """``scale x sum(increase(numerator)) / sum(increase(denominator))``; ``per_rank``: the numerator pools every
-    tensor-parallel rank (divided by the TP size); a ``None`` denominator means the window's seconds."""
+    """``scale x sum(increase(numerator)) / sum(increase(denominator))``; a ``None`` denominator means the window's
+    seconds. ``per_rank``: the parts that pool every tensor-parallel rank (divided by the TP size): ``numerator``,
+    or ``both`` (a ratio of counts, where it cancels but the counts' noise does not)."""
 
     numerator: tuple[Part, ...]
     denominator: tuple[Part, ...] | None
     scale: float = 1.0
-    per_rank: bool = False
+    per_rank: str = ""
     unit: str = ""
     note: str | None = None
 
@@ -104,7 +105,7 @@ class Figure:
 COSTS = {
     "pull_ms_per_token": Figure(
         {
-            "nixl": Ratio((_p("nixl_xfer_time"),), (EXTERNAL,), 1e3, per_rank=True, unit="ms/token"),
+            "nixl": Ratio((_p("nixl_xfer_time"),), (EXTERNAL,), 1e3, per_rank="numerator", unit="ms/token"),
             "p2p-tier": Ratio((_p("tier_p2p_time"),), (CACHED_P2P,), 1e3, unit="ms/token"),
         }
     ),
@@ -116,7 +117,12 @@ COSTS = {
     ),
     "pull_failure_rate": Figure(
         {
-            "nixl": Ratio((_p("nixl_failed"),), (_p("nixl_failed"), _p("nixl_transfers")), unit="failed/attempted"),
+            "nixl": Ratio(
+                (_p("nixl_failed"),),
+                (_p("nixl_failed"), _p("nixl_transfers")),
+                per_rank="both",
+                unit="failed/attempted",
+            ),
             "p2p-tier": Ratio(
                 (_p("tier_p2p_failures"),),
                 (_p("tier_p2p_chunks"),),

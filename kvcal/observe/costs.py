@@ -39,6 +39,7 @@ def no_pull(name: str) -> str:
     """Why a pod has no pull figures (``name``: the pod, or a phrase for several)."""
     return f"{NO_PULL_SERIES}{name} does not pull, or its vLLM does not count it"
 
+
 EMPTY = {
     "pull_ms_per_token": "no token was pulled in the window",
     "pull_bytes_per_s": "no transfer time was counted in the window",
@@ -147,11 +148,12 @@ class CostReader:
                 return
         assert isinstance(top, Increase) and isinstance(bottom, Increase)
         numerator = top.value / (self.ranks if ratio.per_rank else 1)
+        denominator = bottom.value / (self.ranks if ratio.per_rank == "both" else 1)
         if figure == "pull_failure_rate":
-            count: float | None = bottom.value
+            count: float | None = denominator
         else:
             count = events["prefill" if figure == "prefill_ms_per_token" else "pull"]
-        costs.sums[figure] = (numerator, bottom.value, float(top.samples if count is None else count))
+        costs.sums[figure] = (numerator, denominator, float(top.samples if count is None else count))
 
 
 def _decode_pod(pulled: float) -> str:

@@ -86,13 +86,14 @@ def cost_check(name: str, subject: Subject, calibrated: EngineCost | None, *, bu
     if calibrated is None:
         return _unknown(name, subject, observed, None, "none", NO_ENGINE_SIDE.format(leg=leg))
     predicted = [calibrated.value, calibrated.value]
+    if observed.value is None:
+        stated = f"{FLOOR} + {Z:g} x {CV[name]} x sqrt(1/n + 1/{calibrated.samples}), n the window's {leg}s"
+        return _unknown(name, subject, observed, predicted, stated, observed.missing or "not observed")
     tol = tolerance(name, observed.samples, calibrated.samples)
     stated = (
         f"x{1 + tol:.3g} either way: {FLOOR} + {Z:g} x {CV[name]} x sqrt(1/{observed.samples} "
         f"{'pulls' if leg == 'pull' else 'prefills'} + 1/{calibrated.samples} calibration probes)"
     )
-    if observed.value is None:
-        return _unknown(name, subject, observed, predicted, stated, observed.missing or "not observed")
     if busy is not None:
         return _unknown(name, subject, observed, predicted, stated, busy)
     if observed.value <= 0 or calibrated.value <= 0:

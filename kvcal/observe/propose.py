@@ -35,7 +35,7 @@ from kvcal.emit.threshold import compute_threshold, regret_model
 from kvcal.errors import KvcalError
 from kvcal.fit_record import FitResult
 from kvcal.observe.adjust import Move, adjusted
-from kvcal.observe.costs import CostReader, combined
+from kvcal.observe.costs import CostReader, PodCosts, combined
 from kvcal.observe.result import Proposal
 from kvcal.observe.series import Window
 from kvcal.records_engine import EngineCost, EngineSide, ProposedFrom
@@ -55,24 +55,27 @@ class Estimate:
     batches_with_events: int
 
 
-def batch_ratio(reader: CostReader, window: Window, figure: str, scale: float) -> Estimate | None:
-    """The fleet's ``figure`` over the window and its batch-means standard error; None where no batch gives it."""
+def sub_windows(reader: CostReader, window: Window) -> list[PodCosts]:
+    """The fleet's counts in each of :data:`BATCHES` equal sub-windows of ``window``."""
     step = window.seconds / BATCHES
-    nums, dens, events = [], [], []
+    out = []
     for j in range(BATCHES):
         sub = Window(window.start + j * step, window.start + (j + 1) * step if j < BATCHES - 1 else window.end)
-        sums = combined(list(reader.pods(sub).values())).sums.get(figure)
-        num, den, count = sums if sums is not None else (0.0, 0.0, 0.0)
-        nums.append(num)
-        dens.append(den)
-        events.append(count)
-    total_den = sum(dens)
+        out.append(combined(list(reader.pods(sub).values())))
+    return out
+
+
+def batch_ratio(batches: list[PodCosts], figure: str, scale: float) -> Estimate | None:
+    """The fleet's ``figure`` over the batches and its batch-means standard error; None where no batch gives it."""
+    sums = [b.sums.get(figure, (0.0, 0.0, 0.0)) for b in batches]
+    nums, dens = np.array([s[0] for s in sums]), np.array([s[1] for s in sums])
+    total_den = float(dens.sum())
     if total_den <= 0:
         return None
-    ratio = sum(nums) / total_den
-    residuals = np.asarray(nums) - ratio * np.asarray(dens)
-    se = math.sqrt(float(np.sum(residuals**2)) / (BATCHES * (BATCHES - 1))) / (total_den / BATCHES)
-    return Estimate(scale * ratio, scale * se, float(sum(events)), sum(1 for d in dens if d > 0))
+    ratio = float(nums.sum()) / total_den
+    k = len(batches)
+    se = math.sqrt(float(np.sum((nums - ratio * dens) ** 2)) / (k * (k - 1))) / (total_den / k)
+    return Estimate(scale * ratio, scale * se, float(sum(s[2] for s in sums)), int(np.sum(dens > 0)))
 
 
 @dataclass
@@ -128,8 +131,9 @@ def _high(end: int | None, threshold: int) -> int | None:
 def measure_production(reader: CostReader, window: Window, fit: FitResult, busy: str | None) -> Production:
     """The fleet's pull and prefill estimates; the prefill left at the calibration's (None, a note) where the window
     cannot say."""
-    pull = batch_ratio(reader, window, "pull_ms_per_token", 1e3)
-    prefill = batch_ratio(reader, window, "prefill_ms_per_token", 1e3)
+    batches = sub_windows(reader, window)
+    pull = batch_ratio(batches, "pull_ms_per_token", 1e3)
+    prefill = batch_ratio(batches, "prefill_ms_per_token", 1e3)
     side = fit.engine_side
     notes = []
     why = None
