@@ -57,6 +57,12 @@ def set_rate(rate: str) -> None:
             "burst", "256kb", "latency", "400ms")
 
 
+def clear_rate() -> None:
+    """Lift the data path's limit (the veth's own speed again)."""
+    for role in (Role.PRODUCER, Role.CONSUMER):
+        run("ip", "netns", "exec", NS[role], "tc", "qdisc", "del", "dev", DATA_DEV[role], "root", check=False)
+
+
 def make_namespaces() -> None:
     remove_namespaces()  # what a killed run of this helper left behind
     for role in (Role.PRODUCER, Role.CONSUMER):
@@ -101,6 +107,15 @@ class NetLinks:
         cache = default_cache_dir()
         ensure_tiny_model(cache / "models")
         self._pair("loop", namespaced=False)
+        self._pair("veth", namespaced=True)
+        wait_all_ready(self.servers, 1500)
+
+    def start_veth(self, rate: str | None) -> None:
+        """The rate-limited pair alone (``rate`` None: unlimited), for tests that slow one link during a run."""
+        make_namespaces()
+        if rate is not None:
+            set_rate(rate)
+        ensure_tiny_model(default_cache_dir() / "models")
         self._pair("veth", namespaced=True)
         wait_all_ready(self.servers, 1500)
 

@@ -57,6 +57,7 @@ class PodCosts:
     sums: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     pulled_tokens: float = 0.0
+    prefill_exposed: bool = False
     notes: list[str] = field(default_factory=list)
 
 
@@ -112,7 +113,7 @@ class CostReader:
     def pod(self, name: str, window: Window) -> PodCosts:
         mine = self.split[name]
         kind = pod_kind(mine)
-        costs = PodCosts(kind)
+        costs = PodCosts(kind, prefill_exposed=bool(mine.get("prefill_time")))
         external = _increase(EXTERNAL, mine, window, self.history)
         costs.pulled_tokens = external.value if external is not None and kind != "p2p-tier" else 0.0
         events = self._events(kind, mine, window)

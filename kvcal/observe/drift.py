@@ -22,14 +22,17 @@ and 0.9 in log terms; prefill about 0.35, docs/observe.md); ``FLOOR`` what diffe
 figures even when nothing changed: the calibration's median over single probes against
 production's sum over sum (1.09 against 1.30 us a token on the CPU pair's own probes) and the
 prompts' length mix (a CPU prefill costs 30 us a token at 1,024 tokens and 65 at 8,128).
-A failure rate is ``outside`` when even the lower end of its one-sided 99 % Wilson interval
-exceeds the bound: a single failure in a few pulls is not yet a failing link.
+A failure rate is ``outside`` when the count of failures is improbable at the bound (one-sided
+binomial test, p below :data:`FAILURE_ALPHA`): one failure in ten pulls is not yet a failing link
+(p 0.096), two are (0.004), and so are 5 in 100 (0.003).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from scipy import stats
 
 from kvcal.fit_record import FitResult
 from kvcal.observe.costs import PodCosts
@@ -40,7 +43,7 @@ FLOOR = 0.25
 Z = 2.0
 CV = {"pull_cost_drift": 0.8, "prefill_cost_drift": 0.4}
 FAILURE_BOUND = 0.01
-FAILURE_Z = 2.326  # one-sided 99 %
+FAILURE_ALPHA = 0.01
 QUEUE_P90_IDLE = 1.0
 LEGS = {"pull_cost_drift": ("pull_ms_per_token", "pull"), "prefill_cost_drift": ("prefill_ms_per_token", "prefill")}
 NO_ENGINE_SIDE = (
@@ -112,33 +115,31 @@ def cost_check(name: str, subject: Subject, calibrated: EngineCost | None, *, bu
     )
 
 
-def wilson_low(failed: float, attempted: float, z: float = FAILURE_Z) -> float:
-    """The lower end of the Wilson score interval of failed / attempted."""
-    if attempted <= 0:
-        return 0.0
-    p = failed / attempted
-    centre = p + z * z / (2 * attempted)
-    spread = z * math.sqrt(p * (1 - p) / attempted + z * z / (4 * attempted * attempted))
-    return max(0.0, (centre - spread) / (1 + z * z / attempted))
+def failure_p(failed: float, attempted: float, bound: float = FAILURE_BOUND) -> float:
+    """P(at least ``failed`` failures in ``attempted`` pulls) were the true rate ``bound``: the binomial test."""
+    k, n = int(round(failed)), int(round(attempted))
+    if k <= 0 or n <= 0:
+        return 1.0
+    return float(stats.binom.sf(k - 1, n, bound))
 
 
 def failure_check(subject: Subject) -> Check:
     observed = subject.figures.pull_failure_rate
-    stated = f"above {FAILURE_BOUND:.0%} beyond the counts' noise (one-sided 99 % Wilson lower bound)"
+    stated = f"above {FAILURE_BOUND:.0%} beyond the counts' noise (one-sided binomial test, p < {FAILURE_ALPHA:g})"
     sums = subject.costs.sums.get("pull_failure_rate")
     if observed.value is None or sums is None:
         return _unknown("pull_failures", subject, observed, None, stated, observed.missing or "not observed")
     failed, attempted, _ = sums
-    low = wilson_low(failed, attempted)
+    p_value = failure_p(failed, attempted)
     return Check(
         name="pull_failures",
         pod=subject.pod,
         observed=observed.value,
         predicted=[0.0, FAILURE_BOUND],
         tolerance=stated,
-        verdict="outside" if low > FAILURE_BOUND else "ok",
+        verdict="outside" if p_value < FAILURE_ALPHA else "ok",
         reason=f"{_where(subject)}: {failed:,.0f} of {attempted:,.0f} pulls failed ({observed.value:.2%}; "
-        f"at least {low:.2%} at 99 %)",
+        f"p = {p_value:.2g} at a {FAILURE_BOUND:.0%} rate)",
     )
 
 
@@ -159,7 +160,7 @@ def drift_checks(fit: FitResult, subjects: list[Subject], queue_p90: Observed) -
     out = []
     for subject in subjects:
         exposes_pull = subject.pod is None or subject.costs.kind is not None
-        exposes_prefill = subject.pod is None or _prefill_exposed(subject)
+        exposes_prefill = subject.pod is None or subject.costs.prefill_exposed
         if exposes_pull:
             out.append(cost_check("pull_cost_drift", subject, side.pull_ms_per_token if side else None, busy=None))
         if exposes_prefill:
@@ -168,11 +169,6 @@ def drift_checks(fit: FitResult, subjects: list[Subject], queue_p90: Observed) -
         if exposes_pull:
             out.append(failure_check(subject))
     return out
-
-
-def _prefill_exposed(subject: Subject) -> bool:
-    missing = subject.figures.prefill_ms_per_token.missing or ""
-    return "is not exposed" not in missing
 
 
 def remeasure(checks: list[Check]) -> list[str]:
