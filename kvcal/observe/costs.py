@@ -35,8 +35,10 @@ NO_PULL_SERIES = (
 )
 
 
-def no_pull(name: str) -> str:
-    """Why a pod has no pull figures (``name``: the pod, or a phrase for several)."""
+def no_pull(name: str, pulled: float) -> str:
+    """Why a pod has no pull figures: it pulled nothing, or its vLLM does not count a pull's time."""
+    if pulled > 0:
+        return f"{NO_PULL_SERIES}{name} pulled {pulled:,.0f} prompt tokens, but its vLLM does not count their transfer"
     return f"{NO_PULL_SERIES}{name} does not pull, or its vLLM does not count it"
 
 
@@ -113,14 +115,15 @@ class CostReader:
     def pod(self, name: str, window: Window) -> PodCosts:
         mine = self.split[name]
         kind = pod_kind(mine)
-        costs = PodCosts(kind, prefill_exposed=bool(mine.get("prefill_time")))
+        costs = PodCosts(kind)
         external = _increase(EXTERNAL, mine, window, self.history)
         costs.pulled_tokens = external.value if external is not None and kind != "p2p-tier" else 0.0
+        costs.prefill_exposed = bool(mine.get("prefill_time"))
         events = self._events(kind, mine, window)
         for figure, spec in COSTS.items():
             ratio = spec.ratio(kind or "any")
             if ratio is None:
-                costs.missing[figure] = no_pull(name)
+                costs.missing[figure] = no_pull(name, costs.pulled_tokens)
                 continue
             if figure == "prefill_ms_per_token" and costs.pulled_tokens > 0:
                 costs.missing[figure] = _decode_pod(costs.pulled_tokens)
@@ -185,7 +188,7 @@ def _fleet_reason(figure: str, reasons: list[str]) -> str:
     if all(r == reasons[0] for r in reasons):
         return reasons[0]
     if all(r.startswith(NO_PULL_SERIES) for r in reasons):
-        return f"{NO_PULL_SERIES}no pod pulls, or their vLLM does not count it"
+        return f"{NO_PULL_SERIES}no pod's pull is counted (the pods pull nothing, or their vLLM does not count it)"
     return f"no pod gives it ({reasons[0]})"
 
 

@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.netns, pytest.mark.prometheus
 STORED = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "cpu-veth-50mbit" / "fit.json"
 SLOW = "50mbit"  # the rate the stored fit was swept at
 SECONDS = 40.0
-RATES = {"slow": 0.25, "fast": 0.5}  # a 50 Mbit/s pull takes ~1.3 s: fewer sessions keep them apart
+RATES = {"slow": 0.25, "fast": 0.75}  # a 50 Mbit/s pull takes ~1.3 s: fewer sessions keep them apart
 
 
 def test_a_slowed_link_agrees_with_its_fit_and_the_unlimited_one_is_named(tmp_path):
