@@ -202,9 +202,10 @@ class _Handler(BaseHTTPRequestHandler):
 class FakePrometheus:
     """The server on 127.0.0.1 (a free port), in a daemon thread; ``url(mode)`` is the base URL for a behaviour."""
 
-    def __init__(self) -> None:
+    def __init__(self, fleet=None) -> None:
+        """``fleet(anchor)``: the series to serve instead of :func:`fleet_series`' (tests/fake_costs_fleet.py)."""
         self.anchor = time.time()
-        self.series = fleet_series(self.anchor)
+        self.series = (fleet or fleet_series)(self.anchor)
         self.old_series = fleet_series(self.anchor, old=True)
         self.stop_event = threading.Event()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)

@@ -207,6 +207,14 @@ def render(result: FitResult) -> None:
         )
     if result.pull_bandwidth_gbps is not None:
         stdout.print(f"pull bandwidth at the longest length: {result.pull_bandwidth_gbps:.2f} GB/s")
+    side = result.engine_side
+    if side is not None and (side.pull_ms_per_token or side.prefill_ms_per_token):
+        parts = [
+            f"{leg} {cost.value * 1e3:.4g} us/token ({cost.samples} probes)"
+            for leg, cost in (("pull transfer", side.pull_ms_per_token), ("prefill", side.prefill_ms_per_token))
+            if cost is not None
+        ]
+        stdout.print(f"as the engines counted it: {', '.join(parts)} (kvcal observe compares production with these)")
     stdout.print(f"recompute model: {result.recompute.selection}")
     render_links(result)
     boot = result.bootstrap

@@ -26,6 +26,7 @@ import pandas as pd
 from kvcal.disturbance_bounds import resource_of, summarise
 from kvcal.errors import InputError
 from kvcal.fit.costmodel_inputs import LoadedProbes, split_loaded
+from kvcal.fit.engine_side import summarise as engine_side_of
 from kvcal.fit.fields import ParsedRows
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
 from kvcal.fit.llmd_table import TABLE_HEADER, looks_like_row, read_llmd_table
@@ -34,6 +35,7 @@ from kvcal.fit.recipe import unstamped
 from kvcal.fit.run_records import run_records, start_times
 from kvcal.fit_record import FitSource, HostDisturbance
 from kvcal.records import Leg, ProbeRecord, RunSetup
+from kvcal.records_engine import EngineSide
 from kvcal.runfolder import pulls_by_proof
 from kvcal.userfiles import read_text
 
@@ -67,6 +69,7 @@ class ProbeTable:
     order_source: str | None = (
         None  # where ``order`` came from: started_at (a run folder's or a CSV's), order (a CSV's)
     )
+    engine_side: EngineSide | None = None  # the engines' own per-token costs over these probes (run folders)
 
     @property
     def block_size(self) -> int | None:
@@ -231,6 +234,7 @@ def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
         loaded=loaded,
         pulls_by_proof=pulls_by_proof(chosen.values()),
         order_source="started_at" if when else None,
+        engine_side=engine_side_of(timed, manifest.setup),
     )
 
 

@@ -24,6 +24,8 @@ BYTES_TOLERANCE = 0.10
 TTFT_TOLERANCE = 0.25
 SHARE_TOLERANCE = 0.05
 QUEUE_SLACK = 1.0
+FLEET_CHECKS = ("ttft_p50_ms", "ttft_p90_ms", "pull_share", "queue_p90")
+"""The checks against a kvcal fleet row."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ def remeasure(checks: list[Check], prediction: Prediction, requests_per_s: float
             "bytes per pulled token moved from the calibration's: the model's KV layout or dtype, or the "
             "transport, changed; run kvcal sweep on a producer/consumer pair of this fleet, then kvcal fit"
         )
-    if outside - {"bytes_per_pulled_token"}:
+    if outside & set(FLEET_CHECKS):
         rate = f" (it served {requests_per_s:.3g} requests/s)" if requests_per_s is not None else ""
         fleet = prediction.fleet
         out.append(

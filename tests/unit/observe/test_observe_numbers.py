@@ -146,7 +146,8 @@ def test_a_hostile_label_stays_one_escaped_row_of_the_table(kvcal, prom):
     result = kvcal("observe", "--prometheus", prom.url("labels"), "--since", "15m")
     assert result.code == 0, result.err
     rows = result.out.splitlines()
-    assert sum(line.startswith("fleet ") for line in rows) == 1  # the label's newline forged no second fleet row
+    tables = sum(line.startswith("pod ") for line in rows)  # the figures' table and the production costs'
+    assert sum(line.startswith("fleet ") for line in rows) == tables == 2  # a label's newline forged no fleet row
     assert not any(c in result.out for c in "\x1b\x00\r\x07\u202e\x85")
     assert "pod-\\x1b[31mred" in result.out
     doc = kvcal("observe", "--prometheus", prom.url("labels"), "--since", "15m", "--json")
