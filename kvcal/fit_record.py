@@ -19,6 +19,7 @@ from typing import Any, Final, Literal
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from kvcal.errors import InputError
+from kvcal.files.reading import load_json, read_text
 from kvcal.fit_defaults import CONFIDENCE, N_RESAMPLES, SEED
 from kvcal.records import MAX_TOKENS, Record, RunSetup
 from kvcal.records_cost import MeanCostSummary
@@ -26,7 +27,6 @@ from kvcal.records_costmodel import CostModelFit
 from kvcal.records_engine import EngineSide, ProposedFrom
 from kvcal.records_links import ClassDifference, SessionCost
 from kvcal.records_v1 import FIT_V1, upgrade_fit
-from kvcal.userfiles import load_json, read_text
 
 FIT_SCHEMA: Final = "kvcal.fit/2"
 FIT_SCHEMAS = (FIT_V1, FIT_SCHEMA)
@@ -324,7 +324,7 @@ def load_fit(path: str | Path) -> FitResult:
     p = Path(path)
     if not p.exists() and not p.is_symlink():
         raise InputError(f"{p}: no such file or folder")
-    text = read_text(p, bom=True)  # FIFOs, folders, binary and unreadable files named (kvcal/userfiles.py)
+    text = read_text(p, bom=True)  # FIFOs, folders, binary and unreadable files named (kvcal/files/reading.py)
     try:
         data = load_json(text)
     except RecursionError:

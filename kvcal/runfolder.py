@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from kvcal.errors import InputError
-from kvcal.instants import instant
-from kvcal.outputs import is_stdout, write_file
+from kvcal.files.instants import instant
+from kvcal.files.reading import read_bytes, read_text
+from kvcal.files.writing import is_stdout, write_file
 from kvcal.probe_checks import contradiction
 from kvcal.records import RUN_SCHEMA, Leg, PlannedProbe, ProbeRecord, Record
 from kvcal.records_v1 import upgrade_run
-from kvcal.userfiles import read_bytes, read_text
 
 if TYPE_CHECKING:
     from kvcal.run_manifest import RunManifest
@@ -236,7 +236,7 @@ def export_interchange(run: RunFolder, output: Path) -> int:
 
 
 def start_instants(records: Iterable[ProbeRecord]) -> dict[str, float]:
-    """Each probe's started_at as epoch seconds, by probe id; empty when any cannot be read (see kvcal/instants.py)."""
+    """Each probe's started_at as epoch seconds, by id; empty when any cannot be read (kvcal/files/instants.py)."""
     out = {}
     for record in records:
         try:

@@ -27,10 +27,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kvcal.engine_args import arg_value
+from kvcal.files.yaml_guard import refuse_bool_numbers
 from kvcal.sim_costs import SimCosts
 from kvcal.transports import transport_names
 from kvcal.transports.p2p_tier import P2P_PORT
-from kvcal.yaml_guard import refuse_bool_numbers
 
 TRANSPORT_NAMES = transport_names()
 """Every KV transport's name, sorted, as the transports declare them: what the transport setting accepts."""

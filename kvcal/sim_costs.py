@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kvcal.yaml_guard import refuse_bool_numbers
+from kvcal.files.yaml_guard import refuse_bool_numbers
 
 
 class SimCosts(BaseModel):

@@ -96,7 +96,7 @@ class Masks:
 
 
 def _checkout_commit() -> str | None:
-    """The commit provenance stamps on a run (kvcal.provenance.git_commit): it differs from tree to tree."""
+    """The commit provenance stamps on a run (kvcal.files.provenance.git_commit): it differs from tree to tree."""
     done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     return done.stdout.strip() or None if done.returncode == 0 else None
 

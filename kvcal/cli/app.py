@@ -40,7 +40,7 @@ from kvcal.cli import commands
 from kvcal.cli.output import error_line, library_warning
 from kvcal.cli.rich_help import HelpFlagGroup, load_help_renderer
 from kvcal.errors import InputError, KvcalError
-from kvcal.outputs import checked_stdout, unclaim_stdout
+from kvcal.files.writing import checked_stdout, unclaim_stdout
 
 if TYPE_CHECKING:
     import click
@@ -174,7 +174,7 @@ OUTPUT_PARAMETERS = {"output", "markdown", "plot", "output_dir"}  # paths a comm
 
 
 def _stdin_for_dash(callback):
-    """Wrap a command so that ``-`` for a file it reads is standard input (read once, kvcal/userfiles.py)."""
+    """Wrap a command so that ``-`` for a file it reads is standard input (read once, kvcal/files/reading.py)."""
     inputs = [
         p.name
         for p in inspect.signature(callback).parameters.values()
@@ -185,7 +185,7 @@ def _stdin_for_dash(callback):
 
     @functools.wraps(callback)
     def checked(*args, **kwargs):
-        from kvcal.userfiles import STDIN, stdin_copy
+        from kvcal.files.reading import STDIN, stdin_copy
 
         for name in inputs:
             value = kwargs.get(name)
@@ -371,7 +371,7 @@ def _guard_streams() -> None:
                 os.close(held)
     if sys.stdout is None:
         sys.stdout = _ClosedText()
-    sys.stdout = checked_stdout(sys.stdout)  # every byte written or an error, text escaped (kvcal/outputs.py)
+    sys.stdout = checked_stdout(sys.stdout)  # every byte written or an error, text escaped (kvcal/files/writing.py)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - stderr for the life of the process
     warnings.showwarning = library_warning  # a library's warning quotes what it was given: one safe line

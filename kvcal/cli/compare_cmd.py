@@ -79,7 +79,7 @@ def compare(
     )  # first: a bad value is refused before either run is loaded
     from rich.table import Table
 
-    from kvcal.outputs import check_output
+    from kvcal.files.writing import check_output
     from kvcal.report.compare_outputs import TABLE_HEADER, CompareConfig, row_notes, run_compare, table_rows
 
     check_output(markdown, "--markdown", [baseline, current, values, plot, html])

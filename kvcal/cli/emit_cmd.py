@@ -192,7 +192,7 @@ def emit_config(
     How each number was reached is printed on stderr; only the artifact goes to stdout.
     """  # noqa: E501 - help text, printed by --help as written
     from kvcal.emit.options import EmitOptions  # the settings model: built only when the command runs (fast --help)
-    from kvcal.outputs import check_output, write_file
+    from kvcal.files.writing import check_output, write_file
 
     if output is not None and in_place and not diff:
         raise InputError("--in-place writes the values file itself; drop --output (or add --diff to keep the diff)")

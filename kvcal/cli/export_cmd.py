@@ -20,7 +20,7 @@ def export(
     Example: kvcal export results/my-run -o probes.csv   (or -o - | column -ts,)
     """
     from kvcal.errors import InputError
-    from kvcal.outputs import check_output, is_stdout
+    from kvcal.files.writing import check_output, is_stdout
     from kvcal.runfolder import RunFolder, export_interchange
 
     to_stdout = is_stdout(output)

@@ -121,8 +121,8 @@ def register(app: typer.Typer) -> None:
             epp_log=epp_log,
             idle=idle,
         )  # first: a bad value is refused before any file is read
+        from kvcal.files.writing import check_output, claim_stdout
         from kvcal.fit import dumps
-        from kvcal.outputs import check_output, claim_stdout
 
         if json_out:
             claim_stdout("--json")

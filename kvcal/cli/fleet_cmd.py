@@ -118,9 +118,9 @@ def fleet(
         plot=plot,
     )  # first: a bad flag is refused before the heavy imports
     from kvcal.emit.formats import load_input
+    from kvcal.files.reading import check_input
+    from kvcal.files.writing import check_output, claim_stdout
     from kvcal.fleet.run import check_arguments, run_fleet
-    from kvcal.outputs import check_output, claim_stdout
-    from kvcal.userfiles import check_input
 
     check_input(workload, f"workload file {workload}")
     if as_json:

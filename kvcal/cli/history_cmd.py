@@ -29,7 +29,7 @@ def history(
     """Show how the break-even (with its interval) and the cost coefficients moved over runs."""
     from rich.table import Table
 
-    from kvcal.outputs import check_output
+    from kvcal.files.writing import check_output
     from kvcal.report.history import HEADER, HistoryConfig, run_history, table_rows
 
     for path, flag in ((output, "--output"), (markdown, "--markdown")):

@@ -75,7 +75,7 @@ def k8s_job(
 ) -> None:
     """Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable from a laptop)."""  # noqa: E501 - help text, printed by --help as written
     from kvcal.emit.k8s import JobSpec, render_job
-    from kvcal.outputs import check_output, write_file
+    from kvcal.files.writing import check_output, write_file
 
     check_output(output, "--output")
     pair_specs = _pairs(pairs, producer_url, consumer_url)

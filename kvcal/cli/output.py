@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-from kvcal.outputs import stdout_claimed
+from kvcal.files.writing import stdout_claimed
 from kvcal.redact import redact_text
 from kvcal.terminal_text import flattened, visible
 

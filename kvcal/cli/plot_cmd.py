@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         from kvcal.fit.settings import fit_settings
 
         settings = fit_settings(confidence=confidence, seed=seed)  # also when a fit.json leaves it unused: bad is bad
-        from kvcal.outputs import check_output
+        from kvcal.files.writing import check_output
         from kvcal.report.plot import plot_input
 
         check_output(output, "--output", [input])

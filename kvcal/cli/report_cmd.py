@@ -62,7 +62,7 @@ def report(
     fleet: bool = typer.Option(False, "--fleet", help="A fleet study: INPUT is what kvcal fleet --json printed."),
 ) -> None:
     """Write one self-contained HTML report of a run, a comparison, a history or a fleet study."""
-    from kvcal.outputs import check_output
+    from kvcal.files.writing import check_output
 
     kind = _kind(list(inputs), compare, history, fleet)
     for path in inputs:

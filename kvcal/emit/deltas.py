@@ -14,7 +14,7 @@ Each delta is a whole number of tokens from 1 to ``MAX_TOKENS``, each count a no
 number up to ``MAX_COUNT``; the weights are the counts over their sum.
 
 Memory is bounded whatever the file holds: the log and text forms are read a line at a time
-(:func:`kvcal.userfiles.read_lines`) into a histogram of at most
+(:func:`kvcal.files.reading.read_lines`) into a histogram of at most
 :data:`kvcal.emit.delta_weights.MAX_POINTS` values (:class:`HistogramBuilder`), so a router log of
 a million decisions takes the same few MB as one of a thousand.
 """
@@ -30,9 +30,9 @@ import numpy as np
 
 from kvcal.emit.delta_weights import MAX_POINTS, Histogram, merge_to
 from kvcal.errors import InputError
+from kvcal.files.reading import load_json, read_lines, read_text
 from kvcal.fit.observational import DECISION, decision_from_line
 from kvcal.records import MAX_TOKENS
-from kvcal.userfiles import load_json, read_lines, read_text
 
 _SPLIT = re.compile(r"[,\t ;]+")
 MAX_COUNT = 1e200  # far past any count of requests; the weights' sums stay finite below it

@@ -13,8 +13,8 @@ from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from kvcal.emit.router import DEFAULT_PREFIX_MATCH_PRODUCER, PLUGIN_TYPE, FoundNames
 from kvcal.emit.router import THRESHOLD_KEY as KEY
 from kvcal.errors import InputError
-from kvcal.userfiles import read_text
-from kvcal.yaml_guard import check_ruamel_text, describe
+from kvcal.files.reading import read_text
+from kvcal.files.yaml_guard import check_ruamel_text, describe
 
 PREFIX_PRODUCER_TYPE = DEFAULT_PREFIX_MATCH_PRODUCER
 
@@ -28,7 +28,7 @@ def read_threshold(path: Path) -> int:
     """
     if not path.exists() and not path.is_symlink():
         raise InputError(f"{path}: no such values file")
-    text = read_text(path, f"{path} (values file)")  # no FIFO, binary or unreadable file (kvcal/userfiles.py)
+    text = read_text(path, f"{path} (values file)")  # no FIFO, binary or unreadable file (kvcal/files/reading.py)
     yaml, data = _parse_values(text, path, str(path))
     if folded := _folded_configs(yaml.compose(text)):
         raise InputError(folded_config_problem(str(path), folded[0]))

@@ -20,8 +20,8 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from kvcal.errors import InputError
-from kvcal.yaml_guard import describe as problem
-from kvcal.yaml_guard import guarded_compose
+from kvcal.files.yaml_guard import describe as problem
+from kvcal.files.yaml_guard import guarded_compose
 
 
 @dataclass
@@ -54,7 +54,7 @@ def line_of(emb: Embedded, name: str) -> Callable[[Node], str]:
 
 def compose(text: str, what: str) -> Any:
     try:
-        return guarded_compose(lambda: YAML(typ="rt").compose(text), what)  # kvcal/yaml_guard.py: aliases bounded
+        return guarded_compose(lambda: YAML(typ="rt").compose(text), what)  # kvcal/files/yaml_guard.py: aliases bounded
     except YAMLError as err:
         raise InputError(f"{what} is not valid YAML: {problem(err)}") from None
 

@@ -65,8 +65,8 @@ from kvcal.emit.helm_verify import verify, verify_config
 from kvcal.emit.remaining_work_values import RemainingWork, inspect, routes_node
 from kvcal.emit.router import PLUGIN_PARAMETERS, PLUGIN_TYPE
 from kvcal.errors import InputError, KvcalError
-from kvcal.outputs import exclusive_backup, write_file, writer_lock
-from kvcal.userfiles import is_stdin_copy, read_text
+from kvcal.files.reading import is_stdin_copy, read_text
+from kvcal.files.writing import exclusive_backup, write_file, writer_lock
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ def patch_values_file(
 
 
 def _patch_file(path: Path, spec: PluginSpec, *, add_plugin: bool, in_place: bool, diff: bool) -> FilePatch:
-    text = read_text(path, f"--values {path}")  # kvcal/userfiles.py: no FIFO, binary or unreadable file
+    text = read_text(path, f"--values {path}")  # kvcal/files/reading.py: no FIFO, binary or unreadable file
     if in_place:
         check_writable(path)
     result = patch_values_text(text, spec, add_plugin=add_plugin, name=str(path))
@@ -324,7 +324,7 @@ def write_in_place(path: Path, new_text: str) -> Path:
     """Back up ``path`` (``FILE.bak``, ``.bak.1``, ...) then replace it atomically; returns the backup."""
     target = path.resolve()
     try:
-        backup = exclusive_backup(target)  # O_EXCL, never through a (dangling) link: kvcal/outputs.py
+        backup = exclusive_backup(target)  # O_EXCL, never through a (dangling) link: kvcal/files/writing.py
     except OSError as err:
         raise InputError(f"--in-place: could not back up {path}: {err.strerror or err}; nothing was written") from None
     try:

@@ -302,7 +302,7 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
     def describe(self) -> dict[str, Any]:
         """The pair's own provenance.
 
-        Versions, CPU, GPUs and UCX_* env are in :func:`kvcal.provenance.host_provenance`.
+        Versions, CPU, GPUs and UCX_* env are in :func:`kvcal.files.provenance.host_provenance`.
         """
         launch = not self.settings.attach
         roles = ROLES

@@ -45,7 +45,7 @@ from kvcal.engines.gpu_placement import ParallelSizes, place
 from kvcal.engines.process import free_ports
 from kvcal.engines.tinymodel import TINY_MODEL_DIRNAME
 from kvcal.errors import HardwareError, InputError
-from kvcal.provenance import gpu_inventory
+from kvcal.files.provenance import gpu_inventory
 from kvcal.settings import EngineSettings
 from kvcal.transports.base import Role, SideChannel, Transport
 from kvcal.transports.p2p_tier import P2P_PORT

@@ -25,7 +25,7 @@ from typing import Any
 
 from kvcal.errors import InputError
 from kvcal.estimate.profiles import ModelProfile, load_profiles, parse_model_profile
-from kvcal.userfiles import load_json, read_text
+from kvcal.files.reading import load_json, read_text
 
 _MLA_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa"}
 

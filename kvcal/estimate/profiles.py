@@ -60,8 +60,8 @@ from kvcal.estimate.profile_schema import (  # re-exported: kvcal.estimate.profi
     hardware_adapter,
     normalize_kv_dtype,
 )
-from kvcal.userfiles import read_text
-from kvcal.yaml_guard import describe, load_pyyaml
+from kvcal.files.reading import read_text
+from kvcal.files.yaml_guard import describe, load_pyyaml
 
 __all__ = [
     "DTYPE_BYTES",

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from kvcal.errors import InputError
-from kvcal.instants import instant
+from kvcal.files.instants import instant
 from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS
 
 LEGS = ("recompute", "pull")  # the leg column's values

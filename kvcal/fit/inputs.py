@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvcal.errors import InputError, KvcalError
+from kvcal.files.reading import check_input
 from kvcal.fit.classes import with_links, with_table_classes
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import looks_like_json
@@ -28,7 +29,6 @@ from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings, load_fit
 from kvcal.records import RunSetup
 from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, run_folders_in
-from kvcal.userfiles import check_input
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def load_fit_input(
     if not p.exists():
         raise InputError(f"{p}: no such file or folder")
     if not p.is_dir():
-        check_input(p)  # a FIFO or device would block the peek below (kvcal/userfiles.py)
+        check_input(p)  # a FIFO or device would block the peek below (kvcal/files/reading.py)
     is_table = not p.is_dir() and not looks_like_json(p)
     if supplied is not None and supplied != RunSetup() and not is_table:
         raise InputError(

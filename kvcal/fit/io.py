@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from kvcal.errors import InputError
+from kvcal.files.reading import is_stdin_copy
+from kvcal.files.writing import write_file, writer_lock
 from kvcal.fit_record import FitResult
-from kvcal.outputs import write_file, writer_lock
-from kvcal.userfiles import is_stdin_copy
 
 
 def looks_like_json(path: Path) -> bool:
@@ -31,7 +31,7 @@ def default_output(path: str | Path) -> Path:
 def write_fit(result: FitResult, path: str | Path) -> Path:
     """Write fit.json (key ``schema`` by alias) whole or not at all; InputError when the place cannot be written."""
     p = Path(path)
-    with writer_lock(p, str(p)):  # two fits of one target: the second waits (kvcal/outputs.py)
+    with writer_lock(p, str(p)):  # two fits of one target: the second waits (kvcal/files/writing.py)
         return write_file(p, dumps(result) + "\n", str(p))
 
 

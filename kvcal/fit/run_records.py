@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvcal.errors import InputError
-from kvcal.instants import instant
+from kvcal.files.instants import instant
 from kvcal.records import ProbeRecord
 from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, run_folders_in

@@ -25,6 +25,7 @@ import pandas as pd
 
 from kvcal.disturbance_bounds import resource_of, summarise
 from kvcal.errors import InputError
+from kvcal.files.reading import read_text
 from kvcal.fit.costmodel_inputs import LoadedProbes, split_loaded
 from kvcal.fit.engine_side import summarise as engine_side_of
 from kvcal.fit.fields import ParsedRows
@@ -37,7 +38,6 @@ from kvcal.fit_record import FitSource, HostDisturbance
 from kvcal.records import Leg, ProbeRecord, RunSetup
 from kvcal.records_engine import EngineSide
 from kvcal.runfolder import pulls_by_proof
-from kvcal.userfiles import read_text
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def load_probe_table(path: str | Path) -> ProbeTable:
         return _load_run_folder(p)
     text = read_text(
         p, bom=True
-    )  # bom: a spreadsheet's byte-order mark; FIFOs, binary files refused (kvcal/userfiles.py)
+    )  # bom: a spreadsheet's byte-order mark; FIFOs, binary files refused (kvcal/files/reading.py)
     if not text.strip():
         raise InputError(f"{p}: file is empty")
     first = next(line for line in text.splitlines() if line.strip())

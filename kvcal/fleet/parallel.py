@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcal.errors import InputError, KvcalError, one_line
+from kvcal.files.urls import check_host
 from kvcal.fleet.help_facts import MAX_JOBS, WORKER_MIB
 from kvcal.redact import redact_url
-from kvcal.urls import check_host
 
 RAY_INSTALL = "pip install 'kvcal[ray]'"
 

@@ -13,10 +13,10 @@ from typing import Annotated, ClassVar
 
 from pydantic import ConfigDict, Field, field_validator
 
+from kvcal.files.writing import check_plot_name
 from kvcal.flag_settings import FlagModel
 from kvcal.fleet.help_facts import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_PODS  # declared there for --help
 from kvcal.fleet.parallel import MAX_JOBS, Executor, default_jobs
-from kvcal.outputs import check_plot_name
 
 MAX_RATE = 1e5  # sessions per second, as the workload file's arrival.rate
 MAX_THRESHOLD_TOKENS = 10**7  # as the workload's longest system prompt: no prompt reaches further

@@ -20,9 +20,9 @@ import numpy as np
 from pydantic import ValidationError
 
 from kvcal.errors import InputError
+from kvcal.files.reading import read_text
 from kvcal.fit.observational import LifecycleRecord
 from kvcal.fleet.workload import MAX_TRACE_BYTES, Workload
-from kvcal.userfiles import read_text
 
 ARRIVE, NEW_SESSION = 0, 4  # kvcal.fleet.sim's event kinds
 

@@ -15,8 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvcal.errors import InputError
-from kvcal.userfiles import read_text
-from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml, refuse_bool_numbers
+from kvcal.files.reading import read_text
+from kvcal.files.yaml_guard import BOOL_NUMBER, describe, load_pyyaml, refuse_bool_numbers
 
 
 class Strict(BaseModel):

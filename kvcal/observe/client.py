@@ -50,9 +50,9 @@ import numpy as np
 
 from kvcal.engines.deadline import Deadline
 from kvcal.errors import InputError, KvcalError, one_line
+from kvcal.files.urls import parse_engine_url
 from kvcal.observe.samples import MAX_SAMPLES, Series, checked, describe, merged
 from kvcal.redact import redact_url
-from kvcal.urls import parse_engine_url
 
 __all__ = ["PrometheusClient", "PrometheusUnavailable", "Series", "query_budget", "spans"]
 

@@ -13,6 +13,8 @@ from kvcal import __version__
 from kvcal.emit.deployed_values import read_threshold
 from kvcal.emit.formats import load_input
 from kvcal.errors import InputError, KvcalError, NoThreshold
+from kvcal.files.reading import check_input, read_text
+from kvcal.files.writing import check_output, is_stdout
 from kvcal.fit.io import write_fit
 from kvcal.fleet.result import FleetResult, checked_result
 from kvcal.observe.catalog import COST_FAMILIES, COST_QUERIES
@@ -25,10 +27,8 @@ from kvcal.observe.figures import PodParts, fetch, figures_of, history_of, pod_p
 from kvcal.observe.propose import Proposed, measure_production, propose
 from kvcal.observe.result import COST_NAMES, FIGURE_NAMES, Figures, ObserveResult, PodFigures, TimeWindow
 from kvcal.observe.series import History, Window
-from kvcal.outputs import check_output, is_stdout
 from kvcal.records_engine import ProposedFrom
 from kvcal.redact import redact_url
-from kvcal.userfiles import check_input, read_text
 
 MAX_WINDOW_S = 31 * 86_400
 """A month of raw samples is as far as the answer's size cap reaches for a small fleet."""

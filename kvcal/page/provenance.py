@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from kvcal import __version__
+from kvcal.files.provenance import git_commit
 from kvcal.fit_record import FitResult
 from kvcal.page.html import bullets, cell, details, esc, key_values, paragraph, section, table, tag
 from kvcal.page.run_data import RunData
-from kvcal.provenance import git_commit
 
 
 def flat(node: Any, prefix: str = "") -> dict[str, Any]:

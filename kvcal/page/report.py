@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvcal.errors import InputError
-from kvcal.outputs import write_file
+from kvcal.files.writing import write_file
 from kvcal.page import compare_page, fleet_page, history_page, run_page
 from kvcal.page.html import document
 from kvcal.page.provenance import footer
@@ -67,7 +67,7 @@ def compare_document(result: Comparison) -> str:
 
 
 def write_report(config: ReportConfig) -> Path:
-    """Build the page and write it whole (kvcal.outputs: a crash leaves no partial file)."""
+    """Build the page and write it whole (kvcal.files.writing: a crash leaves no partial file)."""
     return write_file(config.output, build_page(config), f"-o {config.output}")
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from kvcal.emit.deployed_values import read_threshold
-from kvcal.outputs import write_file
+from kvcal.files.writing import write_file
 from kvcal.report.compare_settings import CompareConfig
 from kvcal.report.plot import draw_run, grid, save
 from kvcal.report.regression import Comparison, Row, compare_runs

@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from kvcal.errors import InputError
-from kvcal.outputs import write_file
+from kvcal.files.writing import write_file
 from kvcal.report.plot import save
 from kvcal.report.runs import LoadedRun, load_run
 from kvcal.report.text import fmt_ci, fmt_value

@@ -26,12 +26,12 @@ from matplotlib.figure import Figure
 
 from kvcal.cost_curve import cost_ms
 from kvcal.errors import InputError
+from kvcal.files.writing import check_plot_name, replacing
 from kvcal.fit.costmodel_inputs import coef_samples
 from kvcal.fit.entry import curve_ms
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.tables import ProbeTable, load_class_table
 from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings, SlowMode
-from kvcal.outputs import check_plot_name, replacing
 from kvcal.report.plot_load import cost_model_line, draw_by_state
 from kvcal.terminal_text import visible
 
@@ -328,7 +328,7 @@ def save(figure: Figure, path: str | Path, *, dpi: float | str = 110) -> Path:
     """
     p = Path(path)
     try:
-        with replacing(p, f"plot {p}") as handle:  # whole image or the old one (kvcal/outputs.py)
+        with replacing(p, f"plot {p}") as handle:  # whole image or the old one (kvcal/files/writing.py)
             figure.savefig(handle, dpi=dpi, format=p.suffix[1:].lower() or None)
     except ValueError as err:
         raise InputError(f"cannot write plot {p}: {err}") from None

@@ -24,8 +24,8 @@ import numpy as np
 
 from kvcal.engines.base import EnginePair, LegMeasurement
 from kvcal.errors import EngineError, GateError
+from kvcal.files.provenance import utc_now
 from kvcal.probe_checks import checked_record
-from kvcal.provenance import utc_now
 from kvcal.records import Leg, ProbeRecord
 from kvcal.runfolder import RunFolder
 from kvcal.settings import SweepConfig

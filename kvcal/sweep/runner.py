@@ -18,7 +18,7 @@ from kvcal.engines.pairset import PairSet
 from kvcal.engines.sim import SimPair
 from kvcal.engines.vllm import pair_from_config
 from kvcal.errors import EngineError, InputError
-from kvcal.provenance import host_provenance, utc_now
+from kvcal.files.provenance import host_provenance, utc_now
 from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, completed_probe_ids
 from kvcal.settings import SweepConfig

@@ -22,12 +22,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kvcal.errors import InputError
+from kvcal.files.reading import read_text
+from kvcal.files.urls import check_pair_urls
+from kvcal.files.yaml_guard import BOOL_NUMBER, describe, load_pyyaml
 from kvcal.settings import GROUPS, PATHS, SweepConfig, flat_field, grouped_from_flat
 from kvcal.settings_flags import flag_of, marked
 from kvcal.transports import available
-from kvcal.urls import check_pair_urls
-from kvcal.userfiles import read_text
-from kvcal.yaml_guard import BOOL_NUMBER, describe, load_pyyaml
 
 # What --resume may be given beside the stored settings: where the run is, and nothing that changes it.
 RESUME_LOCATORS = ("output_dir", "name")

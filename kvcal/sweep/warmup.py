@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from kvcal.engines.base import EnginePair
 from kvcal.errors import EngineError
+from kvcal.files.provenance import utc_now
 from kvcal.probe_checks import checked_record
-from kvcal.provenance import utc_now
 from kvcal.records import Leg, PairFacts, ProbeRecord
 from kvcal.sweep.lengths.probe_plan import PlannedProbe
 

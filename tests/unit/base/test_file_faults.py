@@ -18,7 +18,7 @@ import pytest
 
 from kvcal.emit import helm_patch
 from kvcal.errors import InputError
-from kvcal.outputs import replacing, write_file, writer_lock
+from kvcal.files.writing import replacing, write_file, writer_lock
 from kvcal.records import Leg, PlannedProbe
 from kvcal.sweep.lock import claim_run_folder
 from kvcal.runfolder import RunFolder
@@ -219,7 +219,7 @@ def test_a_measurement_beyond_the_record_bounds_is_an_invalid_attempt_not_an_int
 
 
 def test_load_json_escapes_every_lone_surrogate_and_keeps_the_rest():
-    from kvcal.userfiles import load_json
+    from kvcal.files.reading import load_json
 
     text = '{"a\\ud800": ["x\\udcff", {"deep": [["\\ud83d\\ude00 ok", "lone \\udbff"]]}], "n": 1}'
     data = load_json(text)

@@ -15,7 +15,7 @@ from kvcal.errors import InputError
 from kvcal.fit import fit_table
 from kvcal.fit.fields import start_time
 from kvcal.fit.tables import load_probe_table
-from kvcal.instants import instant
+from kvcal.files.instants import instant
 from kvcal.fit_record import FitSettings
 from kvcal.records import RunSetup
 

@@ -7,7 +7,7 @@ import pytest
 from kvcal.errors import InputError, one_line
 from kvcal.redact import redact_text, redact_url
 from kvcal.terminal_text import flattened, json_visible, visible
-from kvcal.urls import check_host, parse_engine_url
+from kvcal.files.urls import check_host, parse_engine_url
 
 SECRET = "s3cr3t"
 

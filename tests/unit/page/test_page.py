@@ -206,7 +206,7 @@ def test_runs_record_the_kvcal_commit_that_made_them_for_the_pages_provenance():
     import shutil
     import subprocess
 
-    from kvcal.provenance import host_provenance
+    from kvcal.files.provenance import host_provenance
 
     checkout = (ROOT / ".git").exists() and shutil.which("git")
     expected = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -84,7 +84,7 @@ def git_commit() -> str | None:
 
     Runs record it so that a report can say which code measured them; an installed wheel has no checkout.
     """
-    checkout = Path(__file__).resolve().parents[1]
+    checkout = Path(__file__).resolve().parents[2]  # kvcal/files/provenance.py -> the checkout
     if not (checkout / ".git").exists() or shutil.which("git") is None:
         return None
     try:
