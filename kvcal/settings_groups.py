@@ -26,9 +26,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kvcal.costs.simulated import SimCosts
 from kvcal.engine_args import arg_value
 from kvcal.files.yaml_guard import refuse_bool_numbers
-from kvcal.sim_costs import SimCosts
 from kvcal.transports import transport_names
 from kvcal.transports.p2p_tier import P2P_PORT
 

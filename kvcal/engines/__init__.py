@@ -13,7 +13,7 @@ _API = {
     "VllmPair": "kvcal.engines.vllm",
     "pair_from_config": "kvcal.engines.vllm",
     "SimPair": "kvcal.engines.sim",
-    "SimCosts": "kvcal.sim_costs",
+    "SimCosts": "kvcal.costs.simulated",
 }
 __all__ = list(_API)
 __getattr__ = public_api(__name__, _API)

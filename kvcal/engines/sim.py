@@ -2,8 +2,8 @@
 
 It is never the default engine and its output is never a measurement: every probe it
 yields comes from the curves below, so a fit of its output can be checked against
-the truth. Costs are :class:`~kvcal.sim_costs.SimCosts` curves (recompute
-quadratic, pull affine, in :mod:`kvcal.cost_curve`'s form), each multiplied by
+the truth. Costs are :class:`~kvcal.costs.simulated.SimCosts` curves (recompute
+quadratic, pull affine, in :mod:`kvcal.costs.curve`'s form), each multiplied by
 lognormal noise with coefficient of variation ``noise_cv``; a share ``outlier_rate``
 of probes is slowed by ``outlier_factor`` (a scheduler hiccup).
 
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from kvcal.costs.simulated import SimCosts
 from kvcal.engines.base import EnginePair, LegMeasurement, LoadTarget, Role
 from kvcal.records import Leg, RunSetup
-from kvcal.sim_costs import SimCosts
 
 __all__ = ["SimCosts", "SimPair"]
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 import numpy as np
 from scipy import stats
 
-from kvcal.cost_curve import cost_ms
+from kvcal.costs.curve import cost_ms
 from kvcal.fit_record import CurveFit
 from kvcal.records import ProbeRecord
 from kvcal.records_links import SessionCost

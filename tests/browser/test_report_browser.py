@@ -18,7 +18,7 @@ from kvcal.cli.app import main
 from kvcal.fit.io import write_fit
 from kvcal.fit_record import load_fit
 from kvcal.fleet.run import FleetConfig, run_fleet
-from kvcal.sim_costs import SimCosts
+from kvcal.costs.simulated import SimCosts
 from tests.factories import make_curve, make_fit, sim_run
 
 from tests.browser.cdp_client import Browser, find_browser

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcal.sim_costs import SimCosts
+from kvcal.costs.simulated import SimCosts
 from factories import sim_run
 
 SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))

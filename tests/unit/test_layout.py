@@ -13,7 +13,7 @@ MAX_FUNCTION_LINES = 60
 # Imports inside functions that are deliberate: the CLI loads a command's stage only when it runs;
 # serve.py imports vLLM after patching it.
 LAZY_ALLOWED = ("cli/", "engines/serve.py",
-                "sim_costs.py",  # kvcal --help loads it through the flags; see its docstring
+                "costs/simulated.py",  # kvcal --help loads it through the flags; see its docstring
                 "emit/limits.py",  # emit-config's flags module: its --help must not build the records (MAX_TOKENS)
                 "runfolder.py")  # the run manifest's settings: reading probes must not load them (RunFolder.manifest)
 

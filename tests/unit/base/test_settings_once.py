@@ -13,7 +13,7 @@ from kvcal.settings import (FLAT_ORDER, GROUPS, P2P_PORT as SETTINGS_P2P_PORT, P
                             EngineSettings, PairSpec, SimSettings, SweepConfig, grouped_from_flat)
 from kvcal.settings_flags import flag_help, flag_of, launch_only_flags, marked, sweep_argv
 from kvcal.sweep.validate import resolve_config
-from kvcal.sim_costs import SimCosts
+from kvcal.costs.simulated import SimCosts
 
 SHARED = tuple(EngineSettings.model_fields)
 # Values unlike every default, so a setting that is not copied shows.

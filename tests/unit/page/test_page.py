@@ -17,7 +17,7 @@ from kvcal.fit_record import load_fit
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.page.report import ReportConfig, build_page, write_report
 from kvcal.page.svg import Chart, Point, Points, Style
-from kvcal.sim_costs import SimCosts
+from kvcal.costs.simulated import SimCosts
 from tests.factories import make_curve, make_fit, sim_run
 
 ROOT = Path(__file__).resolve().parents[3]
