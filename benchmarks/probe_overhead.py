@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.progress import NullProgress
 from kvcal.runfolder import RunFolder
 from kvcal.records import Leg

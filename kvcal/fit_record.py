@@ -20,13 +20,13 @@ from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_v
 
 from kvcal.errors import InputError
 from kvcal.files.reading import load_json, read_text
-from kvcal.fit_defaults import CONFIDENCE, N_RESAMPLES, SEED
 from kvcal.records import MAX_TOKENS, Record, RunSetup
 from kvcal.records_cost import MeanCostSummary
 from kvcal.records_costmodel import CostModelFit
 from kvcal.records_engine import EngineSide, ProposedFrom
 from kvcal.records_links import ClassDifference, SessionCost
 from kvcal.records_v1 import FIT_V1, upgrade_fit
+from kvcal.settings.fit_defaults import CONFIDENCE, N_RESAMPLES, SEED
 
 FIT_SCHEMA: Final = "kvcal.fit/2"
 FIT_SCHEMAS = (FIT_V1, FIT_SCHEMA)

@@ -2,7 +2,7 @@
 
 Each stage's ``__init__`` lists its public names and the module that defines each; the
 module is imported when a name is first read, so importing one light module of a
-package (the CLI's ``--help`` imports ``kvcal.settings`` and ``kvcal.sweep.validate``) does not import the stage.
+package (the CLI's ``--help`` imports ``kvcal.settings.sweep`` and ``kvcal.sweep.validate``) does not import the stage.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcal.engine_args import arg_value
 from kvcal.records import RUN_SCHEMA
+from kvcal.settings.engine_args import arg_value
 
 RUN_V1 = "kvcal.run/1"
 RUN_V2 = "kvcal.run/2"  # no pair facts: they are read from provenance.engine

@@ -1,10 +1,10 @@
 """``run.json``: the run manifest, the resolved sweep settings, setup, pair facts, provenance and plan of one run.
 
 Beside the run folder (:mod:`kvcal.runfolder` reads and writes it) and apart from the
-ground floor because its ``settings`` are the sweep's (:class:`kvcal.settings.SweepConfig`):
+ground floor because its ``settings`` are the sweep's (:class:`kvcal.settings.sweep.SweepConfig`):
 reading probes or a fit.json never loads this module, so never the settings or the
 simulator. Older ``kvcal.run/1``-``/3`` files are upgraded on read (:mod:`kvcal.records_v1`), and settings written flat
-(every version before 4, and version 4 before the groups) are grouped (:func:`kvcal.settings.grouped_from_flat`).
+(every version before 4, and version 4 before the groups) are grouped (:func:`kvcal.settings.sweep.grouped_from_flat`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from kvcal.records import RUN_SCHEMA, PairFacts, PlannedProbe, Record, RunSetup
 from kvcal.records_v1 import upgrade_run
-from kvcal.settings import SweepConfig, grouped_from_flat
+from kvcal.settings.sweep import SweepConfig, grouped_from_flat
 
 
 class RunManifest(Record):

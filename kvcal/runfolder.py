@@ -14,7 +14,7 @@ mid-write (no trailing newline) is the only damage repaired on resume; anything 
 reported as corrupt.
 
 Reading probes checks each line against run.json's plan alone (:class:`StoredPlan`), so it
-never loads the run manifest's settings (the sweep's :mod:`kvcal.settings` and the simulator's curves).
+never loads the run manifest's settings (the sweep's :mod:`kvcal.settings.sweep` and the simulator's curves).
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ class RunFolder:
         atomic_write(self.manifest_path, manifest.model_dump_json(by_alias=True, indent=2) + "\n")
 
     def manifest(self) -> RunManifest:
-        # Imported here, not at the top: run.json's settings are the sweep's (kvcal.settings, the simulator's curves),
-        # which reading probes never needs (stored_plan).
+        # Imported here, not at the top: run.json's settings are the sweep's (kvcal.settings.sweep, the
+        # simulator's curves), which reading probes never needs (stored_plan).
         from kvcal.run_manifest import RunManifest
 
         return self._stored(RunManifest)

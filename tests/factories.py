@@ -16,7 +16,7 @@ from kvcal.fit.tables import ProbeTable, from_rows
 from kvcal.fit_record import BootstrapSummary, CurveFit, FitResult, FitSource
 from kvcal.records import Leg, ProbeRecord, RunSetup
 from kvcal.run_manifest import RunManifest
-from kvcal.settings import FLAT_ORDER, SweepConfig
+from kvcal.settings.sweep import FLAT_ORDER, SweepConfig
 from kvcal.fit_record import FitSettings
 
 CREATED_AT = "2026-01-01T00:00:00+00:00"

@@ -23,7 +23,7 @@ from kvcal.engines.tinymodel import ensure_tiny_model
 from kvcal.transports import get_transport
 from kvcal.transports.base import Role
 from kvcal.engines.vllm_launch import LaunchPlan, VllmSettings, default_cache_dir
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 
 NS = {Role.PRODUCER: "kvl-prod", Role.CONSUMER: "kvl-cons"}
 DATA_DEV = {Role.PRODUCER: "kvl-dp", Role.CONSUMER: "kvl-dc"}

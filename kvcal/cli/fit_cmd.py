@@ -12,7 +12,7 @@ from rich.table import Table
 from kvcal.cli.output import print_sanity, print_warning, stdout, warn, warn_each
 from kvcal.cli.render_costmodel import render_cost_model
 from kvcal.cli.render_links import render_links
-from kvcal.fit_defaults import CONFIDENCE, N_RESAMPLES, SEED
+from kvcal.settings.fit_defaults import CONFIDENCE, N_RESAMPLES, SEED
 
 if TYPE_CHECKING:  # annotations only: the fit's records (pandas-free) load when the command runs
     from rich.console import JustifyMethod

@@ -126,7 +126,7 @@ def _pairs(path: Optional[Path], producer_url: Optional[str], consumer_url: Opti
         raise InputError("--pairs names each pair's URLs; drop --producer-url/--consumer-url")
     from pydantic import ValidationError
 
-    from kvcal.settings import PairSpec
+    from kvcal.settings.sweep import PairSpec
     from kvcal.sweep.validate import load_pairs_file
 
     specs = []

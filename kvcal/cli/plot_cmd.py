@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from kvcal.cli.output import stdout
-from kvcal.fit_defaults import CONFIDENCE, SEED
+from kvcal.settings.fit_defaults import CONFIDENCE, SEED
 
 EPILOG = """Examples:
 

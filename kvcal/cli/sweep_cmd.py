@@ -1,9 +1,9 @@
 """`kvcal sweep`: parse flags over an optional campaign file, then run or dry-run the sweep.
 
-The command's options are generated from :class:`~kvcal.settings.SweepConfig`'s settings, one per setting that
-is not campaign-file-only, by flat name in :data:`~kvcal.settings.FLAT_ORDER` (type and help from the field), then
+The command's options are generated from :class:`~kvcal.settings.sweep.SweepConfig`'s settings, one per setting that
+is not campaign-file-only, by flat name in :data:`~kvcal.settings.sweep.FLAT_ORDER` (type and help from the field), then
 its own ``--resume``, ``--config``, ``--dry-run`` and ``--pairs`` (a file read into the campaign-file-only ``pairs``
-setting); the flat flags are put in their groups by :func:`~kvcal.settings.grouped_from_flat` (in
+setting); the flat flags are put in their groups by :func:`~kvcal.settings.sweep.grouped_from_flat` (in
 :func:`~kvcal.sweep.validate.resolve_config`). A renamed or added field changes its flag here with nothing else to
 edit.
 """
@@ -22,8 +22,8 @@ from kvcal.cli.options import byte_size, float_list, int_list
 from kvcal.cli.output import info
 from kvcal.cli.progress_view import progress_for_terminal
 from kvcal.errors import InputError
-from kvcal.settings import SweepConfig, flat_field
-from kvcal.settings_flags import adaptive_rule_fields, flag_fields, flag_help, flag_of
+from kvcal.settings.sweep import SweepConfig, flat_field
+from kvcal.settings.sweep_flags import adaptive_rule_fields, flag_fields, flag_help, flag_of
 from kvcal.sweep.validate import load_campaign_file, load_pairs_file, resolve_config
 
 EPILOG = """Examples:

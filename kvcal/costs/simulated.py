@@ -1,6 +1,6 @@
 """The simulated pair's true curves and noise, declared once.
 
-The sweep's ``sim`` settings (:class:`kvcal.settings.SimSettings`) extend this record,
+The sweep's ``sim`` settings (:class:`kvcal.settings.sweep.SimSettings`) extend this record,
 so the campaign file, the run.json settings and the simulated pair share one
 declaration of every field, its bounds and its default (they resemble the tiny CPU
 model's curves).

@@ -55,7 +55,7 @@ from kvcal.emit.work_range import WORK_RANGE_PRODUCER, WorkRange, render_work_ra
 from kvcal.errors import InputError
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit_record import FitResult
-from kvcal.settings import DEFAULT_BLOCK_SIZE
+from kvcal.settings.sweep import DEFAULT_BLOCK_SIZE
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",

@@ -34,7 +34,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 
 from kvcal.errors import InputError
 from kvcal.files.urls import check_host, parse_engine_url
-from kvcal.settings_flags import flag_of, launch_only_flags, sweep_argv
+from kvcal.settings.sweep_flags import flag_of, launch_only_flags, sweep_argv
 from kvcal.sweep.lengths.probe_plan import validate_prefix_lengths
 from kvcal.sweep.validate import side_channel_only
 from kvcal.transports import available, transport_names

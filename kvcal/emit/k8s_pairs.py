@@ -43,8 +43,8 @@ from kvcal.emit.k8s import (
     sweep_or_resume,
 )
 from kvcal.errors import InputError
-from kvcal.settings import AttachSettings, PairSpec
-from kvcal.settings_flags import flag_of
+from kvcal.settings.sweep import AttachSettings, PairSpec
+from kvcal.settings.sweep_flags import flag_of
 from kvcal.transports import available
 
 PAIRS_MOUNT = "/pairs"

@@ -19,8 +19,8 @@ from kvcal.emit.limits import (  # noqa: F401 - readers of the options take thes
     validate_margin,
 )
 from kvcal.errors import InputError
-from kvcal.flag_settings import FlagModel
 from kvcal.records import MAX_TOKENS, MAX_TTFT_MS
+from kvcal.settings.from_flags import FlagModel
 from kvcal.transports import available, transport_names
 
 if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not pay for them

@@ -18,7 +18,7 @@ from kvcal.errors import KvcalError, NoThreshold, NotRecommended
 from kvcal.fit.ladder_steps import pull_floor
 from kvcal.fit.wins import pooled_win_z
 from kvcal.fit_record import FitResult
-from kvcal.settings import DEFAULT_BLOCK_SIZE
+from kvcal.settings.sweep import DEFAULT_BLOCK_SIZE
 
 log = logging.getLogger(__name__)
 

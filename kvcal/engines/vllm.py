@@ -46,7 +46,7 @@ from kvcal.estimate.profiles import ModelProfile, kv_bytes_per_token
 from kvcal.records import PairFacts, RoleFacts, RunSetup
 from kvcal.redact import redact_url
 from kvcal.runfolder import RunFolder
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.transports import get_transport
 from kvcal.transports.base import Role
 

@@ -46,7 +46,7 @@ from kvcal.engines.process import free_ports
 from kvcal.engines.tinymodel import TINY_MODEL_DIRNAME
 from kvcal.errors import HardwareError, InputError
 from kvcal.files.provenance import gpu_inventory
-from kvcal.settings import EngineSettings
+from kvcal.settings.sweep import EngineSettings
 from kvcal.transports.base import Role, SideChannel, Transport
 from kvcal.transports.p2p_tier import P2P_PORT
 

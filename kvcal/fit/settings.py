@@ -19,8 +19,8 @@ from kvcal.fit import write_fit
 from kvcal.fit.entry import fit_and_write
 from kvcal.fit.observational import fit_observational
 from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings
-from kvcal.flag_settings import FlagModel, from_flags
 from kvcal.records import RunSetup
+from kvcal.settings.from_flags import FlagModel, from_flags
 from kvcal.transports import transport_names
 
 # Field -> flag where the flag's name is not the field's (the rest are --field-name).

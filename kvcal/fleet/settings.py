@@ -1,6 +1,6 @@
 """``kvcal fleet``'s settings: every flag declared once here with its bounds, checked before any work.
 
-A value out of bounds is one InputError naming the flag (exit 2, :class:`kvcal.flag_settings.FlagModel`),
+A value out of bounds is one InputError naming the flag (exit 2, :class:`kvcal.settings.from_flags.FlagModel`),
 before the fit is read or a run starts: a threshold of 10^400 tokens or a million seeds is refused here, not
 after a simulation. ``max_simulated_requests`` is the cap on the study's size
 (:mod:`kvcal.fleet.size`): a bigger study is refused unless the flag raises it.
@@ -14,9 +14,9 @@ from typing import Annotated, ClassVar
 from pydantic import ConfigDict, Field, field_validator
 
 from kvcal.files.writing import check_plot_name
-from kvcal.flag_settings import FlagModel
 from kvcal.fleet.help_facts import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_PODS  # declared there for --help
 from kvcal.fleet.parallel import MAX_JOBS, Executor, default_jobs
+from kvcal.settings.from_flags import FlagModel
 
 MAX_RATE = 1e5  # sessions per second, as the workload file's arrival.rate
 MAX_THRESHOLD_TOKENS = 10**7  # as the workload's longest system prompt: no prompt reaches further

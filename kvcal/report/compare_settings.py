@@ -12,7 +12,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from kvcal.errors import InputError
-from kvcal.flag_settings import FlagModel
+from kvcal.settings.from_flags import FlagModel
 
 MAX_TOLERANCE = 10.0  # a tenfold move: past it, "tolerated" says nothing
 

@@ -12,7 +12,7 @@ _API = {
     "run_sweep": "kvcal.sweep.runner",
     "plan_dry_run": "kvcal.sweep.runner",
     "make_pair": "kvcal.sweep.runner",
-    "SweepConfig": "kvcal.settings",
+    "SweepConfig": "kvcal.settings.sweep",
     "resolve_config": "kvcal.sweep.validate",
     "load_campaign_file": "kvcal.sweep.validate",
     "RunFolder": "kvcal.runfolder",

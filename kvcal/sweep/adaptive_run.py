@@ -24,8 +24,8 @@ from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.fit_record import FIT_DEFAULTS
 from kvcal.runfolder import RunFolder, atomic_write
-from kvcal.settings import SweepConfig
-from kvcal.settings_flags import adaptive_rule_fields
+from kvcal.settings.sweep import SweepConfig
+from kvcal.settings.sweep_flags import adaptive_rule_fields
 from kvcal.sweep.adaptive import (
     DEFAULT_MAX_PROBES,
     AdaptiveState,

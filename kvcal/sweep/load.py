@@ -54,7 +54,7 @@ import numpy as np
 from kvcal.engines.base import EnginePair, LoadTarget, Role
 from kvcal.errors import EngineError, InputError
 from kvcal.records import Leg
-from kvcal.settings import LoadState, SweepConfig
+from kvcal.settings.sweep import LoadState, SweepConfig
 from kvcal.sweep.lengths.probe_plan import PlannedProbe, build_plan
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from kvcal.errors import InputError
-from kvcal.flag_settings import FlagModel
+from kvcal.settings.from_flags import FlagModel
 from kvcal.sweep.plan_limits import MAX_CAMPAIGNS, MAX_PLAN_MODEL_LEN
 
 

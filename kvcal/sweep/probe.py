@@ -28,7 +28,7 @@ from kvcal.files.provenance import utc_now
 from kvcal.probe_checks import checked_record
 from kvcal.records import Leg, ProbeRecord
 from kvcal.runfolder import RunFolder
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.host_monitors import HostMonitor
 from kvcal.sweep.lengths.probe_plan import PlannedProbe
 from kvcal.sweep.load import LoadReading

@@ -21,7 +21,7 @@ from kvcal.errors import EngineError, InputError
 from kvcal.files.provenance import host_provenance, utc_now
 from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, completed_probe_ids
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.adaptive_run import AdaptiveCampaign
 from kvcal.sweep.lengths import grow_below
 from kvcal.sweep.lengths.probe_plan import PlannedProbe

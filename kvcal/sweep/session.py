@@ -25,7 +25,7 @@ from kvcal.errors import EngineError
 from kvcal.records import ProbeRecord
 from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, attempts_so_far, completed_probe_ids
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep import coldstart, host_monitors, warmup
 from kvcal.sweep.lengths import grow_below
 from kvcal.sweep.lengths.probe_plan import PlannedProbe, default_prefix_lengths, validate_prefix_lengths

@@ -1,5 +1,5 @@
 """A sweep's settings as inputs: the campaign file read, the flags merged over it, and the checks pydantic cannot do,
-before any folder is made or engine touched (the settings themselves: :mod:`kvcal.settings`).
+before any folder is made or engine touched (the settings themselves: :mod:`kvcal.settings.sweep`).
 
 A campaign file (``--config FILE``, YAML) may set any field, with dashes or underscores;
 flags given on the command line override it (:func:`resolve_config`). Pydantic checks
@@ -25,8 +25,8 @@ from kvcal.errors import InputError
 from kvcal.files.reading import read_text
 from kvcal.files.urls import check_pair_urls
 from kvcal.files.yaml_guard import BOOL_NUMBER, describe, load_pyyaml
-from kvcal.settings import GROUPS, PATHS, SweepConfig, flat_field, grouped_from_flat
-from kvcal.settings_flags import flag_of, marked
+from kvcal.settings.sweep import GROUPS, PATHS, SweepConfig, flat_field, grouped_from_flat
+from kvcal.settings.sweep_flags import flag_of, marked
 from kvcal.transports import available
 
 # What --resume may be given beside the stored settings: where the run is, and nothing that changes it.
@@ -52,7 +52,7 @@ def check_run_name(name: str | None) -> None:
 
 
 def check_settings(config: SweepConfig) -> None:
-    """Everything about the settings that pydantic's per-field checks cannot see (marks: :mod:`kvcal.settings`)."""
+    """Everything about the settings that pydantic's field checks cannot see (marks: :mod:`kvcal.settings.sweep`)."""
     given = config.given()
     engine = config.engine
 
@@ -85,7 +85,7 @@ def check_settings(config: SweepConfig) -> None:
 
 
 def strays(given: set[str], mark: str, named: Callable[[str], str] = str) -> list[str]:
-    """The settings among ``given`` that carry ``mark`` (:mod:`kvcal.settings`), each as ``named`` shows it."""
+    """The settings among ``given`` that carry ``mark`` (:mod:`kvcal.settings.sweep`), each as ``named`` shows it."""
     return [named(name) for name in marked(mark) if name in given]
 
 
@@ -127,7 +127,7 @@ def check_pairs(config: SweepConfig) -> None:
 
 def load_pairs_file(path: Path) -> list[dict[str, Any]]:
     """``kvcal sweep --pairs FILE``: YAML ``pairs: [{name, class, producer_url, consumer_url, ...}]`` (dashes or
-    underscores in keys); each entry is checked as a :class:`kvcal.settings.PairSpec` with the other settings."""
+    underscores in keys); each entry is checked as a :class:`kvcal.settings.sweep.PairSpec` with the other settings."""
     if not path.exists() and not path.is_symlink():
         raise InputError(f"--pairs {path} does not exist")
     try:

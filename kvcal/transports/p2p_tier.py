@@ -47,7 +47,7 @@ from kvcal.transports.base import BytesMetric, MetricRef, PullTime, Role, SideCh
 
 P2P_PORT = 7777
 """The P2P listener port of a deployed engine: the router's sidecar always tells the consumer to pull from it
-(the sweep's ``producer_p2p_port`` defaults to it, :mod:`kvcal.settings`)."""
+(the sweep's ``producer_p2p_port`` defaults to it, :mod:`kvcal.settings.sweep`)."""
 DEFAULT_CPU_BYTES = 8 * 1024**3
 """CPU tier per engine when nothing sets it: fits a sweep's prefixes; size a deployment's to its pods."""
 KV_EVENTS_ENDPOINT = "tcp://*:5556"

@@ -67,7 +67,7 @@ def _upward_imports() -> set[tuple[str, str]]:
     ("from kvcal.records import Leg\nfrom kvcal.engines.sim import SimPair", ("fit", "tables"), set()),
     ("import numpy\nfrom typing import Any", ("estimate", "predict"), set()),
     ('_API = {"plan_campaigns": "kvcal.sweep.campaign_plan"}', ("estimate", "__init__"), {"sweep"}),
-    ('_API = {"SweepConfig": "kvcal.settings"}', ("sweep", "__init__"), set()),
+    ('_API = {"SweepConfig": "kvcal.settings.sweep"}', ("sweep", "__init__"), set()),
 ])
 def test_the_classifier_sees_every_way_of_importing(source, module, upward):
     assert upward_in(source, module) == upward

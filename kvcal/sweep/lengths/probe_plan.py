@@ -14,7 +14,7 @@ import numpy as np
 
 from kvcal.errors import InputError
 from kvcal.records import Leg, PlannedProbe
-from kvcal.settings import repeated_lengths_problem
+from kvcal.settings.sweep import repeated_lengths_problem
 
 __all__ = ["PlannedProbe", "build_plan", "default_prefix_lengths", "validate_prefix_lengths"]
 

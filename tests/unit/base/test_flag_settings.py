@@ -8,7 +8,7 @@ import pytest
 from pydantic import Field
 
 from kvcal.errors import InputError
-from kvcal.flag_settings import FlagModel, from_flags
+from kvcal.settings.from_flags import FlagModel, from_flags
 from kvcal.fit_record import FIT_DEFAULTS, FitSettings
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 PACKAGE = REPO / "kvcal"
 BASELINE = REPO / "results" / "baselines" / "cpu-tiny"  # a committed run folder: run.json, probes.jsonl, fit.json
-HEAVY = ("kvcal.settings", "kvcal.costs.simulated", "kvcal.engines.sim", "kvcal.fleet.sim", "kvcal.run_manifest")
+HEAVY = ("kvcal.settings.sweep", "kvcal.costs.simulated", "kvcal.engines.sim", "kvcal.fleet.sim", "kvcal.run_manifest")
 
 
 def _kvcal_imports(path: Path) -> set[str]:

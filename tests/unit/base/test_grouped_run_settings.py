@@ -11,7 +11,7 @@ import pytest
 import factories
 from kvcal.records import RUN_SCHEMA
 from kvcal.runfolder import RunFolder
-from kvcal.settings import FLAT_ORDER, GROUPS, SweepConfig, grouped_from_flat
+from kvcal.settings.sweep import FLAT_ORDER, GROUPS, SweepConfig, grouped_from_flat
 from kvcal.sweep.runner import run_sweep
 
 BASELINE = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "runs" / "cpu-tiny-v1"  # the version 1 run

@@ -9,9 +9,9 @@ from kvcal.transports import available, transport_names
 from kvcal.engines import vllm_launch
 from kvcal.engines.vllm_launch import VllmSettings
 from kvcal.errors import InputError
-from kvcal.settings import (FLAT_ORDER, GROUPS, P2P_PORT as SETTINGS_P2P_PORT, PATHS, TRANSPORT_NAMES, AttachSettings,
+from kvcal.settings.sweep import (FLAT_ORDER, GROUPS, P2P_PORT as SETTINGS_P2P_PORT, PATHS, TRANSPORT_NAMES, AttachSettings,
                             EngineSettings, PairSpec, SimSettings, SweepConfig, grouped_from_flat)
-from kvcal.settings_flags import flag_help, flag_of, launch_only_flags, marked, sweep_argv
+from kvcal.settings.sweep_flags import flag_help, flag_of, launch_only_flags, marked, sweep_argv
 from kvcal.sweep.validate import resolve_config
 from kvcal.costs.simulated import SimCosts
 
@@ -117,7 +117,7 @@ def _sweep_options() -> dict[str, str]:
 
 def test_every_sweep_flag_is_a_config_field_with_its_declared_flag():
     """A renamed SweepConfig field (or a renamed parameter) fails here instead of silently dropping its flag."""
-    from kvcal.settings_flags import flag_fields
+    from kvcal.settings.sweep_flags import flag_fields
 
     # --pairs reads a file into the campaign-file-only pairs setting (kvcal.sweep.validate.load_pairs_file)
     own = ("resume", "config", "dry_run", "pairs")

@@ -17,7 +17,7 @@ from kvcal.fit_record import FIT_SCHEMA, FitResult
 from kvcal.records import RUN_SCHEMA, RunSetup
 from kvcal.run_manifest import RunManifest
 from kvcal.fit_record import FitSettings
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.runfolder import RunFolder
 from kvcal.engines.sim import SimCosts
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kvcal.fit import fit_and_write
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.runner import run_sweep
 from kvcal.fit_record import FitSettings
 

@@ -93,7 +93,7 @@ def test_missing_dev_shm_is_a_clear_error(monkeypatch):
 
 
 def test_sweep_settings_reach_the_pair(tmp_path):
-    from kvcal.settings import SweepConfig
+    from kvcal.settings.sweep import SweepConfig
 
     config = SweepConfig(transport="p2p-tier", producer_url="http://p:8200", consumer_url="http://c:8200",
                          producer_p2p_host="10.0.0.5", dp_ranks=4, cpu_bytes_to_use=2**30)

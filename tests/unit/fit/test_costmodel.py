@@ -20,7 +20,7 @@ from kvcal.fit.costmodel_inputs import IdleCurves, LoadedProbes
 from kvcal.fit.observational import join, parse_epp_log, parse_per_request
 from kvcal.fit_record import FitSettings
 from kvcal.records import ProbeRecord
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.load import LOAD_STATES
 from kvcal.sweep.runner import run_sweep
 

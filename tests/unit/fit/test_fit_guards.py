@@ -18,7 +18,7 @@ from kvcal.records import Leg, ProbeRecord, RunSetup
 from kvcal import disturbance_bounds
 from kvcal.sweep import host_monitors
 from kvcal.fit_record import FitSettings
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.runfolder import RunFolder
 from kvcal.sweep.runner import run_sweep
 

@@ -21,7 +21,7 @@ import pytest
 from kvcal.errors import InputError
 from kvcal.fit import load_fit
 from kvcal.fit.observational import ONE_TOKEN, join, parse_epp_log, parse_per_request
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.runner import run_sweep
 from openai_standin import run_inference_perf
 

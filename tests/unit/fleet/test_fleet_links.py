@@ -11,7 +11,7 @@ from kvcal.fleet.links import PairLinks
 from kvcal.fleet.router import Policy
 from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.runner import run_sweep
 from kvcal.fit_record import FitSettings
 

@@ -110,7 +110,7 @@ def test_cli_history_bad_input_exits_2(tmp_path, kvcal):
 def test_history_of_real_sweeps_fits_run_folders_and_names_the_change(tmp_path, kvcal, monkeypatch):
     """Two simulated sweeps written by the real runner (no fit.json): fitted on the spot, ordered, labelled."""
     from kvcal.sweep import runner
-    from kvcal.settings import SweepConfig
+    from kvcal.settings.sweep import SweepConfig
 
     folders = []
     for name, floor_ms in (("first", 40.0), ("second", 60.0)):

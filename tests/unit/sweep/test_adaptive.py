@@ -15,7 +15,7 @@ from kvcal.records import Leg
 from kvcal.sweep.lengths import adaptive_design as design
 from kvcal.fit_record import FitSettings
 from kvcal.sweep.adaptive_run import read_state
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.runfolder import RunFolder
 from kvcal.sweep.runner import run_sweep
 

@@ -15,7 +15,7 @@ from kvcal.fit.tables import load_probe_table
 from kvcal.fit_record import FIT_DEFAULTS
 from kvcal.fit_record import FitSettings
 from kvcal.runfolder import RunFolder
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.adaptive import Controller, StopRules, relative_width
 from kvcal.sweep.adaptive_run import read_state
 from kvcal.sweep.lengths.priors import Prior

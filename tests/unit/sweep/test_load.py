@@ -11,7 +11,7 @@ from kvcal.engines.base import LoadTarget
 from kvcal.engines.sim import SimCosts, SimPair
 from kvcal.errors import EngineError, InputError
 from kvcal.records import Leg, ProbeRecord
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.validate import resolve_config
 from kvcal.sweep.load import BackgroundStream, LOAD_STATES, build_loaded_plan, parse_load_states
 from kvcal.runfolder import RunFolder

@@ -10,7 +10,7 @@ from kvcal.engines.vllm import VllmPair, VllmSettings
 from kvcal.records import RUN_SCHEMA, PairFacts, RoleFacts
 from kvcal import disturbance_bounds
 from kvcal.sweep import host_monitors, warmup
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.runfolder import RunFolder
 from kvcal.sweep.runner import run_sweep
 

@@ -13,7 +13,7 @@ from kvcal.records import Leg
 from kvcal.run_manifest import RunManifest
 from kvcal.fit_record import FitSettings
 from kvcal.runfolder import RunFolder
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.runner import make_pair, run_sweep
 
 FAST = {"pull_intercept_ms": 20.0, "pull_per_token_us": 3.0, "session_ms": 0.0}

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from kvcal.settings import SweepConfig
+from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.validate import resolve_config
 from kvcal.engines.base import LegMeasurement
 from kvcal.engines.sim import SimPair

@@ -1,7 +1,7 @@
 """The sweep's settings as flags: each setting's flag, help and marks, read off its one declaration.
 
-Settings are named here by their flat names (:data:`kvcal.settings.FLAT_ORDER`), as flags and campaign files
-name them; the groups they live in (:class:`kvcal.settings.SweepConfig`) do not show on the command line.
+Settings are named here by their flat names (:data:`kvcal.settings.sweep.FLAT_ORDER`), as flags and campaign files
+name them; the groups they live in (:class:`kvcal.settings.sweep.SweepConfig`) do not show on the command line.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kvcal.settings import FLAT_ORDER, flat_field
+from kvcal.settings.sweep import FLAT_ORDER, flat_field
 
 
 def declared(name: str) -> dict[str, Any]:

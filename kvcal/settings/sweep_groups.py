@@ -1,4 +1,4 @@
-"""The sweep's settings in groups, each field declared once with its bounds (the whole: :mod:`kvcal.settings`).
+"""The sweep's settings in groups, each field declared once with its bounds (the whole: :mod:`kvcal.settings.sweep`).
 
 - :class:`AttachSettings`: the running engines a sweep attaches to (a campaign's pairs reuse it);
 - :class:`EngineSettings`: the pair itself (kind, model, transport, launch placement), which the vLLM pair's
@@ -9,11 +9,11 @@
 - :class:`SimSettings`: the simulated pair (``--engine sim``);
 - :class:`OutputSettings`: where the run folder goes.
 
-A field's ``json_schema_extra`` carries the marks :mod:`kvcal.settings` and :mod:`kvcal.sweep.validate` read:
+A field's ``json_schema_extra`` carries the marks :mod:`kvcal.settings.sweep` and :mod:`kvcal.sweep.validate` read:
 ``flag`` (its flag when not ``--`` plus its flat name with dashes), ``flat`` (its flat name, the flag's and the
 campaign file's key, when it differs from the field's own: the group names it already), ``launch_only``,
 ``engine_only``, ``producer_side_channel``, ``adaptive_rule`` and ``campaign_file_only`` (meanings:
-:mod:`kvcal.settings`).
+:mod:`kvcal.settings.sweep`).
 
 The transports' names and the P2P tier's deployed port are the transports' own (:mod:`kvcal.transports`, a base
 package below the settings).
@@ -27,8 +27,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kvcal.costs.simulated import SimCosts
-from kvcal.engine_args import arg_value
 from kvcal.files.yaml_guard import refuse_bool_numbers
+from kvcal.settings.engine_args import arg_value
 from kvcal.transports import transport_names
 from kvcal.transports.p2p_tier import P2P_PORT
 

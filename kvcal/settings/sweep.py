@@ -1,9 +1,9 @@
 """The sweep's settings, declared once in groups (a base module: run.json stores them, the engines launch from them).
 
-:class:`SweepConfig` holds one model per group (:mod:`kvcal.settings_groups`: ``engine``, ``probe``, ``load``,
+:class:`SweepConfig` holds one model per group (:mod:`kvcal.settings.sweep_groups`: ``engine``, ``probe``, ``load``,
 ``adaptive``, ``sim``, ``output``) and a multi-pair campaign's ``pairs``. Each field's type, bounds, default and
 description drive validation, the campaign-file schema (:mod:`kvcal.sweep.validate` reads the file), the
-``kvcal sweep`` flag's name and help (:mod:`kvcal.settings_flags`), the vLLM pair's launch settings (which extend
+``kvcal sweep`` flag's name and help (:mod:`kvcal.settings.sweep_flags`), the vLLM pair's launch settings (which extend
 the engine group: :class:`kvcal.engines.vllm_launch.VllmSettings`) and the sweep command line a Kubernetes Job runs.
 
 Flags and campaign files name each setting by its *flat* name (``reps``, ``engine``, ``adaptive``), as run.json
@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.fields import FieldInfo
 
-from kvcal.settings_groups import (
+from kvcal.settings.sweep_groups import (
     DEFAULT_BLOCK_SIZE,
     P2P_PORT,
     TRANSPORT_NAMES,
