@@ -30,7 +30,7 @@ import time
 
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the simulator helper lives with the tests
 from factories import sim_table  # noqa: E402
 

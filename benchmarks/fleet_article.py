@@ -26,7 +26,7 @@ from kvcal.fleet.router import Policy
 from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.study import _figures
 from kvcal.fleet.workload import Workload
-from kvcal.fit_record import CurveFit, FitResult
+from kvcal.records.fit import CurveFit, FitResult
 
 GLM = FitResult(status="crossover", break_even_tokens=8700.0, break_even_ci=[8000.0, 9500.0], confidence=0.9,
                 extrapolated=False, measured_range=[1024, 65536], block_size=64, kvcal_version="article",

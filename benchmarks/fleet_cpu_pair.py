@@ -37,8 +37,8 @@ from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload, load_workload
 from kvcal.fit import fit_table
 from kvcal.fit.tables import from_rows
-from kvcal.fit_record import FitSettings
-from kvcal.records import Leg, RunSetup
+from kvcal.records.fit import FitSettings
+from kvcal.records.run import Leg, RunSetup
 
 HERE = Path(__file__).resolve().parent
 BLOCK = 64

@@ -17,7 +17,7 @@ from kvcal.fleet.costs import point_costs
 from kvcal.fleet.router import Policy
 from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import load_workload
-from kvcal.fit_record import CurveFit, FitResult
+from kvcal.records.fit import CurveFit, FitResult
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "fleet-workload.yaml"
 SIM_LIKE = FitResult(status="crossover", break_even_tokens=677.0, break_even_ci=[649.0, 704.0], confidence=0.9,

@@ -35,7 +35,7 @@ from kvcal.fit.observational import fit_observational
 from kvcal.sweep.validate import resolve_config
 from kvcal.sweep.load import LOAD_STATES
 from kvcal.sweep.runner import run_sweep
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 
 DELAYS = {"source_wait_ms": 30.0, "requeue_ms": 50.0, "busy_computing_ms": 80.0}
 LENGTHS = [256, 1024, 4096]

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.progress import NullProgress
-from kvcal.runfolder import RunFolder
-from kvcal.records import Leg
+from kvcal.records.run_folder import RunFolder
+from kvcal.records.run import Leg
 from kvcal.sweep.runner import run_sweep
 
 

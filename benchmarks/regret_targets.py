@@ -26,8 +26,8 @@ from kvcal.emit.judge import emit_judge
 from kvcal.engines.sim import SimPair
 from kvcal.fit import fit_table
 from kvcal.fit.tables import from_rows
-from kvcal.fit_record import FIT_DEFAULTS
-from kvcal.records import Leg, RunSetup
+from kvcal.records.fit import FIT_DEFAULTS
+from kvcal.records.run import Leg, RunSetup
 from kvcal.sweep.lengths.priors import Prior
 from kvcal.sweep.lengths.simulate_designs import default_ladder, simulate_adaptive
 from kvcal.sweep.regret_stop import meets

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvcal.records import ProbeRecord
+from kvcal.records.run import ProbeRecord
 
 SCRIPT = Path(sys.executable).with_name("kvcal")
 REAL_COUNTER = 'consumer/vllm:kv_offload_tiering_read_bytes_total{tier="1:p2p",model_name="openai/gpt-oss-120b"}'

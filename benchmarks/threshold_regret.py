@@ -30,8 +30,8 @@ from kvcal.emit.threshold import compute_threshold, recipe_threshold, round_up
 from kvcal.errors import KvcalError
 from kvcal.fit import fit_table
 from kvcal.fit.tables import from_rows
-from kvcal.fit_record import FitSource
-from kvcal.records import RunSetup
+from kvcal.records.fit import FitSource
+from kvcal.records.run import RunSetup
 
 RULES = ("expected-cost", "upper", "recipe", "be-up")
 SETS = {"round-1": ROUND_1, "tails": TAILS, "all": CLASSES}

@@ -54,8 +54,8 @@ from kvcal.costs.curve import break_even_tokens
 from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the simulator helper lives with the tests
 from factories import sim_table  # noqa: E402
-from kvcal.fit_record import HostDisturbance
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import HostDisturbance
+from kvcal.records.fit import FitSettings
 
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
 Transform = Callable[[ProbeTable, int], ProbeTable]

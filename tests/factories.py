@@ -13,11 +13,11 @@ from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import write_fit as write_fit_file
 from kvcal.engines.sim import SimCosts, SimPair
 from kvcal.fit.tables import ProbeTable, from_rows
-from kvcal.fit_record import BootstrapSummary, CurveFit, FitResult, FitSource
-from kvcal.records import Leg, ProbeRecord, RunSetup
-from kvcal.run_manifest import RunManifest
+from kvcal.records.fit import BootstrapSummary, CurveFit, FitResult, FitSource
+from kvcal.records.run import Leg, ProbeRecord, RunSetup
+from kvcal.records.manifest import RunManifest
 from kvcal.settings.sweep import FLAT_ORDER, SweepConfig
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 
 CREATED_AT = "2026-01-01T00:00:00+00:00"
 RECOMPUTE = CurveFit(model="quadratic", intercept_ms=5.0, per_token_us=25.0, per_token2_ns=0.012)

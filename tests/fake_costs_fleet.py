@@ -135,8 +135,8 @@ def calibration_fit(**update: Any):
     from factories import sim_table
     from kvcal.engines.sim import SimCosts
     from kvcal.fit.fitting import fit_table
-    from kvcal.fit_record import FitSettings
-    from kvcal.records_engine import EngineCost, EngineSide
+    from kvcal.records.fit import FitSettings
+    from kvcal.records.fit_engine import EngineCost, EngineSide
 
     table = sim_table(SimCosts(), [256, 512, 1024, 2048, 4096, 8192], 3, seed=3)
     fit = fit_table(table, settings=FitSettings(n_resamples=300, seed=1))

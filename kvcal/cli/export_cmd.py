@@ -21,7 +21,7 @@ def export(
     """
     from kvcal.errors import InputError
     from kvcal.files.writing import check_output, is_stdout
-    from kvcal.runfolder import RunFolder, export_interchange
+    from kvcal.records.run_folder import RunFolder, export_interchange
 
     to_stdout = is_stdout(output)
     check_output(output, "-o", [run])

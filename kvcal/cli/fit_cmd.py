@@ -17,7 +17,7 @@ from kvcal.settings.fit_defaults import CONFIDENCE, N_RESAMPLES, SEED
 if TYPE_CHECKING:  # annotations only: the fit's records (pandas-free) load when the command runs
     from rich.console import JustifyMethod
 
-    from kvcal.fit_record import CurveFit, FitResult
+    from kvcal.records.fit import CurveFit, FitResult
 
 EPILOG = """Examples:
 
@@ -144,7 +144,7 @@ def register(app: typer.Typer) -> None:
 
 def _warn_if_sweep_alive(path: Path) -> None:
     """A run whose sweep still holds its lock is fitted as far as it got; say so, with how far."""
-    from kvcal.runfolder import RunFolder, completed_probe_ids
+    from kvcal.records.run_folder import RunFolder, completed_probe_ids
     from kvcal.sweep.lock import live_sweep
 
     if not RunFolder.is_run_folder(path):

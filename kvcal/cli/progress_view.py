@@ -15,7 +15,7 @@ from kvcal.cli.output import safe_line
 if TYPE_CHECKING:  # annotations only: kvcal --help must not build the typed records
     from rich.progress import TaskID
 
-    from kvcal.records import ProbeRecord
+    from kvcal.records.run import ProbeRecord
 
 
 def progress_for_terminal() -> RichProgress | PlainProgress:

@@ -12,7 +12,7 @@ from kvcal.cli.output import print_warning, stdout
 if TYPE_CHECKING:  # only the annotation: kvcal --help must not build the typed records
     from rich.console import JustifyMethod
 
-    from kvcal.records_costmodel import CostModelFit
+    from kvcal.records.fit_costmodel import CostModelFit
 
 ROWS = (
     ("transferFixedMs", "F  pull fixed cost", "ms"),

@@ -10,8 +10,8 @@ from rich.table import Table
 from kvcal.cli.output import stdout
 
 if TYPE_CHECKING:  # only the annotation: kvcal --help must not build the typed records
-    from kvcal.fit_record import FitResult
-    from kvcal.records_links import SessionCost
+    from kvcal.records.fit import FitResult
+    from kvcal.records.fit_links import SessionCost
 
 
 def session_line(cost: SessionCost | None, confidence: float) -> str:

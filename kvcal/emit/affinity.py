@@ -24,7 +24,7 @@ import numpy as np
 from kvcal.emit.run_context import RunContext
 from kvcal.errors import InputError
 from kvcal.fit.entry import curve_ms
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 AFFINITY_TYPE = "prefix-cache-affinity-filter"
 AFFINITY_KEY = "peakPrefillThroughput"

@@ -44,7 +44,7 @@ from kvcal.emit.threshold import Threshold, compute_threshold, resolve_block_siz
 from kvcal.emit.threshold_costs import ThresholdCosts, highest_least
 from kvcal.errors import InputError, KvcalError, NotRecommended
 from kvcal.fit.mean_cost import mean_curves
-from kvcal.fit_record import ClassFit, FitResult
+from kvcal.records.fit import ClassFit, FitResult
 
 GRID_POINTS = 512  # lengths the excess is averaged over (log-uniform); its error is far below the curves' own
 MAX_CANDIDATES = 4096  # thresholds tried; beyond it the step grows by whole blocks

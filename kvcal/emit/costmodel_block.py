@@ -23,7 +23,7 @@ from kvcal.emit.costmodel_under_load import loaded_values, render_loaded_costmod
 from kvcal.emit.router import PLUGIN_TYPE
 from kvcal.errors import InputError, NotRecommended
 from kvcal.fit.entry import curve_ms as fit_curve_ms
-from kvcal.fit_record import CurveFit, FitResult
+from kvcal.records.fit import CurveFit, FitResult
 
 COSTMODEL_FLOOR_TOKENS = 256
 """The fixed threshold the cost-model variant keeps as a floor (the llm-d calibration README's example)."""

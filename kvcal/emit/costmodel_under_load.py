@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcal.records_costmodel import CostModelFit, Estimate
+from kvcal.records.fit_costmodel import CostModelFit, Estimate
 
 KEYS = (
     ("prefillMicrosecondsPerToken", "us/token, idle recompute slope"),

@@ -28,7 +28,7 @@ from kvcal.emit.draw_costs import CostDraws, cost_draws
 from kvcal.emit.threshold_costs import TIE_RELATIVE, ThresholdCosts, highest_least
 from kvcal.emit.threshold_parts import resolve_block_size
 from kvcal.fit.ladder_steps import pull_floor
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 __all__ = ["TIE_RELATIVE", "Decision", "candidates", "decide", "draw_thresholds"]
 

@@ -32,7 +32,7 @@ from kvcal.emit.delta_weights import MAX_POINTS, Histogram, merge_to
 from kvcal.errors import InputError
 from kvcal.files.reading import load_json, read_lines, read_text
 from kvcal.fit.observational import DECISION, decision_from_line
-from kvcal.records import MAX_TOKENS
+from kvcal.records.run import MAX_TOKENS
 
 _SPLIT = re.compile(r"[,\t ;]+")
 MAX_COUNT = 1e200  # far past any count of requests; the weights' sums stay finite below it

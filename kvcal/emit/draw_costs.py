@@ -24,8 +24,8 @@ import numpy as np
 
 from kvcal.costs.curve import cost_ms
 from kvcal.fit.mean_cost import mean_curves, mean_scales, scale_draws
-from kvcal.fit_record import FitResult
-from kvcal.records_cost import MeanLength
+from kvcal.records.fit import FitResult
+from kvcal.records.fit_mean_cost import MeanLength
 
 LEGS = ("recompute", "pull")
 

@@ -54,7 +54,7 @@ from kvcal.emit.threshold import Threshold, check_threshold, compute_threshold, 
 from kvcal.emit.work_range import WORK_RANGE_PRODUCER, WorkRange, render_work_range, work_range, work_range_entries
 from kvcal.errors import InputError
 from kvcal.fit.inputs import load_fit_input
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 from kvcal.settings.sweep import DEFAULT_BLOCK_SIZE
 
 __all__ = [

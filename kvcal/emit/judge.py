@@ -11,7 +11,7 @@ import numpy as np
 from kvcal.emit.regret import RegretModel
 from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import NoThreshold, NotRecommended
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 from kvcal.sweep.regret_stop import Verdict, regret_mc_error
 
 

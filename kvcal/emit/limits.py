@@ -39,7 +39,9 @@ def validate_margin(margin: float) -> float:
 
 
 def validate_block_size(block_size: int) -> int:
-    from kvcal.records import MAX_TOKENS  # here, not at the top: the flags' module must not build the records (--help)
+    from kvcal.records.run import (
+        MAX_TOKENS,  # here, not at the top: the flags' module must not build the records (--help)
+    )
 
     if isinstance(block_size, bool) or not isinstance(block_size, int) or not 1 <= block_size <= MAX_TOKENS:
         raise InputError(

@@ -19,7 +19,7 @@ from kvcal.emit.limits import (  # noqa: F401 - readers of the options take thes
     validate_margin,
 )
 from kvcal.errors import InputError
-from kvcal.records import MAX_TOKENS, MAX_TTFT_MS
+from kvcal.records.run import MAX_TOKENS, MAX_TTFT_MS
 from kvcal.settings.from_flags import FlagModel
 from kvcal.transports import available, transport_names
 

@@ -28,7 +28,7 @@ from kvcal.emit.threshold_parts import (
     where_the_pull_won,
 )
 from kvcal.errors import InputError
-from kvcal.fit_record import FIT_DEFAULTS
+from kvcal.records.fit import FIT_DEFAULTS
 
 
 def upper_threshold(w: Working, margin: float, allow_extrapolation: bool) -> int:

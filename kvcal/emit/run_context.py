@@ -1,6 +1,6 @@
 """What emit needs to know about the run behind a fit, read in one place.
 
-A fit carries its run's setup as a typed :class:`~kvcal.records.RunSetup`
+A fit carries its run's setup as a typed :class:`~kvcal.records.run.RunSetup`
 (``FitResult.setup``, copied from run.json). Every emit format reads it through
 :func:`run_context`; anything not recorded is ``None`` and callers say what they used
 instead.
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 
 @dataclass(frozen=True)

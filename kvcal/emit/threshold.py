@@ -1,6 +1,6 @@
 """The threshold (``minCachedTokenDelta``): one entry point, the rule it applied, and what the choice costs.
 
-:func:`compute_threshold` takes a :class:`~kvcal.fit_record.FitResult` and returns a
+:func:`compute_threshold` takes a :class:`~kvcal.records.fit.FitResult` and returns a
 :class:`Threshold` (or raises NotRecommended / NoThreshold, exit 3). Two rules:
 
 * ``expected-cost`` (default, :mod:`kvcal.emit.expected_cost`): the candidate with the least
@@ -47,7 +47,7 @@ from kvcal.emit.threshold_parts import (
     slow_mode_line,
 )
 from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 __all__ = [
     "Threshold",

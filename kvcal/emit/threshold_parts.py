@@ -17,7 +17,7 @@ from kvcal.emit.limits import validate_block_size
 from kvcal.errors import KvcalError, NoThreshold, NotRecommended
 from kvcal.fit.ladder_steps import pull_floor
 from kvcal.fit.wins import pooled_win_z
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 from kvcal.settings.sweep import DEFAULT_BLOCK_SIZE
 
 log = logging.getLogger(__name__)

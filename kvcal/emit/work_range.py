@@ -46,7 +46,7 @@ from kvcal.emit.threshold import Threshold, fmt
 from kvcal.errors import InputError, NotRecommended
 from kvcal.fit.breakeven import interval
 from kvcal.fit.mean_cost import mean_curves
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 WORK_RANGE_LABEL = "llm-d.ai/prefill-work-range"
 CONTEXT_LENGTH_TYPE = "context-length-aware"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvcal.errors import InputError
-from kvcal.records import MAX_BYTES_MOVED, Leg, PairFacts, ProbeEngineSide, RunSetup
+from kvcal.records.run import MAX_BYTES_MOVED, Leg, PairFacts, ProbeEngineSide, RunSetup
 
 MAX_KV_BYTES_PER_TOKEN = 16 * 2**20
 """More KV bytes than any model keeps per token, summed over its layers: OPT-175B's fp16
@@ -22,7 +22,7 @@ multi-head cache is 4.7 MB a token (96 layers x 12,288 x 2 x 2 B), the largest p
 this is 3.5x that. A pull counted above ``prefix_tokens`` x this is an engine's error."""
 MAX_PULL_BYTES = MAX_BYTES_MOVED
 """No one pull moves a petabyte (an 8-GPU H200 node holds 1.1 TB of HBM): the bound for prefixes so long
-that the per-token one is looser; the same bound a probe record holds (kvcal.records)."""
+that the per-token one is looser; the same bound a probe record holds (kvcal.records.run)."""
 
 
 def max_plausible_bytes(prefix_tokens: int) -> int:

@@ -30,7 +30,7 @@ import math
 from collections.abc import Mapping
 
 from kvcal.engines.metrics import Snapshot, exposes, matching_keys
-from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS, ProbeEngineSide
+from kvcal.records.run import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS, ProbeEngineSide
 from kvcal.transports.base import MetricRef, Role, Transport
 
 PREFILL_TIME = MetricRef("vllm:request_prefill_time_seconds_sum")

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvcal.engines.deadline import STOP, Deadline
 from kvcal.engines.metrics import MetricsPageError, Snapshot, parse_metrics
 from kvcal.errors import EngineError, InputError, one_line
-from kvcal.records import MAX_TOKENS
+from kvcal.records.run import MAX_TOKENS
 
 _NS_PER_MS = 1e6
 METRICS_DEADLINE_S = 10.0

@@ -14,7 +14,7 @@ from typing import Any
 
 from kvcal.engines.base import EnginePair, LegMeasurement
 from kvcal.errors import InputError
-from kvcal.records import Leg, PairFacts, RunSetup
+from kvcal.records.run import Leg, PairFacts, RunSetup
 
 
 class PairSet(EnginePair):

@@ -26,7 +26,7 @@ import numpy as np
 
 from kvcal.costs.simulated import SimCosts
 from kvcal.engines.base import EnginePair, LegMeasurement, LoadTarget, Role
-from kvcal.records import Leg, RunSetup
+from kvcal.records.run import Leg, RunSetup
 
 __all__ = ["SimCosts", "SimPair"]
 

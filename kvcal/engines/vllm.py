@@ -43,9 +43,9 @@ from kvcal.engines.vllm_setup import vllm_setup
 from kvcal.errors import EngineError, InputError
 from kvcal.estimate.hfconfig import model_profile_from_config
 from kvcal.estimate.profiles import ModelProfile, kv_bytes_per_token
-from kvcal.records import PairFacts, RoleFacts, RunSetup
+from kvcal.records.run import PairFacts, RoleFacts, RunSetup
+from kvcal.records.run_folder import RunFolder
 from kvcal.redact import redact_url
-from kvcal.runfolder import RunFolder
 from kvcal.settings.sweep import SweepConfig
 from kvcal.transports import get_transport
 from kvcal.transports.base import Role

@@ -21,7 +21,7 @@ from kvcal.engines.deadline import Deadline
 from kvcal.engines.http import CAPS, EngineClient
 from kvcal.engines.metrics import gauge_total
 from kvcal.errors import EngineError
-from kvcal.records import MAX_QUEUE
+from kvcal.records.run import MAX_QUEUE
 from kvcal.transports.base import Role as TransportRole
 
 WAITING = "vllm:num_requests_waiting"

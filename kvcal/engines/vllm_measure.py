@@ -51,7 +51,7 @@ from kvcal.engines.engine_costs import from_snapshots
 from kvcal.engines.metrics import Snapshot, delta, matching_keys, poll_until, total
 from kvcal.engines.process import wait_until_idle
 from kvcal.errors import EngineError
-from kvcal.records import Leg
+from kvcal.records.run import Leg
 from kvcal.transports.base import BytesMetric, MetricRef, Role
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import os
 from kvcal.engines.gpu_placement import ParallelSizes, given_sizes
 from kvcal.engines.vllm_launch import ROLES, LaunchPlan, VllmSettings
 from kvcal.files.provenance import cpu_model, gpu_inventory, package_version
-from kvcal.records import RunSetup
+from kvcal.records.run import RunSetup
 from kvcal.settings.engine_args import arg_value
 from kvcal.transports.base import Role, Transport
 

@@ -15,8 +15,8 @@ from typing import Any
 from kvcal.errors import InputError
 from kvcal.estimate.hfconfig import load_model
 from kvcal.estimate.profiles import Accelerator, Link, ModelProfile, load_profiles, match_profile
-from kvcal.fit_record import FitResult
-from kvcal.records import RunSetup
+from kvcal.records.fit import FitResult
+from kvcal.records.run import RunSetup
 
 log = logging.getLogger(__name__)
 

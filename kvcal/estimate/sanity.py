@@ -1,7 +1,7 @@
 """Sanity checks of a fitted run against its model and hardware profiles.
 
 Stage owned: the "sanity" section of ``kvcal fit`` and ``kvcal compare``. Pure functions:
-a :class:`~kvcal.fit_record.FitResult` plus the profiles in, a list of
+a :class:`~kvcal.records.fit.FitResult` plus the profiles in, a list of
 :class:`SanityFinding` out; nothing is printed. Three checks:
 
 ``pull_bandwidth``
@@ -34,7 +34,7 @@ from kvcal.costs import curve as cost_curve
 from kvcal.errors import InputError
 from kvcal.estimate.profiles import Accelerator, Link, ModelProfile, kv_layout, normalize_kv_dtype, prefill_flops
 from kvcal.estimate.run_profiles import SanityContext, context_from_fit, profiles_or_none
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 log = logging.getLogger(__name__)
 

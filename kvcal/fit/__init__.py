@@ -18,8 +18,8 @@ Each name is imported on first use (:mod:`kvcal.lazy`), as in every other stage.
 from kvcal.lazy import public_api
 
 _API = {
-    "CurveFit": "kvcal.fit_record",
-    "FitResult": "kvcal.fit_record",
+    "CurveFit": "kvcal.records.fit",
+    "FitResult": "kvcal.records.fit",
     "FitInput": "kvcal.fit.inputs",
     "load_fit_input": "kvcal.fit.inputs",
     "break_even_tokens": "kvcal.fit.breakeven",
@@ -31,7 +31,7 @@ _API = {
     "fit_and_write": "kvcal.fit.entry",
     "default_output": "kvcal.fit.io",
     "dumps": "kvcal.fit.io",
-    "load_fit": "kvcal.fit_record",
+    "load_fit": "kvcal.records.fit",
     "looks_like_json": "kvcal.fit.io",
     "write_fit": "kvcal.fit.io",
     "mean_curves": "kvcal.fit.mean_cost",

@@ -59,7 +59,7 @@ from kvcal.fit.bootstrap_atoms import atom_sums, reps_atoms, residual_atoms, use
 from kvcal.fit.breakeven import break_even_tokens
 from kvcal.fit.curves import MODEL_PARAMS, LegFit, f_statistic, solve_nnls, to_physical
 from kvcal.fit.modes import MeanCost
-from kvcal.fit_record import FIT_DEFAULTS, FitSettings
+from kvcal.records.fit import FIT_DEFAULTS, FitSettings
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from kvcal.costs.curve import break_even_tokens
 from kvcal.fit.ladder_steps import floor_reason, lengths_to_add_above, lengths_to_add_below, pull_floor
-from kvcal.fit_record import LengthSummary
+from kvcal.records.fit import LengthSummary
 from kvcal.settings.sweep import DEFAULT_BLOCK_SIZE
 
 __all__ = ["STATUSES", "break_even_tokens", "classify", "classify_many", "interval", "reconcile", "status_warning"]

@@ -27,10 +27,10 @@ from kvcal.errors import KvcalError
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.sessions import session_cost
 from kvcal.fit.tables import ProbeTable, load_class_table
-from kvcal.fit_record import ClassFit, FitResult, FitSettings
-from kvcal.records import ProbeRecord
-from kvcal.records_links import ClassDifference
-from kvcal.runfolder import RunFolder, run_folders_in
+from kvcal.records.fit import ClassFit, FitResult, FitSettings
+from kvcal.records.fit_links import ClassDifference
+from kvcal.records.run import ProbeRecord
+from kvcal.records.run_folder import RunFolder, run_folders_in
 
 TEST_NAME = "F test: one affine pull curve for every class against one per class (relative residuals)"
 

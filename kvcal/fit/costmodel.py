@@ -47,8 +47,8 @@ from kvcal.errors import InputError
 from kvcal.fit.breakeven import interval
 from kvcal.fit.costmodel_bootstrap import OWN_SCALE_MIN, measured_class, request_offsets, solve, widened_samples
 from kvcal.fit.costmodel_inputs import IdleCurves, LoadedProbes
-from kvcal.fit_record import FIT_DEFAULTS, FitSettings
-from kvcal.records_costmodel import CostModelDiagnostics, CostModelFit, Estimate
+from kvcal.records.fit import FIT_DEFAULTS, FitSettings
+from kvcal.records.fit_costmodel import CostModelDiagnostics, CostModelFit, Estimate
 
 log = logging.getLogger(__name__)
 

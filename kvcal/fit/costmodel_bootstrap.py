@@ -14,7 +14,7 @@ import numpy as np
 
 from kvcal.fit.bootstrap import CHUNK_ELEMENTS, t_expansion
 from kvcal.fit.costmodel_inputs import IdleCurves, LoadedProbes
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 
 OWN_SCALE_MIN = 4  # requests a measured class needs for a noise scale of its own
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcal.errors import InputError
-from kvcal.fit_record import FitResult
-from kvcal.records import ProbeRecord
-from kvcal.run_manifest import RunManifest
-from kvcal.runfolder import probe_counts_as_idle
+from kvcal.records.fit import FitResult
+from kvcal.records.manifest import RunManifest
+from kvcal.records.run import ProbeRecord
+from kvcal.records.run_folder import probe_counts_as_idle
 
 _COEFS = ("intercept_ms", "per_token_us", "per_token2_ns")
 

@@ -20,7 +20,7 @@ from scipy import stats
 from kvcal.costs.curve import cost_ms
 from kvcal.fit.curves import LegFit
 from kvcal.fit.tables import ProbeTable
-from kvcal.fit_record import TimeTrend
+from kvcal.records.fit import TimeTrend
 
 TREND_ALPHA = 0.01
 TREND_MIN_CHANGE = 0.05

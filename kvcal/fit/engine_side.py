@@ -1,7 +1,7 @@
 """fit.json's ``engine_side``: the per-token pull and prefill costs the engines themselves counted over the probes.
 
 From the probes the curves are fitted on (valid, idle, warm), each probe's own figures
-(:class:`~kvcal.records.ProbeEngineSide`; an older record's ``metrics_delta`` where the
+(:class:`~kvcal.records.run.ProbeEngineSide`; an older record's ``metrics_delta`` where the
 record has none, :mod:`kvcal.engines.engine_costs`):
 
 - **pull**: the pulling engine's transfer time over the tokens it pulled, on the pull
@@ -25,8 +25,8 @@ import statistics
 from collections.abc import Iterable
 
 from kvcal.engines.engine_costs import from_metrics_delta
-from kvcal.records import Leg, ProbeEngineSide, ProbeRecord, RunSetup
-from kvcal.records_engine import EngineCost, EngineSide
+from kvcal.records.fit_engine import EngineCost, EngineSide
+from kvcal.records.run import Leg, ProbeEngineSide, ProbeRecord, RunSetup
 from kvcal.transports import available
 from kvcal.transports.base import Transport
 

@@ -13,8 +13,8 @@ import numpy as np
 from kvcal.costs.curve import cost_ms
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.io import default_output, write_fit
-from kvcal.fit_record import FIT_DEFAULTS, CurveFit, FitResult, FitSettings
-from kvcal.records import RunSetup
+from kvcal.records.fit import FIT_DEFAULTS, CurveFit, FitResult, FitSettings
+from kvcal.records.run import RunSetup
 
 __all__ = ["curve_ms", "fit_and_write", "fit_input", "load_or_fit"]
 

@@ -15,16 +15,16 @@ import pandas as pd
 
 from kvcal.errors import InputError
 from kvcal.files.instants import instant
-from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS
+from kvcal.records.run import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS
 
 LEGS = ("recompute", "pull")  # the leg column's values
 TAG_COLUMNS = ("pair", "link_class")  # a campaign over pairs: which pair measured the row, and its link class
-MAX_TAG = 200  # as a probe record's pair and link_class (kvcal.records)
+MAX_TAG = 200  # as a probe record's pair and link_class (kvcal.records.run)
 TIME_COLUMNS = ("order", "started_at")  # time order: an integer rank, or a start time (ISO 8601 or epoch seconds)
 MAX_INT, MAX_MS = (
     2**53,
     MAX_TTFT_MS,
-)  # far above any real count or TTFT, far below overflow; one rule with kvcal.records
+)  # far above any real count or TTFT, far below overflow; one rule with kvcal.records.run
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from kvcal.fit.modes import PullCost, describe_unresolved, pull_cost, too_few_pr
 from kvcal.fit.modes import describe as describe_mode
 from kvcal.fit.result import build_result
 from kvcal.fit.tables import ProbeTable
-from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings
-from kvcal.records_engine import EngineSide
+from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings
+from kvcal.records.fit_engine import EngineSide
 
 log = logging.getLogger(__name__)
 

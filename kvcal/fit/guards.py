@@ -16,7 +16,7 @@ from kvcal.fit.hygiene import WARMUP_NOTE, warmup_test
 from kvcal.fit.modes import TOO_FEW_NOTE, describe_unresolved
 from kvcal.fit.modes import describe as describe_mode
 from kvcal.fit.tables import ProbeTable
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 SHOW_PROBES = 5
 

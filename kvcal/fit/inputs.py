@@ -25,10 +25,10 @@ from kvcal.fit.classes import with_links, with_table_classes
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
-from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings, load_fit
-from kvcal.records import RunSetup
-from kvcal.run_manifest import RunManifest
-from kvcal.runfolder import RunFolder, run_folders_in
+from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings, load_fit
+from kvcal.records.manifest import RunManifest
+from kvcal.records.run import RunSetup
+from kvcal.records.run_folder import RunFolder, run_folders_in
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Writing ``fit.json`` (reading it is :func:`kvcal.fit_record.load_fit`, beside the record), and the one rule for
+"""Writing ``fit.json`` (reading it is :func:`kvcal.records.fit.load_fit`, beside the record), and the one rule for
 "is this file JSON"."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from kvcal.errors import InputError
 from kvcal.files.reading import is_stdin_copy
 from kvcal.files.writing import write_file, writer_lock
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 
 def looks_like_json(path: Path) -> bool:

@@ -52,8 +52,8 @@ from scipy import stats
 from kvcal.costs.curve import cost_ms
 from kvcal.fit import tails
 from kvcal.fit.curves import LegData
-from kvcal.fit_record import FitResult
-from kvcal.records_cost import MeanCostSummary, MeanLength, ScaleParts
+from kvcal.records.fit import FitResult
+from kvcal.records.fit_mean_cost import MeanCostSummary, MeanLength, ScaleParts
 
 TAIL_SD = 5.4  # where the robust fit's Huber weight falls below 1/4 (kvcal.fit.curves.DOWNWEIGHT_REPORT_BELOW)
 SD_FLOOR = 1e-3

@@ -52,7 +52,7 @@ from scipy import stats
 
 from kvcal.costs.curve import cost_ms
 from kvcal.fit.curves import DOWNWEIGHT_REPORT_BELOW, LegData, LegFit, fit_leg, weighted_fit
-from kvcal.fit_record import FIT_DEFAULTS, FitSettings, SlowMode
+from kvcal.records.fit import FIT_DEFAULTS, FitSettings, SlowMode
 
 MIN_PROBES = 10  # below, a split of normal noise into two clusters passes the tests below by chance
 MIN_SEPARATION_SD = 5.0

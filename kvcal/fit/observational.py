@@ -46,8 +46,8 @@ from kvcal.files.reading import load_json
 from kvcal.fit.costmodel import fit_cost_model
 from kvcal.fit.costmodel_inputs import LoadedProbes, idle_curves
 from kvcal.fit.entry import load_or_fit
-from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings, FitSource
-from kvcal.records import MAX_TOKENS
+from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings, FitSource
+from kvcal.records.run import MAX_TOKENS
 
 log = logging.getLogger(__name__)
 

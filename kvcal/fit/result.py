@@ -28,7 +28,7 @@ from kvcal.fit.breakeven import (
 from kvcal.fit.curves import LegFit
 from kvcal.fit.tables import ProbeTable
 from kvcal.fit.wins import per_length, pull_won_from
-from kvcal.fit_record import BootstrapSummary, CurveFit, FitResult, FitSettings
+from kvcal.records.fit import BootstrapSummary, CurveFit, FitResult, FitSettings
 
 MEASURED_DISAGREE_MIN = 0.05  # a fitted winner contradicting the medians is reported when they differ by > 5%
 

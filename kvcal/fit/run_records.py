@@ -7,9 +7,9 @@ from pathlib import Path
 
 from kvcal.errors import InputError
 from kvcal.files.instants import instant
-from kvcal.records import ProbeRecord
-from kvcal.run_manifest import RunManifest
-from kvcal.runfolder import RunFolder, run_folders_in
+from kvcal.records.manifest import RunManifest
+from kvcal.records.run import ProbeRecord
+from kvcal.records.run_folder import RunFolder, run_folders_in
 
 
 def start_times(

@@ -21,9 +21,9 @@ import numpy as np
 from scipy import stats
 
 from kvcal.costs.curve import cost_ms
-from kvcal.fit_record import CurveFit
-from kvcal.records import ProbeRecord
-from kvcal.records_links import SessionCost
+from kvcal.records.fit import CurveFit
+from kvcal.records.fit_links import SessionCost
+from kvcal.records.run import ProbeRecord
 
 
 def session_cost(records: Iterable[ProbeRecord], pull: CurveFit, confidence: float) -> SessionCost | None:

@@ -1,6 +1,6 @@
 """``kvcal fit``'s settings: one model whose fields declare their bounds, checked before any probe is read.
 
-The statistical settings are :class:`~kvcal.records.FitSettings` (confidence, seed, resamples),
+The statistical settings are :class:`~kvcal.records.run.FitSettings` (confidence, seed, resamples),
 declared once there and carried whole through the fit; :class:`FitConfig` adds what one
 ``kvcal fit`` is asked to do: which input, where fit.json goes, the setup a probe table does
 not record, the cost model's busy threshold, or the three files of an observational fit.
@@ -18,8 +18,8 @@ from kvcal.errors import InputError
 from kvcal.fit import write_fit
 from kvcal.fit.entry import fit_and_write
 from kvcal.fit.observational import fit_observational
-from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings
-from kvcal.records import RunSetup
+from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings
+from kvcal.records.run import RunSetup
 from kvcal.settings.from_flags import FlagModel, from_flags
 from kvcal.transports import transport_names
 

@@ -3,7 +3,7 @@
 Three inputs are accepted and detected by shape, not by file name:
 
 * a **run folder** (a directory holding ``run.json`` and ``probes.jsonl``, as
-  ``kvcal sweep`` writes it), read through :class:`kvcal.runfolder.RunFolder`; probes
+  ``kvcal sweep`` writes it), read through :class:`kvcal.records.run_folder.RunFolder`; probes
   marked invalid are excluded and counted; when one probe id has several attempts,
   its valid attempt counts; a torn last line is skipped with a warning;
 * a **probe CSV** in the interchange format, one row per probe, read by :mod:`kvcal.fit.probe_csv`;
@@ -23,7 +23,6 @@ from typing import Any
 
 import pandas as pd
 
-from kvcal.disturbance_bounds import resource_of, summarise
 from kvcal.errors import InputError
 from kvcal.files.reading import read_text
 from kvcal.fit.costmodel_inputs import LoadedProbes, split_loaded
@@ -34,10 +33,11 @@ from kvcal.fit.llmd_table import TABLE_HEADER, looks_like_row, read_llmd_table
 from kvcal.fit.probe_csv import read_probe_csv
 from kvcal.fit.recipe import unstamped
 from kvcal.fit.run_records import run_records, start_times
-from kvcal.fit_record import FitSource, HostDisturbance
-from kvcal.records import Leg, ProbeRecord, RunSetup
-from kvcal.records_engine import EngineSide
-from kvcal.runfolder import pulls_by_proof
+from kvcal.records.disturbance_bounds import resource_of, summarise
+from kvcal.records.fit import FitSource, HostDisturbance
+from kvcal.records.fit_engine import EngineSide
+from kvcal.records.run import Leg, ProbeRecord, RunSetup
+from kvcal.records.run_folder import pulls_by_proof
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import math
 from scipy import stats
 
 from kvcal.fit.tables import ProbeTable
-from kvcal.fit_record import LengthSummary
+from kvcal.records.fit import LengthSummary
 
 MIN_WIN_LOG = math.log(1 / 0.98)
 FAMILY_ALPHA = 0.05

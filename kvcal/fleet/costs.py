@@ -21,8 +21,8 @@ import numpy as np
 from kvcal.costs.curve import break_even_tokens
 from kvcal.emit.costmodel_block import costmodel_values
 from kvcal.fit.mean_cost import mean_scales
-from kvcal.fit_record import FitResult
 from kvcal.fleet.links import LinkClass, link_classes
+from kvcal.records.fit import FitResult
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcal.errors import InputError
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 
 @dataclass(frozen=True)

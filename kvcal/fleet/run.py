@@ -13,7 +13,6 @@ import numpy as np
 
 from kvcal import __version__
 from kvcal.errors import InputError
-from kvcal.fit_record import FitResult
 from kvcal.fleet.choose import BEST_RULE, RECOMMENDED_RULE, Candidate, Choice, choose
 from kvcal.fleet.result import Figure, FleetResult, FleetRow, LoadResult
 from kvcal.fleet.settings import FleetConfig
@@ -33,6 +32,7 @@ from kvcal.fleet.study import (
     run_all,
 )
 from kvcal.fleet.workload import Workload, load_workload
+from kvcal.records.fit import FitResult
 
 __all__ = ["FleetConfig", "check_arguments", "run_fleet"]
 FIGURES = (

@@ -1,6 +1,7 @@
 """Simulating engines that share one host in ``kvcal fleet``: a step stretches while other engines are in steps too.
 
-Not a measurement of a busy host (that is :mod:`kvcal.sweep.host_monitors`, judged by :mod:`kvcal.disturbance_bounds`).
+Not a measurement of a busy host (that is :mod:`kvcal.sweep.host_monitors`, judged by
+:mod:`kvcal.records.disturbance_bounds`).
 
 Processor sharing: a step needs its cost in milliseconds of an engine alone on the host
 (``alone_ms``); with k of the N engines in a step, each progresses at 1 / f(k), where

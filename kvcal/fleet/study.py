@@ -18,13 +18,13 @@ import numpy as np
 from kvcal.emit.costmodel_block import COSTMODEL_FLOOR_TOKENS
 from kvcal.emit.threshold import compute_threshold, resolve_block_size, round_up
 from kvcal.errors import InputError, KvcalError
-from kvcal.fit_record import FitResult
 from kvcal.fleet.costs import FleetCosts, cost_rule, resampled_costs
 from kvcal.fleet.parallel import SERIAL, Executor
 from kvcal.fleet.router import Policy
 from kvcal.fleet.run_state import RunStats
 from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload
+from kvcal.records.fit import FitResult
 
 Progress = Callable[[int, int, str], None]
 """Called once per finished run: (runs done, runs in all, the run's label)."""

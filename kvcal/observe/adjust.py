@@ -33,8 +33,8 @@ import numpy as np
 from kvcal import __version__
 from kvcal.costs.curve import break_even_tokens, cost_ms
 from kvcal.fit.breakeven import STATUSES, classify, classify_many, interval
-from kvcal.fit_record import BootstrapSummary, CurveFit, FitResult
-from kvcal.records_engine import EngineSide, ProposedFrom
+from kvcal.records.fit import BootstrapSummary, CurveFit, FitResult
+from kvcal.records.fit_engine import EngineSide, ProposedFrom
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcal.errors import InputError
-from kvcal.fit_record import FitResult
 from kvcal.fleet.result import FleetResult, FleetRow
 from kvcal.observe.result import Check, Figures, Observed
+from kvcal.records.fit import FitResult
 
 BYTES_TOLERANCE = 0.10
 TTFT_TOLERANCE = 0.25

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 from scipy import stats
 
-from kvcal.fit_record import FitResult
 from kvcal.observe.costs import PodCosts
 from kvcal.observe.result import Check, Figures, Observed
-from kvcal.records_engine import EngineCost
+from kvcal.records.fit import FitResult
+from kvcal.records.fit_engine import EngineCost
 
 FLOOR = 0.25
 Z = 2.0

@@ -33,12 +33,12 @@ from scipy import stats
 
 from kvcal.emit.threshold import compute_threshold, regret_model
 from kvcal.errors import KvcalError
-from kvcal.fit_record import FitResult
 from kvcal.observe.adjust import Move, adjusted
 from kvcal.observe.costs import CostReader, PodCosts, combined
 from kvcal.observe.result import Proposal
 from kvcal.observe.series import Window
-from kvcal.records_engine import EngineCost, EngineSide, ProposedFrom
+from kvcal.records.fit import FitResult
+from kvcal.records.fit_engine import EngineCost, EngineSide, ProposedFrom
 
 BATCHES = 20
 MIN_BATCHES_WITH_PULLS = 10

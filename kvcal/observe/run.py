@@ -27,7 +27,7 @@ from kvcal.observe.figures import PodParts, fetch, figures_of, history_of, pod_p
 from kvcal.observe.propose import Proposed, measure_production, propose
 from kvcal.observe.result import COST_NAMES, FIGURE_NAMES, Figures, ObserveResult, PodFigures, TimeWindow
 from kvcal.observe.series import History, Window
-from kvcal.records_engine import ProposedFrom
+from kvcal.records.fit_engine import ProposedFrom
 from kvcal.redact import redact_url
 
 MAX_WINDOW_S = 31 * 86_400

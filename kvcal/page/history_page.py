@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvcal.fit_record import FitResult
 from kvcal.page.html import bullets, cell, esc, figure, paragraph, section, table, tag
 from kvcal.page.svg import Band, Chart, Line, Point, Points, Style, chart_figure
+from kvcal.records.fit import FitResult
 from kvcal.report.history import HEADER, HistoryEntry, table_rows
 from kvcal.report.regression import compare_runs
 

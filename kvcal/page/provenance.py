@@ -1,6 +1,6 @@
 """The records around a fit: where it was measured (provenance) and what disturbed it (the disturbance record).
 
-The setup is the typed :class:`~kvcal.records.RunSetup` fit.json carries; the run's own
+The setup is the typed :class:`~kvcal.records.run.RunSetup` fit.json carries; the run's own
 provenance (run.json) is free-form and shown whole, as it was recorded (versions, host,
 hardware, the kvcal commit, command line), never read by key.
 """
@@ -11,9 +11,9 @@ from typing import Any
 
 from kvcal import __version__
 from kvcal.files.provenance import git_commit
-from kvcal.fit_record import FitResult
 from kvcal.page.html import bullets, cell, details, esc, key_values, paragraph, section, table, tag
 from kvcal.page.run_data import RunData
+from kvcal.records.fit import FitResult
 
 
 def flat(node: Any, prefix: str = "") -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from kvcal.emit.threshold import regret_model
 from kvcal.errors import InputError
 from kvcal.fit.entry import curve_ms
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 REGRET_TOLERANCE_PCT = 0.5
 """% of the best expected TTFT a deployed threshold may cost: the 90th percentile the default rule's own

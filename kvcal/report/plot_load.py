@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from kvcal.fit.costmodel_inputs import LoadedProbes
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 STATE_COLORS = {
     "idle": "tab:grey",

@@ -45,7 +45,7 @@ import numpy as np
 from scipy.stats import norm
 
 from kvcal.errors import InputError
-from kvcal.fit_record import CurveFit, FitResult
+from kvcal.records.fit import CurveFit, FitResult
 from kvcal.report.deployed import DeployedCheck, deployed_check
 from kvcal.report.deployed import as_tokens as _as_tokens
 from kvcal.report.deployed import pair as _pair

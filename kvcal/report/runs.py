@@ -11,8 +11,8 @@ from pathlib import Path
 
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.tables import ProbeTable
-from kvcal.fit_record import FitResult
-from kvcal.run_manifest import RunManifest
+from kvcal.records.fit import FitResult
+from kvcal.records.manifest import RunManifest
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 A base module of its own because three readers share it: the sweep's settings
 (:meth:`kvcal.settings.sweep.SweepConfig.engine_arg`), the vLLM pair's setup record
 (:mod:`kvcal.engines.vllm_setup`) and the upgrade of older run.json files
-(:mod:`kvcal.records_v1`), which reads a stored ``engine_args`` list without
+(:mod:`kvcal.records.old_schemas`), which reads a stored ``engine_args`` list without
 building the sweep's settings.
 """
 

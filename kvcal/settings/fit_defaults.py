@@ -1,6 +1,6 @@
 """The fit's default settings as plain numbers.
 
-:class:`kvcal.fit_record.FitSettings` declares its fields (bounds, descriptions) with these defaults, and
+:class:`kvcal.records.fit.FitSettings` declares its fields (bounds, descriptions) with these defaults, and
 ``kvcal fit`` and ``kvcal plot`` give them to their flags from here: a command's ``--help`` builds no
 pydantic model for three numbers (issue 45's startup budget, docs/architecture.md).
 """

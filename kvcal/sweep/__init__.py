@@ -15,7 +15,7 @@ _API = {
     "SweepConfig": "kvcal.settings.sweep",
     "resolve_config": "kvcal.sweep.validate",
     "load_campaign_file": "kvcal.sweep.validate",
-    "RunFolder": "kvcal.runfolder",
+    "RunFolder": "kvcal.records.run_folder",
     "SweepOutcome": "kvcal.sweep.session",
     "ProbeSession": "kvcal.sweep.session",
     "AdaptiveOutcome": "kvcal.sweep.adaptive_run",

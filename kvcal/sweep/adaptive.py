@@ -6,7 +6,7 @@ through it; :mod:`kvcal.sweep.lengths.simulate_designs` and the benchmark drive 
 simulated pair through the same :class:`Controller`.
 
 Every stop decision rests on the very fit ``kvcal fit RUN`` computes by default
-(:data:`kvcal.fit_record.FIT_DEFAULTS`: confidence 0.9, bootstrap seed 0, 2000 resamples), so a run
+(:data:`kvcal.records.fit.FIT_DEFAULTS`: confidence 0.9, bootstrap seed 0, 2000 resamples), so a run
 that stopped on ``target-width`` gives the same interval when the user refits it.
 
 Stop rules, checked after each round's refit, in this order (the first three only once
@@ -44,8 +44,8 @@ from pydantic import ConfigDict, Field
 
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.tables import ProbeTable
-from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings
-from kvcal.records import Leg, Record
+from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings
+from kvcal.records.run import Leg, Record
 from kvcal.sweep.lengths import adaptive_design
 from kvcal.sweep.regret_stop import Judge, Verdict, meets, width_mc_error, win_proof
 

@@ -22,8 +22,8 @@ from pydantic import ValidationError
 from kvcal.engines.base import EnginePair
 from kvcal.errors import InputError
 from kvcal.fit.tables import ProbeTable, load_probe_table
-from kvcal.fit_record import FIT_DEFAULTS
-from kvcal.runfolder import RunFolder, atomic_write
+from kvcal.records.fit import FIT_DEFAULTS
+from kvcal.records.run_folder import RunFolder, atomic_write
 from kvcal.settings.sweep import SweepConfig
 from kvcal.settings.sweep_flags import adaptive_rule_fields
 from kvcal.sweep.adaptive import (

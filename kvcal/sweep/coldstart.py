@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from kvcal.engines.base import EnginePair
 from kvcal.errors import EngineError
-from kvcal.records import Leg, PlannedProbe, ProbeRecord
+from kvcal.records.run import Leg, PlannedProbe, ProbeRecord
 from kvcal.sweep.probe import ProbeContext, attempt_once, gave_up
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Measuring a busy host during a sweep: how much of the engines' compute other processes took, probe by probe.
 
-What a reading means (the bounds, the run's summary) is :mod:`kvcal.disturbance_bounds`; simulated engines that
+What a reading means (the bounds, the run's summary) is :mod:`kvcal.records.disturbance_bounds`; simulated engines that
 share a host in ``kvcal fleet`` are :mod:`kvcal.fleet.shared_host`, which measures nothing.
 
 A calibration measured on a busy host is not a calibration of the engines: a README demo
@@ -23,9 +23,10 @@ kvcal and its engines took.
   else ``nvidia-smi`` (sampled at most every 2 s). Not yet checked on GPU hardware.
 * **Attached engines** run elsewhere: not measured (``None``).
 
-A probe is disturbed when ``host_busy`` exceeds :data:`~kvcal.disturbance_bounds.PROBE_BOUND`; the run is disturbed
-when more than :data:`~kvcal.disturbance_bounds.RUN_BOUND` of its measured probes are (one blip is named in the fit
-but does not condemn a run). ``fit.json`` records the summary (:func:`kvcal.disturbance_bounds.summarise`;
+A probe is disturbed when ``host_busy`` exceeds :data:`~kvcal.records.disturbance_bounds.PROBE_BOUND`; the run is
+disturbed when more than :data:`~kvcal.records.disturbance_bounds.RUN_BOUND` of its measured probes are (one blip is
+named in the fit
+but does not condemn a run). ``fit.json`` records the summary (:func:`kvcal.records.disturbance_bounds.summarise`;
 the bounds, what a pair's monitor watches and the summary are a base module, which the fit reads), the fit
 warns with the figure and ``emit-config`` refuses a disturbed run unless ``--allow-disturbed``.
 """
@@ -43,8 +44,8 @@ from typing import Any, Protocol
 
 import psutil
 
-from kvcal.disturbance_bounds import parse_cpus, watched
-from kvcal.records import PairFacts
+from kvcal.records.disturbance_bounds import parse_cpus, watched
+from kvcal.records.run import PairFacts
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ import numpy as np
 
 from kvcal.engines.base import EnginePair, LoadTarget, Role
 from kvcal.errors import EngineError, InputError
-from kvcal.records import Leg
+from kvcal.records.run import Leg
 from kvcal.settings.sweep import LoadState, SweepConfig
 from kvcal.sweep.lengths.probe_plan import PlannedProbe, build_plan
 

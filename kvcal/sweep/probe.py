@@ -25,9 +25,9 @@ import numpy as np
 from kvcal.engines.base import EnginePair, LegMeasurement
 from kvcal.errors import EngineError, GateError
 from kvcal.files.provenance import utc_now
-from kvcal.probe_checks import checked_record
-from kvcal.records import Leg, ProbeRecord
-from kvcal.runfolder import RunFolder
+from kvcal.records.probe_checks import checked_record
+from kvcal.records.run import Leg, ProbeRecord
+from kvcal.records.run_folder import RunFolder
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.host_monitors import HostMonitor
 from kvcal.sweep.lengths.probe_plan import PlannedProbe
@@ -164,7 +164,7 @@ def attempt_once(ctx: ProbeContext, planned: PlannedProbe, attempt: int, *, sess
     if measured is None:
         return checked_record(ttft_ms=None, bytes_moved=None, valid=False, **shared)
     engine_ms = measured.ttft_ms + (measured.producer_ttft_ms or 0.0)
-    return checked_record(  # numbers out of bounds make the attempt invalid (kvcal.probe_checks)
+    return checked_record(  # numbers out of bounds make the attempt invalid (kvcal.records.probe_checks)
         ttft_ms=measured.ttft_ms,
         bytes_moved=measured.bytes_moved,
         bytes_metric=measured.bytes_metric,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kvcal.records import ProbeRecord
+from kvcal.records.run import ProbeRecord
 
 
 class SweepProgress(Protocol):

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcal.fit_record import FitResult
-from kvcal.records import Leg
+from kvcal.records.fit import FitResult
+from kvcal.records.run import Leg
 
 # Monte Carlo standard errors a figure must clear its target by. At 2 a campaign stopped at 0.0957 with an error of
 # 0.0039 (sim defaults, 10 % target, seed 0) and refitted under 10 other seeds at 0.0957-0.1007: a stop is taken on

@@ -19,8 +19,8 @@ from kvcal.engines.sim import SimPair
 from kvcal.engines.vllm import pair_from_config
 from kvcal.errors import EngineError, InputError
 from kvcal.files.provenance import host_provenance, utc_now
-from kvcal.run_manifest import RunManifest
-from kvcal.runfolder import RunFolder, completed_probe_ids
+from kvcal.records.manifest import RunManifest
+from kvcal.records.run_folder import RunFolder, completed_probe_ids
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.adaptive_run import AdaptiveCampaign
 from kvcal.sweep.lengths import grow_below

@@ -22,9 +22,9 @@ from kvcal.engines.base import EnginePair
 from kvcal.engines.deadline import STOP
 from kvcal.engines.process import sigterm_raises
 from kvcal.errors import EngineError
-from kvcal.records import ProbeRecord
-from kvcal.run_manifest import RunManifest
-from kvcal.runfolder import RunFolder, attempts_so_far, completed_probe_ids
+from kvcal.records.manifest import RunManifest
+from kvcal.records.run import ProbeRecord
+from kvcal.records.run_folder import RunFolder, attempts_so_far, completed_probe_ids
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep import coldstart, host_monitors, warmup
 from kvcal.sweep.lengths import grow_below

@@ -1,7 +1,7 @@
 """summary.csv: per (length, leg) statistics a sweep derives from its probe log, replaced whole.
 
 The run folder itself (its files, run.json, the append-only probes.jsonl, the
-interchange CSV ``kvcal export`` writes) is :mod:`kvcal.runfolder`; probe lines are
+interchange CSV ``kvcal export`` writes) is :mod:`kvcal.records.run_folder`; probe lines are
 never rewritten.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from kvcal.records import ProbeRecord
-from kvcal.runfolder import RunFolder, atomic_write
+from kvcal.records.run import ProbeRecord
+from kvcal.records.run_folder import RunFolder, atomic_write
 
 
 def write_summary(run: RunFolder, records: Iterable[ProbeRecord] | None = None) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from kvcal.engines.base import EnginePair
 from kvcal.errors import EngineError
 from kvcal.files.provenance import utc_now
-from kvcal.probe_checks import checked_record
-from kvcal.records import Leg, PairFacts, ProbeRecord
+from kvcal.records.probe_checks import checked_record
+from kvcal.records.run import Leg, PairFacts, ProbeRecord
 from kvcal.sweep.lengths.probe_plan import PlannedProbe
 
 REASON = "warm-up probe: the first of its (length, leg), discarded by the sweep protocol"

@@ -16,7 +16,7 @@ import pytest
 
 from kvcal.cli.app import main
 from kvcal.fit.io import write_fit
-from kvcal.fit_record import load_fit
+from kvcal.records.fit import load_fit
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.costs.simulated import SimCosts
 from tests.factories import make_curve, make_fit, sim_run

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fake_engine import FakeEngine
-from kvcal.records import ProbeRecord
+from kvcal.records.run import ProbeRecord
 
 CONFIG = Path(__file__).parents[1] / "fixtures" / "hf_configs" / "llama-3.1-8b.json"
 SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
@@ -118,7 +118,7 @@ def test_attached_engines_that_disagree_are_refused_naming_both(tmp_path, produc
 
 @pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
 def test_run_json_never_holds_a_block_size_that_contradicts_the_engines(tmp_path):
-    from kvcal.run_manifest import RunManifest
+    from kvcal.records.manifest import RunManifest
 
     model, campaign = _attach_setup(tmp_path, probe_timeout_s=2)
     with FakeEngine("producer", root=model) as producer, FakeEngine("consumer", root=model) as consumer:

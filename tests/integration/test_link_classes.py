@@ -17,8 +17,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from kvcal.records import Leg  # noqa: E402
-from kvcal.runfolder import RunFolder  # noqa: E402
+from kvcal.records.run import Leg  # noqa: E402
+from kvcal.records.run_folder import RunFolder  # noqa: E402
 from netlinks import NetLinks, namespaces_left, netns_unavailable  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from kvcal.runfolder import RunFolder  # noqa: E402
+from kvcal.records.run_folder import RunFolder  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

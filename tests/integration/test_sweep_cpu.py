@@ -22,8 +22,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from kvcal.runfolder import RunFolder  # noqa: E402
-from kvcal.records import Leg  # noqa: E402
+from kvcal.records.run_folder import RunFolder  # noqa: E402
+from kvcal.records.run import Leg  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ pytest.importorskip("vllm")
 
 from kvcal.engines.serve import parse_cpu_list  # noqa: E402
 from kvcal.engines.vllm import VllmPair, VllmSettings  # noqa: E402
-from kvcal.records import Leg  # noqa: E402
+from kvcal.records.run import Leg  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 

@@ -15,7 +15,7 @@ MAX_FUNCTION_LINES = 60
 LAZY_ALLOWED = ("cli/", "engines/serve.py",
                 "costs/simulated.py",  # kvcal --help loads it through the flags; see its docstring
                 "emit/limits.py",  # emit-config's flags module: its --help must not build the records (MAX_TOKENS)
-                "runfolder.py")  # the run manifest's settings: reading probes must not load them (RunFolder.manifest)
+                "records/run_folder.py")  # the run manifest's settings: reading probes must not load them (RunFolder.manifest)
 
 
 def _modules() -> dict[str, Path]:

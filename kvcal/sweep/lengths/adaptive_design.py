@@ -52,8 +52,8 @@ import numpy as np
 from kvcal.errors import InputError
 from kvcal.fit.bootstrap import t_quantile
 from kvcal.fit.ladder_steps import pull_floor
-from kvcal.fit_record import FitResult
-from kvcal.records import Leg
+from kvcal.records.fit import FitResult
+from kvcal.records.run import Leg
 
 GRID_RATIO = 2**0.25
 # The seed's second length is 2x the shortest; the climb then looks 4x longer while the

@@ -27,7 +27,7 @@ At the other end the ladder already reaches the model's limit; when recompute wi
 from __future__ import annotations
 
 from kvcal.fit.ladder_steps import floor_reason, lengths_below, lengths_to_add_above, lengths_to_add_below, pull_floor
-from kvcal.records import Leg, PlannedProbe, ProbeRecord
+from kvcal.records.run import Leg, PlannedProbe, ProbeRecord
 from kvcal.sweep.lengths.probe_plan import build_plan
 
 

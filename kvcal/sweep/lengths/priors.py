@@ -19,7 +19,7 @@ from kvcal.estimate.hfconfig import load_model
 from kvcal.estimate.predict import PredictSettings, build_cost_model
 from kvcal.estimate.profiles import load_profiles
 from kvcal.fit.entry import load_or_fit
-from kvcal.runfolder import RunFolder
+from kvcal.records.run_folder import RunFolder
 from kvcal.sweep.lengths.adaptive_design import allowed_range
 
 DEFAULT_LIMIT = 65536  # a prior fit whose run does not say its model limit: kvcal sweep's sim default

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kvcal.errors import InputError
-from kvcal.records import Leg, PlannedProbe
+from kvcal.records.run import Leg, PlannedProbe
 from kvcal.settings.sweep import repeated_lengths_problem
 
 __all__ = ["PlannedProbe", "build_plan", "default_prefix_lengths", "validate_prefix_lengths"]

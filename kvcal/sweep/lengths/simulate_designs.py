@@ -37,8 +37,8 @@ from kvcal.fit.bootstrap import t_quantile
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.ladder_steps import lengths_below
 from kvcal.fit.tables import from_rows
-from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings
-from kvcal.records import Leg, Record, RunSetup
+from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings
+from kvcal.records.run import Leg, Record, RunSetup
 from kvcal.sweep.adaptive import Controller, StopRules, relative_width
 from kvcal.sweep.lengths.priors import Prior
 from kvcal.sweep.lengths.probe_plan import default_prefix_lengths

@@ -19,9 +19,9 @@ import pytest
 from kvcal.emit import helm_patch
 from kvcal.errors import InputError
 from kvcal.files.writing import replacing, write_file, writer_lock
-from kvcal.records import Leg, PlannedProbe
+from kvcal.records.run import Leg, PlannedProbe
 from kvcal.sweep.lock import claim_run_folder
-from kvcal.runfolder import RunFolder
+from kvcal.records.run_folder import RunFolder
 from kvcal.sweep.runner import run_sweep
 from tests.factories import make_manifest, make_probe, write_run_folder
 from tests.unit.sweep.test_sweep import Crash, crashing_factory, sim_config

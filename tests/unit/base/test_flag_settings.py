@@ -9,7 +9,7 @@ from pydantic import Field
 
 from kvcal.errors import InputError
 from kvcal.settings.from_flags import FlagModel, from_flags
-from kvcal.fit_record import FIT_DEFAULTS, FitSettings
+from kvcal.records.fit import FIT_DEFAULTS, FitSettings
 
 
 class Example(FlagModel):

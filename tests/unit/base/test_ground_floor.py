@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 PACKAGE = REPO / "kvcal"
 BASELINE = REPO / "results" / "baselines" / "cpu-tiny"  # a committed run folder: run.json, probes.jsonl, fit.json
-HEAVY = ("kvcal.settings.sweep", "kvcal.costs.simulated", "kvcal.engines.sim", "kvcal.fleet.sim", "kvcal.run_manifest")
+HEAVY = ("kvcal.settings.sweep", "kvcal.costs.simulated", "kvcal.engines.sim", "kvcal.fleet.sim", "kvcal.records.manifest")
 
 
 def _kvcal_imports(path: Path) -> set[str]:
@@ -47,9 +47,9 @@ def _below(module: str) -> dict[str, set[str]]:
 
 
 def test_the_records_stand_on_nothing_of_kvcal_but_errors():
-    below = _below("kvcal.records")
+    below = _below("kvcal.records.run")
     assert {name: sorted(imports) for name, imports in below.items() if imports - {"kvcal.errors"}} == {}
-    assert set(below) <= {"kvcal.records", "kvcal.errors"}
+    assert set(below) <= {"kvcal.records.run", "kvcal.errors"}
 
 
 def test_the_transports_stand_on_nothing_of_kvcal_but_errors():
@@ -65,8 +65,8 @@ def test_the_transports_stand_on_nothing_of_kvcal_but_errors():
 def test_reading_probes_and_a_fit_loads_neither_the_settings_nor_the_simulator(tmp_path):
     script = (
         "import json, sys\n"
-        "from kvcal.fit_record import load_fit\n"
-        "from kvcal.runfolder import RunFolder\n"
+        "from kvcal.records.fit import load_fit\n"
+        "from kvcal.records.run_folder import RunFolder\n"
         f"fit = load_fit({str(BASELINE / 'fit.json')!r})\n"
         f"probes = RunFolder({str(BASELINE)!r}).read_probes()\n"
         "print(json.dumps({'break_even': fit.break_even_tokens, 'probes': len(probes),\n"
@@ -86,5 +86,5 @@ def test_reading_probes_and_a_fit_loads_neither_the_settings_nor_the_simulator(t
         seen["probes"] > 0
         and seen["break_even"] == json.loads((BASELINE / "fit.json").read_text())["break_even_tokens"]
     )
-    assert "kvcal.fit_record" in seen["modules"] and "kvcal.runfolder" in seen["modules"]  # the readers did run
+    assert "kvcal.records.fit" in seen["modules"] and "kvcal.records.run_folder" in seen["modules"]  # the readers did run
     assert not set(HEAVY) & set(seen["modules"])

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import factories
-from kvcal.records import RUN_SCHEMA
-from kvcal.runfolder import RunFolder
+from kvcal.records.run import RUN_SCHEMA
+from kvcal.records.run_folder import RunFolder
 from kvcal.settings.sweep import FLAT_ORDER, GROUPS, SweepConfig, grouped_from_flat
 from kvcal.sweep.runner import run_sweep
 

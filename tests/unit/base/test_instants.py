@@ -16,8 +16,8 @@ from kvcal.fit import fit_table
 from kvcal.fit.fields import start_time
 from kvcal.fit.tables import load_probe_table
 from kvcal.files.instants import instant
-from kvcal.fit_record import FitSettings
-from kvcal.records import RunSetup
+from kvcal.records.fit import FitSettings
+from kvcal.records.run import RunSetup
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ZONES = [timezone.utc, timezone(timedelta(hours=-8)), timezone(timedelta(hours=9))]
@@ -77,7 +77,7 @@ def test_the_same_window_and_forms_hold_for_iso_and_epoch(text):
 def test_a_drift_found_from_a_csvs_started_at_is_labelled_so_when_flags_give_the_setup(tmp_path):
     """Before, a setup given by flags (--block-size) rebuilt the table without its time order's source: "from order"."""
     from kvcal.fit.inputs import load_fit_input
-    from kvcal.runfolder import RunFolder, export_interchange
+    from kvcal.records.run_folder import RunFolder, export_interchange
 
     run = _drifting_run(tmp_path / "run", mixed=True)
     export_interchange(RunFolder(run), tmp_path / "p.csv")

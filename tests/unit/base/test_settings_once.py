@@ -168,7 +168,7 @@ def test_fit_defaults_are_declared_once():
 
     from kvcal.cli import fit_cmd
     from kvcal.fit import fit_and_write, fit_input, fit_table
-    from kvcal.fit_record import FIT_DEFAULTS
+    from kvcal.records.fit import FIT_DEFAULTS
 
     for function in (fit_input, fit_and_write, fit_table):  # one settings object, not three loose numbers
         params = inspect.signature(function).parameters

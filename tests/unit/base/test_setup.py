@@ -13,12 +13,12 @@ from kvcal.engines.vllm import VllmPair, VllmSettings, pair_from_config
 from kvcal.engines.vllm_launch import ROLES
 from kvcal.fit import fit_table, load_fit, load_fit_input, write_fit
 from factories import sim_table
-from kvcal.fit_record import FIT_SCHEMA, FitResult
-from kvcal.records import RUN_SCHEMA, RunSetup
-from kvcal.run_manifest import RunManifest
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FIT_SCHEMA, FitResult
+from kvcal.records.run import RUN_SCHEMA, RunSetup
+from kvcal.records.manifest import RunManifest
+from kvcal.records.fit import FitSettings
 from kvcal.settings.sweep import SweepConfig
-from kvcal.runfolder import RunFolder
+from kvcal.records.run_folder import RunFolder
 from kvcal.engines.sim import SimCosts
 
 import factories

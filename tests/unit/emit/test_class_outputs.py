@@ -9,7 +9,7 @@ import pytest
 from kvcal.fit import fit_and_write
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.runner import run_sweep
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 
 NEAR = {"pull_intercept_ms": 20.0, "pull_per_token_us": 3.0}
 FAR = {"pull_intercept_ms": 30.0, "pull_per_token_us": 12.0, "session_ms": 400.0}

@@ -25,9 +25,9 @@ from kvcal.transports.base import Role
 from kvcal.engines.vllm import VllmPair, VllmSettings
 from kvcal.fit import fit_table
 from factories import sim_table
-from kvcal.fit_record import FitResult
-from kvcal.records import RunSetup
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitResult
+from kvcal.records.run import RunSetup
+from kvcal.records.fit import FitSettings
 
 UPSTREAM = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"
 VALUES = Path(__file__).resolve().parents[2] / "fixtures" / "values"

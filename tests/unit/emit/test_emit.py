@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kvcal.emit import formats as em
 from kvcal.errors import InputError, NotRecommended
-from kvcal.fit_record import CurveFit, FitResult
+from kvcal.records.fit import CurveFit, FitResult
 
 import factories
 

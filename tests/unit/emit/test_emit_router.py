@@ -17,9 +17,9 @@ from kvcal.emit.affinity import DEFAULT_CHUNK
 from kvcal.errors import InputError
 from kvcal.fit import curve_ms, fit_table
 from factories import sim_table
-from kvcal.fit_record import BootstrapSummary, FitResult
-from kvcal.records import RunSetup
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import BootstrapSummary, FitResult
+from kvcal.records.run import RunSetup
+from kvcal.records.fit import FitSettings
 
 UPSTREAM = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"
 GUIDE = UPSTREAM / "guide-values.yaml"

@@ -18,13 +18,13 @@ from kvcal.errors import InputError, NoThreshold, NotRecommended
 from kvcal.fit import fit_table
 from kvcal.fit.io import write_fit
 from kvcal.fit.mean_cost import mean_curves, mean_scales
-from kvcal.fit_record import LengthSummary
-from kvcal.fit_record import FitSettings
-from kvcal.records_cost import MeanCostSummary, MeanLength
+from kvcal.records.fit import LengthSummary
+from kvcal.records.fit import FitSettings
+from kvcal.records.fit_mean_cost import MeanCostSummary, MeanLength
 from kvcal.report.deployed import deployed_check
 from kvcal.fit.tables import from_rows
-from kvcal.fit_record import FitSource
-from kvcal.records import RunSetup
+from kvcal.records.fit import FitSource
+from kvcal.records.run import RunSetup
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "llmd"
 LADDER = [256, 512, 1024, 2048, 4096, 8192]

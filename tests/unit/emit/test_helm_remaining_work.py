@@ -12,8 +12,8 @@ from kvcal.emit import formats as em
 from kvcal.emit.affinity import peak_prefill
 from kvcal.emit.run_context import run_context
 from kvcal.fit.inputs import load_fit_input
-from kvcal.fit_record import FitResult
-from kvcal.records import RunSetup
+from kvcal.records.fit import FitResult
+from kvcal.records.run import RunSetup
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 GUIDE = FIXTURES / "upstream" / "remaining-work-values.yaml"

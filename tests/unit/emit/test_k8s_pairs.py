@@ -9,7 +9,7 @@ import yaml
 from kvcal.fit import fit_input
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.runner import run_sweep
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 
 PAIRS = """pairs:
   - {name: n1, class: same-node, producer_url: "http://10.0.3.17:8200", consumer_url: "http://10.0.3.18:8200"}

@@ -24,8 +24,8 @@ from kvcal.errors import KvcalError
 from kvcal.fit import fit_table
 from kvcal.fit.mean_cost import mean_curves, mean_scales
 from kvcal.fit.tables import from_rows
-from kvcal.fit_record import FitResult, FitSettings, FitSource
-from kvcal.records import RunSetup
+from kvcal.records.fit import FitResult, FitSettings, FitSource
+from kvcal.records.run import RunSetup
 
 sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks"))
 from campaigns import BLOCK, CLASSES, campaign  # noqa: E402

@@ -13,8 +13,8 @@ from kvcal.engines.sim import SimCosts
 from kvcal.errors import NoThreshold
 from kvcal.fit import fit_table
 from factories import sim_table
-from kvcal.fit_record import CurveFit, FitResult, HostDisturbance, LengthSummary
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import CurveFit, FitResult, HostDisturbance, LengthSummary
+from kvcal.records.fit import FitSettings
 
 # gpt-oss-like: the pull wins at every measured length; the truth (~680) lies far below the ladder.
 EXTRAPOLATED = SimCosts(recompute_intercept_ms=10.0, recompute_per_token_us=30.0, pull_intercept_ms=25.0, pull_per_token_us=8.0)

@@ -22,8 +22,8 @@ from kvcal.errors import InputError, NotRecommended
 from kvcal.fit import fit_table
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.mean_cost import mean_curves
-from kvcal.fit_record import FitResult, FitSettings
-from kvcal.records import RunSetup
+from kvcal.records.fit import FitResult, FitSettings
+from kvcal.records.run import RunSetup
 
 GLM = Path(__file__).resolve().parents[2] / "fixtures" / "llmd" / "glm-5.2-h200-upstream-tier.log"
 LLMD_BAND = (8_640, 12_288)  # llm-d's calibrator's B and its recommended threshold on that table

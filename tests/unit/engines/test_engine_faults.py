@@ -22,8 +22,8 @@ from kvcal.engines.process import ServerProcess, wait_all_ready
 from kvcal.engines.vllm import VllmPair
 from kvcal.engines.vllm_launch import VllmSettings
 from kvcal.errors import EngineError
-from kvcal.probe_checks import checked_record
-from kvcal.records import Leg
+from kvcal.records.probe_checks import checked_record
+from kvcal.records.run import Leg
 
 CONFIG = Path(__file__).parents[2] / "fixtures" / "hf_configs" / "llama-3.1-8b.json"
 

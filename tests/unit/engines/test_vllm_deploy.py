@@ -20,7 +20,7 @@ from kvcal.transports.base import MetricRef, Role
 from kvcal.engines.vllm import VllmPair, VllmSettings, pair_from_config
 from kvcal.engines.vllm_measure import DP_RANK_HEADER, proving_ref
 from kvcal.errors import HardwareError, InputError
-from kvcal.records import Leg
+from kvcal.records.run import Leg
 
 
 def gpu_plan(tmp_path, monkeypatch, devices: int, visible: str | None = None, **kw) -> VllmPair:

@@ -10,7 +10,7 @@ import pytest
 
 from kvcal.estimate.predict import PredictSettings, build_cost_model
 from kvcal.estimate.profiles import load_profiles
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 from kvcal.estimate.run_profiles import context_from_fit, resolve_hardware, resolve_link, resolve_model_profile
 from kvcal.estimate.sanity import SanityFinding, sanity_findings, sanity_for_fit
 

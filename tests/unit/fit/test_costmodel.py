@@ -18,8 +18,8 @@ from kvcal.fit import fit_input, load_fit
 from kvcal.fit.costmodel import fit_cost_model
 from kvcal.fit.costmodel_inputs import IdleCurves, LoadedProbes
 from kvcal.fit.observational import join, parse_epp_log, parse_per_request
-from kvcal.fit_record import FitSettings
-from kvcal.records import ProbeRecord
+from kvcal.records.fit import FitSettings
+from kvcal.records.run import ProbeRecord
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.load import LOAD_STATES
 from kvcal.sweep.runner import run_sweep

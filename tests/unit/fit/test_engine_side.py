@@ -10,8 +10,8 @@ import pytest
 
 from factories import CREATED_AT, make_manifest, make_probe, sim_table, write_run_folder
 from kvcal.engines.sim import SimCosts
-from kvcal.fit_record import load_fit
-from kvcal.records import ProbeEngineSide
+from kvcal.records.fit import load_fit
+from kvcal.records.run import ProbeEngineSide
 
 BASELINE = Path(__file__).parents[3] / "results" / "baselines" / "cpu-tiny"
 

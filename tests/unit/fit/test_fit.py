@@ -18,13 +18,13 @@ from kvcal.fit import curve_ms, fit_table, load_fit, load_or_fit, write_fit
 from kvcal.fit.bootstrap import t_expansion
 from kvcal.fit.breakeven import break_even_tokens, classify, interval
 from kvcal.fit.curves import LegData, fit_leg, solve_nnls
-from kvcal.fit_record import FitResult
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitResult
+from kvcal.records.fit import FitSettings
 from kvcal.fit.tables import from_rows, load_probe_table
 from factories import sim_table
-from kvcal.fit_record import FitSource
-from kvcal.records import RunSetup
-from kvcal.run_manifest import RunManifest
+from kvcal.records.fit import FitSource
+from kvcal.records.run import RunSetup
+from kvcal.records.manifest import RunManifest
 
 import factories
 

@@ -11,8 +11,8 @@ from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
 from kvcal.fit import bootstrap_atoms
 from kvcal.fit.tables import from_rows
-from kvcal.fit_record import FitSource
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSource
+from kvcal.records.fit import FitSettings
 
 CPU = SimCosts()  # break-even ~682 tokens
 LADDER = [256, 384, 512, 768, 1024, 2048, 4096, 8192]

@@ -9,7 +9,7 @@ import pytest
 
 from kvcal.cli.app import main
 from kvcal.engines.sim import SimCosts
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 from factories import sim_table
 
 import factories

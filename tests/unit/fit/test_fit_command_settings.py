@@ -9,7 +9,7 @@ import pytest
 
 from kvcal.errors import InputError
 from kvcal.fit.settings import FitConfig, fit_settings
-from kvcal.fit_record import FIT_DEFAULTS, FitSettings
+from kvcal.records.fit import FIT_DEFAULTS, FitSettings
 
 
 def _no_work(*_args, **_kwargs):

@@ -13,13 +13,13 @@ from kvcal.fit import fit_table
 from kvcal.fit.hygiene import warmup_test
 from kvcal.fit.tables import from_rows, load_probe_table
 from factories import sim_table
-from kvcal.fit_record import FitResult
-from kvcal.records import Leg, ProbeRecord, RunSetup
-from kvcal import disturbance_bounds
+from kvcal.records.fit import FitResult
+from kvcal.records.run import Leg, ProbeRecord, RunSetup
+from kvcal.records import disturbance_bounds
 from kvcal.sweep import host_monitors
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 from kvcal.settings.sweep import SweepConfig
-from kvcal.runfolder import RunFolder
+from kvcal.records.run_folder import RunFolder
 from kvcal.sweep.runner import run_sweep
 
 JOB = (Path(__file__).parents[2] / "fixtures" / "llmd" / "gpt-oss-120b-job.log").read_text()

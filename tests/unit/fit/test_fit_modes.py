@@ -18,8 +18,8 @@ from kvcal.fit import fit_table
 from kvcal.fit.modes import MeanCost, stall_posterior
 from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
 from factories import make_probe, sim_table, write_run_folder
-from kvcal.fit_record import FitResult
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitResult
+from kvcal.records.fit import FitSettings
 from kvcal.report.plot import figure_for
 
 LADDER = [256, 512, 1024, 2048, 4096, 8192]

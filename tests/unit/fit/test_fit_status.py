@@ -16,8 +16,8 @@ import pytest
 from kvcal.fit import fit_table
 from kvcal.fit.breakeven import reconcile, status_warning
 from kvcal.fit.tables import from_rows
-from kvcal.fit_record import FitSettings, LengthSummary
-from kvcal.records import RunSetup
+from kvcal.records.fit import FitSettings, LengthSummary
+from kvcal.records.run import RunSetup
 
 SETUP = RunSetup(engine="sim", model="sim", block_size=64)
 JITTER = (1.0, 1.03, 0.97)

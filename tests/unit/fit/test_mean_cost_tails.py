@@ -14,9 +14,9 @@ from kvcal.fit.curves import LegData
 from kvcal.fit.mean_cost import reps_to_settle, scale_draws, scale_rel_sd, summarise
 from kvcal.fit.tables import from_rows
 from kvcal.fit.tails import LegTail, charge
-from kvcal.fit_record import FitSettings
-from kvcal.records import RunSetup
-from kvcal.records_cost import MeanCostSummary, ScaleParts
+from kvcal.records.fit import FitSettings
+from kvcal.records.run import RunSetup
+from kvcal.records.fit_mean_cost import MeanCostSummary, ScaleParts
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
 COSTS = {"recompute": lambda n: 5 + 0.025 * n, "pull": lambda n: 20 + 0.003 * n}

@@ -10,9 +10,9 @@ import pytest
 
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
-from kvcal.fit_record import FitSource
-from kvcal.records import ProbeRecord, RunSetup
-from kvcal.run_manifest import RunManifest
+from kvcal.records.fit import FitSource
+from kvcal.records.run import ProbeRecord, RunSetup
+from kvcal.records.manifest import RunManifest
 
 import factories
 from kvcal.fit.tables import load_probe_table

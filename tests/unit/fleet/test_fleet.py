@@ -21,8 +21,8 @@ from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import InputError
 from kvcal.fleet.costs import cost_rule, point_costs
 from kvcal.fleet.study import policies
-from kvcal.records_costmodel import CostModelFit, Estimate
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit_costmodel import CostModelFit, Estimate
+from kvcal.records.fit import FitSettings
 from kvcal.fleet.router import Policy
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fleet.sim import READY, FleetSim

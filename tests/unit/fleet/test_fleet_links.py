@@ -13,7 +13,7 @@ from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.runner import run_sweep
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 
 NEAR = {"pull_intercept_ms": 5.0, "pull_per_token_us": 2.0}
 SLOW = {"pull_intercept_ms": 30.0, "pull_per_token_us": 22.0, "session_ms": 500.0}

@@ -14,7 +14,7 @@ from kvcal.errors import InputError
 from kvcal.fit import fit_table
 from kvcal.fleet.parallel import Executor, default_jobs
 from kvcal.fleet.run import FleetConfig, run_fleet
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "fleet-workload.yaml"
 

@@ -11,7 +11,7 @@ from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
 from kvcal.fit import fit_table
 from kvcal.fleet.run import FleetConfig, run_fleet
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'kvcal[ray]'; the test extra brings it)")
 pytestmark = pytest.mark.ray

@@ -12,9 +12,9 @@ from kvcal.costs.curve import break_even_tokens, cost_ms
 from kvcal.emit.threshold import compute_threshold
 from kvcal.fit.io import dumps
 from kvcal.fit.mean_cost import mean_curves
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 from kvcal.observe.adjust import Move, adjusted
-from kvcal.records_engine import EngineSide, ProposedFrom
+from kvcal.records.fit_engine import EngineSide, ProposedFrom
 
 SIDE = EngineSide(pull_ms_per_token=None, prefill_ms_per_token=None)
 FROM = ProposedFrom(prometheus="http://p:9090", selector=None, window_start="a", window_end="b", base_fit=None,

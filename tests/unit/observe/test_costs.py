@@ -13,8 +13,8 @@ import fake_costs_fleet as fleet
 from fake_prometheus import FakePrometheus
 from kvcal.emit.threshold import compute_threshold
 from kvcal.fit.io import write_fit
-from kvcal.fit_record import load_fit
-from kvcal.records_costmodel import CostModelFit, Estimate
+from kvcal.records.fit import load_fit
+from kvcal.records.fit_costmodel import CostModelFit, Estimate
 
 CALIBRATED_PULL = fleet.WIRE_US / 1e3
 CALIBRATED_PREFILL = fleet.PREFILL_US / 1e3

@@ -13,7 +13,7 @@ import pytest
 from kvcal.emit.threshold import Threshold
 from kvcal.errors import InputError
 from kvcal.fit.io import write_fit
-from kvcal.fit_record import load_fit
+from kvcal.records.fit import load_fit
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.page.report import ReportConfig, build_page, write_report
 from kvcal.page.svg import Chart, Point, Points, Style

@@ -14,7 +14,7 @@ from kvcal.report.compare_settings import CompareConfig
 from kvcal.report.runs import LoadedRun, load_run
 from kvcal.emit.deployed_values import read_threshold as read_deployed_threshold
 from kvcal.errors import InputError
-from kvcal.fit_record import CurveFit, FitResult, FitSettings
+from kvcal.records.fit import CurveFit, FitResult, FitSettings
 
 import factories
 
@@ -358,7 +358,7 @@ def campaign(folder: Path, seed: int, **truth) -> Path:
     """A simulated campaign laid out like a committed baseline: probes.csv and its fit.json side by side."""
     from kvcal.engines.sim import SimCosts, SimPair
     from kvcal.fit import fit_input, write_fit
-    from kvcal.records import Leg
+    from kvcal.records.run import Leg
 
     pair = SimPair(SimCosts(**{**TRUTH, **truth}), seed=seed)
     lines = ["prefix_tokens,leg,ttft_ms,rep,bytes_moved"]

@@ -8,7 +8,7 @@ import pytest
 
 from kvcal.report.runs import load_run
 from kvcal.report.history import build_history, plot_history, provenance_changes
-from kvcal.fit_record import FitResult
+from kvcal.records.fit import FitResult
 
 import factories
 

@@ -12,7 +12,7 @@ from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
 from kvcal.fit import curve_ms, fit_input, fit_table, write_fit
 from kvcal.report.plot import crossover_near_short_end, curve_band, draw_run, draw_saving, figure_for, grid, plot_input
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 from factories import sim_table
 
 LADDER = [256, 512, 1024, 2048, 4096, 8192]

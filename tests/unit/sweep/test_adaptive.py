@@ -11,12 +11,12 @@ from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
 from factories import sim_table
 from kvcal.fit import fit_table
-from kvcal.records import Leg
+from kvcal.records.run import Leg
 from kvcal.sweep.lengths import adaptive_design as design
-from kvcal.fit_record import FitSettings
+from kvcal.records.fit import FitSettings
 from kvcal.sweep.adaptive_run import read_state
 from kvcal.settings.sweep import SweepConfig
-from kvcal.runfolder import RunFolder
+from kvcal.records.run_folder import RunFolder
 from kvcal.sweep.runner import run_sweep
 
 from tests.unit.sweep.test_sweep import Crash, crashing_factory
@@ -237,7 +237,7 @@ def test_the_climb_leaves_a_near_tie_at_the_top_to_the_design():
 
 def test_the_controller_designs_around_a_fitted_near_tie_instead_of_climbing():
     from kvcal.fit.tables import from_rows
-    from kvcal.records import RunSetup
+    from kvcal.records.run import RunSetup
     from kvcal.sweep.adaptive import Controller, StopRules
 
     ttft = {("recompute", 256): (61, 63), ("recompute", 1024): (120, 124), ("recompute", 4096): (338, 342),

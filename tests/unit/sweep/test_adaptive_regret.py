@@ -12,9 +12,9 @@ from kvcal.emit.threshold import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
 from kvcal.fit.tables import load_probe_table
-from kvcal.fit_record import FIT_DEFAULTS
-from kvcal.fit_record import FitSettings
-from kvcal.runfolder import RunFolder
+from kvcal.records.fit import FIT_DEFAULTS
+from kvcal.records.fit import FitSettings
+from kvcal.records.run_folder import RunFolder
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.adaptive import Controller, StopRules, relative_width
 from kvcal.sweep.adaptive_run import read_state

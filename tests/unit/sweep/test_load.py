@@ -10,11 +10,11 @@ import pytest
 from kvcal.engines.base import LoadTarget
 from kvcal.engines.sim import SimCosts, SimPair
 from kvcal.errors import EngineError, InputError
-from kvcal.records import Leg, ProbeRecord
+from kvcal.records.run import Leg, ProbeRecord
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.validate import resolve_config
 from kvcal.sweep.load import BackgroundStream, LOAD_STATES, build_loaded_plan, parse_load_states
-from kvcal.runfolder import RunFolder
+from kvcal.records.run_folder import RunFolder
 from kvcal.sweep.runner import run_sweep
 
 DELAYS = {"source_wait_ms": 30.0, "requeue_ms": 50.0, "busy_computing_ms": 80.0}

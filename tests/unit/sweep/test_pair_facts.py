@@ -7,11 +7,11 @@ import json
 import factories
 
 from kvcal.engines.vllm import VllmPair, VllmSettings
-from kvcal.records import RUN_SCHEMA, PairFacts, RoleFacts
-from kvcal import disturbance_bounds
+from kvcal.records.run import RUN_SCHEMA, PairFacts, RoleFacts
+from kvcal.records import disturbance_bounds
 from kvcal.sweep import host_monitors, warmup
 from kvcal.settings.sweep import SweepConfig
-from kvcal.runfolder import RunFolder
+from kvcal.records.run_folder import RunFolder
 from kvcal.sweep.runner import run_sweep
 
 

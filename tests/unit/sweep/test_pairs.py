@@ -9,10 +9,10 @@ import pytest
 import factories
 
 from kvcal.fit import fit_input
-from kvcal.records import Leg
-from kvcal.run_manifest import RunManifest
-from kvcal.fit_record import FitSettings
-from kvcal.runfolder import RunFolder
+from kvcal.records.run import Leg
+from kvcal.records.manifest import RunManifest
+from kvcal.records.fit import FitSettings
+from kvcal.records.run_folder import RunFolder
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.runner import make_pair, run_sweep
 
@@ -153,8 +153,8 @@ def test_a_version_3_run_json_loads_unchanged(tmp_path):
 
 def test_a_cold_pull_after_a_failed_handshake_is_kept_out_of_the_session_cost():
     from kvcal.fit.sessions import session_cost
-    from kvcal.fit_record import CurveFit
-    from kvcal.records import ProbeRecord
+    from kvcal.records.fit import CurveFit
+    from kvcal.records.run import ProbeRecord
 
     def cold(attempt, ttft, valid=True):
         return ProbeRecord(probe_id=f"cold{attempt}-L256-pull-r0", plan_index=0, attempt=attempt, prefix_tokens=256,

@@ -13,9 +13,9 @@ from kvcal.engines.base import LegMeasurement
 from kvcal.engines.sim import SimPair
 from kvcal.errors import GateError, InputError
 from kvcal.sweep.lengths.probe_plan import build_plan, default_prefix_lengths, validate_prefix_lengths
-from kvcal.runfolder import RunFolder
+from kvcal.records.run_folder import RunFolder
 from kvcal.sweep.summary import summarize
-from kvcal.records import Leg
+from kvcal.records.run import Leg
 from kvcal.sweep.runner import gate, run_sweep
 
 
@@ -353,7 +353,7 @@ def test_the_run_records_the_context_its_pair_serves_and_older_records_read_with
 
     from kvcal.errors import EngineError
     from kvcal.fit.inputs import load_fit_input
-    from kvcal.fit_record import load_fit
+    from kvcal.records.fit import load_fit
     from kvcal.sweep.runner import _served_length
 
     outcome = run_sweep(sim_config(tmp_path, sim={"max_model_len": 32768}))

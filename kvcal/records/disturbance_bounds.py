@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kvcal.fit_record import HostDisturbance
-from kvcal.records import PairFacts, ProbeRecord
-from kvcal.records_v1 import pair_facts
+from kvcal.records.fit import HostDisturbance
+from kvcal.records.old_schemas import pair_facts
+from kvcal.records.run import PairFacts, ProbeRecord
 
 PROBE_BOUND = 0.15
 """Others' share of the engines' compute above which a probe counts as disturbed."""

@@ -2,11 +2,11 @@
 
 A base module because the fit's readers stand in every stage: the estimate's sanity
 check, the host's disturbance summary, emit, the reports, the fleet and the pages all read a
-fit.json. It stands on the ground floor (:mod:`kvcal.records`) and the record's parts
-(:mod:`kvcal.records_cost`, :mod:`kvcal.records_costmodel`, :mod:`kvcal.records_links`,
-:mod:`kvcal.records_engine`),
+fit.json. It stands on the ground floor (:mod:`kvcal.records.run`) and the record's parts
+(:mod:`kvcal.records.fit_mean_cost`, :mod:`kvcal.records.fit_costmodel`, :mod:`kvcal.records.fit_links`,
+:mod:`kvcal.records.fit_engine`),
 and never on the sweep's settings or the simulator: reading a fit.json loads neither.
-Older ``kvcal.fit/1`` files are upgraded on read (:mod:`kvcal.records_v1`).
+Older ``kvcal.fit/1`` files are upgraded on read (:mod:`kvcal.records.old_schemas`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_v
 
 from kvcal.errors import InputError
 from kvcal.files.reading import load_json, read_text
-from kvcal.records import MAX_TOKENS, Record, RunSetup
-from kvcal.records_cost import MeanCostSummary
-from kvcal.records_costmodel import CostModelFit
-from kvcal.records_engine import EngineSide, ProposedFrom
-from kvcal.records_links import ClassDifference, SessionCost
-from kvcal.records_v1 import FIT_V1, upgrade_fit
+from kvcal.records.fit_costmodel import CostModelFit
+from kvcal.records.fit_engine import EngineSide, ProposedFrom
+from kvcal.records.fit_links import ClassDifference, SessionCost
+from kvcal.records.fit_mean_cost import MeanCostSummary
+from kvcal.records.old_schemas import FIT_V1, upgrade_fit
+from kvcal.records.run import MAX_TOKENS, Record, RunSetup
 from kvcal.settings.fit_defaults import CONFIDENCE, N_RESAMPLES, SEED
 
 FIT_SCHEMA: Final = "kvcal.fit/2"
@@ -184,7 +184,7 @@ class FitResult(Record):
     """``fit.json``: the fitted curves, the break-even and how sure we are of it.
 
     A ``kvcal.fit/1`` file (a free-form ``source``) is upgraded on read by
-    :func:`kvcal.records_v1.upgrade_fit`.
+    :func:`kvcal.records.old_schemas.upgrade_fit`.
     """
 
     schema_: Literal["kvcal.fit/2"] = Field(FIT_SCHEMA, alias="schema")

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kvcal.records import PlannedProbe, ProbeRecord
+from kvcal.records.run import PlannedProbe, ProbeRecord
 
 WARMUP_SUFFIX = "-warmup"
 # What a probe measured or read from the engines; the rest of a record comes from the plan.

@@ -2,7 +2,7 @@
 
 Layout of ``results/<name>/``::
 
-    run.json        RunManifest (kvcal.run_manifest): resolved settings, provenance, the shuffled plan
+    run.json        RunManifest (kvcal.records.manifest): resolved settings, provenance, the shuffled plan
     probes.jsonl    one ProbeRecord per line, appended and fsynced as each probe ends
     summary.csv     per (length, leg) statistics, derived from probes.jsonl (:mod:`kvcal.sweep.summary`)
     logs/           engine logs (launch mode)
@@ -35,12 +35,12 @@ from kvcal.errors import InputError
 from kvcal.files.instants import instant
 from kvcal.files.reading import read_bytes, read_text
 from kvcal.files.writing import is_stdout, write_file
-from kvcal.probe_checks import contradiction
-from kvcal.records import RUN_SCHEMA, Leg, PlannedProbe, ProbeRecord, Record
-from kvcal.records_v1 import upgrade_run
+from kvcal.records.old_schemas import upgrade_run
+from kvcal.records.probe_checks import contradiction
+from kvcal.records.run import RUN_SCHEMA, Leg, PlannedProbe, ProbeRecord, Record
 
 if TYPE_CHECKING:
-    from kvcal.run_manifest import RunManifest
+    from kvcal.records.manifest import RunManifest
 
 log = logging.getLogger(__name__)
 _Stored = TypeVar("_Stored", bound=Record)
@@ -92,7 +92,7 @@ class RunFolder:
     def manifest(self) -> RunManifest:
         # Imported here, not at the top: run.json's settings are the sweep's (kvcal.settings.sweep, the
         # simulator's curves), which reading probes never needs (stored_plan).
-        from kvcal.run_manifest import RunManifest
+        from kvcal.records.manifest import RunManifest
 
         return self._stored(RunManifest)
 

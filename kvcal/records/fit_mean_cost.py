@@ -1,6 +1,6 @@
 """The mean-cost records in ``fit.json``: what the router pays per leg, beside the robust curves.
 
-Kept apart from :mod:`kvcal.fit_record` (which holds them in :class:`~kvcal.fit_record.FitResult`)
+Kept apart from :mod:`kvcal.records.fit` (which holds them in :class:`~kvcal.records.fit.FitResult`)
 so that each module stays readable; :mod:`kvcal.fit.mean_cost` builds them and says how.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kvcal.records import Record
+from kvcal.records.run import Record
 
 
 class MeanLength(Record):

@@ -1,9 +1,10 @@
 """``run.json``: the run manifest, the resolved sweep settings, setup, pair facts, provenance and plan of one run.
 
-Beside the run folder (:mod:`kvcal.runfolder` reads and writes it) and apart from the
+Beside the run folder (:mod:`kvcal.records.run_folder` reads and writes it) and apart from the
 ground floor because its ``settings`` are the sweep's (:class:`kvcal.settings.sweep.SweepConfig`):
 reading probes or a fit.json never loads this module, so never the settings or the
-simulator. Older ``kvcal.run/1``-``/3`` files are upgraded on read (:mod:`kvcal.records_v1`), and settings written flat
+simulator. Older ``kvcal.run/1``-``/3`` files are upgraded on read (:mod:`kvcal.records.old_schemas`), and
+settings written flat
 (every version before 4, and version 4 before the groups) are grouped (:func:`kvcal.settings.sweep.grouped_from_flat`).
 """
 
@@ -13,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from kvcal.records import RUN_SCHEMA, PairFacts, PlannedProbe, Record, RunSetup
-from kvcal.records_v1 import upgrade_run
+from kvcal.records.old_schemas import upgrade_run
+from kvcal.records.run import RUN_SCHEMA, PairFacts, PlannedProbe, Record, RunSetup
 from kvcal.settings.sweep import SweepConfig, grouped_from_flat
 
 
@@ -22,7 +23,8 @@ class RunManifest(Record):
     """``run.json``: resolved settings, setup and provenance of one sweep run.
 
     ``kvcal.run/1`` (setup facts at the top level and in the provenance), ``kvcal.run/2`` (no pair facts)
-    and ``kvcal.run/3`` (no pairs or sessions) files are upgraded on read by :func:`kvcal.records_v1.upgrade_run`.
+    and ``kvcal.run/3`` (no pairs or sessions) files are upgraded on read by
+    :func:`kvcal.records.old_schemas.upgrade_run`.
     """
 
     schema_: Literal["kvcal.run/4"] = Field(RUN_SCHEMA, alias="schema")

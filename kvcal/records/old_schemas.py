@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcal.records import RUN_SCHEMA
+from kvcal.records.run import RUN_SCHEMA
 from kvcal.settings.engine_args import arg_value
 
 RUN_V1 = "kvcal.run/1"
@@ -40,7 +40,7 @@ _BOOTSTRAP_KEYS = (
 
 def upgrade_run(data: Any) -> Any:
     """A run.json dict in the current schema (other values pass through for validation to judge). Its settings
-    stay as that version wrote them: :mod:`kvcal.run_manifest` puts flat settings in their groups."""
+    stay as that version wrote them: :mod:`kvcal.records.manifest` puts flat settings in their groups."""
     if not isinstance(data, dict) or data.get("schema") not in (RUN_V1, RUN_V2, RUN_V3):
         return data
     if data.get("schema") == RUN_V3:

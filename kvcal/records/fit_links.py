@@ -1,15 +1,15 @@
-"""Link classes and session cost as fit.json holds them (parts of :class:`kvcal.fit_record.FitResult`).
+"""Link classes and session cost as fit.json holds them (parts of :class:`kvcal.records.fit.FitResult`).
 
 A *session* is the transport's state between one producer and one consumer (the NIXL
 handshake, the memory registration): the first pull on a fresh one pays for it once.
-A probe record (:data:`kvcal.records.Session`) says ``session: cold`` for that first pull, ``warm`` for later pulls.
+A probe record (:data:`kvcal.records.run.Session`) says ``session: cold`` for that first pull, ``warm`` for later pulls.
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from kvcal.records import Record
+from kvcal.records.run import Record
 
 
 class SessionCost(Record):

@@ -8,7 +8,7 @@ rewritten; summaries are derived from them. A measurement that was not taken is
 This module imports no other kvcal module, so that every stage (and every
 reader of a probe) can stand on it without loading the sweep's settings or the
 simulator. The records built on it live beside their files: the fit's in
-:mod:`kvcal.fit_record` (fit.json), the run manifest in :mod:`kvcal.run_manifest` (run.json).
+:mod:`kvcal.records.fit` (fit.json), the run manifest in :mod:`kvcal.records.manifest` (run.json).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ PROBE_SCHEMA: Final = "kvcal.probe/1"
 RUN_SCHEMA: Final = "kvcal.run/4"
 
 Session = Literal["cold", "warm"]
-"""A pull's transport session: ``cold`` for the first pull on a fresh one, ``warm`` after (kvcal.records_links)."""
+"""A pull's transport session: ``cold`` for the first pull on a fresh one, ``warm`` after (kvcal.records.fit_links)."""
 
 
 class Record(BaseModel):

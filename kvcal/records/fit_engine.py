@@ -5,14 +5,14 @@ the same probes (:mod:`kvcal.engines.engine_costs` reads them, :mod:`kvcal.fit.e
 summarises them): the pulling engine's transfer time (the wire's share of a pull) and the
 computing engine's prefill time. ``kvcal observe`` compares a deployed fleet's counters
 with them (:mod:`kvcal.observe.drift`), because the fleet exports the same counters and no TTFT
-per leg. Kept apart from :mod:`kvcal.fit_record` so that each module stays readable.
+per leg. Kept apart from :mod:`kvcal.records.fit` so that each module stays readable.
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from kvcal.records import Record
+from kvcal.records.run import Record
 
 
 class EngineCost(Record):

@@ -1,4 +1,4 @@
-"""The router's ``costModel`` constants as fit.json holds them (a part of :class:`kvcal.fit_record.FitResult`)."""
+"""The router's ``costModel`` constants as fit.json holds them (a part of :class:`kvcal.records.fit.FitResult`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from kvcal.records import Record
+from kvcal.records.run import Record
 
 
 class Estimate(Record):
