@@ -50,7 +50,7 @@ from kvcal.emit.threshold import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import KvcalError
 from kvcal.fit import fit_table
-from kvcal.costs.curve import break_even_tokens
+from kvcal.costs.cost_curve import break_even_tokens
 from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the simulator helper lives with the tests
 from factories import sim_table  # noqa: E402

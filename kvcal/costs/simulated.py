@@ -5,7 +5,7 @@ so the campaign file, the run.json settings and the simulated pair share one
 declaration of every field, its bounds and its default (they resemble the tiny CPU
 model's curves).
 
-The curve arithmetic (numpy, through :mod:`kvcal.costs.curve`) is imported inside the
+The curve arithmetic (numpy, through :mod:`kvcal.costs.cost_curve`) is imported inside the
 methods: ``kvcal --help`` builds every flag from ``SweepConfig``, which extends this
 record, and must not load the numeric stack.
 """
@@ -72,18 +72,18 @@ class SimCosts(BaseModel):
         return self.pull_intercept_ms, self.pull_per_token_us, 0.0
 
     def recompute_ms(self, n: Any) -> Any:
-        from kvcal.costs import curve as cost_curve  # not at the top: see the module docstring
+        from kvcal.costs import cost_curve  # not at the top: see the module docstring
 
         return cost_curve.cost_ms(self.recompute_coef, n)
 
     def pull_ms(self, n: Any) -> Any:
-        from kvcal.costs import curve as cost_curve  # not at the top: see the module docstring
+        from kvcal.costs import cost_curve  # not at the top: see the module docstring
 
         return cost_curve.cost_ms(self.pull_coef, n)
 
     def true_break_even(self, upper: float = 1e7) -> float | None:
         """The exact break-even of the true curves (as the fit defines it); None if there is none below ``upper``."""
-        from kvcal.costs import curve as cost_curve  # not at the top: see the module docstring
+        from kvcal.costs import cost_curve  # not at the top: see the module docstring
 
         value = float(cost_curve.break_even_tokens(self.recompute_coef, self.pull_coef))
         return value if value <= upper else None

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.emit.decision import Decision
 from kvcal.emit.delta_weights import Deltas, log_uniform
 from kvcal.emit.draw_costs import cost_draws

@@ -2,7 +2,7 @@
 
 Two shapes, one question each answers: the weight and first two moments of the deltas in
 each interval ``[e_j, e_{j+1})`` of a list of edges (:meth:`Deltas.moments`), which is all an
-expected cost needs when each leg's cost is a quadratic in the delta (``kvcal.costs.curve``)
+expected cost needs when each leg's cost is a quadratic in the delta (``kvcal.costs.cost_curve``)
 and the measured means' corrections are linear between measured lengths.
 
 * :class:`LogUniform`: the default, a density ``1 / (d ln(hi / lo))`` over ``[lo, hi]``,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.fit.mean_cost import mean_curves, mean_scales, scale_draws
 from kvcal.records.fit import FitResult
 from kvcal.records.fit_mean_cost import MeanLength

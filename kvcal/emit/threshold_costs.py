@@ -11,7 +11,7 @@ candidate thresholds and the measured lengths, :meth:`kvcal.emit.delta_weights.D
 
     S_b(t) = (r_b - p_b) . M(>= t) + (c^R_b - c^P_b) . H(>= t)
 
-with ``M = (W0, W1 / 1e3, W2 / 1e6)`` in the units of :func:`kvcal.costs.curve.cost_ms` and
+with ``M = (W0, W1 / 1e3, W2 / 1e6)`` in the units of :func:`kvcal.costs.cost_curve.cost_ms` and
 ``H_k`` the deltas' weight on the k-th measured length's hat function. Memory is draws x
 candidates, in slices of at most ``CHUNK_ELEMENTS``; the deltas enter only through their
 moments. The expected cost over the draws is linear in the draws, so it is the cost of the

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from kvcal.costs.curve import break_even_tokens, cost_ms, real_roots, slope_us
+from kvcal.costs.cost_curve import break_even_tokens, cost_ms, real_roots, slope_us
 from kvcal.emit.affinity import AFFINITY_KEY, AFFINITY_TYPE
 from kvcal.emit.decision import draw_thresholds
 from kvcal.emit.delta_weights import Deltas

@@ -3,7 +3,7 @@
 It is never the default engine and its output is never a measurement: every probe it
 yields comes from the curves below, so a fit of its output can be checked against
 the truth. Costs are :class:`~kvcal.costs.simulated.SimCosts` curves (recompute
-quadratic, pull affine, in :mod:`kvcal.costs.curve`'s form), each multiplied by
+quadratic, pull affine, in :mod:`kvcal.costs.cost_curve`'s form), each multiplied by
 lognormal noise with coefficient of variation ``noise_cv``; a share ``outlier_rate``
 of probes is slowed by ``outlier_factor`` (a scheduler hiccup).
 

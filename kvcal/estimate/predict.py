@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvcal import __version__
-from kvcal.costs.curve import real_roots
+from kvcal.costs.cost_curve import real_roots
 from kvcal.errors import InputError
 from kvcal.estimate.profiles import (
     Accelerator,

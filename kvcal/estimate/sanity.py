@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from kvcal.costs import curve as cost_curve
+from kvcal.costs import cost_curve
 from kvcal.errors import InputError
 from kvcal.estimate.profiles import Accelerator, Link, ModelProfile, kv_layout, normalize_kv_dtype, prefill_flops
 from kvcal.estimate.run_profiles import SanityContext, context_from_fit, profiles_or_none

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.fit.bootstrap_atoms import atom_sums, reps_atoms, residual_atoms, use_atoms
 from kvcal.fit.breakeven import break_even_tokens
 from kvcal.fit.curves import MODEL_PARAMS, LegFit, f_statistic, solve_nnls, to_physical

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.fit.curves import LegFit, solve_nnls
 
 ATOMS = 64  # per length

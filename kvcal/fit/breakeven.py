@@ -1,7 +1,7 @@
 """The break-even: where fitted recompute reaches fitted pull, solved exactly, and its status.
 
 The break-even itself, sup{n > 0 : recompute(n) < pull(n)}, is solved in
-:func:`kvcal.costs.curve.break_even_tokens` (exactly, vectorised over resamples) and
+:func:`kvcal.costs.cost_curve.break_even_tokens` (exactly, vectorised over resamples) and
 re-exported here.
 
 Status against the measured range [n_min, n_max]:
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvcal.costs.curve import break_even_tokens
+from kvcal.costs.cost_curve import break_even_tokens
 from kvcal.fit.ladder_steps import floor_reason, lengths_to_add_above, lengths_to_add_below, pull_floor
 from kvcal.records.fit import LengthSummary
 from kvcal.settings.sweep import DEFAULT_BLOCK_SIZE

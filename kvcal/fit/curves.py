@@ -3,7 +3,7 @@
 Model, in ms at prefix length n tokens (``u = n / n_ref``, n_ref the largest length,
 is used inside for conditioning and converted back):
 
-    t(n) = intercept_ms + per_token_us * n / 1e3 + per_token2_ns * n^2 / 1e6   (kvcal.costs.curve)
+    t(n) = intercept_ms + per_token_us * n / 1e3 + per_token2_ns * n^2 / 1e6   (kvcal.costs.cost_curve)
 
 with every coefficient >= 0 (a cost cannot fall with length, and a negative floor
 is the tell-tale of a straight line forced through a convex curve).
@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 
 log = logging.getLogger(__name__)
 

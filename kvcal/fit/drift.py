@@ -17,7 +17,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.fit.curves import LegFit
 from kvcal.fit.tables import ProbeTable
 from kvcal.records.fit import TimeTrend

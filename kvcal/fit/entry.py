@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.io import default_output, write_fit
 from kvcal.records.fit import FIT_DEFAULTS, CurveFit, FitResult, FitSettings
@@ -20,7 +20,7 @@ __all__ = ["curve_ms", "fit_and_write", "fit_input", "load_or_fit"]
 
 
 def curve_ms(curve: CurveFit, n: Any) -> np.ndarray:
-    """A fitted curve's t(n) in ms at lengths n (tokens); see :mod:`kvcal.costs.curve`."""
+    """A fitted curve's t(n) in ms at lengths n (tokens); see :mod:`kvcal.costs.cost_curve`."""
     return cost_ms(curve.coefficients, n)
 
 

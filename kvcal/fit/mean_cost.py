@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.fit import tails
 from kvcal.fit.curves import LegData
 from kvcal.records.fit import FitResult
@@ -224,7 +224,7 @@ def mean_scales(fit: FitResult) -> tuple[float, float]:
 
 def mean_curves(fit: FitResult) -> tuple[np.ndarray, np.ndarray]:
     """Each leg's mean-cost coefficients (intercept_ms, per_token_us, per_token2_ns): what the router pays on
-    average, for :func:`kvcal.costs.curve.cost_ms`. The fleet model charges these."""
+    average, for :func:`kvcal.costs.cost_curve.cost_ms`. The fleet model charges these."""
     m_r, m_p = mean_scales(fit)
     return np.asarray(fit.recompute.coefficients) * m_r, np.asarray(fit.pull.coefficients) * m_p
 

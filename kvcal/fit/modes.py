@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.fit.curves import DOWNWEIGHT_REPORT_BELOW, LegData, LegFit, fit_leg, weighted_fit
 from kvcal.records.fit import FIT_DEFAULTS, FitSettings, SlowMode
 

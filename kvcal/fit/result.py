@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from kvcal import __version__
-from kvcal.costs.curve import COEFS, cost_ms
+from kvcal.costs.cost_curve import COEFS, cost_ms
 from kvcal.fit.bootstrap import BootstrapResult
 from kvcal.fit.breakeven import (
     STATUSES,

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 import numpy as np
 from scipy import stats
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.records.fit import CurveFit
 from kvcal.records.fit_links import SessionCost
 from kvcal.records.run import ProbeRecord

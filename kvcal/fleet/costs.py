@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kvcal.costs.curve import break_even_tokens
+from kvcal.costs.cost_curve import break_even_tokens
 from kvcal.emit.costmodel_block import costmodel_values
 from kvcal.fit.mean_cost import mean_scales
 from kvcal.fleet.links import LinkClass, link_classes

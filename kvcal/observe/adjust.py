@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from kvcal import __version__
-from kvcal.costs.curve import break_even_tokens, cost_ms
+from kvcal.costs.cost_curve import break_even_tokens, cost_ms
 from kvcal.fit.breakeven import STATUSES, classify, classify_many, interval
 from kvcal.records.fit import BootstrapSummary, CurveFit, FitResult
 from kvcal.records.fit_engine import EngineSide, ProposedFrom

@@ -64,7 +64,7 @@ class CurveFit(Record):
 
     @property
     def coefficients(self) -> tuple[float, float, float]:
-        """(intercept_ms, per_token_us, per_token2_ns), the order :mod:`kvcal.costs.curve` takes."""
+        """(intercept_ms, per_token_us, per_token2_ns), the order :mod:`kvcal.costs.cost_curve` takes."""
         return self.intercept_ms, self.per_token_us, self.per_token2_ns
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.errors import InputError
 from kvcal.files.writing import check_plot_name, replacing
 from kvcal.fit.costmodel_inputs import coef_samples

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import KvcalError
 from kvcal.fit import fit_table

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from factories import make_fit, sim_table
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.emit import formats as em
 from kvcal.emit.decision import draw_thresholds
 from kvcal.emit.router import PluginNames

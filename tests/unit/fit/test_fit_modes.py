@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kvcal.costs.curve import break_even_tokens
+from kvcal.costs.cost_curve import break_even_tokens
 from kvcal.emit.threshold import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import NoThreshold

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel
 
 from factories import make_curve, make_fit
-from kvcal.costs.curve import cost_ms
+from kvcal.costs.cost_curve import cost_ms
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
 from factories import sim_table

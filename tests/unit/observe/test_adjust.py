@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fake_costs_fleet
-from kvcal.costs.curve import break_even_tokens, cost_ms
+from kvcal.costs.cost_curve import break_even_tokens, cost_ms
 from kvcal.emit.threshold import compute_threshold
 from kvcal.fit.io import dumps
 from kvcal.fit.mean_cost import mean_curves
