@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "kvcal"
-# Bottom to top. "base" is every top-level module (errors, records, userfiles, ...).
-ORDER = ("base", "estimate", "engines", "fit", "sweep", "emit", "report", "fleet", "observe", "page", "cli")
+# Bottom to top. "base" is every top-level module (errors, redact, terminal_text, lazy) and transports/; the ground
+# floor's packages stand on it in the order they import one another: files < costs < settings < records.
+ORDER = ("base", "files", "costs", "settings", "records", "estimate", "engines", "fit", "sweep", "emit", "report", "fleet", "observe", "page", "cli")
 
 
 def _own_package(relative: tuple[str, ...]) -> str:
@@ -63,11 +64,15 @@ def _upward_imports() -> set[tuple[str, str]]:
     ("from ..sweep import reach", ("fit", "breakeven"), {"sweep"}),
     ("from .summary import summarize", ("sweep", "runner"), set()),
     ("def late():\n    from kvcal.cli import app", ("report", "plot"), {"cli"}),
-    ("from kvcal import errors, cost_curve\nimport kvcal\nfrom kvcal.records.run import Leg", ("records_v1",), set()),
+    ("from kvcal import errors\nfrom kvcal.costs import cost_curve\nimport kvcal\nfrom kvcal.records.run import Leg",
+     ("records", "old_schemas"), set()),
     ("from kvcal.records.run import Leg\nfrom kvcal.engines.sim import SimPair", ("fit", "tables"), set()),
     ("import numpy\nfrom typing import Any", ("estimate", "predict"), set()),
     ('_API = {"plan_campaigns": "kvcal.sweep.campaign_plan"}', ("estimate", "__init__"), {"sweep"}),
     ('_API = {"SweepConfig": "kvcal.settings.sweep"}', ("sweep", "__init__"), set()),
+    ("from kvcal.records.run import Leg", ("settings", "sweep"), {"records"}),  # the ground floor is ordered too
+    ("from kvcal.files.reading import read_text\nfrom kvcal.errors import InputError", ("costs", "simulated"), set()),
+    ("from kvcal.transports import transport_names", ("settings", "sweep_groups"), set()),
 ])
 def test_the_classifier_sees_every_way_of_importing(source, module, upward):
     assert upward_in(source, module) == upward
