@@ -44,6 +44,11 @@ class ScaleParts(Record):
     )
     tail_size_sd: float | None = Field(None, ge=0, description="Standard error of log(tail_size).")
     shrunk: bool = Field(False, description="The tail was shrunk towards the other leg's (both legs had one).")
+    tail_in_curve: bool = Field(
+        False,
+        description="A slow mode fitted into the leg's curve: its bootstrap draws already carry the share, so the "
+        "tail is not redrawn.",
+    )
 
 
 class MeanCostSummary(Record):

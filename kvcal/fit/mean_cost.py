@@ -141,9 +141,11 @@ def summarise(
     coefs: dict[str, np.ndarray],
     own_tails: frozenset[str] = frozenset(),
     medians: bool = False,
+    in_curve: frozenset[str] = frozenset(),
 ) -> MeanCostSummary:
     """The mean-cost record of a fit: ``legs`` the raw probes per leg, ``coefs`` each leg's reported curve,
     ``own_tails`` the legs whose slow mode the mode test found (kvcal.fit.modes: their tails are never shrunk),
+    ``in_curve`` those whose curve is already its mean cost over that mode (its draws carry the share),
     ``medians`` whether each probe is a length's median (an llm-d Job's table: its spread is the medians' noise,
     not the requests', so the scales stay 1 and no parts are recorded)."""
     n_tests = sum(len(d.lengths) for d in legs.values())
@@ -165,12 +167,12 @@ def summarise(
         recompute_scale_se=_sig(rec.scale_se),
         pull_scale_se=_sig(pull.scale_se),
         per_length=rows,
-        recompute_parts=_parts(rec, t_r),
-        pull_parts=_parts(pull, t_p),
+        recompute_parts=_parts(rec, t_r, "recompute" in in_curve),
+        pull_parts=_parts(pull, t_p, "pull" in in_curve),
     )
 
 
-def _parts(leg: LegMean, tail: tails.Charged) -> ScaleParts:
+def _parts(leg: LegMean, tail: tails.Charged, in_curve: bool) -> ScaleParts:
     return ScaleParts(
         bulk_log_mean=_sig(leg.mu),
         bulk_sd=_sig(leg.spread),
@@ -182,6 +184,7 @@ def _parts(leg: LegMean, tail: tails.Charged) -> ScaleParts:
         tail_size=None if tail.size is None else _sig(tail.size),
         tail_size_sd=None if tail.size_sd is None else _sig(tail.size_sd),
         shrunk=tail.shrunk,
+        tail_in_curve=in_curve,
     )
 
 
@@ -252,7 +255,9 @@ def scale_draws(fit: FitResult, n: int, rng: np.random.Generator) -> tuple[np.nd
 def _parts_draws(parts: ScaleParts, n: int, rng: np.random.Generator) -> np.ndarray:
     s2 = parts.bulk_sd**2 * rng.chisquare(parts.bulk_df, size=n) / parts.bulk_df
     bulk = np.exp(parts.bulk_log_mean + s2 / 2)
-    return bulk * (1.0 + tails.draw(_charged(parts), n, rng))
+    charged = _charged(parts)
+    tail = np.full(n, charged.excess) if parts.tail_in_curve else tails.draw(charged, n, rng)
+    return bulk * (1.0 + tail)
 
 
 def _charged(parts: ScaleParts) -> tails.Charged:
@@ -265,7 +270,7 @@ def scale_rel_sd(parts: ScaleParts, more: int = 0) -> float:
     tail probes it brings (at the same rate) narrow the size."""
     s2 = parts.bulk_sd**2
     var = s2 * s2 / (2.0 * (parts.bulk_df + more))  # Var(s*^2 / 2), s*^2 = s^2 chi2_df / df
-    if parts.tail_size and parts.tail_rate > 0:
+    if parts.tail_size and parts.tail_rate > 0 and not parts.tail_in_curve:
         excess = parts.tail_rate * parts.tail_size
         share = excess / (1.0 + excess)
         rate_var = (1.0 - parts.tail_rate) / (parts.tail_rate * (parts.tail_weight + more + 1.0))  # Beta, relative
