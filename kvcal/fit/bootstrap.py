@@ -2,14 +2,14 @@
 
 Two schemes, chosen per leg:
 
-* ``pooled-reps`` (the leg has pure error: some length with >= 2 reps, ``MIN_POOLED_DF``
-  degrees of freedom in all): each resample keeps every length's (Huber-weighted) mean and
+* ``pooled-reps`` (the leg has pure error: reps within lengths carry ``MIN_POOLED_DF`` degrees
+  of freedom and at least half the model's residual df): each resample keeps every length's (Huber-weighted) mean and
   adds, to each of its probes, the length's scale s_k times a deviation drawn from the leg's
   **pooled** pure error: every probe's deviation from its length's mean in units of s_k,
   scaled by sqrt(m_k / (m_k - 1)) (a plain resample of m values understates the variance of
   their mean by (m - 1) / m), over all lengths with reps. A length measured once (the
   adaptive climb's single probes) is resampled about its one value the same way.
-* ``residual`` (no length has reps, e.g. the llm-d table of medians, a one-rep ladder):
+* ``residual`` (no or little pure error, e.g. the llm-d table of medians, a one-rep ladder):
   y* = fitted + s_k * e*, where e* is drawn from the leg's relative residuals,
   leverage-corrected (e / sqrt(1 - h_ii)) and centred.
 
@@ -101,8 +101,10 @@ def pure_error_df(fit: LegFit) -> int:
 
 
 def scheme(fit: LegFit) -> str:
-    """Pooled reps where the leg has pure error, else residuals."""
-    return POOLED if pure_error_df(fit) >= MIN_POOLED_DF else RESIDUAL
+    """Pooled reps where the leg's pure error carries at least half its residual df (and ``MIN_POOLED_DF``), else
+    residuals: a one-rep ladder with a length measured twice knows its noise better from the model's residuals."""
+    pure = pure_error_df(fit)
+    return POOLED if pure >= MIN_POOLED_DF and 2 * pure >= fit.data.n_probes - fit.chosen_fit.n_params else RESIDUAL
 
 
 def residual_df(fit: LegFit) -> int:

@@ -106,3 +106,15 @@ def test_an_adaptive_design_covers_the_truth_near_its_nominal_rate():
         fit = fit_table(_table(rows), FitSettings(n_resamples=300, seed=draw))
         covered += fit.break_even_ci[0] <= TRUTH <= fit.break_even_ci[1]
     assert 30 <= covered <= 39  # 0.75-0.975: 40 draws leave a standard error near 0.05
+
+
+def test_a_one_rep_ladder_with_a_length_measured_thrice_stays_on_the_model_residuals():
+    """One length measured three times gives 2 df of pure error against the model's 8: the residuals know the noise
+    better."""
+    pair = SimPair(COSTS, seed=2)
+    lengths = (128, 192, 256, 384, 512, 768, 1024, 2048, 4096)
+    rows = [{"prefix_tokens": n, "leg": leg, "ttft_ms": pair.measure(Leg(leg), [0] * n).ttft_ms, "rep": rep}
+            for n in lengths for leg in ("recompute", "pull") for rep in range(3 if n == 512 else 1)]
+    fit = fit_table(_table(rows), FitSettings(n_resamples=200))
+    assert fit.bootstrap.methods == {"recompute": "residual", "pull": "residual"}
+    assert fit.bootstrap.residual_df >= 7
