@@ -14,10 +14,11 @@ not move it. The router pays the *mean*. On one leg's log residuals to its repor
 
     scale = exp(mu + s^2 / 2) + (1 / n) sum_tail (exp(e_i) - exp(mu + s^2 / 2))
 
-Each leg's tail is its own unless both legs show one; then the two are shrunk towards each other
-by empirical Bayes as far as the evidence allows, and a leg whose slow mode the mode test found
-keeps its own (:mod:`kvcal.fit.tails`; until issue 50 the tails were pooled unless Fisher's exact
-test told their rates apart, which charged a stall drawn on one leg to both).
+Each leg's tail is charged as far as the evidence says it is its own or shared with the other leg
+(Bayesian model averaging over who the tail belongs to, under a prior that tails are rare), and a
+leg whose slow mode the mode test found keeps its own (:mod:`kvcal.fit.tails`; until issue 50 the
+tails were pooled unless Fisher's exact test told their rates apart, which charged half of a stall
+drawn on one leg to the other).
 
 **The scale's own uncertainty** (:func:`scale_draws`). ``*_scale_se`` treats the bulk's spread as
 known; a few reps of sigma 0.9 noise do not pin ``exp(s^2 / 2)``. What each scale is made of is
@@ -151,22 +152,22 @@ def summarise(
     n_tests = sum(len(d.lengths) for d in legs.values())
     z = float(stats.norm.ppf(1.0 - MISFIT_ALPHA / (2 * max(n_tests, 1))))
     rec, pull = (leg_mean(legs[name], np.asarray(coefs[name], dtype=float), z) for name in ("recompute", "pull"))
-    rows = _per_length(rec, pull, coefs)
     if medians:
         return MeanCostSummary(
             recompute_scale=1.0,
             pull_scale=1.0,
             recompute_scale_se=_sig(rec.scale_se),
             pull_scale_se=_sig(pull.scale_se),
-            per_length=rows,
+            per_length=_per_length(rec, pull, coefs, {"recompute": rec.bulk, "pull": pull.bulk}),
         )
     t_r, t_p = charged_tails(rec, pull, own_tails)
+    m_r, m_p = rec.bulk * (1.0 + t_r.excess), pull.bulk * (1.0 + t_p.excess)
     return MeanCostSummary(
-        recompute_scale=_sig(rec.bulk * (1.0 + t_r.excess)),
-        pull_scale=_sig(pull.bulk * (1.0 + t_p.excess)),
+        recompute_scale=_sig(m_r),
+        pull_scale=_sig(m_p),
         recompute_scale_se=_sig(rec.scale_se),
         pull_scale_se=_sig(pull.scale_se),
-        per_length=rows,
+        per_length=_per_length(rec, pull, coefs, {"recompute": m_r, "pull": m_p}),
         recompute_parts=_parts(rec, t_r, "recompute" in in_curve),
         pull_parts=_parts(pull, t_p, "pull" in in_curve),
     )
@@ -183,13 +184,15 @@ def _parts(leg: LegMean, tail: tails.Charged, in_curve: bool) -> ScaleParts:
         tail_weight=_sig(tail.weight),
         tail_size=None if tail.size is None else _sig(tail.size),
         tail_size_sd=None if tail.size_sd is None else _sig(tail.size_sd),
-        shrunk=tail.shrunk,
+        shared=_sig(tail.shared),
         tail_in_curve=in_curve,
     )
 
 
-def _per_length(rec: LegMean, pull: LegMean, coefs: dict[str, np.ndarray]) -> list[MeanLength]:
-    """Each measured length's mean cost per leg (the bulk's: a stall does not move it) and whether it misfits."""
+def _per_length(rec: LegMean, pull: LegMean, coefs: dict[str, np.ndarray], scale: dict[str, float]) -> list[MeanLength]:
+    """Each measured length's mean cost per leg, and whether it misfits: the leg's mean curve (its curve times its
+    ``scale``, the tail's charge included) moved by the length's own bulk offset (a stall there does not move it:
+    the tail is charged to every length alike, as the router meets it)."""
     rows = []
     for n in sorted(set(rec.lengths.tolist()) | set(pull.lengths.tolist())):
         ms: dict[str, float | None] = {}
@@ -200,7 +203,7 @@ def _per_length(rec: LegMean, pull: LegMean, coefs: dict[str, np.ndarray]) -> li
                 ms[name], misfit[name] = None, False
                 continue
             k = int(hit[0])
-            mean_ms = float(cost_ms(coefs[name], float(n))) * leg.bulk * math.exp(float(leg.offsets[k]))
+            mean_ms = float(cost_ms(coefs[name], float(n))) * scale[name] * math.exp(float(leg.offsets[k]))
             ms[name], misfit[name] = float(f"{mean_ms:.6g}"), bool(leg.misfit[k])
         rows.append(
             MeanLength(
@@ -261,7 +264,7 @@ def _parts_draws(parts: ScaleParts, n: int, rng: np.random.Generator) -> np.ndar
 
 
 def _charged(parts: ScaleParts) -> tails.Charged:
-    return tails.Charged(parts.tail_rate, parts.tail_weight, parts.tail_size, parts.tail_size_sd, parts.shrunk)
+    return tails.Charged(parts.tail_rate, parts.tail_weight, parts.tail_size, parts.tail_size_sd, parts.shared)
 
 
 def scale_rel_sd(parts: ScaleParts, more: int = 0) -> float:
