@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from kvcal.terminal_text import flattened
+
 
 def one_line(text: str, limit: int = 300) -> str:
-    """Text from outside (what an engine sent) flattened to one line and cut at ``limit`` characters, for a message."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit] + "..."
+    """Text from outside (what an engine or a server sent) on one line, control characters escaped
+    (:mod:`kvcal.terminal_text`), cut at ``limit`` characters, for a message."""
+    return flattened(text, limit)
 
 
 class KvcalError(Exception):

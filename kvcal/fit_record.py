@@ -3,7 +3,8 @@
 A base module because the fit's readers stand in every stage: the estimate's sanity
 check, the host's disturbance summary, emit, the reports, the fleet and the pages all read a
 fit.json. It stands on the ground floor (:mod:`kvcal.records`) and the record's parts
-(:mod:`kvcal.records_cost`, :mod:`kvcal.records_costmodel`, :mod:`kvcal.records_links`),
+(:mod:`kvcal.records_cost`, :mod:`kvcal.records_costmodel`, :mod:`kvcal.records_links`,
+:mod:`kvcal.records_engine`),
 and never on the sweep's settings or the simulator: reading a fit.json loads neither.
 Older ``kvcal.fit/1`` files are upgraded on read (:mod:`kvcal.records_v1`).
 """
@@ -22,9 +23,10 @@ from kvcal.fit_defaults import CONFIDENCE, N_RESAMPLES, SEED
 from kvcal.records import MAX_TOKENS, Record, RunSetup
 from kvcal.records_cost import MeanCostSummary
 from kvcal.records_costmodel import CostModelFit
+from kvcal.records_engine import EngineSide, ProposedFrom
 from kvcal.records_links import ClassDifference, SessionCost
 from kvcal.records_v1 import FIT_V1, upgrade_fit
-from kvcal.userfiles import read_text
+from kvcal.userfiles import load_json, read_text
 
 FIT_SCHEMA: Final = "kvcal.fit/2"
 FIT_SCHEMAS = (FIT_V1, FIT_SCHEMA)
@@ -259,6 +261,14 @@ class FitResult(Record):
     class_difference: ClassDifference | None = Field(
         None, description="Multi-class campaign: whether the classes' pull curves differ (pool them when not)."
     )
+    engine_side: EngineSide | None = Field(
+        None,
+        description="Per-token pull and prefill costs the engines themselves counted over the probes "
+        "(kvcal.fit.engine_side); None in older files.",
+    )
+    proposed_from: ProposedFrom | None = Field(
+        None, description="A fit kvcal observe --propose adjusted to production costs: the window and the server."
+    )
     kvcal_version: str
     created_at: str
 
@@ -316,7 +326,7 @@ def load_fit(path: str | Path) -> FitResult:
         raise InputError(f"{p}: no such file or folder")
     text = read_text(p, bom=True)  # FIFOs, folders, binary and unreadable files named (kvcal/userfiles.py)
     try:
-        data = json.loads(text)
+        data = load_json(text)
     except RecursionError:
         raise InputError(f"{p}: not a kvcal fit.json (JSON nested too deeply)") from None
     except json.JSONDecodeError as err:

@@ -7,6 +7,15 @@ temporary file in the same folder, fsynced, renamed over the old one, so a full 
 a crash leaves the old file as it was and no partial file behind. ``writer_lock``
 serialises writers of one folder (an in-place Helm patch reads, patches and writes
 under it, so a second patch waits and builds on the first instead of undoing it).
+
+``checked_stdout`` is the one way anything reaches standard output (the CLI installs it
+over ``sys.stdout`` at start): every byte is written or the write fails. Python's own
+stdout drops the rest of a short write (a pipe whose reader left part-way returns a
+short count, and both the text layer and ``-u``'s raw layer ignore it), so a report cut
+off at 64 KiB ended 0 and claimed "wrote -"; here the rest is written again, which meets
+the closed reader as EPIPE (exit 141 at the CLI's boundary). Text that cannot be encoded
+(a lone surrogate read from a JSON file, an ASCII locale) is written escaped
+(``\\udcff``), as in files: ``write_file`` encodes the same way.
 """
 
 from __future__ import annotations
@@ -14,21 +23,24 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import logging
 import os
+import select
 import shutil
 import stat
 import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from kvcal.errors import InputError
 
 log = logging.getLogger(__name__)
 
 STDOUT = "-"  # as an output path: standard output
+ENCODING_ERRORS = "backslashreplace"  # text that cannot be encoded is written escaped, never refused
 WRITER_WAIT_S = 60.0  # an in-place patch or a fit's write holds the lock for well under a second
 
 # What `kvcal sweep` owns in a run folder; only `kvcal fit` writes beside them (fit.json).
@@ -60,7 +72,7 @@ def check_output(path: Path | None, flag: str, inputs: Iterable[Path | None] = (
     if path is None:
         return
     if _is_stdout_file(path):  # `-`, /dev/stdout: the report moves to stderr (kvcal/cli/output.py)
-        _claim_stdout(flag)
+        claim_stdout(f"{flag} -")
         return
     path = Path(path)
     if path.is_dir():
@@ -80,6 +92,15 @@ def check_output(path: Path | None, flag: str, inputs: Iterable[Path | None] = (
         _refuse_inputs_and_records(target, path, flag, inputs, records)
 
 
+PLOT_FORMATS = (".png", ".svg")  # a plot's format is its extension; stdout, a device or a FIFO get PNG
+
+
+def check_plot_name(path: str | Path, what: str) -> None:
+    """Refuse a plot path whose extension names no format (``-`` and ``/dev/stdout`` are PNG on stdout)."""
+    if Path(path).suffix.lower() not in PLOT_FORMATS and not written_through(path):
+        raise InputError(f"{what}: the plot format is chosen by the extension; use .png or .svg")
+
+
 def is_stdout(path: str | Path | None) -> bool:
     """``-``: the output goes to standard output (``./-`` names a file called '-')."""
     return path is not None and str(path) == STDOUT
@@ -88,10 +109,19 @@ def is_stdout(path: str | Path | None) -> bool:
 _STDOUT_OWNER: list[str] = []  # the flag whose output goes to stdout in this process, if any
 
 
-def _claim_stdout(flag: str) -> None:
-    if _STDOUT_OWNER and _STDOUT_OWNER[0] != flag:
-        raise InputError(f"{_STDOUT_OWNER[0]} - and {flag} - both ask for standard output; send one of them to a file")
-    _STDOUT_OWNER[:] = [flag]
+def claim_stdout(what: str) -> None:
+    """``what`` (``--plot -``, or ``--json``) writes its data to stdout; a second claimant is refused.
+
+    One command's data on stdout is one document: a plot and a JSON after it would be neither.
+    """
+    if _STDOUT_OWNER and _STDOUT_OWNER[0] != what:
+        raise InputError(f"{_STDOUT_OWNER[0]} and {what} both ask for standard output; send one of them to a file")
+    _STDOUT_OWNER[:] = [what]
+
+
+def unclaim_stdout() -> None:
+    """A new command starts with stdout unclaimed (the CLI calls this first: tests run many commands in one process)."""
+    _STDOUT_OWNER.clear()
 
 
 def stdout_claimed() -> bool:
@@ -145,7 +175,7 @@ def exclusive_backup(target: Path) -> Path:
 def write_file(path: str | Path, data: str | bytes, what: str) -> Path:
     """Replace ``path`` with ``data`` (text is UTF-8) as a whole; see :func:`replacing`."""
     with replacing(path, what) as handle:
-        handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+        handle.write(data.encode("utf-8", ENCODING_ERRORS) if isinstance(data, str) else data)
     return Path(path)
 
 
@@ -302,3 +332,68 @@ def _open_special(path: str | Path, what: str) -> int:
         return os.open(path, flags)
     os.set_blocking(fd, True)
     return fd
+
+
+class WholeWrites(io.RawIOBase):
+    """A file descriptor written whole: a short write is continued until every byte is out or the write fails.
+
+    A reader that left part-way makes the continuation fail with EPIPE (BrokenPipeError); a
+    non-blocking descriptor (a parent that set O_NONBLOCK on a shared pipe) waits until it
+    is writable instead of failing with EAGAIN.
+    """
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            try:
+                written = os.write(self._fd, view[done:])
+            except BlockingIOError:
+                select.select([], [self._fd], [])
+                continue
+            if written == 0:  # no progress and no error: nothing will take the rest
+                raise BrokenPipeError(errno.EPIPE, "standard output took no more")
+            done += written
+        return done
+
+
+def checked_stdout(stream: TextIO | io.TextIOBase) -> TextIO | io.TextIOBase:
+    """``stream`` (standard output) again as a text stream over :class:`WholeWrites`, or as it is when it is not fd 1.
+
+    Its encoding, line buffering and buffering (``-u``/PYTHONUNBUFFERED: none) are kept;
+    text that cannot be encoded is escaped. A stream that is not fd 1 (a test's capture,
+    a closed stdout's stand-in) or is already checked is returned unchanged.
+    """
+    try:
+        if stream.fileno() != 1 or isinstance(getattr(stream, "buffer", None), (WholeWrites, _CheckedBuffer)):
+            return stream
+    except (OSError, ValueError, AttributeError):
+        return stream
+    stream.flush()
+    raw = WholeWrites(1)
+    unbuffered = isinstance(getattr(stream, "buffer", None), io.RawIOBase)
+    binary: BinaryIO = raw if unbuffered else _CheckedBuffer(raw)  # type: ignore[assignment]  # raw, as -u has
+    return io.TextIOWrapper(
+        binary,
+        encoding=getattr(stream, "encoding", None) or "utf-8",
+        errors=ENCODING_ERRORS,
+        line_buffering=bool(getattr(stream, "line_buffering", False)),
+        write_through=unbuffered,
+    )
+
+
+class _CheckedBuffer(io.BufferedWriter):
+    """The buffered layer over :class:`WholeWrites` (a class of its own so that a second install can tell it)."""

@@ -27,6 +27,7 @@ MEASURED = (
     "host_busy",
     "source_waiting",
     "computing_waiting",
+    "engine_side",
 )
 _ID_SHAPE = re.compile(r"(?:^|-)L(?P<tokens>\d{1,10})-(?P<leg>recompute|pull)-r(?P<rep>\d{1,10})$")
 

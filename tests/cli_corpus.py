@@ -397,8 +397,12 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
         add(f"prefix-lengths-{i}", "length-list", "sweep", {"prefix_lengths": lengths})
         add(f"prefix-lengths-{i}", "length-list", "k8s-job", {"prefix_lengths": lengths})
     urls = ["not a url", "ftp://10.0.0.1:8000", "http://", "http://:8000", "http://10.0.0.1:99999", "http://10.0.0.1:abc",
-            "10.0.0.1:8000", "http://10.0.0.1:8000/\n", "http://[::1", "http://user@:8000"]
+            "10.0.0.1:8000", "http://10.0.0.1:8000/\n", "http://[::1", "http://user@:8000",
+            # hosts httpx or the resolver would refuse later (exit 70 once), and URLs carrying secrets (issue 55)
+            "http://a..b:8000", f"http://{'a' * 64}.svc:8000", "http://1.2.3.999:8000", "http://xn--zz.com:8000",
+            "http://user:pw@10.0.0.1:8000", "http://10.0.0.1:8000/?token=pw"]
     for i, url in enumerate(urls):
+        add(f"prometheus-{i}", "url", "observe", {"prometheus": url})
         for flag in ("producer_url", "consumer_url"):
             add(f"{flag}-{i}", "url", "sweep", {"engine": "vllm", "producer_url": "http://127.0.0.1:9", "consumer_url": "http://127.0.0.1:10", flag: url})
             add(f"{flag}-{i}", "url", "k8s-job", {flag: url})
@@ -445,6 +449,17 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
     add("helm-binary", "yaml-shape", "emit-config", {"format": "helm"}, setup=_set("values", FILE_KINDS["binary"]))
     add("helm-no-values", "flag-combination", "emit-config", {"format": "helm", "in_place": True})
     add("format-bogus", "choice", "emit-config", {"format": "bogus"})
+    # --format work-range (issue 49): its budget is required, its two flags belong to three formats, MAX must be known
+    add("work-range-no-budget", "flag-combination", "emit-config", {"format": "work-range"})
+    add("ttft-penalty-other-format", "flag-combination", "emit-config", {"ttft_penalty_ms": "3500"})
+    add("max-model-len-other-format", "flag-combination", "emit-config", {"format": "env", "max_model_len": "131072"})
+    add("ttft-penalty-zero", "range", "emit-config", {"format": "json", "ttft_penalty_ms": "0"})
+    add("ttft-penalty-negative", "range", "emit-config", {"format": "work-range", "ttft_penalty_ms": "-5"})
+    add("max-model-len-zero", "range", "emit-config", {"format": "json", "max_model_len": "0"})
+    add("work-range-no-max", "flag-combination", "emit-config",
+        {"input_path": "{table}", "format": "work-range", "ttft_penalty_ms": "3500"})
+    add("work-range-max-below-boundary", "range", "emit-config",
+        {"format": "work-range", "ttft_penalty_ms": "1e6", "max_model_len": "64"})
     add("margin-negative", "range", "emit-config", {"margin": "-1"})
     add("tolerance-negative", "range", "compare", {"tolerance": "-0.1"})
     add("values-laughs", "yaml-aliases", "compare", {}, setup=_set("values", FILE_KINDS["yaml-aliases"]))

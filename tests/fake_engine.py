@@ -29,6 +29,7 @@ FAULTS = (
     "garbage-metrics",     # /metrics that is not Prometheus text
     "nan-counter",         # the byte counter reads NaN
     "inf-counter",         # the byte counter reads +Inf
+    "negative-counter",    # the byte counter reads below zero
     "huge-counter",        # the byte counter jumps by 2.6e295
     "long-label-counter",  # the byte counter's sample carries a 2,000-character label
 )
@@ -102,6 +103,8 @@ class FakeEngine:
         if self.fault == "garbage-metrics":
             return b"vllm:request_success_total{engine=\"0\" 1 2 3\n\x00\x01{{{\n"
         read = {"nan-counter": "NaN", "inf-counter": "+Inf"}.get(self.fault or "", repr(self.bytes_read))
+        if self.fault == "negative-counter":
+            read = repr(self.bytes_read - 1e12)
         return ("# TYPE vllm:request_success_total counter\n"
                 f'vllm:request_success_total{{engine="0"}} {self.done}\n'
                 "# TYPE vllm:cache_config_info gauge\n"

@@ -3,7 +3,8 @@
 The first path segment of a request picks the behaviour (``http://127.0.0.1:PORT/<mode>``
 as the base URL): none serves the fleet below; ``old`` the same fleet as an older vLLM
 exposes it (no source split, no TTFT histogram); ``garbage``, ``html``, ``notfound``,
-``huge``, ``hang``, ``trickle``, ``reset``, ``unavailable``, ``bad_data`` misbehave as named.
+``huge``, ``hang``, ``trickle``, ``reset``, ``unavailable``, ``bad_data`` misbehave as named;
+the hostile modes of tests/hostile_prometheus.py send hostile text, numbers or bytes.
 
 The fleet, one scrape every :data:`STEP` seconds around the server's start (``anchor``),
 each scrape adding (prompt tokens by source, per pod):
@@ -29,6 +30,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+from hostile_prometheus import RAW_MODES, SERIES_MODES, raw_answer, value_text, variant
 
 STEP = 15.0
 RESTART_BEFORE_S = 300.0
@@ -115,7 +118,7 @@ def answer(series: list, query: str, at: float) -> dict:
     result = []
     for labels, samples in series:
         if _matches(labels, matchers):
-            kept = [[t, repr(v)] for t, v in samples if at - seconds < t <= at]
+            kept = [[t, value_text(v)] for t, v in samples if at - seconds < t <= at]
             if kept:
                 result.append({"metric": labels, "values": kept})
     return {"status": "success", "data": {"resultType": "matrix", "result": result}}
@@ -162,8 +165,18 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         if mode in ("hang", "trickle", "huge"):
             return self._misbehave(mode, server)
+        if mode in RAW_MODES:
+            status, raw = raw_answer(mode)
+            if status is None:  # bytes without an HTTP status line, then the connection closes
+                self.wfile.write(raw)
+                self.close_connection = True
+                return None
+            return self._send(status, raw)
         at = float(params.get("time", time.time()))
-        body = answer(server.old_series if mode == "old" else server.series, params.get("query", ""), at)
+        series = server.old_series if mode == "old" else server.series
+        if mode in SERIES_MODES:
+            series = variant(series, mode)
+        body = answer(series, params.get("query", ""), at)
         return self._send(200, json.dumps(body).encode())
 
     def _misbehave(self, mode: str, server: "FakePrometheus") -> None:
@@ -189,9 +202,10 @@ class _Handler(BaseHTTPRequestHandler):
 class FakePrometheus:
     """The server on 127.0.0.1 (a free port), in a daemon thread; ``url(mode)`` is the base URL for a behaviour."""
 
-    def __init__(self) -> None:
+    def __init__(self, fleet=None) -> None:
+        """``fleet(anchor)``: the series to serve instead of :func:`fleet_series`' (tests/fake_costs_fleet.py)."""
         self.anchor = time.time()
-        self.series = fleet_series(self.anchor)
+        self.series = (fleet or fleet_series)(self.anchor)
         self.old_series = fleet_series(self.anchor, old=True)
         self.stop_event = threading.Event()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)

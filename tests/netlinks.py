@@ -57,6 +57,12 @@ def set_rate(rate: str) -> None:
             "burst", "256kb", "latency", "400ms")
 
 
+def clear_rate() -> None:
+    """Lift the data path's limit (the veth's own speed again)."""
+    for role in (Role.PRODUCER, Role.CONSUMER):
+        run("ip", "netns", "exec", NS[role], "tc", "qdisc", "del", "dev", DATA_DEV[role], "root", check=False)
+
+
 def make_namespaces() -> None:
     remove_namespaces()  # what a killed run of this helper left behind
     for role in (Role.PRODUCER, Role.CONSUMER):
@@ -104,7 +110,16 @@ class NetLinks:
         self._pair("veth", namespaced=True)
         wait_all_ready(self.servers, 1500)
 
-    def _pair(self, name: str, *, namespaced: bool) -> None:
+    def start_veth(self, rate: str | None, engine_args: tuple[str, ...] = ()) -> None:
+        """The rate-limited pair alone (``rate`` None: unlimited), for tests that slow one link during a run."""
+        make_namespaces()
+        if rate is not None:
+            set_rate(rate)
+        ensure_tiny_model(default_cache_dir() / "models")
+        self._pair("veth", namespaced=True, engine_args=engine_args)
+        wait_all_ready(self.servers, 1500)
+
+    def _pair(self, name: str, *, namespaced: bool, engine_args: tuple[str, ...] = ()) -> None:
         config = SweepConfig(engine="vllm")
         cache = default_cache_dir()
         if namespaced:
@@ -114,7 +129,8 @@ class NetLinks:
             http_p, http_c, side_p, side_c = free_ports(4, "127.0.0.1")
             ports = {"producer_port": http_p, "consumer_port": http_c, "producer_side_port": side_p,
                      "consumer_side_port": side_c}
-        settings = VllmSettings.from_engine(config.engine, device="cpu", cpu_kvcache_space_gib=1, **ports)
+        settings = VllmSettings.from_engine(config.engine, device="cpu", cpu_kvcache_space_gib=1, **ports,
+                                            **({"engine_args": list(engine_args)} if engine_args else {}))
         plan = LaunchPlan(settings, get_transport(settings.transport), cache, self.workdir / name)
         for folder in (cache / "vllm", cache / "inductor", cache / "tmp", plan.rpc_dir):
             folder.mkdir(parents=True, exist_ok=True)

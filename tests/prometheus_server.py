@@ -43,6 +43,7 @@ def _config(targets: list[tuple[str, str | None]]) -> str:
 @contextmanager
 def prometheus(folder: Path, targets: list[tuple[str, str | None]], wait_s: float = 60.0) -> Iterator[str]:
     """Prometheus scraping ``targets`` (address, pod label or None); yields its URL once every target was scraped."""
+    folder.mkdir(parents=True, exist_ok=True)
     config = folder / "prometheus.yml"
     config.write_text(_config(targets))
     port = free_port()

@@ -29,6 +29,7 @@ import io
 import math
 import os
 import sys
+import warnings
 from typing import TYPE_CHECKING, cast
 
 import rich.console
@@ -36,9 +37,10 @@ import typer
 
 from kvcal import __version__
 from kvcal.cli import commands
-from kvcal.cli.output import error_line
+from kvcal.cli.output import error_line, library_warning
 from kvcal.cli.rich_help import HelpFlagGroup, load_help_renderer
 from kvcal.errors import InputError, KvcalError
+from kvcal.outputs import checked_stdout, unclaim_stdout
 
 if TYPE_CHECKING:
     import click
@@ -64,11 +66,9 @@ def _root(
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log library detail to stderr."),
 ) -> None:
-    import logging
+    from kvcal.cli.output import configure_logging
 
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(verbose)
 
 
 def _listed_only() -> None:
@@ -272,6 +272,7 @@ def not_utf8(args: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error becomes a short report on stderr and an exit code, never a traceback."""
     args = sys.argv[1:] if argv is None else list(argv)
+    unclaim_stdout()
     _guard_streams()
     if (problem := not_utf8(args)) is not None:
         error_line(problem)
@@ -370,8 +371,10 @@ def _guard_streams() -> None:
                 os.close(held)
     if sys.stdout is None:
         sys.stdout = _ClosedText()
+    sys.stdout = checked_stdout(sys.stdout)  # every byte written or an error, text escaped (kvcal/outputs.py)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - stderr for the life of the process
+    warnings.showwarning = library_warning  # a library's warning quotes what it was given: one safe line
     # Rich ends a command whose reader left with exit 1 (compare's "regression"); typer's help prints through rich.
     rich.console.Console.on_broken_pipe = _reader_left  # type: ignore[method-assign,assignment]  # rich's hook
     # An umask that takes the owner's own bits would leave run folders and files their owner cannot open.

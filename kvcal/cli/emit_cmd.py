@@ -10,6 +10,7 @@ import typer
 from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
 from kvcal.emit.limits import DEFAULT_MARGIN, DEFAULT_RULE, FORMATS, P2P_PORT, RULES
+from kvcal.errors import InputError
 
 EPILOG = """Examples:
 
@@ -33,19 +34,27 @@ EPILOG = """Examples:
 
   kvcal emit-config runs/fleet --format json --class-mix same-node=0.7,tcp=0.3   # one threshold over link classes
 
+  kvcal emit-config runs/r --format work-range --ttft-penalty-ms 3500 --max-model-len 131072   # remaining-work routing
+
+  kvcal emit-config runs/r --format json -o emit.json     # replaced whole; exit 3 leaves the old one as it was
+
 Formats: plugin (the p2p-source-producer entry), helm (patch a values file), affinity
 (prefix-cache-affinity-filter's peakPrefillThroughput), costmodel (ONLY for a router build
 whose p2p-source-producer accepts costModel: llm-d-router main refuses it), vllm (engine
-args, env and /dev/shm volume), env, json.
+args, env and /dev/shm volume), env, json, work-range (remaining-work routing: the prefill
+work-range labels for B = min(threshold, SLO work) and the EPP entries to merge).
 
-The default rule (expected-cost) emits where the legs' mean costs cross for good, rounded to the
-cheaper neighbouring block; stderr gives its steps and what it costs (expected regret over the
-deltas, the chance the break-even lies above it) beside the upper and the llm-d recipe's rules.
+The default rule (expected-cost) emits the block multiple over the measured range with the least
+expected TTFT per request, averaged over the deltas and the fit's own draws of both legs' mean
+costs; stderr gives its steps and what it costs (expected regret over the deltas, the chance the
+best threshold lies above it) beside the upper and the llm-d recipe's rules.
 
-Exit 3, nothing on stdout: recomputing always won (P2P not recommended), the legs tie, the mean costs
-do not cross within the measured range (unless --allow-extrapolation; --rule upper: the interval is
-open above), or the sweep measured a disturbed host (unless --allow-disturbed); stderr says why and
-what to measure next. Exit 2: --margin without --rule upper, or a bad --deltas file."""  # noqa: E501 - help text, printed by --help as written
+Exit 3, nothing on stdout: under the default rule, no P2P is cheapest on the mean costs (stderr
+gives the costs that make it so; a tie or recompute winning at some lengths is priced, not refused);
+under --rule upper, recomputing always won, the legs tie or the interval is open above; under
+either, the sweep measured a disturbed host (unless --allow-disturbed); with work-range, the band
+is empty. stderr says why and what to measure next. Exit 2: --margin without --rule upper, a bad
+--deltas file, work-range without --ttft-penalty-ms or a max model length."""  # noqa: E501 - help text, printed by --help as written
 
 
 def emit_config(
@@ -63,7 +72,7 @@ def emit_config(
         DEFAULT_RULE,
         "--rule",
         help=f"How the threshold is chosen: {' or '.join(RULES)}. "
-        "expected-cost: where the legs' mean costs cross, rounded to the cheaper block; upper: "
+        "expected-cost: the block multiple with the least expected cost over the fit's draws; upper: "
         "the break-even interval's upper end x (1 + --margin), kvcal's earlier rule.",
     ),
     margin: Optional[float] = typer.Option(
@@ -159,12 +168,35 @@ def emit_config(
         help="Emit even when the sweep measured a busy host "
         "(other processes took the engines' cores), e.g. kvcal emit-config RUN --allow-disturbed.",
     ),
+    ttft_penalty_ms: Optional[float] = typer.Option(
+        None,
+        "--ttft-penalty-ms",
+        help="work-range (required), json, helm: the TTFT a request may lose by migrating to the long class "
+        "(the affinity filter's maxTTFTPenaltyMs, an operator's choice), e.g. --ttft-penalty-ms 3500.",
+    ),
+    max_model_len: Optional[int] = typer.Option(
+        None,
+        "--max-model-len",
+        help="work-range, json, helm: the model's longest context, the work-range labels' MAX (default: the run's).",
+    ),
+    output: Optional[Path] = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Write the artifact to FILE instead of stdout: whole, or (a refusal, a failure) the previous file "
+        "left as it was; - for stdout.",
+    ),
 ) -> None:
     """Emit minCachedTokenDelta (where pulling pays on mean costs) and peakPrefillThroughput as router config, engine settings, and more.
 
     How each number was reached is printed on stderr; only the artifact goes to stdout.
     """  # noqa: E501 - help text, printed by --help as written
     from kvcal.emit.options import EmitOptions  # the settings model: built only when the command runs (fast --help)
+    from kvcal.outputs import check_output, write_file
+
+    if output is not None and in_place and not diff:
+        raise InputError("--in-place writes the values file itself; drop --output (or add --diff to keep the diff)")
+    check_output(output, "--output", [input_path, values, deltas])
 
     options = EmitOptions(
         format=format,
@@ -188,6 +220,8 @@ def emit_config(
         allow_extrapolation=allow_extrapolation,
         allow_disturbed=allow_disturbed,
         class_mix=parse_class_mix(class_mix),
+        ttft_penalty_ms=ttft_penalty_ms,
+        max_model_len=max_model_len,
     )
     from kvcal.emit.formats import emit  # the fit stack loads only when the command runs (fast --help)
 
@@ -196,7 +230,10 @@ def emit_config(
         info(f"kvcal: {line}")
     for line in result.warnings:
         warn(line)
-    if result.stdout:
+    if output is not None:
+        write_file(output, result.stdout, f"--output {output}")  # only now: a refused emit leaves the old file
+        info(f"kvcal: wrote {output}")
+    elif result.stdout:
         typer.echo(result.stdout, nl=False)
 
 

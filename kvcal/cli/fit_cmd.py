@@ -47,8 +47,8 @@ def register(app: typer.Typer) -> None:
         input: Optional[Path] = typer.Argument(
             None,
             show_default=False,
-            help="A run folder, a probe CSV "
-            "(prefix_tokens,leg,ttft_ms[,rep,bytes_moved]) or the llm-d calibration Job's table.",
+            help="A run folder, a probe CSV (prefix_tokens,leg,ttft_ms[,rep,bytes_moved,pair,link_class]: "
+            "per class when tagged) or the llm-d calibration Job's table.",
         ),
         json_out: bool = typer.Option(False, "--json", help="Print fit.json to stdout and nothing else."),
         confidence: float = typer.Option(
@@ -122,8 +122,10 @@ def register(app: typer.Typer) -> None:
             idle=idle,
         )  # first: a bad value is refused before any file is read
         from kvcal.fit import dumps
-        from kvcal.outputs import check_output
+        from kvcal.outputs import check_output, claim_stdout
 
+        if json_out:
+            claim_stdout("--json")
         check_output(output, "--output", config.inputs, fit_json=True)
         if input is not None:
             _warn_if_sweep_alive(input)
@@ -205,6 +207,14 @@ def render(result: FitResult) -> None:
         )
     if result.pull_bandwidth_gbps is not None:
         stdout.print(f"pull bandwidth at the longest length: {result.pull_bandwidth_gbps:.2f} GB/s")
+    side = result.engine_side
+    if side is not None and (side.pull_ms_per_token or side.prefill_ms_per_token):
+        parts = [
+            f"{leg} {cost.value * 1e3:.4g} us/token ({cost.samples} probes)"
+            for leg, cost in (("pull transfer", side.pull_ms_per_token), ("prefill", side.prefill_ms_per_token))
+            if cost is not None
+        ]
+        stdout.print(f"as the engines counted it: {', '.join(parts)} (kvcal observe compares production with these)")
     stdout.print(f"recompute model: {result.recompute.selection}")
     render_links(result)
     boot = result.bootstrap

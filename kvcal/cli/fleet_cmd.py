@@ -10,7 +10,7 @@ import typer
 
 from kvcal.cli.options import float_list, int_list
 from kvcal.cli.output import info, stdout, warn, warn_each
-from kvcal.fleet.help_facts import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_PODS
+from kvcal.fleet.help_facts import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_JOBS, MAX_PODS, WORKER_MIB
 from kvcal.fleet.help_facts import WORKLOAD_KEYS as KEYS_HELP  # the workload record's keys, without pydantic
 
 EPILOG = f"""The model: N engines with continuous batching (a prefill token budget per step), each
@@ -54,8 +54,8 @@ def fleet(
         "auto",
         "--thresholds",
         help="minCachedTokenDelta values to try (comma-separated "
-        "block multiples; a repeat is simulated once), or auto: a spread around the fit's "
-        "break-even.",
+        "block multiples, or 1, the plugin's default; a repeat is simulated once), or auto: a spread around the "
+        "fit's break-even.",
     ),
     rate: Optional[float] = typer.Option(
         None, "--rate", help="New sessions per second: replaces the workload's arrival."
@@ -86,7 +86,8 @@ def fleet(
         None,
         "--jobs",
         "-j",
-        help="Worker processes for the runs (default: the cores kvcal may use). The result is the same for any N.",
+        help=f"Worker processes for the runs, 1-{MAX_JOBS} (default: the cores kvcal may use); each holds about "
+        f"{WORKER_MIB} MiB, counted in the study's memory printed first. The result is the same for any N.",
     ),
     ray: Optional[str] = typer.Option(
         None,
@@ -118,10 +119,12 @@ def fleet(
     )  # first: a bad flag is refused before the heavy imports
     from kvcal.emit.formats import load_input
     from kvcal.fleet.run import check_arguments, run_fleet
-    from kvcal.outputs import check_output
+    from kvcal.outputs import check_output, claim_stdout
     from kvcal.userfiles import check_input
 
     check_input(workload, f"workload file {workload}")
+    if as_json:
+        claim_stdout("--json")
     if plot is not None:
         check_output(plot, "--plot", [fit_path, workload])
     checked = check_arguments(config)  # before the fit: a run folder without one is fitted now, which takes a while

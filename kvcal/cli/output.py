@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 
 from rich.console import Console
 from rich.markup import escape
 
 from kvcal.outputs import stdout_claimed
+from kvcal.redact import redact_text
+from kvcal.terminal_text import flattened, visible
 
 
 def _on_terminal(stream) -> bool:
@@ -41,7 +45,7 @@ stderr = Console(stderr=True, soft_wrap=True, markup=False, width=None if _on_te
 
 def print_warning(line: str) -> None:
     """A warning in a command's report on stdout: the word styled, the text as it is."""
-    stdout.print(f"[yellow]warning:[/yellow] {escape(line)}", markup=True, highlight=False)
+    stdout.print(f"[yellow]warning:[/yellow] {escape(visible(line))}", markup=True, highlight=False)
 
 
 def print_sanity(findings: list) -> None:
@@ -61,14 +65,38 @@ def print_sanity(findings: list) -> None:
         )
 
 
+def safe_line(message: object) -> str:
+    """A message as the CLI shows it: every URL redacted (kvcal/redact.py), on one line, control characters
+    escaped (kvcal/terminal_text.py). The last guard: messages quote servers, engines and files."""
+    return flattened(redact_text(str(message)))
+
+
+class SafeLogFormatter(logging.Formatter):
+    """A log record as one safe line (:func:`safe_line`): a library's log quotes URLs and what servers sent."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return safe_line(super().format(record))
+
+
+def configure_logging(verbose: bool) -> None:
+    """Library detail on stderr (INFO with --verbose), each record one safe line (they quote URLs and servers)."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
+
+
 def error_line(message: str) -> None:
     """One line on stderr: the whole error report a user sees."""
-    first = " ".join(str(message).split())
-    print(f"kvcal: error: {first}", file=sys.stderr)
+    print(f"kvcal: error: {safe_line(message)}", file=sys.stderr)
 
 
 def warn(message: str) -> None:
-    print(f"kvcal: warning: {message}", file=sys.stderr)
+    print(f"kvcal: warning: {safe_line(message)}", file=sys.stderr)
+
+
+def library_warning(message, category, filename, lineno, file=None, line=None) -> None:  # warnings' signature
+    """A library's warning (matplotlib names a glyph it lacks, Ray advises) as one line, redacted and escaped."""
+    warn(f"{category.__name__}: {message} ({os.path.basename(filename)}:{lineno})")
 
 
 def warn_each(lines) -> None:
@@ -78,4 +106,5 @@ def warn_each(lines) -> None:
 
 
 def info(message: str) -> None:
-    print(message, file=sys.stderr)
+    """Lines on stderr, each redacted and escaped like an error line (a report's own line breaks and spacing kept)."""
+    print("\n".join(visible(redact_text(line)) for line in str(message).split("\n")), file=sys.stderr)

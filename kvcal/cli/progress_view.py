@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from kvcal.cli.output import safe_line
+
 if TYPE_CHECKING:  # annotations only: kvcal --help must not build the typed records
     from rich.progress import TaskID
 
@@ -77,7 +79,7 @@ def _threshold_text(outcome) -> str:
 def _describe(record: ProbeRecord) -> str:
     ttft = "n/a" if record.ttft_ms is None else f"{record.ttft_ms:.1f} ms"
     moved = "" if record.bytes_moved is None else f", {record.bytes_moved / 1e6:.2f} MB moved"
-    state = "" if record.valid else f"  INVALID: {record.invalid_reason}"
+    state = "" if record.valid else f"  INVALID: {safe_line(record.invalid_reason)}"
     if record.source_waiting is not None or record.computing_waiting is not None:  # loaded sweeps
         moved += f", {record.load_state}, waiting {record.source_waiting}/{record.computing_waiting}"
     return f"{record.prefix_tokens:>7} tok {record.leg.value:<9} rep {record.rep}  {ttft}{moved}{state}"
@@ -91,7 +93,7 @@ class PlainProgress:
         self._done_at_start = 0
 
     def on_phase(self, message: str) -> None:
-        print(f"kvcal: {message}...", file=sys.stderr, flush=True)
+        print(f"kvcal: {safe_line(message)}...", file=sys.stderr, flush=True)
 
     def on_start(self, total: int, already_done: int) -> None:
         self._start, self._done_at_start = time.monotonic(), already_done
@@ -131,7 +133,7 @@ class RichProgress:
         self._task: TaskID | None = None
 
     def on_phase(self, message: str) -> None:
-        self._console.log(f"{message}...")
+        self._console.log(f"{safe_line(message)}...")
 
     def on_start(self, total: int, already_done: int) -> None:
         self._bar.start()

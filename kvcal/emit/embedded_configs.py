@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import difflib
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
-from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from kvcal.errors import InputError
@@ -30,6 +31,25 @@ class Embedded:
     node: ScalarNode
     key_column: int
     active: bool | None  # None when no pluginsConfigFile names the active file
+    bare: bool = False  # the file itself is the EndpointPickerConfig (path (), node its whole text)
+
+
+def bare_config(text: str, name: str) -> Embedded:
+    """A values file that is itself an EndpointPickerConfig, as the one config to patch."""
+    return Embedded((), f"{name} (an EndpointPickerConfig)", ScalarNode("tag:yaml.org,2002:str", text), 0, None, True)
+
+
+def line_of(emb: Embedded, name: str) -> Callable[[Node], str]:
+    """A node of the embedded config -> where it is in the values file ("FILE line N"), for a warning."""
+
+    def line(node: Node) -> str:
+        if emb.bare:
+            return f"{name} line {node.start_mark.line + 1}"
+        if emb.node.style == "|":  # a block literal's lines map one-to-one, from the line after its indicator
+            return f"{name} line {emb.node.start_mark.line + 2 + node.start_mark.line}"
+        return f"{emb.where}, line {node.start_mark.line + 1} of the config"
+
+    return line
 
 
 def compose(text: str, what: str) -> Any:

@@ -14,7 +14,11 @@ around it, as the llm-d P2P guide deploys it:
   variables, the KV-events variables, ``PYTHONHASHSEED`` = the run's (identical on every
   peer, or no block hash matches);
 - ``volumeMounts`` / ``volumes``: a memory ``emptyDir`` at ``/dev/shm`` at least the CPU
-  tier's size when the transport maps one there (10 % headroom, whole GiB).
+  tier's size when the transport maps one there (10 % headroom, whole GiB);
+- the connector's own pull-or-recompute threshold (nixl-pd: ``kv_recompute_threshold``) set to
+  the fitted threshold in the kv-transfer-config, with comment lines saying where the engine
+  applies it. When the fit measured that transport, the threshold is the engine knob's own
+  break-even (a note says so); otherwise it is a proxy (a warning says so).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class EngineSpec:
     volumes: list[dict[str, Any]]
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    comments: tuple[str, ...] = ()  # header lines of the rendered fragment (without '# ')
 
     def as_mapping(self) -> dict[str, Any]:
         out: dict[str, Any] = {"args": self.args, "env": self.env}
@@ -69,12 +74,14 @@ def engine_spec(
     ctx: RunContext,
     *,
     block_size: int,
+    threshold: int | None = None,
     transport: str | None = None,
     p2p_port: int | None = None,
     cpu_bytes_to_use: int | None = None,
     model: str | None = None,
 ) -> EngineSpec:
-    """The deployed engines' settings for the measured (or given) transport."""
+    """The deployed engines' settings for the measured (or given) transport; ``threshold`` (tokens) goes into
+    the connector's own pull-or-recompute knob where it has one."""
     name = transport or ctx.transport
     if not name:
         raise InputError(
@@ -83,7 +90,10 @@ def engine_spec(
     kind = canonical_transport(name)
     notes: list[str] = []
     warnings: list[str] = []
-    wire = get_transport(kind, _tier_options(ctx, kind, cpu_bytes_to_use, warnings))
+    options = _tier_options(ctx, kind, cpu_bytes_to_use, warnings)
+    if threshold is not None and get_transport(kind).recompute_threshold_key:
+        options["recompute_threshold"] = threshold
+    wire = get_transport(kind, options)
     port = p2p_port if (wire.pull_names_producer and p2p_port) else wire.deployed_side_port
     side = SideChannel(POD_IP, port)
     config = wire.kv_transfer_config(Role.BOTH, "cuda", side)
@@ -100,7 +110,8 @@ def engine_spec(
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
         volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(tier)}})
     _side_notes(ctx, wire, port, notes, warnings)
-    return EngineSpec(kind, args, env, mounts, volumes, tuple(notes), tuple(warnings))
+    comments = _threshold_notes(ctx, wire, threshold, notes, warnings)
+    return EngineSpec(kind, args, env, mounts, volumes, tuple(notes), tuple(warnings), comments)
 
 
 def _tier_options(ctx: RunContext, kind: str, cpu_bytes_to_use: int | None, warnings: list[str]) -> dict[str, Any]:
@@ -148,7 +159,7 @@ def _hash_seed(ctx: RunContext, notes: list[str]) -> str:
 
 
 def _side_notes(ctx: RunContext, wire: Transport, port: int, notes: list[str], warnings: list[str]) -> None:
-    """The listener a pulling transport opens, or why a P/D handoff measurement is only a proxy."""
+    """The listener a pulling transport opens, or the device a P/D handoff run used."""
     if wire.pull_names_producer:
         notes.append(f"P2P listener on port {port} (rank r of a --data-parallel-size engine listens on {port} + r)")
         if port != wire.deployed_side_port:
@@ -160,11 +171,44 @@ def _side_notes(ctx: RunContext, wire: Transport, port: int, notes: list[str], w
     recorded = (ctx.kv_transfer_config or {}).get("kv_buffer_device")
     if recorded and recorded != "cuda":
         notes.append(f"the run used kv_buffer_device {recorded!r} (CPU engines); deployed GPU engines use 'cuda'")
-    warnings.append(
-        f"this run measured the P/D handoff (NixlConnector), but {PLUGIN_TYPE} drives the P2P tier "
-        "(OffloadingConnector): treat the threshold as a proxy and re-measure with --transport p2p-tier "
-        "on GPU engines"
+
+
+def _threshold_notes(
+    ctx: RunContext, wire: Transport, threshold: int | None, notes: list[str], warnings: list[str]
+) -> tuple[str, ...]:
+    """Whether the connector's own threshold knob got the engine's measured break-even or a proxy; its comment lines.
+
+    The router's ``minCachedTokenDelta`` drives the P2P tier: for it a P/D handoff run stays a proxy.
+    """
+    key = wire.recompute_threshold_key
+    if not key or threshold is None:
+        return ()
+    measured = _measured_transport(ctx)
+    if measured == wire.name:
+        notes.append(
+            f"{key} {threshold}: vLLM's own pull-or-recompute threshold on the {wire.name} path this run "
+            "measured (a pull against a recompute on the same connector): for it the fit measured the thing itself; "
+            f"as the router's minCachedTokenDelta ({PLUGIN_TYPE} drives the P2P tier, OffloadingConnector) the same "
+            "number is a proxy: re-measure with --transport p2p-tier on GPU engines"
+        )
+    else:
+        warnings.append(
+            f"{key} {threshold} comes from a run that measured {measured or 'a transport it does not record'}, "
+            f"not the {wire.name} path vLLM applies it on: treat it as a proxy and re-measure with "
+            f"--transport {wire.name}"
+        )
+    return (
+        f"kvcal: {key} {threshold} in --kv-transfer-config: the fitted threshold.",
+        *wire.recompute_threshold_applies,
     )
+
+
+def _measured_transport(ctx: RunContext) -> str | None:
+    """The transport the run recorded, by its canonical name (None: none or one kvcal does not know)."""
+    try:
+        return canonical_transport(ctx.transport) if ctx.transport else None
+    except InputError:
+        return None
 
 
 def _recorded_tier_bytes(ctx: RunContext) -> int | None:
@@ -193,4 +237,4 @@ def render_vllm(spec: EngineSpec, *, origin: str = "") -> str:
         "# to the router's index block size. Shapes follow the llm-d P2P guide and vLLM 0.33; "
         "not checked on GPU engines.\n"
     )
-    return head + buf.getvalue()
+    return head + "".join(f"# {line}\n" for line in spec.comments) + buf.getvalue()

@@ -1,6 +1,10 @@
 """The edit to one embedded EPP config: set ``minCachedTokenDelta`` (and ``costModel``) in its
 ``p2p-source-producer`` entries, or insert one (``--add-plugin``).
 
+In a config that routes on remaining work (:mod:`kvcal.emit.remaining_work_values`) the value set
+is 1, not the threshold, and the affinity filter's ``maxTTFTPenaltyMs`` is set when
+``--ttft-penalty-ms`` gives one.
+
 :func:`intend` applies the edit to loaded data; the same function builds the expectation the
 patched text is checked against (:mod:`kvcal.emit.helm_patch`). :func:`splice_value` makes the
 edit in the config's text when only existing scalars change; :func:`roundtrip_config` when the
@@ -19,8 +23,10 @@ from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from kvcal.emit.affinity import AFFINITY_KEY, AFFINITY_TYPE
 from kvcal.emit.deployed_values import found_names
 from kvcal.emit.embedded_configs import get_key, plugins_node, rt_yaml, scalar
+from kvcal.emit.remaining_work_values import routes_node, routes_on_remaining_work
 from kvcal.emit.router import PLUGIN_TYPE, plugin_names
 from kvcal.emit.router import THRESHOLD_KEY as KEY
+from kvcal.emit.work_range import PENALTY_KEY, REMAINING_WORK_DELTA, penalty_value
 from kvcal.errors import InputError
 
 COST_MODEL_KEY = "costModel"
@@ -34,7 +40,8 @@ class PluginSpec:
     prefix-match producer, its scheduling profiles), else the deployment shape's default
     (:func:`kvcal.emit.router.plugin_names`). ``cost_model`` (``--with-costmodel`` only)
     is written under the plugin's parameters; ``peak_prefill_throughput`` is set in every
-    ``prefix-cache-affinity-filter`` of a patched config.
+    ``prefix-cache-affinity-filter`` of a patched config, ``ttft_penalty_ms`` (``--ttft-penalty-ms``)
+    in those of a config that routes on remaining work.
     """
 
     min_cached_token_delta: int
@@ -44,6 +51,11 @@ class PluginSpec:
     transport: str | None = None
     cost_model: dict[str, Any] | None = None
     peak_prefill_throughput: int | None = None
+    ttft_penalty_ms: float | None = None
+
+    def delta_for(self, remaining_work: bool) -> int:
+        """The ``minCachedTokenDelta`` a config gets: 1 where it routes on remaining work, else the threshold."""
+        return REMAINING_WORK_DELTA if remaining_work else self.min_cached_token_delta
 
 
 def entries_of(plugins: SequenceNode, plugin_type: str) -> list[MappingNode]:
@@ -90,16 +102,14 @@ def _params(entry: Any) -> Any:
     return params
 
 
-def _new_entry(doc: Any, spec: PluginSpec) -> tuple[Any, str]:
+def _new_entry(doc: Any, spec: PluginSpec, delta: int) -> tuple[Any, str]:
     """A p2p-source-producer entry of ``doc``'s mapping type, and the producer it names."""
     producer, profile, _ = entry_names(doc, spec)
     mapping = type(doc)
     entry = mapping()
     entry["type"] = PLUGIN_TYPE
     entry["parameters"] = mapping()
-    entry["parameters"].update(
-        {"prefixMatchInfoProducerName": producer, "prefillProfileName": profile, KEY: spec.min_cached_token_delta}
-    )
+    entry["parameters"].update({"prefixMatchInfoProducerName": producer, "prefillProfileName": profile, KEY: delta})
     if spec.cost_model is not None:
         entry["parameters"][COST_MODEL_KEY] = copy.deepcopy(spec.cost_model)
     return entry, producer
@@ -112,23 +122,35 @@ def intend(doc: Any, spec: PluginSpec, add_plugin: bool) -> str:
     """
     plugins = doc.get("plugins") if isinstance(doc, dict) else None
     plugin_list = plugins if isinstance(plugins, list) else []
+    remaining = routes_on_remaining_work(plugins)
     entries = [p for p in plugin_list if isinstance(p, dict) and p.get("type") == PLUGIN_TYPE]
     action = "no-plugin"
     if entries:
         for entry in entries:
-            _params(entry)[KEY] = spec.min_cached_token_delta
+            _params(entry)[KEY] = spec.delta_for(remaining)
             if spec.cost_model is not None:
                 _params(entry)[COST_MODEL_KEY] = copy.deepcopy(spec.cost_model)
         action = "set"
     elif add_plugin and isinstance(plugins, list):
-        entry, producer = _new_entry(doc, spec)
+        entry, producer = _new_entry(doc, spec, spec.delta_for(remaining))
         plugins.insert(_insert_index(plugins, producer), entry)
         action = "added-plugin"
-    if action != "no-plugin" and spec.peak_prefill_throughput is not None:
+    if action != "no-plugin":
         for entry in plugin_list:
             if isinstance(entry, dict) and entry.get("type") == AFFINITY_TYPE:
-                _params(entry)[AFFINITY_KEY] = spec.peak_prefill_throughput
+                for key, value in affinity_values(spec, remaining):
+                    _params(entry)[key] = value
     return action
+
+
+def affinity_values(spec: PluginSpec, remaining_work: bool) -> list[tuple[str, int | float]]:
+    """What the affinity filters of a patched config get: the peak throughput, and the budget under remaining work."""
+    out: list[tuple[str, int | float]] = []
+    if spec.peak_prefill_throughput is not None:
+        out.append((AFFINITY_KEY, spec.peak_prefill_throughput))
+    if remaining_work and spec.ttft_penalty_ms is not None:
+        out.append((PENALTY_KEY, penalty_value(spec.ttft_penalty_ms)))
+    return out
 
 
 def splice_value(inner: str, inner_root: Any, spec: PluginSpec) -> str | None:
@@ -136,10 +158,15 @@ def splice_value(inner: str, inner_root: Any, spec: PluginSpec) -> str | None:
     if spec.cost_model is not None:
         return None
     plugins = plugins_node(inner_root)
-    targets = [(e, KEY, spec.min_cached_token_delta) for e in p2p_entries(plugins)] if plugins is not None else []
-    if plugins is not None and spec.peak_prefill_throughput is not None:
-        targets += [(e, AFFINITY_KEY, spec.peak_prefill_throughput) for e in entries_of(plugins, AFFINITY_TYPE)]
-    edits: list[tuple[int, int, int]] = []
+    if plugins is None:
+        return inner
+    remaining = routes_node(plugins)
+    targets: list[tuple[MappingNode, str, int | float]] = [
+        (e, KEY, spec.delta_for(remaining)) for e in p2p_entries(plugins)
+    ]
+    for key, new in affinity_values(spec, remaining):
+        targets += [(e, key, new) for e in entries_of(plugins, AFFINITY_TYPE)]
+    edits: list[tuple[int, int, int | float]] = []
     for entry, key, new in targets:
         value = get_key(get_key(entry, "parameters"), key)
         if not isinstance(value, ScalarNode):

@@ -5,6 +5,7 @@ Each concern has its module; this one loads the input and dispatches:
 - :mod:`kvcal.emit.threshold`: the threshold rule (``minCachedTokenDelta``);
 - :mod:`kvcal.emit.router`: the ``p2p-source-producer`` entry, ``env`` and ``json``;
 - :mod:`kvcal.emit.affinity`: ``peakPrefillThroughput`` of ``prefix-cache-affinity-filter``;
+- :mod:`kvcal.emit.work_range`: the prefill work-range boundary of remaining-work routing (``work-range``);
 - :mod:`kvcal.emit.costmodel_block`: the ``costModel`` block (not for llm-d-router main);
 - :mod:`kvcal.emit.engine`: the vLLM engines' settings, rendered by the sweep's own transports;
 - :mod:`kvcal.emit.helm_patch`: patching a Helm values file (with ``embedded_configs``, ``epp_config_edit``
@@ -31,12 +32,13 @@ from kvcal.emit.costmodel_block import (
     costmodel_values,
     render_costmodel,
 )
+from kvcal.emit.delta_weights import Deltas
 from kvcal.emit.deltas import read_deltas
 from kvcal.emit.deployed_values import read_names
 from kvcal.emit.engine import engine_spec, render_vllm
 from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
-from kvcal.emit.regret import Deltas
+from kvcal.emit.remaining_work_values import RemainingWork
 from kvcal.emit.router import (
     ALPHA_FLAG,
     ALPHA_NOTE,
@@ -49,6 +51,7 @@ from kvcal.emit.router import (
 )
 from kvcal.emit.run_context import RunContext, run_context
 from kvcal.emit.threshold import Threshold, check_threshold, compute_threshold, resolve_block_size, round_up
+from kvcal.emit.work_range import WORK_RANGE_PRODUCER, WorkRange, render_work_range, work_range, work_range_entries
 from kvcal.errors import InputError
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit_record import FitResult
@@ -105,6 +108,7 @@ class _Render:
     notes: list[str]
     warnings: list[str]
     mix: MixThreshold | None = None  # a fit with link classes: the common threshold and each class's
+    deltas: Deltas | None = None  # --deltas: what the threshold was priced over
 
     @property
     def threshold(self) -> Threshold:
@@ -130,7 +134,50 @@ def _render_json(r: _Render) -> EmitResult:
     extra = _affinity_json(r.fit, r.ctx, r.options.chunk_size, r.warnings)
     if r.mix is not None:
         extra["classes"] = r.mix.classes_json()
-    return r.result(render_json(r.threshold, extra))
+    warnings: list[str] = []
+    if r.options.ttft_penalty_ms is not None:
+        wr = _work_range(r)
+        extra["work_range"] = wr.as_json()
+        warnings += wr.warnings
+        if wr.boundary is None:
+            warnings.append(wr.empty_band())
+        if wr.max_model_len is None:
+            warnings.append(
+                "work_range.max_model_len is null: the fit records no max model length; pass --max-model-len"
+            )
+    return r.result(render_json(r.threshold, extra), warnings=warnings)
+
+
+def _work_range(r: _Render) -> WorkRange:
+    o = r.options
+    assert o.ttft_penalty_ms is not None
+    return work_range(r.fit, r.threshold, o.ttft_penalty_ms, o.max_model_len or r.ctx.max_model_len, r.deltas)
+
+
+def _render_work_range(r: _Render) -> EmitResult:
+    """The remaining-work set: labels for B and MAX, and the EPP entries to merge (kvcal.emit.work_range)."""
+    o = r.options
+    assert o.ttft_penalty_ms is not None
+    wr = _work_range(r)
+    labels = wr.labels()  # exit 3 on an empty band, 2 without MAX
+    peak = peak_prefill(r.fit, r.ctx, o.chunk_size)
+    names = plugin_names(
+        prefix_match_producer=o.prefix_match_producer or WORK_RANGE_PRODUCER,
+        prefill_profile=o.prefill_profile,
+        deployment=o.deployment,
+        transport=_transport_of(r.ctx, o),
+    )
+    about = (
+        f"{'from ' + r.origin + '; ' if r.origin else ''}T: {r.threshold.cost_line()}; merge these entries into the "
+        "EPP config and label the prefill pods"
+    )
+    entries = work_range_entries(names, peak.tokens_per_s, o.ttft_penalty_ms)
+    text = render_work_range(wr, labels, entries, about=about)
+    d_note = (
+        f"the P2P source keeps minCachedTokenDelta 1 (it publishes S - D + 1 reusable tokens: a larger D lengthens "
+        f"every routed request by D - 1); the threshold T {wr.threshold} sets B instead"
+    )
+    return r.result(text, [d_note, *names.notes, *peak.notes, labels.line()], [*wr.warnings, *peak.warnings])
 
 
 def _render_plugin(r: _Render) -> EmitResult:
@@ -156,6 +203,7 @@ def _render_vllm(r: _Render) -> EmitResult:
     spec = engine_spec(
         r.ctx,
         block_size=r.threshold.block_size,
+        threshold=r.threshold.min_cached_token_delta,
         transport=o.transport,
         p2p_port=o.p2p_port,
         cpu_bytes_to_use=o.cpu_bytes_to_use,
@@ -171,7 +219,49 @@ def with_threshold_comment(text: str, t: Threshold) -> str:
 
 
 def _render_helm(r: _Render) -> EmitResult:
-    return _emit_helm(r.fit, r.ctx, r.threshold, r.options, r.notes, r.warnings)
+    result, remaining = _emit_helm(r.fit, r.ctx, r.threshold, r.options, r.notes, r.warnings)
+    notes: list[str] = []
+    warnings: list[str] = []
+    for config in remaining:
+        _helm_labels(r, config, notes, warnings)
+    given = [
+        flag
+        for flag, v in (("--ttft-penalty-ms", r.options.ttft_penalty_ms), ("--max-model-len", r.options.max_model_len))
+        if v is not None
+    ]
+    if given and not remaining:
+        warnings.append(
+            f"{' and '.join(given)} unused: no patched EPP config routes on remaining work "
+            "(a context-length-aware plugin with reusableTokensProducerName)"
+        )
+    return replace(result, notes=result.notes + tuple(notes), warnings=result.warnings + tuple(warnings))
+
+
+def _helm_labels(r: _Render, config: RemainingWork, notes: list[str], warnings: list[str]) -> None:
+    """The labels the prefill pods of a config that routes on remaining work must carry, or which flag is missing."""
+    o = r.options
+    penalty = o.ttft_penalty_ms if o.ttft_penalty_ms is not None else config.penalty_ms
+    if penalty is None:
+        warnings.append(
+            f"{config.where} routes on remaining work but sets no maxTTFTPenaltyMs: pass --ttft-penalty-ms MS "
+            "for the prefill work-range labels (B = min(threshold, SLO work))"
+        )
+        return
+    wr = work_range(r.fit, r.threshold, penalty, o.max_model_len or r.ctx.max_model_len, r.deltas)
+    warnings.extend(wr.warnings)
+    source = "--ttft-penalty-ms" if o.ttft_penalty_ms is not None else "its maxTTFTPenaltyMs"
+    if wr.boundary is None:
+        warnings.append(f"{config.where}: {wr.empty_band()}")
+    elif wr.max_model_len is None:
+        warnings.append(
+            f"{config.where}: work-range boundary B {wr.boundary:,} ({source} {penalty:g} ms); the labels' MAX "
+            "is unknown (the fit records no max model length): pass --max-model-len N"
+        )
+    else:
+        try:
+            notes.append(f"{config.where}: {wr.labels().line()} (B from {source} {penalty:g} ms)")
+        except InputError as err:
+            warnings.append(f"{config.where}: {err}")
 
 
 # One entry per --format: (needs the threshold, renderer). A new format is one entry and its renderer.
@@ -183,6 +273,7 @@ RENDERERS: dict[str, tuple[bool, Callable[[_Render], EmitResult]]] = {
     "vllm": (True, _render_vllm),
     "env": (True, _render_env),
     "json": (True, _render_json),
+    "work-range": (True, _render_work_range),
 }
 
 
@@ -207,7 +298,7 @@ def _emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
     needs_threshold, render = RENDERERS[options.format]
     t = mix = None
     if needs_threshold and (fit.classes or options.class_mix is not None):  # one threshold over the link classes
-        mix = mix_threshold(fit, options)
+        mix = mix_threshold(fit, options, deltas)
         t = mix.threshold
     elif needs_threshold:  # affinity needs only the recompute curve
         t = compute_threshold(
@@ -220,7 +311,7 @@ def _emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
             deltas=deltas,
         )
     notes = [*t.steps, cost_note(t, deltas)] if t else []
-    return render(_Render(fit, ctx, t, options, origin, notes, list(t.warnings) if t else [], mix))
+    return render(_Render(fit, ctx, t, options, origin, notes, list(t.warnings) if t else [], mix, deltas))
 
 
 def cost_note(t: Threshold, deltas: Deltas | None) -> str:
@@ -244,7 +335,7 @@ def _transport_of(ctx: RunContext, options: EmitOptions) -> str | None:
 
 def _emit_helm(
     fit: FitResult, ctx: RunContext, t: Threshold, options: EmitOptions, notes: list[str], warnings: list[str]
-) -> EmitResult:
+) -> tuple[EmitResult, tuple[RemainingWork, ...]]:
     assert options.values is not None
     threshold = t.min_cached_token_delta
     cost = None
@@ -273,13 +364,14 @@ def _emit_helm(
         _transport_of(ctx, options),
         cost,
         peak_value,
+        options.ttft_penalty_ms,
     )
     out = helm_patch.patch_values_file(
         options.values, spec, add_plugin=options.add_plugin, in_place=options.in_place, diff=options.diff
     )
     if any("prefix-cache-affinity-filter" in n for n in out.notes):
         warnings += peak_warn
-    return EmitResult(
+    result = EmitResult(
         out.stdout,
         t,
         tuple(notes + list(out.notes)),
@@ -287,3 +379,4 @@ def _emit_helm(
         written=out.written,
         backup=out.backup,
     )
+    return result, out.result.remaining_work

@@ -24,7 +24,6 @@ lines back), :mod:`kvcal.emit.epp_config_edit` (the edit to one config),
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import os
 import stat
@@ -32,25 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode
 
-from kvcal.emit.affinity import AFFINITY_KEY, AFFINITY_TYPE
-from kvcal.emit.alpha_plugin_flag import expect_flag, set_alpha_flag
+from kvcal.emit.affinity import AFFINITY_TYPE
+from kvcal.emit.alpha_plugin_flag import set_alpha_flag
 from kvcal.emit.deployed_values import folded_config_problem
 from kvcal.emit.embedded_configs import (
     Embedded,
+    bare_config,
     compose,
     find_embedded,
     get_key,
-    lookup_path,
-    node_at,
+    line_of,
     plugins_node,
-    problem,
     safe_load,
     scalar,
-    set_path,
     unified_diff,
     write_back,
 )
@@ -58,14 +53,16 @@ from kvcal.emit.epp_config_edit import (
     COST_MODEL_KEY,
     KEY,
     PluginSpec,
+    affinity_values,
     entries_of,
     entry_names,
-    intend,
     p2p_entries,
     roundtrip_config,
     splice_value,
     unknown_parameters,
 )
+from kvcal.emit.helm_verify import verify, verify_config
+from kvcal.emit.remaining_work_values import RemainingWork, inspect, routes_node
 from kvcal.emit.router import PLUGIN_PARAMETERS, PLUGIN_TYPE
 from kvcal.errors import InputError, KvcalError
 from kvcal.outputs import exclusive_backup, write_file, writer_lock
@@ -83,6 +80,8 @@ class ConfigChange:
     where: str
     action: str  # "set", "unchanged", "added-plugin", "no-plugin"
     old_values: tuple[Any, ...] = ()
+    new_value: int | None = None  # the minCachedTokenDelta set
+    remaining_work: bool = False  # the config routes on remaining work: the value set is 1, not the threshold
 
 
 @dataclass(frozen=True)
@@ -91,6 +90,7 @@ class PatchResult:
     changes: tuple[ConfigChange, ...]
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    remaining_work: tuple[RemainingWork, ...] = ()  # the patched configs that route on remaining work
 
 
 @dataclass(frozen=True)
@@ -119,23 +119,35 @@ def patch_values_text(
     targets = _insert_targets(configs, add_plugin, name, notes)
     changes: list[ConfigChange] = []
     plans: list[tuple[Embedded, str, str]] = []  # (config, old inner, new inner)
+    remaining: list[RemainingWork] = []
     for emb, inner_root, olds in configs:
         change, new_inner = _patch_config(emb, inner_root, olds, spec, emb in targets, notes, warnings)
         changes.append(change)
+        found, advice = inspect(inner_root, emb.where, line_of(emb, name)) if new_inner is not None else (None, [])
+        remaining += [found] if found is not None else []
+        warnings += advice
         if new_inner is not None:
             plans.append((emb, emb.node.value, new_inner))
+    if configs[0][0].bare:  # the file is the config: no chart around it to carry the EPP's flags
+        new_text = plans[0][2] if plans else work
+        verify_config(work, new_text, f"{name} (an EndpointPickerConfig)", spec, add_plugin, name)
+        return PatchResult(
+            _restore(new_text, bom, crlf), tuple(changes), tuple(notes), tuple(warnings), tuple(remaining)
+        )
     new_text = write_back(work, plans, notes)
     # The EPP that reads a patched config must allow the alpha plugin (kvcal/emit/alpha_plugin_flag.py).
     flagged = set_alpha_flag(new_text, [emb.path[:-2] for emb, _, _ in plans if emb.active is not False], name)
     new_text = flagged.text
     notes.extend(flagged.notes)
     warnings.extend(flagged.warnings)
-    _verify(work, new_text, plans, spec, add_plugin, name, flagged.carrying)
-    if bom:
-        new_text = "\ufeff" + new_text
-    if crlf:
-        new_text = new_text.replace("\n", "\r\n")
-    return PatchResult(new_text, tuple(changes), tuple(notes), tuple(warnings))
+    verify(work, new_text, plans, spec, add_plugin, name, flagged.carrying)
+    return PatchResult(_restore(new_text, bom, crlf), tuple(changes), tuple(notes), tuple(warnings), tuple(remaining))
+
+
+def _restore(text: str, bom: bool, crlf: bool) -> str:
+    """The input's byte-order mark and line endings back on the patched text."""
+    text = "\ufeff" + text if bom else text
+    return text.replace("\n", "\r\n") if crlf else text
 
 
 _Config = tuple[Embedded, Any, tuple[Any, ...]]  # an EPP config: (where, inner root, old values)
@@ -151,12 +163,15 @@ def _epp_configs(work: str, spec: PluginSpec, name: str) -> tuple[list[_Config],
     warnings: list[str] = []
     configs: list[_Config] = []
     allowed = set(PLUGIN_PARAMETERS) | ({COST_MODEL_KEY} if spec.cost_model is not None else set())
-    for emb in find_embedded(root) if root is not None else []:
+    found = find_embedded(root) if root is not None else []
+    if not found and plugins_node(root) is not None:  # not Helm values: the EndpointPickerConfig file itself
+        found = [bare_config(work, name)]
+    for emb in found:
         if (
             emb.node.style == ">"
         ):  # ruamel also marks the folds with \a inside the value: the parse error would name that
             raise InputError(folded_config_problem(name, emb.where))
-        inner_root = compose(emb.node.value, f"{name}: embedded config {emb.where}")
+        inner_root = root if emb.bare else compose(emb.node.value, f"{name}: embedded config {emb.where}")
         plugin_list = plugins_node(inner_root)
         if plugin_list is None:
             notes.append(f"{emb.where}: not an EndpointPickerConfig (no plugins list); left as is")
@@ -173,7 +188,8 @@ def _epp_configs(work: str, spec: PluginSpec, name: str) -> tuple[list[_Config],
     if not configs:
         raise InputError(
             f"{name} has no embedded EPP config "
-            "(router.epp.pluginsCustomConfig or inferenceExtension.pluginsCustomConfig)"
+            "(router.epp.pluginsCustomConfig or inferenceExtension.pluginsCustomConfig) and is no EndpointPickerConfig "
+            "(no plugins list)"
         )
     return configs, notes, warnings
 
@@ -217,11 +233,12 @@ def _patch_config(
             f"{emb.where} is patched but pluginsConfigFile selects another file: the router will not read it"
         )
     plugin_list = plugins_node(inner_root)
-    if spec.peak_prefill_throughput is not None and plugin_list is not None and entries_of(plugin_list, AFFINITY_TYPE):
-        notes.append(f"{emb.where}: {AFFINITY_TYPE} {AFFINITY_KEY} -> {spec.peak_prefill_throughput}")
+    remaining = routes_node(plugin_list)
+    if plugin_list is not None and entries_of(plugin_list, AFFINITY_TYPE):
+        notes += [f"{emb.where}: {AFFINITY_TYPE} {key} -> {value}" for key, value in affinity_values(spec, remaining)]
     if action == "added-plugin":
         _note_inserted(emb, inner, spec, notes, warnings)
-    return ConfigChange(emb.where, action, olds), new_inner
+    return ConfigChange(emb.where, action, olds, spec.delta_for(remaining), remaining), new_inner
 
 
 def _note_inserted(emb: Embedded, inner: str, spec: PluginSpec, notes: list[str], warnings: list[str]) -> None:
@@ -246,50 +263,6 @@ def _add_targets(configs: list[_Config]) -> list[Embedded]:
     return active or [emb for emb, _, _ in configs if emb.active is None] or [emb for emb, _, _ in configs]
 
 
-def _verify(
-    old_text: str,
-    new_text: str,
-    plans: list[tuple[Embedded, str, str]],
-    spec: PluginSpec,
-    add_plugin: bool,
-    name: str,
-    flagged: tuple[tuple[Any, ...], ...] = (),
-) -> None:
-    """The patched file parses and equals the input with exactly the intended edits; else refuse."""
-    refuse = f"internal: refusing to write {name}: the patched file would differ from the input beyond {KEY}"
-    try:
-        expected, got = safe_load(old_text), safe_load(new_text)
-        new_root = YAML(typ="rt").compose(new_text)
-    except YAMLError as err:
-        raise KvcalError(f"internal: the patched {name} does not parse ({problem(err)}); nothing written") from None
-    for emb, old, new in plans:
-        set_path(expected, emb.path, lookup_path(got, emb.path))
-        try:
-            want = copy.deepcopy(safe_load(old))
-        except YAMLError as err:  # a lenient first read let it through (duplicate keys)
-            raise InputError(
-                f"{name}: the embedded config {emb.where} is not valid YAML ({problem(err)}); "
-                "fix it first (nothing was written)"
-            ) from None
-        intend(want, spec, add_plugin)
-        try:
-            patched = safe_load(lookup_path(got, emb.path))
-        except YAMLError as err:
-            raise InputError(
-                f"{name}: setting {KEY} in {emb.where} would break its YAML ({problem(err)}); the value "
-                "is probably a YAML anchor or alias: set it by hand (nothing was written)"
-            ) from None
-        if patched != want:
-            raise KvcalError(refuse + f" (inside {emb.where})")
-        node = node_at(new_root, emb.path)
-        if old != new and (node is None or node.style != "|"):
-            raise KvcalError(f"internal: {emb.where} is no longer a block literal after patching; nothing written")
-    for epp_path in flagged:
-        expect_flag(expected, epp_path)
-    if expected != got:
-        raise KvcalError(refuse)
-
-
 def patch_values_file(
     path: Path, spec: PluginSpec, *, add_plugin: bool = False, in_place: bool = False, diff: bool = False
 ) -> FilePatch:
@@ -311,10 +284,16 @@ def _patch_file(path: Path, spec: PluginSpec, *, add_plugin: bool, in_place: boo
     for change in result.changes:
         if change.action in ("set", "unchanged"):
             old = ", ".join(str(v) for v in change.old_values)
+            same = change.action == "unchanged" or all(str(v) == str(change.new_value) for v in change.old_values)
+            why = (
+                " (the config routes on remaining work: D is 1 there, the threshold sets the work-range boundary)"
+                if change.remaining_work
+                else ""
+            )
             notes.append(
-                f"{change.where}: {KEY} {old} -> {spec.min_cached_token_delta}"
-                if change.action == "set"
-                else f"{change.where}: {KEY} already {spec.min_cached_token_delta}"
+                f"{change.where}: {KEY} already {change.new_value}{why}"
+                if same
+                else f"{change.where}: {KEY} {old} -> {change.new_value}{why}"
             )
     written = backup = None
     if in_place and result.text != text:
@@ -322,7 +301,8 @@ def _patch_file(path: Path, spec: PluginSpec, *, add_plugin: bool, in_place: boo
         written = path
         notes.append(f"wrote {path} (backup: {backup})")
     elif in_place:
-        notes.append(f"{path} already carries {KEY}={spec.min_cached_token_delta}; not rewritten")
+        values = "/".join(dict.fromkeys(str(c.new_value) for c in result.changes if c.new_value is not None))
+        notes.append(f"{path} already carries {KEY}={values}; not rewritten")
     stdout = unified_diff(text, result.text, path.name) if diff else ("" if in_place else result.text)
     return FilePatch(stdout, result, tuple(notes), result.warnings, written, backup)
 

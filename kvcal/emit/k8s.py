@@ -6,13 +6,17 @@ the manifest: one ``batch/v1`` Job whose single container runs, in order,
 
     kvcal sweep --engine vllm --transport T --producer-url P --consumer-url C --model M
                 --output-dir /results --name RUN [--prefix-lengths ...] [--reps N] [extra]
+                                                 (--resume when the run folder is there: a rerun)
     kvcal fit /results/RUN
-    kvcal emit-config /results/RUN --format json     (also saved as /results/RUN/emit.json)
+    kvcal emit-config /results/RUN --format json -o /results/RUN/emit.json
+    cat /results/RUN/emit.json
 
 with ``backoffLimit: 0`` (a failed calibration must not be silently retried against a
 warmed cache), ``restartPolicy: Never``, ``ttlSecondsAfterFinished``, and the results on
 an ``emptyDir`` (default) or a PersistentVolumeClaim (``--pvc``) mounted at /results.
-Nothing here talks to a cluster: the output is YAML for ``kubectl apply -f``.
+A rerun (the Job applied again over the same PVC) continues the sweep and fits again;
+emit.json is replaced whole by ``emit-config -o``, so a refused emit (exit 3) leaves the
+last good one. Nothing here talks to a cluster: the output is YAML for ``kubectl apply -f``.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 from kvcal.errors import InputError
 from kvcal.settings_flags import flag_of, launch_only_flags, sweep_argv
 from kvcal.sweep.lengths.probe_plan import validate_prefix_lengths
+from kvcal.sweep.validate import side_channel_only
 from kvcal.transports import available, transport_names
-from kvcal.urls import parse_engine_url
+from kvcal.urls import check_host, parse_engine_url
 
 RESULTS_MOUNT = "/results"
 TRANSPORTS = transport_names()
@@ -108,6 +113,9 @@ class JobSpec:
             _host(self.producer_p2p_host, "--producer-p2p-host")
         if self.producer_p2p_port is not None and not 1 <= self.producer_p2p_port <= 65535:
             raise InputError(f"--producer-p2p-port must be 1-65535 (got {self.producer_p2p_port})")
+        side_channel = [flag_of(k) for k in ("producer_p2p_host", "producer_p2p_port") if getattr(self, k) is not None]
+        if side_channel:  # the sweep in the pod would refuse them: refused here, before the Job is applied
+            side_channel_only(self.transport, ", ".join(side_channel))
         if self.pvc is not None and (len(self.pvc) > 253 or not _DNS_SUBDOMAIN.match(self.pvc)):
             raise InputError(f"--pvc must be a PersistentVolumeClaim name (lower-case DNS name, got {self.pvc!r})")
         if self.service_account is not None and not _DNS_SUBDOMAIN.match(self.service_account):
@@ -123,6 +131,8 @@ class JobSpec:
                 raise InputError(
                     f"extra sweep argument {flag} is set by k8s-job itself; use the k8s-job option instead"
                 )
+            if flag == "--resume":
+                raise InputError("extra sweep argument --resume: the Job resumes its run folder by itself on a rerun")
             if flag in _LAUNCH_ONLY:
                 raise InputError(
                     f"extra sweep argument {flag} is for launching engines; the Job attaches to running ones"
@@ -165,7 +175,7 @@ def _host(host: str, what: str) -> str:
     except ValueError:
         if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", name):
             raise InputError(f"{what}: {host!r} is not a host name or IP address") from None
-        return name
+        return check_host(name, what)  # the labels as the HTTP client and the resolver will take them
     if ip.is_loopback or ip.is_unspecified:
         raise InputError(own_pod)
     return name
@@ -200,22 +210,24 @@ def sweep_command(spec: JobSpec) -> list[str]:
 
 
 def job_script(spec: JobSpec) -> str:
-    """The container's shell script: sweep, fit, emit (every argument shell-quoted)."""
+    """The container's shell script: sweep (resumed on a rerun), fit, emit (every argument shell-quoted)."""
     run_dir = f"{RESULTS_MOUNT}/{spec.run}"
-    return (
-        "\n".join(
-            [
-                "set -eu",
-                shlex.join(sweep_command(spec)),
-                shlex.join(["kvcal", "fit", run_dir]),
-                shlex.join(["kvcal", "emit-config", run_dir, "--format", "json"])
-                + " > "
-                + shlex.quote(f"{run_dir}/emit.json"),
-                "cat " + shlex.quote(f"{run_dir}/emit.json"),
-            ]
-        )
-        + "\n"
-    )
+    lines = ["set -eu", sweep_or_resume(shlex.join(sweep_command(spec)), shlex.quote(run_dir)), *final_step(run_dir)]
+    return "\n".join([*lines, "cat " + shlex.quote(f"{run_dir}/emit.json")]) + "\n"
+
+
+def sweep_or_resume(sweep: str, folder: str) -> str:
+    """The sweep, or, when its run folder (``folder``, shell text) is there already (a rerun), the sweep resumed."""
+    return f"if [ -d {folder} ]; then {sweep} --resume; else {sweep}; fi"
+
+
+def final_step(run_dir: str) -> list[str]:
+    """Fit the run, then write emit-config's JSON whole (``-o``: a refused emit leaves the last emit.json as it was)."""
+    emit_json = f"{run_dir}/emit.json"
+    return [
+        shlex.join(["kvcal", "fit", run_dir]),
+        shlex.join(["kvcal", "emit-config", run_dir, "--format", "json", "-o", emit_json]),
+    ]
 
 
 def kubernetes_literal(text: str) -> str:

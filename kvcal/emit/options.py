@@ -14,11 +14,13 @@ from kvcal.emit.limits import (  # noqa: F401 - readers of the options take thes
     FORMATS,
     P2P_PORT,
     RULES,
+    WORK_RANGE_FORMATS,
     validate_block_size,
     validate_margin,
 )
 from kvcal.errors import InputError
 from kvcal.flag_settings import FlagModel
+from kvcal.records import MAX_TOKENS, MAX_TTFT_MS
 from kvcal.transports import available, transport_names
 
 if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not pay for them
@@ -75,6 +77,21 @@ class EmitOptions(FlagModel):
         description="Tokens per prefill chunk.",
     )
     with_costmodel: bool = False
+    ttft_penalty_ms: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_TTFT_MS,
+        json_schema_extra={"must": "be a positive number of milliseconds, e.g. 3500"},
+        description="The TTFT a request may lose by migrating to the long class (the filter's maxTTFTPenaltyMs).",
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        strict=True,
+        json_schema_extra={"must": "be a positive number of tokens, e.g. 131072"},
+        description="The model's longest context: the work-range labels' MAX.",
+    )
     allow_extrapolation: bool = False
     allow_disturbed: bool = False
     class_mix: dict[str, float] | None = None  # CLASS -> share (kvcal.emit.classes); None: the campaign's pairs
@@ -102,6 +119,7 @@ class EmitOptions(FlagModel):
             for flag, on in zip(_HELM_ONLY, (self.in_place, self.diff, self.add_plugin, self.with_costmodel)):
                 if on:
                     raise InputError(f"{flag} applies only to --format helm")
+        self._work_range_flags()
         _check_name("--prefix-match-producer", self.prefix_match_producer)
         _check_name("--prefill-profile", self.prefill_profile)
         _check_name("--model", self.model)
@@ -113,6 +131,17 @@ class EmitOptions(FlagModel):
         if self.transport is not None:
             canonical_transport(self.transport)
         return self
+
+    def _work_range_flags(self) -> None:
+        if self.format == "work-range" and self.ttft_penalty_ms is None:
+            raise InputError(
+                "--format work-range needs --ttft-penalty-ms MS, the TTFT a request may lose by migrating "
+                "(the guide's maxTTFTPenaltyMs, an operator's choice), e.g. --ttft-penalty-ms 3500"
+            )
+        if self.format not in WORK_RANGE_FORMATS:
+            for flag, value in (("--ttft-penalty-ms", self.ttft_penalty_ms), ("--max-model-len", self.max_model_len)):
+                if value is not None:
+                    raise InputError(f"{flag} applies only to --format work-range, json and helm")
 
 
 @dataclass(frozen=True)

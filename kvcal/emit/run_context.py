@@ -23,6 +23,7 @@ class RunContext:
     model: str | None = None
     python_hash_seed: str | None = None
     max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None  # the consumer's served context limit: the work-range labels' MAX
     kv_transfer_config: Mapping[str, Any] | None = None  # the consumer's: the engine that pulls
 
 
@@ -34,5 +35,6 @@ def run_context(fit: FitResult) -> RunContext:
         model=setup.model,
         python_hash_seed=str(seed) if seed is not None else None,
         max_num_batched_tokens=setup.max_num_batched_tokens,
+        max_model_len=setup.max_model_len,
         kv_transfer_config=dict((setup.kv_transfer_config or {}).get("consumer") or {}) or None,
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvcal.errors import InputError
-from kvcal.records import MAX_BYTES_MOVED, Leg, PairFacts, RunSetup
+from kvcal.records import MAX_BYTES_MOVED, Leg, PairFacts, ProbeEngineSide, RunSetup
 
 MAX_KV_BYTES_PER_TOKEN = 16 * 2**20
 """More KV bytes than any model keeps per token, summed over its layers: OPT-175B's fp16
@@ -40,6 +40,7 @@ class LegMeasurement:
     overhead_ms: float | None = None
     metrics_delta: dict[str, float] = field(default_factory=dict)
     bytes_metric: str | None = None  # the counter bytes_moved was read from, 'consumer/<sample>'
+    engine_side: ProbeEngineSide | None = None  # the engines' own transfer and prefill figures (engine_costs.py)
 
 
 Role = Literal["producer", "consumer"]

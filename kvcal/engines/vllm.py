@@ -44,6 +44,7 @@ from kvcal.errors import EngineError, InputError
 from kvcal.estimate.hfconfig import model_profile_from_config
 from kvcal.estimate.profiles import ModelProfile, kv_bytes_per_token
 from kvcal.records import PairFacts, RoleFacts, RunSetup
+from kvcal.redact import redact_url
 from kvcal.runfolder import RunFolder
 from kvcal.settings import SweepConfig
 from kvcal.transports import get_transport
@@ -326,7 +327,7 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
             else None,
             "env": {r.value: self.plan.env(r) for r in roles} if launch else None,
             "commands": self.dry_run_commands(),
-            "urls": {r.value: c.base_url for r, c in self._clients.items()},
+            "urls": {r.value: redact_url(c.base_url) for r, c in self._clients.items()},
             "startup_s": {srv.name: srv.ready_after_s for srv in self._servers},
         }
 

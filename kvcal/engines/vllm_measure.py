@@ -26,7 +26,9 @@ A byte counter is input: NaN or infinite, going down, or rising by more than
 (:func:`kvcal.engines.base.max_plausible_bytes`), it fails the leg with an EngineError
 naming the engine and what it sent; the sweep records the probe invalid with that reason.
 ``overhead_ms`` is the leg's wall time minus the engine times it reports: kvcal's metric
-scrapes and settling, request building and the stream's tail.
+scrapes and settling, request building and the stream's tail. ``engine_side`` is the
+engines' own transfer and prefill time over the leg (:mod:`kvcal.engines.engine_costs`),
+None under background load.
 
 Before each leg, launched CPU engines are paced: kvcal waits (poll, 5 s at most) until
 both servers' process trees are idle, because vLLM keeps spinning for about a second
@@ -45,6 +47,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kvcal.engines.base import LegMeasurement, max_plausible_bytes
+from kvcal.engines.engine_costs import from_snapshots
 from kvcal.engines.metrics import Snapshot, delta, matching_keys, poll_until, total
 from kvcal.engines.process import wait_until_idle
 from kvcal.errors import EngineError
@@ -188,6 +191,8 @@ class PairMeasurement:
             overhead_ms=elapsed_ms - timing.ttft_ms - (producer_ms or 0.0),
             metrics_delta=metrics_delta,
             bytes_metric=proof,
+            # Under background load other requests move the same counters: no engine-side reading then.
+            engine_side=None if self._loaded else from_snapshots(before, after, self.transport),
         )
 
     def _hold(self, token_ids: list[int], kv_request_id: str):
@@ -216,9 +221,10 @@ class PairMeasurement:
             client = self._client(metric.role)
             was, now = _ref_total(before[metric.role], ref), _ref_total(after[metric.role], ref)
             shown = _proof_name(metric.role, after[metric.role], ref)
-            if not (math.isfinite(was) and math.isfinite(now)):
+            if not (math.isfinite(was) and math.isfinite(now)) or min(was, now) < 0:
                 raise client.fail(
-                    "GET /metrics sent a byte counter that is not a number", f"{shown} = {was} then {now}"
+                    "GET /metrics sent a byte counter that is not a number (or is negative)",
+                    f"{shown} = {was} then {now}",
                 )
             if now < was:
                 raise client.fail(

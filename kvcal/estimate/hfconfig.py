@@ -25,7 +25,7 @@ from typing import Any
 
 from kvcal.errors import InputError
 from kvcal.estimate.profiles import ModelProfile, load_profiles, parse_model_profile
-from kvcal.userfiles import read_text
+from kvcal.userfiles import load_json, read_text
 
 _MLA_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa"}
 
@@ -34,7 +34,7 @@ def read_config(path: Path | str) -> dict[str, Any]:
     """The config mapping (the text part of a multimodal config), or InputError."""
     file = Path(path)
     try:
-        data = json.loads(read_text(file))
+        data = load_json(read_text(file))
     except RecursionError:
         raise InputError(f"{file}: JSON nested too deeply") from None
     except OSError as err:

@@ -7,10 +7,16 @@ class's own fit (its probes alone: curves, break-even, interval, session cost), 
 curve serves every class (an F test of one affine pull curve against one per class, on
 relative residuals, as the curves are fitted): when it does not reject, the classes may
 be pooled and the top-level fit used alone.
+
+A probe CSV exported from such a run (``kvcal export``, its ``pair`` and ``link_class``
+columns) is fitted per class the same way (:func:`with_table_classes`), from its rows: the
+same curves and break-evens, without the session cost (the export leaves the cold pulls out).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +26,7 @@ from scipy import stats
 from kvcal.errors import KvcalError
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.sessions import session_cost
-from kvcal.fit.tables import load_class_table
+from kvcal.fit.tables import ProbeTable, load_class_table
 from kvcal.fit_record import ClassFit, FitResult, FitSettings
 from kvcal.records import ProbeRecord
 from kvcal.records_links import ClassDifference
@@ -38,25 +44,63 @@ def with_links(
     update: dict[str, object] = {"session_cost": session_cost(records, result.pull, result.confidence)}
     names = sorted({r.link_class for r in records if r.link_class is not None})
     if len(names) >= 2:
-        fits, pulls = {}, {}
-        for name in names:
-            try:
-                table = load_class_table(folder, name)
-                fit = fit_table(table, settings, busy_queue_threshold=busy_queue_threshold)
-            except KvcalError as err:
-                raise type(err)(f"link class {name}: {err}") from None
-            fits[name] = class_fit(fit, [r for r in records if r.link_class == name], _pairs_of(folder, name))
-            pulls[name] = table.leg("pull")
-        difference = class_difference(pulls, result.confidence)
-        update["classes"], update["class_difference"] = fits, difference
-        if difference is not None and difference.differ:
-            update["warnings"] = [
-                *result.warnings,
-                f"the link classes' pull curves differ ({difference.test}, p="
-                f"{difference.p_value:.2g}): the top-level fit pools them; read each class's "
-                "(kvcal emit-config --class-mix)",
-            ]
+        update.update(
+            _per_class(
+                result,
+                {name: partial(load_class_table, folder, name) for name in names},
+                lambda name, table: class_fit(
+                    fit_table(table, settings, busy_queue_threshold=busy_queue_threshold),
+                    [r for r in records if r.link_class == name],
+                    _pairs_of(folder, name),
+                ),
+            )
+        )
     return result.model_copy(update=update)
+
+
+def with_table_classes(
+    result: FitResult, table: ProbeTable, settings: FitSettings, *, busy_queue_threshold: int | None
+) -> FitResult:
+    """``result`` (the table's pooled fit) with each class's fit when the rows carry two link classes or more."""
+    names = table.link_classes()
+    if len(names) < 2:
+        return result
+    update = _per_class(
+        result,
+        {name: partial(table.of_class, name) for name in names},
+        lambda name, rows: class_fit(
+            fit_table(rows, settings, busy_queue_threshold=busy_queue_threshold),
+            [],  # no cold pulls in a probe table: no session cost
+            sorted({p for p in rows.probes["pair"] if p is not None}),
+        ),
+    )
+    return result.model_copy(update=update)
+
+
+def _per_class(
+    result: FitResult,
+    tables: dict[str, Callable[[], ProbeTable]],
+    fitted: Callable[[str, ProbeTable], ClassFit],
+) -> dict[str, object]:
+    """Each class's fit (``fitted`` on its table), the test of whether they differ, and the warning when they do."""
+    fits, pulls = {}, {}
+    for name, table_of in tables.items():
+        try:
+            table = table_of()
+            fits[name] = fitted(name, table)
+        except KvcalError as err:
+            raise type(err)(f"link class {name}: {err}") from None
+        pulls[name] = table.leg("pull")
+    difference = class_difference(pulls, result.confidence)
+    update: dict[str, object] = {"classes": fits, "class_difference": difference}
+    if difference is not None and difference.differ:
+        update["warnings"] = [
+            *result.warnings,
+            f"the link classes' pull curves differ ({difference.test}, p="
+            f"{difference.p_value:.2g}): the top-level fit pools them; read each class's "
+            "(kvcal emit-config --class-mix)",
+        ]
+    return update
 
 
 def class_fit(fit: FitResult, records: list[ProbeRecord], pairs: list[str]) -> ClassFit:

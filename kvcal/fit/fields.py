@@ -18,6 +18,8 @@ from kvcal.instants import instant
 from kvcal.records import MAX_BYTES_MOVED, MAX_TOKENS, MAX_TTFT_MS
 
 LEGS = ("recompute", "pull")  # the leg column's values
+TAG_COLUMNS = ("pair", "link_class")  # a campaign over pairs: which pair measured the row, and its link class
+MAX_TAG = 200  # as a probe record's pair and link_class (kvcal.records)
 TIME_COLUMNS = ("order", "started_at")  # time order: an integer rank, or a start time (ISO 8601 or epoch seconds)
 MAX_INT, MAX_MS = (
     2**53,
@@ -35,6 +37,25 @@ class ParsedRows:
     order_source: str | None = None  # the column that gave the time order (a CSV's order or started_at)
     verdict: str | None = None  # the llm-d recipe's NO CROSSOVER line
     n_repeated: int = 0  # repeated lines dropped by the reader (the table collapses repeated rows itself)
+
+
+def tags(path: Path, frame: pd.DataFrame, rows: list[dict[str, Any]]) -> None:
+    """Set each row's ``pair`` and ``link_class`` from the CSV's columns of those names (None where absent).
+
+    ``link_class`` splits the fit by class, so it is given in every row or none (a blank row would fall out of
+    every class); ``pair`` may be blank. Each is printable text of at most :data:`MAX_TAG` characters.
+    """
+    for name in TAG_COLUMNS:
+        values = frame[name].tolist() if name in frame.columns else [""] * len(rows)
+        given = any(v.strip() for v in values)
+        for index, raw, row in zip(frame.index.tolist(), values, rows):
+            text = raw.strip()
+            where = f"{path} row {int(index) + 2}"
+            if given and not text and name == "link_class":
+                raise InputError(f"{where}: link_class is empty; give every row's class or drop the column")
+            if len(text) > MAX_TAG or not text.isprintable():
+                raise InputError(f"{where}: {name} must be printable text of at most {MAX_TAG} characters")
+            row[name] = text or None
 
 
 def time_order(path: Path, frame: pd.DataFrame, rows: list[dict[str, Any]]) -> str | None:

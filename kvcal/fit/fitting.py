@@ -20,6 +20,7 @@ from kvcal.fit.modes import describe as describe_mode
 from kvcal.fit.result import build_result
 from kvcal.fit.tables import ProbeTable
 from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings
+from kvcal.records_engine import EngineSide
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ def fit_table(
             "fast_break_even_tokens": _fast_break_even(recompute, paid),
             "unresolved_slow": paid.unresolved,
             "time_trends": trends,
+            "engine_side": table.engine_side or EngineSide(pull_ms_per_token=None, prefill_ms_per_token=None),
             "mean_cost": summarise_mean_cost(
                 legs,
                 {"recompute": recompute.chosen_fit.coef, "pull": pull.chosen_fit.coef},

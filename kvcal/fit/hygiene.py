@@ -1,9 +1,10 @@
 """What is removed from a campaign before it is fitted, and why: duplicated rows and warm-up probes.
 
-**Duplicates.** Rows identical in length, leg, rep and TTFT are one probe written twice
-(a CSV concatenated with itself): kept, they narrow the interval as if there were more
-probes (five copies: about sqrt(5) narrower). They are counted, warned about and
-collapsed to one. With no ``rep`` column the key is length, leg and TTFT.
+**Duplicates.** Rows identical in length, leg, rep and TTFT (and pair, in a campaign over
+pairs) are one probe written twice (a CSV concatenated with itself): kept, they narrow the
+interval as if there were more probes (five copies: about sqrt(5) narrower). They are
+counted, warned about and collapsed to one. With no ``rep`` column the key is length, leg
+and TTFT.
 
 **Warm-up.** An engine meeting a new shape is slow the first time (a compiled graph, an
 allocation). If the first probe in time of each (length, leg) is slower than the others
@@ -32,11 +33,12 @@ WARMUP_NOTE = "warm-up effect:"
 
 
 def collapse_duplicates(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """Rows with repeats of (prefix_tokens, leg, rep, ttft_ms) dropped, and how many were dropped."""
+    """Rows with repeats of (prefix_tokens, leg, rep, ttft_ms, pair) dropped, and how many were dropped (two pairs
+    of a campaign may time one length alike: those are two probes)."""
     seen: set[tuple[Any, ...]] = set()
     kept = []
     for row in rows:
-        key = (int(row["prefix_tokens"]), str(row["leg"]), row.get("rep"), float(row["ttft_ms"]))
+        key = (int(row["prefix_tokens"]), str(row["leg"]), row.get("rep"), float(row["ttft_ms"]), row.get("pair"))
         if key in seen:
             continue
         seen.add(key)

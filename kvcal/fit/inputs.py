@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvcal.errors import InputError, KvcalError
-from kvcal.fit.classes import with_links
+from kvcal.fit.classes import with_links, with_table_classes
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import looks_like_json
 from kvcal.fit.tables import ProbeTable, load_probe_table
@@ -54,7 +54,7 @@ class FitInput:
         result = fit_table(self.table, settings, busy_queue_threshold=busy_queue_threshold)
         origin = self.table.origin
         if self.manifest is None or origin.kind != "run-folder" or origin.path is None:
-            return result
+            return with_table_classes(result, self.table, settings, busy_queue_threshold=busy_queue_threshold)
         return with_links(result, Path(origin.path), settings, busy_queue_threshold=busy_queue_threshold)
 
 

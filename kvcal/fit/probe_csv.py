@@ -3,7 +3,9 @@
 Columns ``prefix_tokens`` (int), ``leg`` (``recompute``|``pull``) and ``ttft_ms`` (float) are
 required; ``rep`` (int), ``bytes_moved`` (int), ``valid`` (bool; rows with false are excluded and
 counted) and the time order, ``order`` (an integer rank in time) or ``started_at`` (ISO 8601, or
-epoch seconds), in every row or none, are optional. A mistake is an InputError naming the row.
+epoch seconds), in every row or none, are optional; so are ``pair`` and ``link_class``, a campaign
+over pairs' tags (``kvcal export`` writes them), ``link_class`` in every row or none (the fit is
+then made per class, as a run folder's is). A mistake is an InputError naming the row.
 :mod:`kvcal.fit.tables` turns the rows into a table.
 """
 
@@ -17,10 +19,10 @@ import numpy as np
 import pandas as pd
 
 from kvcal.errors import InputError
-from kvcal.fit.fields import ParsedRows, int_field, leg_field, time_field, time_order
+from kvcal.fit.fields import TAG_COLUMNS, ParsedRows, int_field, leg_field, tags, time_field, time_order
 
 CSV_REQUIRED = ("prefix_tokens", "leg", "ttft_ms")
-CSV_OPTIONAL = ("rep", "bytes_moved", "valid", "order", "started_at")
+CSV_OPTIONAL = ("rep", "bytes_moved", "valid", "order", "started_at", *TAG_COLUMNS)
 
 
 def read_probe_csv(path: Path, text: str) -> ParsedRows:
@@ -69,6 +71,7 @@ def read_probe_csv(path: Path, text: str) -> ParsedRows:
             }
         )
     source = time_order(path, frame, rows)
+    tags(path, frame, rows)
     if n_invalid:
         notes.append(f"{n_invalid} row(s) with valid=false excluded")
     return ParsedRows(rows, notes, n_invalid_excluded=n_invalid, order_source=source)

@@ -26,6 +26,7 @@ import pandas as pd
 from kvcal.disturbance_bounds import resource_of, summarise
 from kvcal.errors import InputError
 from kvcal.fit.costmodel_inputs import LoadedProbes, split_loaded
+from kvcal.fit.engine_side import summarise as engine_side_of
 from kvcal.fit.fields import ParsedRows
 from kvcal.fit.hygiene import collapse_duplicates, duplicate_warning
 from kvcal.fit.llmd_table import TABLE_HEADER, looks_like_row, read_llmd_table
@@ -34,12 +35,13 @@ from kvcal.fit.recipe import unstamped
 from kvcal.fit.run_records import run_records, start_times
 from kvcal.fit_record import FitSource, HostDisturbance
 from kvcal.records import Leg, ProbeRecord, RunSetup
+from kvcal.records_engine import EngineSide
 from kvcal.runfolder import pulls_by_proof
 from kvcal.userfiles import read_text
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "order"]
+COLUMNS = ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "order", "pair", "link_class"]
 LEGS = (Leg.RECOMPUTE.value, Leg.PULL.value)
 
 
@@ -49,8 +51,9 @@ class ProbeTable:
 
     ``probes`` has one row per valid probe with columns ``prefix_tokens`` (int),
     ``leg`` (str), ``ttft_ms`` (float), ``rep`` (int) and ``bytes_moved``
-    (nullable Int64: unknown is <NA>, never 0), and ``order`` (the probe's rank in time
-    when recorded, else NaN).
+    (nullable Int64: unknown is <NA>, never 0), ``order`` (the probe's rank in time
+    when recorded, else NaN), and ``pair``, ``link_class`` (a campaign over pairs' tags from
+    a probe CSV, else None; a run folder's classes are read from its records).
     """
 
     probes: pd.DataFrame
@@ -66,6 +69,7 @@ class ProbeTable:
     order_source: str | None = (
         None  # where ``order`` came from: started_at (a run folder's or a CSV's), order (a CSV's)
     )
+    engine_side: EngineSide | None = None  # the engines' own per-token costs over these probes (run folders)
 
     @property
     def block_size(self) -> int | None:
@@ -86,6 +90,15 @@ class ProbeTable:
         name = leg.value if isinstance(leg, Leg) else leg
         rows = self.probes[self.probes["leg"] == name]
         return rows.sort_values(["prefix_tokens", "rep"], kind="stable").reset_index(drop=True)
+
+    def link_classes(self) -> list[str]:
+        """The link classes the rows are tagged with (a probe CSV of a campaign over pairs), sorted."""
+        return sorted({c for c in self.probes["link_class"] if c is not None})
+
+    def of_class(self, link_class: str) -> ProbeTable:
+        """The rows of one link class, as a table of their own (its notes and setup kept)."""
+        rows = self.probes[self.probes["link_class"] == link_class].reset_index(drop=True)
+        return replace(self, probes=rows)
 
     @property
     def lengths(self) -> list[int]:
@@ -196,6 +209,8 @@ def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
             "rep": r.rep,
             "bytes_moved": r.bytes_moved,
             "order": rank if when else None,
+            "pair": r.pair,
+            "link_class": r.link_class,
         }
         for rank, r in enumerate(timed)
     ]
@@ -219,6 +234,7 @@ def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
         loaded=loaded,
         pulls_by_proof=pulls_by_proof(chosen.values()),
         order_source="started_at" if when else None,
+        engine_side=engine_side_of(timed, manifest.setup),
     )
 
 
@@ -246,6 +262,8 @@ def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
     order = frame.groupby(["prefix_tokens", "leg"]).cumcount()
     frame["rep"] = frame["rep"].where(frame["rep"].notna(), order).astype("int64")
     frame["order"] = pd.to_numeric(frame["order"], errors="coerce").astype("float64")
+    for tag in ("pair", "link_class"):  # text or None (a row without the column: None, never NaN)
+        frame[tag] = frame[tag].astype(object).where(frame[tag].notna(), None)
     frame["bytes_moved"] = pd.array(
         [None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v) for v in frame["bytes_moved"]],
         dtype="Int64",

@@ -9,6 +9,10 @@ printing the new literal to paste here.
 from __future__ import annotations
 
 MAX_PODS = 4096
+# --jobs: worker processes. Each costs memory (kvcal.fleet.size.BYTES_PER_WORKER) and more of them than cores
+# gain nothing; 256 covers the largest machines a study runs on and bounds the workers' memory to about 2.5 GiB.
+MAX_JOBS = 256
+WORKER_MIB = 10  # what one worker adds to the study's memory (benchmarks/fleet_workers.py, rounded up)
 DEFAULT_MAX_SIMULATED_REQUESTS = 10_000_000  # about 10 minutes on one core (kvcal.fleet.size.SECONDS_PER_REQUEST)
 
 WORKLOAD_KEYS = (

@@ -18,14 +18,17 @@ import multiprocessing
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcal.errors import InputError
+from kvcal.errors import InputError, KvcalError, one_line
+from kvcal.fleet.help_facts import MAX_JOBS, WORKER_MIB
+from kvcal.redact import redact_url
+from kvcal.urls import check_host
 
 RAY_INSTALL = "pip install 'kvcal[ray]'"
-MAX_JOBS = 1024
 
 Task = Any
 OnDone = Callable[[int, Task], None]  # (runs finished so far, the task that just finished)
@@ -33,7 +36,12 @@ RunFn = Callable[[Any, Task], Any]  # fn(shared, task): a module-level function 
 
 
 def default_jobs() -> int:
-    """The cores this process may use (its CPU affinity, which a container's cpuset or taskset narrows)."""
+    """The cores this process may use (its CPU affinity, which a container's cpuset or taskset narrows), at most
+    :data:`MAX_JOBS`."""
+    return min(MAX_JOBS, usable_cores())
+
+
+def usable_cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
@@ -50,11 +58,18 @@ class Executor:
     def check(self) -> None:
         """Bounds and, for Ray, that it can be imported: before any work."""
         if not 1 <= self.jobs <= MAX_JOBS:
-            raise InputError(f"--jobs must lie within 1-{MAX_JOBS}, got {self.jobs}")
+            raise InputError(
+                f"--jobs must lie within 1-{MAX_JOBS} (each worker holds about {WORKER_MIB} MiB), got {self.jobs}"
+            )
         if self.ray_address is not None:
-            if not self.ray_address.strip():
-                raise InputError("--ray needs an address: auto, local, or the cluster's (ray://HOST:10001)")
+            check_ray_address(self.ray_address)
             ray_module()
+
+    def workers(self, runs: int) -> int:
+        """Worker processes a study of ``runs`` runs starts here: 0 when it runs in this process (or on Ray)."""
+        if self.ray_address is not None or self.jobs == 1 or runs <= 1:
+            return 0
+        return min(self.jobs, runs)
 
     @property
     def serial(self) -> bool:
@@ -65,12 +80,35 @@ class Executor:
         """``[fn(shared, t) for t in tasks]``, in that order; ``on_done`` after each run finishes."""
         if self.ray_address is not None:
             return _ray_map(self.ray_address, fn, shared, tasks, on_done)
-        if self.jobs == 1 or len(tasks) <= 1:
+        workers = self.workers(len(tasks))
+        if workers == 0:
             return _serial_map(fn, shared, tasks, on_done)
-        return _pool_map(min(self.jobs, len(tasks)), fn, shared, tasks, on_done)
+        return _pool_map(workers, fn, shared, tasks, on_done)
 
 
 SERIAL = Executor()
+
+
+class RayUnavailable(KvcalError, exit_code=4):
+    """The Ray cluster ``--ray`` names could not be joined (not reached, or it refused the client)."""
+
+
+def check_ray_address(address: str) -> None:
+    """``auto``, ``local``, or a cluster's ``ray://HOST[:PORT]`` or ``HOST:PORT``: its host as the resolver takes it,
+    its port 1-65535, never credentials (a refusal shows the address redacted)."""
+    example = "auto, local, or the cluster's (ray://HOST:10001)"
+    text = address.strip()
+    if text in ("auto", "local"):
+        return
+    scheme, _, rest = text.rpartition("://")
+    authority = rest.partition("/")[0]
+    host, colon, port = authority.rpartition(":") if not authority.endswith("]") else (authority, "", "")
+    host, port = (host, port) if colon else (authority, "")
+    if not host or scheme not in ("", "ray") or "@" in rest or (port and not port.isdigit()) or not (port or scheme):
+        raise InputError(f"--ray {redact_url(address)!r} is not a Ray address: give {example}")
+    if port and not 1 <= int(port) <= 65535:
+        raise InputError(f"--ray {redact_url(address)!r}: port {port} is not 1-65535")
+    check_host(host, "--ray")
 
 
 def _serial_map(fn: RunFn, shared: Any, tasks: Sequence[Task], on_done: OnDone) -> list[Any]:
@@ -149,7 +187,14 @@ def _ray_map(address: str, fn: RunFn, shared: Any, tasks: Sequence[Task], on_don
     if not ray.is_initialized():
         # "local" starts a cluster here, "auto" joins the one this machine belongs to (RAY_ADDRESS or the
         # head's address file); anything else is a cluster address, ray://HOST:10001 from outside it.
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        try:
+            with warnings.catch_warnings():  # Ray's own multi-line advice on a timeout: the error below says it
+                warnings.simplefilter("ignore")
+                ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
+            raise RayUnavailable(
+                f"--ray {redact_url(address)}: the Ray cluster could not be joined ({one_line(str(err), 200)})"
+            ) from None
     shared_ref = ray.put((fn, shared))  # shipped once; every task gets the reference
     remote = ray.remote(num_cpus=1, max_retries=0)(_ray_call)
     refs = [remote.remote(shared_ref, task) for task in tasks]

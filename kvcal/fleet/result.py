@@ -6,9 +6,13 @@ calibration's bootstrap resamples) and the interval at the fit's confidence over
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from kvcal.errors import InputError
 
 FLEET_SCHEMA: Final = "kvcal.fleet/1"
 
@@ -89,3 +93,31 @@ class FleetResult(BaseModel):
     loads: list[LoadResult] = Field(default_factory=list, description="--loads: every policy at each rate.")
     notes: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+
+
+def _figures(result: FleetResult) -> Iterator[tuple[str, Figure]]:
+    """Every figure of every row, named as a message names it (``rows[2] (threshold 1024).ttft_p90_ms``)."""
+    tables = [("rows", result.rows)] + [(f"loads[{i}].rows", load.rows) for i, load in enumerate(result.loads)]
+    for where, rows in tables:
+        for i, row in enumerate(rows):
+            label = f"{where}[{i}] ({row.policy}{'' if row.threshold is None else f' {row.threshold}'})"
+            for key in type(row).model_fields:
+                figure = getattr(row, key)
+                if isinstance(figure, Figure):
+                    yield f"{label}.{key}", figure
+
+
+def checked_result(result: FleetResult, name: str) -> FleetResult:
+    """A fleet result read from a file, refused (naming the row and the figure) when a figure is no finite number
+    or its interval is not two finite numbers in order, or its block size or a threshold is below 1: a damaged or
+    hand-edited file is never judged as if valid (kvcal observe's gates, kvcal report's page)."""
+    if result.block_size < 1 or any(r.threshold is not None and r.threshold < 1 for r in result.rows):
+        raise InputError(f"{name}: its block size and thresholds must be positive (a damaged kvcal fleet result)")
+    for where, figure in _figures(result):
+        ci = figure.ci
+        if not math.isfinite(figure.value) or len(ci) != 2 or not all(math.isfinite(x) for x in ci) or ci[0] > ci[1]:
+            raise InputError(
+                f"{name}: {where} is {figure.value} with the interval {ci}: a figure must be a finite number "
+                "with an interval [low, high] of finite numbers, low <= high (a damaged kvcal fleet result)"
+            )
+    return result

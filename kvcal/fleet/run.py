@@ -65,9 +65,13 @@ def check_arguments(config: FleetConfig) -> Workload:
 
 
 def _check_blocks(thresholds: list[int] | None, block: int) -> None:
+    """Block multiples, and 1: the plugin's default minCachedTokenDelta, which kvcal observe may find deployed."""
     for t in thresholds or []:
-        if t % block:
-            raise InputError(f"--thresholds must be positive multiples of the block size {block}, got {t}")
+        if t % block and t != 1:
+            raise InputError(
+                f"--thresholds must be positive multiples of the block size {block}, "
+                f"or 1 (the plugin's default), got {t}"
+            )
 
 
 def _row(runs: PolicyRuns, level: float) -> FleetRow:
@@ -157,7 +161,8 @@ def run_fleet(
     workloads = [workload] + [workload.with_overrides(rate=rate) for rate in config.loads or []]
     decode_ms = workload.engine.decode_step_ms
     size_decode_ms = decode_ms if decode_ms is not None else max(0.0, fit.recompute.intercept_ms)
-    size = study_size(workloads, len(chosen) * config.seeds * len(sets), config.pods, size_decode_ms)
+    runs_per_load = len(chosen) * config.seeds * len(sets)
+    size = study_size(workloads, runs_per_load, config.pods, size_decode_ms, config.executor().workers)
     check_cap(size, config.max_simulated_requests)
     for each in workloads:
         check_completes(each, fit.recompute.coefficients, size_decode_ms)

@@ -13,10 +13,10 @@ from typing import Annotated, ClassVar
 
 from pydantic import ConfigDict, Field, field_validator
 
-from kvcal.errors import InputError
 from kvcal.flag_settings import FlagModel
 from kvcal.fleet.help_facts import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_PODS  # declared there for --help
 from kvcal.fleet.parallel import MAX_JOBS, Executor, default_jobs
+from kvcal.outputs import check_plot_name
 
 MAX_RATE = 1e5  # sessions per second, as the workload file's arrival.rate
 MAX_THRESHOLD_TOKENS = 10**7  # as the workload's longest system prompt: no prompt reaches further
@@ -49,13 +49,15 @@ class FleetConfig(FlagModel):
     )
     jobs: int | None = Field(None, ge=1, le=MAX_JOBS, description="Worker processes (None: the cores kvcal may use).")
     ray_address: str | None = Field(None, min_length=1, description="Run as Ray tasks: auto, local or an address.")
-    plot: Path | None = Field(None, description="Where the plot goes; .png or .svg (the format is the extension).")
+    plot: Path | None = Field(
+        None, description="Where the plot goes; .png or .svg (the format is the extension; - : PNG on stdout)."
+    )
 
     @field_validator("plot")
     @classmethod
     def _plot_format(cls, plot: Path | None) -> Path | None:
-        if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
-            raise InputError(f"--plot {plot}: the format is chosen by the extension; use .png or .svg")
+        if plot is not None:
+            check_plot_name(plot, f"--plot {plot}")
         return plot
 
     def executor(self) -> Executor:

@@ -7,15 +7,18 @@ inside the duration. Engine steps are at most every pod stepping all the time, o
 request's output decoded in steps of its own. Time and memory are rough figures per
 simulated request and step, measured
 with benchmarks/fleet_size.py (docs/method.md); memory is one run's (runs go one after
-another, each freeing the last).
+another, each freeing the last) or, on worker processes (``--jobs``), each worker's own
+(benchmarks/fleet_workers.py) and one run's records per worker, all in flight at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvcal.errors import InputError
+from kvcal.fleet.help_facts import WORKER_MIB
 from kvcal.fleet.traffic import read_trace
 from kvcal.fleet.workload import Workload
 
@@ -27,6 +30,10 @@ SECONDS_PER_STEP = 2e-6
 MIN_STEP_MS = 0.01  # a step of 0 ms (decode_step_ms: 0) still costs the simulator one event
 BYTES_PER_REQUEST = 1000  # a run's records that live to its end (TTFT, the session's cache entries), and its queues
 BASE_BYTES = 150 * 2**20  # the interpreter, numpy and the fit
+# benchmarks/fleet_workers.py (2026-12-07, the shared 2-core machine): 16 and 48 forked workers added 4.4 and 3.0 MiB
+# of PSS each over --jobs 1 (their pages are the parent's, copy-on-write, until written); rounded up to 10 MiB, above
+# the ~9 MB a worker issue 55 reported.
+BYTES_PER_WORKER = WORKER_MIB * 2**20
 MIN_TURN_S = 1e-3  # a closed loop's turn takes at least this much in the estimate (zero think time and decode)
 
 
@@ -36,6 +43,7 @@ class StudySize:
     requests: float  # simulated requests over every run
     largest_run: float  # requests of the largest single run
     steps: float  # engine steps over every run
+    workers: int = 0  # worker processes (--jobs), each holding one run at a time; 0: the runs go in this process
 
     @property
     def seconds(self) -> float:
@@ -48,13 +56,16 @@ class StudySize:
 
     @property
     def peak_bytes(self) -> float:
-        return BASE_BYTES + self.largest_run * BYTES_PER_REQUEST
+        """This process, and each worker with its own memory and the largest run in flight on every one."""
+        in_flight = max(1, self.workers)
+        return BASE_BYTES + self.workers * BYTES_PER_WORKER + in_flight * self.largest_run * BYTES_PER_REQUEST
 
     def line(self) -> str:
+        workers = f" ({self.workers} worker processes, about {WORKER_MIB} MiB each)" if self.workers else ""
         return (
             f"kvcal: fleet study: {self.runs:,} runs, about {_count(self.requests)} simulated requests "
             f"(at most {_count(self.largest_run)} in one run); about {_duration(self.seconds)} on one core and "
-            f"{self.peak_bytes / 2**20:,.0f} MiB of memory"
+            f"{self.peak_bytes / 2**20:,.0f} MiB of memory{workers}"
         )
 
 
@@ -85,14 +96,19 @@ def steps_per_run(workload: Workload, pods: int, decode_ms: float, requests: flo
     return min(always_busy, requests * max(1.0, outputs))
 
 
-def study_size(workloads: list[Workload], runs_per_load: int, pods: int, decode_ms: float) -> StudySize:
+def study_size(
+    workloads: list[Workload], runs_per_load: int, pods: int, decode_ms: float, workers: Callable[[int], int]
+) -> StudySize:
+    """``workers``: the worker processes a study of so many runs starts (kvcal.fleet.parallel.Executor.workers)."""
     per_run = [requests_per_run(w, decode_ms) for w in workloads]
     steps = [steps_per_run(w, pods, decode_ms, n) for w, n in zip(workloads, per_run)]
+    runs = runs_per_load * len(workloads)
     return StudySize(
-        runs=runs_per_load * len(workloads),
+        runs=runs,
         requests=runs_per_load * sum(per_run),
         largest_run=max(per_run),
         steps=runs_per_load * sum(steps),
+        workers=workers(runs),
     )
 
 

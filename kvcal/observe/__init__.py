@@ -3,8 +3,11 @@
 
 ``client.py`` (the bounded Prometheus API client), ``series.py`` (counter increases with
 resets, pods, histogram quantiles), ``figures.py`` (the queries and each pod's and the
-fleet's figures), ``checks.py`` (against the fit and a ``kvcal fleet`` row), ``result.py``
-(``kvcal.observe/1``), ``run.py`` (the entry point).
+fleet's figures), ``catalog.py`` (every ratio figure's series and arithmetic, declared once),
+``costs.py`` (the production pull and prefill costs), ``checks.py`` (against the fit and a
+``kvcal fleet`` row), ``drift.py`` (the costs against fit.json's engine side, per pod),
+``adjust.py`` and ``propose.py`` (``--propose``: the fit moved to production costs and its
+threshold), ``result.py`` (``kvcal.observe/1``), ``run.py`` (the entry point).
 """
 
 from kvcal.lazy import public_api

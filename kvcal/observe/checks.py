@@ -24,6 +24,8 @@ BYTES_TOLERANCE = 0.10
 TTFT_TOLERANCE = 0.25
 SHARE_TOLERANCE = 0.05
 QUEUE_SLACK = 1.0
+FLEET_CHECKS = ("ttft_p50_ms", "ttft_p90_ms", "pull_share", "queue_p90")
+"""The checks against a kvcal fleet row."""
 
 
 @dataclass(frozen=True)
@@ -36,14 +38,29 @@ class Prediction:
 
 
 def fleet_row(fleet: FleetResult, deployed: int) -> FleetRow:
-    """The fleet's 'threshold' row for the deployed threshold; an input error naming the thresholds it has."""
-    for row in fleet.rows:
-        if row.policy == "threshold" and row.threshold == deployed:
-            return row
-    ran = sorted({row.threshold for row in fleet.rows if row.threshold is not None})
+    """The fleet's row for the deployed threshold; an input error naming the thresholds it has and what to run.
+
+    Cached prefixes are whole blocks, so the delta the router compares with the threshold is
+    a multiple of the block size, and a threshold pulls at the same deltas as the next block
+    multiple up: a deployed 1000 with 64-token blocks is the row of 1024, and one of at most
+    one block (1, the plugin's default) pulls whenever a peer holds more, kvcal fleet's
+    ``always-pull`` row (or a ``threshold`` row run at that value).
+    """
+    block = max(1, fleet.block_size)
+    acts_as = -(-deployed // block) * block
+    rows = [row for row in fleet.rows if row.policy == "threshold"]
+    for wanted in (deployed, acts_as):
+        for row in rows:
+            if row.threshold == wanted:
+                return row
+    if acts_as == block:
+        for row in fleet.rows:
+            if row.policy == "always-pull":
+                return row
+    ran = sorted({row.threshold for row in rows if row.threshold is not None})
     raise InputError(
         f"the fleet result has no row for the deployed threshold {deployed} (it ran {ran}): "
-        f"run kvcal fleet with --thresholds {deployed}"
+        f"run kvcal fleet with --thresholds {deployed if deployed == 1 else acts_as}"
     )
 
 
@@ -153,7 +170,7 @@ def remeasure(checks: list[Check], prediction: Prediction, requests_per_s: float
             "bytes per pulled token moved from the calibration's: the model's KV layout or dtype, or the "
             "transport, changed; run kvcal sweep on a producer/consumer pair of this fleet, then kvcal fit"
         )
-    if outside - {"bytes_per_pulled_token"}:
+    if outside & set(FLEET_CHECKS):
         rate = f" (it served {requests_per_s:.3g} requests/s)" if requests_per_s is not None else ""
         fleet = prediction.fleet
         out.append(

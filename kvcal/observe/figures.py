@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvcal.observe.client import PrometheusClient, Series
-from kvcal.observe.result import Figures, Observed
+from kvcal.observe.result import BaseFigures, Observed
+from kvcal.observe.samples import merged
 from kvcal.observe.series import (
     LOOKBACK_S,
     History,
@@ -45,12 +46,25 @@ QUERIES = {
     "success": "vllm:request_success_total",
 }
 """Every series kvcal reads (with ``--selector``'s matchers added), by role, as vLLM names them."""
-CREATED = (
-    '{__name__=~"vllm[:_](prompt_tokens|prompt_tokens_by_source|prompt_tokens_cached_by_source|'
-    "kv_offload_tiering_read_bytes|nixl_bytes_transferred|time_to_first_token_seconds|request_success)"
-    '_created"}'
+CREATED_FAMILIES = (
+    "prompt_tokens",
+    "prompt_tokens_by_source",
+    "prompt_tokens_cached_by_source",
+    "kv_offload_tiering_read_bytes",
+    "nixl_bytes_transferred",
+    "time_to_first_token_seconds",
+    "request_success",
 )
-"""When each of those counters was created (prometheus_client exports it): a restart or a start inside the window."""
+"""The families of those counters, whose ``_created`` series say when each was created."""
+
+
+def created_query(families: tuple[str, ...]) -> str:
+    """When each counter of ``families`` was created (prometheus_client exports it): a restart or a start inside
+    the window."""
+    return '{__name__=~"vllm[:_](' + "|".join(families) + ')_created"}'
+
+
+CREATED = created_query(CREATED_FAMILIES)
 QUANTILES = {"ttft_p50_ms": 0.5, "ttft_p90_ms": 0.9, "ttft_p99_ms": 0.99}
 NOT_EXPOSED = "{} is not exposed by {}"
 
@@ -78,16 +92,19 @@ def _joined(series: list[Series]) -> list[Series]:
         spelt = one.labels.get("__name__", "").replace(":", "_")
         key = (spelt, *sorted((k, v) for k, v in one.labels.items() if k != "__name__"))
         groups.setdefault(key, []).append(one)
-    return [
-        group[0] if len(group) == 1 else Series(group[0].labels, tuple(sorted(s for g in group for s in g.samples)))
-        for group in groups.values()
-    ]
+    return [merged(group[0].labels, group) for group in groups.values()]
 
 
-def fetch(client: PrometheusClient, window: Window, selector: str | None) -> dict[str, list[Series]]:
-    """Raw samples of every query (and the counters' creation times, role ``created``) from :data:`LOOKBACK_S`
-    before the window to its end."""
-    queries = {**QUERIES, "created": CREATED}
+def fetch(
+    client: PrometheusClient,
+    window: Window,
+    selector: str | None,
+    extra: dict[str, str] | None = None,
+    families: tuple[str, ...] = (),
+) -> dict[str, list[Series]]:
+    """Raw samples of every query and ``extra``'s (and the counters' creation times, role ``created``, of
+    ``families`` too) from :data:`LOOKBACK_S` before the window to its end."""
+    queries = {**QUERIES, **(extra or {}), "created": created_query(CREATED_FAMILIES + families)}
     return {
         role: _joined(client.raw_samples(with_selector(query, selector), window.start - LOOKBACK_S, window.end))
         for role, query in queries.items()
@@ -213,7 +230,7 @@ def _queue(parts: list[PodParts]) -> Observed:
     return Observed(value=float(np.percentile(readings, 90)), samples=len(readings))
 
 
-def figures_of(parts: list[PodParts], window: Window, history: History) -> tuple[Figures, dict]:
+def figures_of(parts: list[PodParts], window: Window, history: History) -> tuple[BaseFigures, dict]:
     """The figures of one pod or of several together (the fleet), and the TTFT quantiles' buckets."""
     total = _added([p for p in parts if p.pulled is not None], "total")  # the pods whose tokens are split by source
     ttft, resolution = _ttft(parts, window, history)
@@ -223,7 +240,7 @@ def figures_of(parts: list[PodParts], window: Window, history: History) -> tuple
         if success is None
         else Observed(value=success.value / window.seconds, samples=success.samples)
     )
-    figures = Figures(
+    figures = BaseFigures(
         pull_share=_share(_added(parts, "pulled"), total, "pull share"),
         local_hit_share=_share(_added(parts, "local"), total, "local hits"),
         computed_share=_share(_added(parts, "computed"), total, "computed"),

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal
+import math
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 OBSERVE_SCHEMA: Final = "kvcal.observe/1"
 FIGURE_NAMES = (
@@ -18,6 +19,12 @@ FIGURE_NAMES = (
     "queue_p90",
     "requests_per_s",
 )
+COST_NAMES = ("pull_ms_per_token", "pull_bytes_per_s", "pull_failure_rate", "prefill_ms_per_token")
+"""The production costs (kvcal.observe.costs; their series and ratios in kvcal.observe.catalog)."""
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 class Observed(BaseModel):
@@ -28,8 +35,18 @@ class Observed(BaseModel):
     samples: int = Field(ge=0, description="Counters and the queue: the scrapes read; TTFT: the requests observed.")
     missing: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_number_is_missing(cls, data: Any) -> Any:
+        """A value that is not a finite number is no figure: missing, with the reason (never NaN in a record)."""
+        if isinstance(data, dict) and data.get("value") is not None and not _finite(data["value"]):
+            return {**data, "value": None, "missing": data.get("missing") or f"not a finite number ({data['value']})"}
+        return data
 
-class Figures(BaseModel):
+
+class BaseFigures(BaseModel):
+    """The shares, bytes, TTFT, queue and rate (kvcal.observe.figures)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     pull_share: Observed = Field(description="Share of prompt tokens served from a peer.")
     local_hit_share: Observed = Field(description="Share of prompt tokens from the pod's own caches.")
@@ -40,6 +57,22 @@ class Figures(BaseModel):
     ttft_p99_ms: Observed
     queue_p90: Observed = Field(description="p90 of the waiting requests, every scrape of every pod pooled.")
     requests_per_s: Observed
+
+
+class Figures(BaseFigures):
+    """Every figure of a pod or of the fleet: the base figures and the production costs."""
+
+    pull_ms_per_token: Observed = Field(
+        description="The pulling engine's transfer time per pulled token (NIXL: over TP ranks, divided by TP): "
+        "the wire's share of a pull, not its TTFT."
+    )
+    pull_bytes_per_s: Observed = Field(description="Bytes the pulls moved over their transfer time.")
+    pull_failure_rate: Observed = Field(
+        description="NIXL: failed over attempted transfers; P2P tier: failed promotion jobs over attempted chunks."
+    )
+    prefill_ms_per_token: Observed = Field(
+        description="Prefill time per computed prompt token; missing on P/D decode pods."
+    )
 
 
 class _Named(BaseModel):
@@ -60,11 +93,45 @@ class TimeWindow(BaseModel):
 class Check(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
+    pod: str | None = Field(None, description="The pod the check is about; null: fleet-wide.")
     observed: float | None
     predicted: list[float] | None = Field(description="[low, high]: the prediction's interval, before the tolerance.")
     tolerance: str
     verdict: Literal["ok", "outside", "unknown"]
     reason: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_value_is_unknown(cls, data: Any) -> Any:
+        """NaN never passes a gate: a verdict on an observed value or a prediction that is not a finite number
+        is ``unknown`` (every check of observe is built through here, whichever module judges it)."""
+        if isinstance(data, dict) and data.get("verdict") in ("ok", "outside"):
+            numbers = [data.get("observed"), *(data.get("predicted") or [])]
+            if not all(_finite(x) for x in numbers):
+                return {**data, "verdict": "unknown", "reason": f"no finite value to judge ({data.get('reason')})"}
+        return data
+
+
+class Proposal(BaseModel):
+    """``--propose``: the threshold the production costs imply, beside the deployed one (kvcal.observe.propose)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    threshold: int | None = Field(description="emit-config's threshold on the fit adjusted to production costs.")
+    interval: list[int | None] | None = Field(
+        description="[low, high] from batch means over the window's sub-windows; null end: no P2P there."
+    )
+    deployed: int | None = Field(description="The deployed threshold (--deployed or --values), when given.")
+    regret_pct_of_deployed: float | None = Field(
+        description="Expected regret of the deployed threshold on the adjusted fit, % of TTFT: what the move is worth."
+    )
+    regret_ms_of_deployed: float | None = None
+    pull_ms_per_token_delta: float | None = Field(
+        description="Production minus calibration transfer time per token, added to the pull slope."
+    )
+    prefill_ratio: float | None = Field(description="Production over calibration prefill time per token.")
+    batches: int = Field(ge=0, description="Sub-windows the interval's batch means are taken over.")
+    pulls: float = Field(ge=0, description="Pulls in the window (NIXL transfers per rank, P2P-tier chunks).")
+    refused: str | None = Field(None, description="Why no threshold is proposed (exit 3), when none is.")
 
 
 class ObserveResult(BaseModel):
@@ -84,3 +151,4 @@ class ObserveResult(BaseModel):
     checks: list[Check] = Field(default_factory=list)
     remeasure: list[str] = Field(default_factory=list, description="What to measure again for each check outside.")
     notes: list[str] = Field(default_factory=list)
+    proposal: Proposal | None = Field(None, description="--propose: the threshold the production costs imply.")

@@ -12,13 +12,22 @@ from pathlib import Path
 from kvcal import __version__
 from kvcal.emit.deployed_values import read_threshold
 from kvcal.emit.formats import load_input
-from kvcal.errors import InputError, KvcalError
-from kvcal.fleet.result import FleetResult
+from kvcal.errors import InputError, KvcalError, NoThreshold
+from kvcal.fit.io import write_fit
+from kvcal.fleet.result import FleetResult, checked_result
+from kvcal.observe.catalog import COST_FAMILIES, COST_QUERIES
 from kvcal.observe.checks import Prediction, bytes_check, fleet_checks, fleet_row, remeasure
-from kvcal.observe.client import PrometheusClient
-from kvcal.observe.figures import fetch, figures_of, history_of, pod_parts
-from kvcal.observe.result import FIGURE_NAMES, Figures, ObserveResult, PodFigures, TimeWindow
-from kvcal.observe.series import Window
+from kvcal.observe.client import PrometheusClient, query_budget
+from kvcal.observe.costs import CostReader, PodCosts, combined, observed
+from kvcal.observe.drift import NO_ENGINE_SIDE, Subject, busy_reason, drift_checks
+from kvcal.observe.drift import remeasure as drift_remeasure
+from kvcal.observe.figures import PodParts, fetch, figures_of, history_of, pod_parts
+from kvcal.observe.propose import Proposed, measure_production, propose
+from kvcal.observe.result import COST_NAMES, FIGURE_NAMES, Figures, ObserveResult, PodFigures, TimeWindow
+from kvcal.observe.series import History, Window
+from kvcal.outputs import check_output, is_stdout
+from kvcal.records_engine import ProposedFrom
+from kvcal.redact import redact_url
 from kvcal.userfiles import check_input, read_text
 
 MAX_WINDOW_S = 31 * 86_400
@@ -44,6 +53,13 @@ class ObserveConfig:
     fleet_path: Path | None = None
     deployed: int | None = None
     values_path: Path | None = None
+    propose: bool = False
+    propose_fit: Path | None = None
+
+    @property
+    def proposing(self) -> bool:
+        """--propose, or --propose-fit (which writes what --propose decides on)."""
+        return self.propose or self.propose_fit is not None
 
 
 def parse_duration(text: str, flag: str = "--since") -> float:
@@ -106,8 +122,6 @@ def load_prediction(config: ObserveConfig) -> Prediction:
     """The fit and the fleet row's threshold, read and checked before Prometheus is asked anything."""
     if config.deployed is not None and config.values_path is not None:
         raise InputError("give --deployed or --values, not both")
-    if config.fleet_path is None and (config.deployed is not None or config.values_path is not None):
-        raise InputError("--deployed and --values name a row of --fleet: give --fleet too")
     deployed = config.deployed
     if config.values_path is not None:
         deployed = read_threshold(check_input(config.values_path, f"values file {config.values_path}"))
@@ -121,7 +135,7 @@ def load_prediction(config: ObserveConfig) -> Prediction:
     if config.fleet_path is not None:
         text = read_text(check_input(config.fleet_path, f"fleet result {config.fleet_path}"))
         try:
-            fleet = FleetResult.model_validate_json(text)
+            fleet = checked_result(FleetResult.model_validate_json(text), str(config.fleet_path))
         except ValueError as err:
             raise InputError(
                 f"{config.fleet_path} is not a kvcal fleet --json result: {str(err).splitlines()[0]}"
@@ -129,13 +143,27 @@ def load_prediction(config: ObserveConfig) -> Prediction:
         if deployed is not None:  # checked above: --fleet comes with a deployed threshold
             fleet_row(fleet, deployed)
     fit = load_input(config.fit_path) if config.fit_path is not None else None
+    if config.proposing:
+        _check_proposable(config, fit)
     return Prediction(fit=fit, fleet=fleet, deployed=deployed)
+
+
+def _check_proposable(config: ObserveConfig, fit) -> None:
+    """--propose needs a fit whose engine side records the pull cost; --propose-fit a place to write."""
+    if fit is None:
+        raise InputError("--propose moves a calibration to production costs: give --fit FIT (a fit.json or run folder)")
+    if fit.engine_side is None or fit.engine_side.pull_ms_per_token is None:
+        raise InputError(f"--propose: {config.fit_path}: " + NO_ENGINE_SIDE.format(leg="pull"))
+    if config.propose_fit is not None:
+        if is_stdout(config.propose_fit):
+            raise InputError("--propose-fit needs a file name (the report goes to standard output)")
+        check_output(config.propose_fit, "--propose-fit", [config.fit_path])
 
 
 def _notes(pods: list[PodFigures], fleet: Figures) -> list[str]:
     """A fleet figure that some pods could not give: which, and why (the fleet's figure counts the others)."""
     notes = []
-    for name in FIGURE_NAMES:
+    for name in (*FIGURE_NAMES, *COST_NAMES):
         lacking = [p for p in pods if getattr(p, name).value is None]
         if lacking and getattr(fleet, name).value is not None:
             notes.append(
@@ -154,19 +182,27 @@ def run_observe(config: ObserveConfig, now: float | None = None, transport=None)
     selector = parse_selector(config.selector)
     window = resolve_window(config, time.time() if now is None else now)
     prediction = load_prediction(config)
-    with PrometheusClient(config.prometheus, transport=transport) as client:
+    with PrometheusClient(
+        config.prometheus, transport=transport, total_deadline_s=query_budget(window.seconds)
+    ) as client:
         client.check(window.end)
-        fetched = fetch(client, window, selector)
+        fetched = fetch(client, window, selector, COST_QUERIES, COST_FAMILIES)
     history = history_of(fetched)
+    ranks, notes = _ranks(prediction)
+    reader = CostReader.of(fetched, history, ranks)
+    costs = reader.pods(window)
     parts = pod_parts(fetched, window)
-    pods = [PodFigures(name=name, **figures_of([p], window, history)[0].model_dump()) for name, p in parts.items()]
-    fleet, buckets = figures_of(list(parts.values()), window, history)
+    pods = [_pod(name, parts[name], costs[name], window, history) for name in parts]
+    fleet_costs = combined(list(costs.values()))
+    fleet, buckets = _figures(list(parts.values()), fleet_costs, window, history)
     checks = []
     if prediction.fit is not None:
         checks.append(bytes_check(prediction.fit, fleet.bytes_per_pulled_token))
+        subjects = [Subject(p.name, p, costs[p.name]) for p in pods] + [Subject(None, fleet, fleet_costs)]
+        checks += drift_checks(prediction.fit, subjects, fleet.queue_p90)
     if prediction.fleet is not None and prediction.deployed is not None:
         checks += fleet_checks(fleet_row(prediction.fleet, prediction.deployed), fleet, buckets)
-    notes = (
+    notes += _cost_notes(costs) + (
         _notes(pods, fleet)
         if parts
         else [
@@ -174,15 +210,82 @@ def run_observe(config: ObserveConfig, now: float | None = None, transport=None)
             ": is the fleet scraped, and does --selector name it?"
         ]
     )
-    return ObserveResult(
+    result = ObserveResult(
         kvcal_version=__version__,
-        prometheus=config.prometheus,
+        prometheus=redact_url(config.prometheus),
         selector=selector,
         window=TimeWindow(start=_rfc3339(window.start), end=_rfc3339(window.end)),
         pods=pods,
         fleet=fleet,
         ttft_buckets_ms=buckets,
         checks=checks,
-        remeasure=remeasure(checks, prediction, fleet.requests_per_s.value),
+        remeasure=drift_remeasure(checks) + remeasure(checks, prediction, fleet.requests_per_s.value),
         notes=notes,
     )
+    return _proposed(config, result, prediction, reader, window) if config.proposing else result
+
+
+def _figures(parts: list[PodParts], costs: PodCosts, window: Window, history: History) -> tuple[Figures, dict]:
+    """The figures of one pod or of several together (the fleet), and the TTFT quantiles' buckets."""
+    base, buckets = figures_of(parts, window, history)
+    return Figures(**base.model_dump(), **observed(costs)), buckets
+
+
+def _pod(name: str, parts: PodParts, costs: PodCosts, window: Window, history: History) -> PodFigures:
+    return PodFigures(name=name, **_figures([parts], costs, window, history)[0].model_dump())
+
+
+def _ranks(prediction: Prediction) -> tuple[int, list[str]]:
+    """The TP size NIXL's pooled transfer time is divided by: the fit's, else 1 with a note."""
+    fit = prediction.fit
+    if fit is not None and fit.setup.tensor_parallel_size:
+        return fit.setup.tensor_parallel_size, []
+    return 1, [
+        "pull_ms_per_token: NIXL sums its transfer time over the tensor-parallel ranks; TP 1 is assumed (give --fit "
+        "with a fit that records the engines' tensor-parallel size)"
+    ]
+
+
+def _cost_notes(costs: dict[str, PodCosts]) -> list[str]:
+    notes = [note for c in costs.values() for note in c.notes]
+    if any(c.kind == "p2p-tier" for c in costs.values()):
+        notes.append(
+            "pull_failure_rate on P2P-tier pods: failed promotion jobs over attempted chunks (the tier counts no "
+            "jobs), a lower bound of the jobs' failure rate"
+        )
+    return notes
+
+
+def _proposed(
+    config: ObserveConfig, result: ObserveResult, prediction: Prediction, reader: CostReader, window: Window
+) -> ObserveResult:
+    """``--propose``: the threshold the production costs imply, and ``--propose-fit``'s file."""
+    fit = prediction.fit
+    assert fit is not None  # load_prediction checked it
+    production = measure_production(reader, window, fit, busy_reason(fit, result.fleet.queue_p90))
+    provenance = ProposedFrom(
+        prometheus=config.prometheus,
+        selector=result.selector,
+        window_start=result.window.start,
+        window_end=result.window.end,
+        base_fit=str(config.fit_path) if config.fit_path is not None else None,
+        pull_ms_per_token_delta=0.0,
+        prefill_ratio=1.0,
+    )
+    done: Proposed = propose(fit, production, window, provenance, prediction.deployed)
+    notes = [*result.notes, *production.notes]
+    if config.propose_fit is not None and done.fit is not None:
+        write_fit(done.fit, config.propose_fit)
+        notes.append(f"--propose-fit: wrote the adjusted fit to {config.propose_fit}")
+    return result.model_copy(update={"proposal": done.proposal, "notes": notes})
+
+
+def exit_error(result: ObserveResult) -> KvcalError | None:
+    """What the command exits with: 1 when a check is outside (drift first), 3 when --propose could not propose."""
+    outside = [c for c in result.checks if c.verdict == "outside"]
+    if outside:
+        named = ", ".join(c.name + (f" ({c.pod})" if c.pod else "") for c in outside)
+        return FleetOutsidePrediction(f"{named} outside the prediction: " + "; ".join(result.remeasure))
+    if result.proposal is not None and result.proposal.refused is not None:
+        return NoThreshold(result.proposal.refused)
+    return None

@@ -14,10 +14,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from kvcal.errors import InputError
-from kvcal.fleet.result import Figure, FleetResult, FleetRow
+from kvcal.fleet.result import Figure, FleetResult, FleetRow, checked_result
 from kvcal.page.html import bullets, cell, figure, fmt, key_values, paragraph, section, table, tag
 from kvcal.page.svg import Chart, Line, Mark, Point, Points, Style, chart_figure
-from kvcal.userfiles import read_text
+from kvcal.userfiles import load_json, read_text
 
 NAV = (("verdict", "Recommendation"), ("plot", "Plots"), ("whatif", "What-if table"), ("keys", "Every key"))
 LOAD_LOOK = (
@@ -33,7 +33,7 @@ def load_fleet(path: Path) -> FleetResult:
     """A ``kvcal fleet --json`` result; InputError naming the file when it is not one."""
     text = read_text(path, f"fleet result {path}")
     try:
-        return FleetResult.model_validate(json.loads(text))
+        return checked_result(FleetResult.model_validate(load_json(text)), str(path))
     except (json.JSONDecodeError, RecursionError):
         raise InputError(
             f"{path}: not a kvcal fleet result (not JSON; write one with `kvcal fleet ... --json > fleet.json`)"

@@ -31,12 +31,12 @@ from kvcal.fit.entry import curve_ms
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.tables import ProbeTable, load_class_table
 from kvcal.fit_record import FIT_DEFAULTS, FitResult, FitSettings, SlowMode
-from kvcal.outputs import replacing, written_through
+from kvcal.outputs import check_plot_name, replacing
 from kvcal.report.plot_load import cost_model_line, draw_by_state
+from kvcal.terminal_text import visible
 
 log = logging.getLogger(__name__)
 
-FORMATS = (".png", ".svg")
 LEG_COLORS = {"recompute": "tab:red", "pull": "tab:blue"}
 LEG_STYLE = {"recompute": ("-", "o"), "pull": ("--", "^")}
 CLASS_COLORS = (
@@ -62,8 +62,7 @@ def plot_input(
     ``log_x`` None: a log length axis when :func:`crossover_near_short_end`, else linear.
     """
     out = Path(output)
-    if out.suffix.lower() not in FORMATS and not written_through(out):  # stdout, a device, a FIFO: PNG
-        raise InputError(f"{out}: the plot format is chosen by extension; use .png or .svg")
+    check_plot_name(out, str(out))
     found = load_fit_input(path)
     fit, table = found.fitted(settings), found.table
     log_x = crossover_near_short_end(fit) if log_x is None else log_x
@@ -153,6 +152,7 @@ def _label_axes(top: Axes, bottom: Axes, log_x: bool, *, legend_size: str) -> No
 def default_title(fit: FitResult) -> str:
     setup = fit.setup
     what = " / ".join(str(v) for v in (setup.model, setup.transport, setup.engine) if v) or str(fit.source.path or "")
+    what = visible(what)  # names from a file: shown as written, control characters escaped
     if fit.break_even_tokens is None:
         be = "no break-even"
     else:

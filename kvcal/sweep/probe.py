@@ -172,5 +172,6 @@ def attempt_once(ctx: ProbeContext, planned: PlannedProbe, attempt: int, *, sess
         overhead_ms=measured.overhead_ms if measured.overhead_ms is not None else max(wall_ms - engine_ms, 0.0),
         valid=reason is None,
         metrics_delta=measured.metrics_delta,
+        engine_side=measured.engine_side,
         **shared,
     )

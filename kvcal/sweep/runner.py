@@ -17,7 +17,7 @@ from kvcal.engines.base import EnginePair
 from kvcal.engines.pairset import PairSet
 from kvcal.engines.sim import SimPair
 from kvcal.engines.vllm import pair_from_config
-from kvcal.errors import InputError
+from kvcal.errors import EngineError, InputError
 from kvcal.provenance import host_provenance, utc_now
 from kvcal.run_manifest import RunManifest
 from kvcal.runfolder import RunFolder, completed_probe_ids
@@ -91,7 +91,9 @@ def build_manifest(config: SweepConfig, run: RunFolder, pair: EnginePair, plan: 
     provenance = host_provenance()
     provenance["engine"] = pair.describe()
     created_at = utc_now()
-    setup = pair.setup().model_copy(update={"model": config.engine.model_label, "created_at": created_at})
+    setup = pair.setup().model_copy(
+        update={"model": config.engine.model_label, "created_at": created_at, "max_model_len": _served_length(pair)}
+    )
     return RunManifest(
         name=run.path.name,
         created_at=created_at,
@@ -101,6 +103,14 @@ def build_manifest(config: SweepConfig, run: RunFolder, pair: EnginePair, plan: 
         provenance=provenance,
         plan=plan,
     )
+
+
+def _served_length(pair: EnginePair) -> int | None:
+    """The longest context the started pair serves (emit-config's work-range labels end there); None if unknown."""
+    try:
+        return int(pair.max_model_len)
+    except EngineError:
+        return None
 
 
 def prepare_run(config: SweepConfig, resume: bool) -> tuple[SweepConfig, RunFolder, list[PlannedProbe] | None]:

@@ -14,6 +14,7 @@ judged "given"; defaults never conflict.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def check_settings(config: SweepConfig) -> None:
     engine = config.engine
 
     def stray(mark: str) -> str:
-        return ", ".join(flag_of(name) for name in marked(mark) if name in given)
+        return ", ".join(strays(given, mark, flag_of))
 
     check_run_name(config.output.name)
     check_pairs(config)
@@ -79,21 +80,41 @@ def check_settings(config: SweepConfig) -> None:
         raise InputError(
             f"{flags} configure(s) engines kvcal launches; with --producer-url/--consumer-url the engines already run"
         )
+    if flags := stray("producer_side_channel"):
+        side_channel_only(engine.transport, flags)
+
+
+def strays(given: set[str], mark: str, named: Callable[[str], str] = str) -> list[str]:
+    """The settings among ``given`` that carry ``mark`` (:mod:`kvcal.settings`), each as ``named`` shows it."""
+    return [named(name) for name in marked(mark) if name in given]
+
+
+def side_channel_only(transport: str, flags: str) -> None:
+    """Refuse the producer's side-channel settings (``flags``, as given) for a transport whose pull never names it."""
     transports = available()
-    if not transports[engine.transport].pull_names_producer and (flags := stray("producer_side_channel")):
+    if not transports[transport].pull_names_producer:
         naming = " or ".join(sorted(name for name, t in transports.items() if t.pull_names_producer))
         raise InputError(f"{flags} apply to --transport {naming} only")
 
 
 def check_pairs(config: SweepConfig) -> None:
-    """Each pair of a campaign over pairs: vLLM pairs attach (both URLs, well formed, two engines); simulated pairs
-    name no URL (they would be ignored) and vLLM pairs no sim curves."""
+    """Each pair of a campaign over pairs, by the same marks as the flags: vLLM pairs attach (both URLs, well formed,
+    two engines), simulated pairs name no engine setting (it would be ignored), vLLM pairs no sim curves, and the
+    producer's side channel only for a transport whose pull names it."""
     for pair in config.pairs or ():
         urls = (pair.producer_url, pair.consumer_url)
+        given = pair.model_fields_set
         if config.engine.kind == "sim":
             if any(urls):
                 raise InputError(f"pair {pair.name}: --engine sim attaches to no engine; drop its URLs")
+            if keys := strays(given, "engine_only"):
+                raise InputError(f"pair {pair.name}: {', '.join(keys)} do(es) not apply to --engine sim")
             continue
+        if keys := strays(given, "producer_side_channel"):
+            try:
+                side_channel_only(config.engine.transport, ", ".join(keys))
+            except InputError as err:
+                raise InputError(f"pair {pair.name}: {err}") from None
         if None in urls:
             raise InputError(
                 f"pair {pair.name}: give both producer_url and consumer_url (a campaign over pairs "
@@ -121,7 +142,7 @@ def load_pairs_file(path: Path) -> list[dict[str, Any]]:
     if set(data) != {"pairs"}:
         unknown = ", ".join(sorted(map(str, set(data) - {"pairs"})))
         raise InputError(f"--pairs {path}: unknown top-level key(s) {unknown}")
-    return [_underscored(p) for p in pairs]
+    return [_underscored(p, f"--pairs {path}: pair {p.get('name', i + 1)}", PAIR_ALIASES) for i, p in enumerate(pairs)]
 
 
 def check_resume(stored: SweepConfig, requested: SweepConfig) -> None:
@@ -163,16 +184,29 @@ def load_campaign_file(path: Path) -> dict[str, Any]:
         raise InputError(f"campaign file {path} holds no settings (it is empty)")
     if not isinstance(data, dict):
         raise InputError(f"campaign file {path} must be a mapping of settings, got {type(data).__name__}")
-    settings = _underscored(data)
+    settings = _underscored(data, f"campaign file {path}")
     for name, value in settings.items():  # a nested block (sim:) takes dashes too, as the top level does
         annotation = flat_field(name).annotation if name in PATHS else None
         if isinstance(value, dict) and isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            settings[name] = _underscored(value)
+            settings[name] = _underscored(value, f"campaign file {path}: {name}")
     return settings
 
 
-def _underscored(data: dict[Any, Any]) -> dict[str, Any]:
-    return {str(key).replace("-", "_"): value for key, value in data.items()}
+PAIR_ALIASES = {"link_class": "class"}  # a pair's class may be spelled as its field's name too (PairSpec)
+
+
+def _underscored(data: dict[Any, Any], where: str, aliases: dict[str, str] | None = None) -> dict[str, Any]:
+    """``data`` with dashes in keys read as underscores (and ``aliases`` as the name the record reads); two spellings
+    of one key (``producer-url`` and ``producer_url``) are refused, not one kept silently."""
+    out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        name = (aliases or {}).get(name, name)
+        if name in spelled:
+            raise InputError(f"{where}: '{spelled[name]}' and '{key}' are one setting; give it once")
+        spelled[name], out[name] = str(key), value
+    return out
 
 
 def resolve_config(file_settings: dict[str, Any], flag_settings: dict[str, Any]) -> SweepConfig:

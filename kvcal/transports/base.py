@@ -23,11 +23,17 @@ engine is producer and consumer).
   which sample names in order of preference: names drift between vLLM versions). The
   first is the transport's own counter: where an engine has it, only it proves a pull;
   the others stand in on engines without it, and each probe records which one proved it;
+- ``pull_time``: where the pulling engine counts its transfers' own time, bytes and
+  tokens (the engine side of a pull, :class:`PullTime`), None where it does not;
 - ``needs_gpu``: checked before anything is launched;
 - ``pull_names_producer``: whether the pull request names the producer's side channel;
 - ``aliases``, ``deployment``, ``cpu_tier``: the other names it goes by, the llm-d
   deployment shape that carries it, and whether it keeps a CPU tier per engine (emit
-  and validation ask these instead of comparing names).
+  and validation ask these instead of comparing names);
+- ``recompute_threshold_key`` / ``recompute_threshold_applies``: the extra-config key under
+  which the engine's connector reads its own pull-or-recompute threshold, and where that
+  connector applies it (empty: the connector has no such knob); the ``recompute_threshold``
+  option (tokens) puts a value there.
 
 Adding a transport is one new module in this package that defines ``TRANSPORT``.
 """
@@ -88,6 +94,22 @@ class BytesMetric:
     family_prefix: str | None = None
 
 
+@dataclass(frozen=True)
+class PullTime:
+    """Where the pulling engine counts what its pulls cost on the wire (not the TTFT): time, bytes, transfers, tokens.
+
+    ``pooled_over_ranks``: the time sums every tensor-parallel rank's transfer of one pull
+    (NIXL's histograms), so a pull's wall time is the sum over TP.
+    """
+
+    role: Role
+    time: MetricRef
+    bytes: MetricRef
+    tokens: MetricRef
+    transfers: MetricRef | None = None
+    pooled_over_ranks: bool = False
+
+
 class Transport(ABC):
     """One way to move KV from producer to consumer; see the module docstring."""
 
@@ -97,6 +119,8 @@ class Transport(ABC):
     hold_settle_metrics: ClassVar[tuple[MetricRef, ...]] = ()
     # Tokens the consumer took from the transport (a second proof beside the bytes), if counted.
     tokens_metric: ClassVar[MetricRef | None] = None
+    # Where the pulling engine counts its transfers' time (the engine side of a pull), if it does.
+    pull_time: ClassVar[PullTime | None] = None
     # True when the pull request must name the producer's side channel itself (attach
     # mode then needs it from the user); False when the producer's answer carries it.
     pull_names_producer: ClassVar[bool] = False
@@ -107,6 +131,10 @@ class Transport(ABC):
     deployment: ClassVar[str] = "pd"
     # True when each engine keeps a CPU tier sized by the ``cpu_bytes_to_use`` option.
     cpu_tier: ClassVar[bool] = False
+    # The connector's own pull-or-recompute threshold: its kv_connector_extra_config key, and
+    # where the connector applies it (comment lines for a deployment); "" / (): no such knob.
+    recompute_threshold_key: ClassVar[str] = ""
+    recompute_threshold_applies: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options = dict(options or {})

@@ -35,14 +35,15 @@ engine with tier metrics only that counter proves a pull: its CPU-to-GPU load co
 {transfer_type="CPU_to_GPU"}``) count every load, a hit in the consumer's own CPU tier
 included. They stand in only on an engine without tier metrics (another vLLM version),
 and the probe's ``bytes_metric`` then names them. Tokens served from the tier:
-``vllm:prompt_tokens_cached_by_source_total{source="p2p"}``.
+``vllm:prompt_tokens_cached_by_source_total{source="p2p"}``; the time the tier's reads took,
+``vllm:kv_offload_tiering_read_time_total`` on the same tier label (the engine side of a pull).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kvcal.transports.base import BytesMetric, MetricRef, Role, SideChannel, Transport
+from kvcal.transports.base import BytesMetric, MetricRef, PullTime, Role, SideChannel, Transport
 
 P2P_PORT = 7777
 """The P2P listener port of a deployed engine: the router's sidecar always tells the consumer to pull from it
@@ -54,6 +55,8 @@ KV_EVENTS_POD_PORT = "8000"  # the guide's topic names the routing sidecar's por
 P2P_TOKENS = MetricRef("vllm:prompt_tokens_cached_by_source_total", (("source", "p2p"),))
 P2P_READ_BYTES = MetricRef("vllm:kv_offload_tiering_read_bytes_total", (("tier", "*:p2p"),))
 """The P2P tier's own read counter, whatever the tier's position (vLLM 0.33: ``tier="1:p2p"``)."""
+P2P_READ_TIME = MetricRef("vllm:kv_offload_tiering_read_time_total", (("tier", "*:p2p"),))
+"""Seconds the consumer spent reading from the P2P tier (``TieringOffloadingMetrics.READ_TIME``, vLLM 0.32/0.33)."""
 
 
 class P2pTier(Transport):
@@ -76,6 +79,7 @@ class P2pTier(Transport):
         ),
     )
     tokens_metric = P2P_TOKENS
+    pull_time = PullTime(Role.CONSUMER, time=P2P_READ_TIME, bytes=P2P_READ_BYTES, tokens=P2P_TOKENS)
     hold_settle_metrics = (
         MetricRef("vllm:kv_offload_store_bytes_total"),
         MetricRef("vllm:kv_offload_total_bytes_total", (("transfer_type", "GPU_to_CPU"),)),

@@ -17,7 +17,8 @@ from kvcal.observe.client import QUERY_DEADLINE_S
 SCRIPT = Path(os.environ.get("KVCAL_CLI") or Path(sys.executable).with_name("kvcal"))
 pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason=f"no installed kvcal script at {SCRIPT}")
 FIGURES = {"pull_share", "local_hit_share", "computed_share", "bytes_per_pulled_token", "ttft_p50_ms", "ttft_p90_ms",
-           "ttft_p99_ms", "queue_p90", "requests_per_s"}
+           "ttft_p99_ms", "queue_p90", "requests_per_s", "pull_ms_per_token", "pull_bytes_per_s", "pull_failure_rate",
+           "prefill_ms_per_token"}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def test_the_json_contract(prom):
         assert set(figure) == {"value", "samples", "missing"}
         assert (figure["value"] is None) == (figure["missing"] is not None)
     assert sorted(p["name"] for p in out["pods"]) == ["127.0.0.1:9103", "pod-a", "pod-b"]
-    assert out["checks"] == []
+    assert out["checks"] == [] and out["proposal"] is None
 
 
 @pytest.mark.parametrize("mode, code", [("", 0), ("garbage", 2), ("notfound", 2), ("unavailable", 4)])
@@ -61,3 +62,33 @@ def test_a_server_that_hangs_ends_at_the_query_deadline_with_exit_4(prom):
     done = _kvcal("--prometheus", prom.url("hang"), "--since", "15m")
     assert done.returncode == 4 and f"within {QUERY_DEADLINE_S:g} s" in done.stderr
     assert time.monotonic() - started < QUERY_DEADLINE_S + 30  # a bound, not a timing: it would be 120 s without one
+
+
+def test_drift_and_the_proposal_through_the_installed_script(tmp_path):
+    """Issue 53's contract: checks named per pod (null fleet-wide), the proposal's keys, exit 1 before 3."""
+    import fake_costs_fleet
+    from kvcal.fit.io import write_fit
+
+    server = FakePrometheus(fake_costs_fleet.cost_fleet)
+    fit = write_fit(fake_costs_fleet.calibration_fit(), tmp_path / "fit.json")
+    end = server.anchor + 1.0
+    window = ["--start", f"{end - 900:.3f}", "--end", f"{end:.3f}", "--fit", str(fit), "--json"]
+    try:
+        slow = _kvcal("--prometheus", server.url(), *window, "--selector", 'pod=~"decode-slow|prefill-p"', "--propose",
+                      "--deployed", "512", "--propose-fit", str(tmp_path / "proposed.json"))
+        few = _kvcal("--prometheus", server.url(), *window, "--selector", 'pod="prefill-p"', "--propose")
+    finally:
+        server.close()
+    assert slow.returncode == 1 and "pull_cost_drift (decode-slow)" in slow.stderr
+    out = json.loads(slow.stdout)
+    for check in out["checks"]:
+        assert "pod" in check
+    names = {(c["name"], c["pod"]) for c in out["checks"]}
+    assert {("pull_cost_drift", "decode-slow"), ("pull_cost_drift", None), ("prefill_cost_drift", "prefill-p"),
+            ("prefill_cost_drift", None), ("pull_failures", "decode-slow"), ("pull_failures", None)} <= names
+    assert {"threshold", "interval", "deployed", "regret_pct_of_deployed"} <= set(out["proposal"])
+    assert out["proposal"]["deployed"] == 512 and isinstance(out["proposal"]["threshold"], int)
+    emitted = subprocess.run([str(SCRIPT), "emit-config", str(tmp_path / "proposed.json"), "--format", "json"],
+                             capture_output=True, text=True, timeout=120)
+    assert emitted.returncode == 0 and json.loads(emitted.stdout)["minCachedTokenDelta"] == out["proposal"]["threshold"]
+    assert few.returncode == 3 and "too few pulls" in few.stderr and len(few.stderr.strip().splitlines()) == 1

@@ -121,7 +121,10 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
                 "kv_connector_extra_config": {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 2**30,
                                               "cpu_bytes_to_uze": 1, "secondary_tiers": [
-                                                  {"type": "p2p", "host": "127.0.0.1", "port": 7777, "prot": 1}]}})]}
+                                                  {"type": "p2p", "host": "127.0.0.1", "port": 7777, "prot": 1}]}})],
+           "nixl-typo": ["m", "--kv-transfer-config", json.dumps(
+               {"kv_connector": "NixlConnector", "kv_role": "kv_both",
+                "kv_connector_extra_config": {"kv_recompute_treshold": 512}})]}
     argvs = [c.argv for c in commands] + [f[1] for f in fragments.values()] + list(bad.values())
     verdicts = judge("args", argvs, work)
     out: dict[str, Any] = {}
@@ -143,6 +146,10 @@ def test_the_judge_can_fail(judged: dict[str, Any]) -> None:
     assert judged["bad/bad-flag"][1]["ok"] is False and "--no-such-flag" in judged["bad/bad-flag"][1]["error"][0]
     offloading = judged["bad/unread-key"][1]["offloading"]
     assert offloading["unread"] == ["cpu_bytes_to_uze"] and offloading["tiers"][0]["unread"] == ["prot"]
+    # A misspelt threshold key is never read: vLLM's default 64 decides (511 remote tokens would be pulled).
+    nixl = judged["bad/nixl-typo"][1]["nixl"]
+    assert nixl["unread"] == ["kv_recompute_treshold"] and nixl["threshold"] == nixl["scheduler_threshold"] == 64
+    assert nixl["decisions"] == {"63": [0, False], "64": [64, True]}
 
 
 @pytest.mark.parametrize("case", SWEEP_IDS)
@@ -181,6 +188,26 @@ def test_vllm_fragments_parse_and_build_the_real_offloading_spec(judged: dict[st
         assert events["endpoint"] == "tcp://*:5556" and events["topic"].startswith(f"kv@{POD_IP}:8000@")
     else:
         assert verdict["kv_transfer_config"]["kv_buffer_device"] == "cuda"
+
+
+NIXL_FRAGMENT_IDS = [f"nixl-pd:{' '.join(o) or 'default'}" for o in FRAGMENTS["nixl-pd"]]
+
+
+@pytest.mark.parametrize("case", NIXL_FRAGMENT_IDS)
+def test_nixl_fragments_set_vllms_own_recompute_threshold(judged: dict[str, Any], case: str, tmp_path: Path) -> None:
+    """vLLM 0.33's KVTransferConfig reads back minCachedTokenDelta as kv_recompute_threshold, and its NIXL scheduler,
+    as a turn-2 prefill instance offered the decoder's blocks, recomputes threshold - 1 remote tokens and pulls threshold."""
+    fragment, verdict = judged[f"fragment/{case}"]
+    assert verdict["ok"], verdict["error"]
+    options = case.split(":", 1)[1].split() if case != "nixl-pd:default" else []
+    done = subprocess.run([KVCAL, "emit-config", str(BASELINE), "--format", "json", *options], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    threshold = json.loads(done.stdout)["minCachedTokenDelta"]
+    nixl = verdict["nixl"]
+    assert nixl["threshold"] == nixl["scheduler_threshold"] == threshold != 64, nixl  # 64: vLLM's default
+    assert nixl["unread"] == [], f"keys vLLM's NIXL scheduler never reads: {nixl['unread']}"
+    assert nixl["decisions"] == {str(threshold - 1): [0, False], str(threshold): [threshold, True]}
 
 
 def check_offloading(verdict: dict[str, Any], expect_host: str | None) -> None:

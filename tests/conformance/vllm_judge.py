@@ -13,7 +13,11 @@ from kvcal: what it judges is only what kvcal printed.
   spec factory, with the parsed block size and parallel sizes) and each secondary tier
   through vLLM's tier factory; the P2P tier's NIXL and ZMQ transports, the only parts
   that need a NIC and the nixl library, are stand-ins that record what they are given.
-  Every key of the extra config is watched: a key no code read is reported.
+  Every key of the extra config is watched: a key no code read is reported. A
+  ``NixlConnector`` config builds vLLM's NIXL scheduler (``NixlPullConnectorScheduler``)
+  and asks it, as the prefill instance of a second turn (the decoder's blocks offered,
+  16 blocks cached locally), whether it pulls ``kv_recompute_threshold`` - 1 and
+  ``kv_recompute_threshold`` remote tokens (``get_num_new_matched_tokens``).
 - ``metrics``: /metrics pages written by vLLM's Prometheus logger (``PrometheusStatLogger``)
   for a config.json model, with counters driven through vLLM's own stats objects.
 
@@ -102,6 +106,8 @@ def judge_args(argv: list[str], parser, commands) -> dict[str, Any]:
                                      "kv_connector_extra_config": kv.kv_connector_extra_config}
         if kv.kv_connector == "OffloadingConnector":
             out["offloading"] = judge_offloading(kv, engine)
+        elif kv.kv_connector == "NixlConnector":
+            out["nixl"] = judge_nixl(kv, engine.block_size or 16)
     events = engine.kv_events_config
     if events is not None:
         out["kv_events_config"] = {"type": type(events).__name__, "enable_kv_cache_events": events.enable_kv_cache_events,
@@ -180,6 +186,39 @@ def judge_offloading(kv, engine) -> dict[str, Any]:
     report["transports"] = bound
     # The scheduler-side connector reads these through the spec's attributes, set above from the mapping.
     report["unread"] = sorted(k for k in extra if k not in read)
+    return report
+
+
+def judge_nixl(kv, block_size: int) -> dict[str, Any]:
+    """vLLM's NIXL scheduler built from the parsed config: the threshold it reads, the keys it leaves unread, and
+    its answer (tokens to load, asynchronously?) for a turn-2 request offering T - 1 and T remote tokens."""
+    import torch
+    from vllm.config import CacheConfig, VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler import NixlPullConnectorScheduler
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.request import Request
+
+    extra = dict(kv.kv_connector_extra_config)
+    read: set[str] = set()
+    report: dict[str, Any] = {"threshold": kv.get_from_extra_config("kv_recompute_threshold", 64)}
+    kv.kv_connector_extra_config = WatchedMapping(extra, read)
+    config = VllmConfig(kv_transfer_config=kv, cache_config=CacheConfig(block_size=block_size))
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=8, head_size=32, dtype=torch.bfloat16)
+    groups = [KVCacheGroupSpec(["model.layers.0.self_attn"], spec)]
+    scheduler = NixlPullConnectorScheduler(config, "kvcal-prefill", KVCacheConfig(100, [], groups))
+    report["scheduler_threshold"] = scheduler.kv_recompute_threshold
+    report["unread"] = sorted(set(extra) - read)
+    cached = 16 * block_size  # turn 1's prompt, in the prefill instance's own prefix cache
+    report["decisions"] = {}
+    for remote in (report["threshold"] - 1, report["threshold"]):
+        params = {"do_remote_prefill": False, "do_remote_decode": True, "remote_block_ids": [list(range(40))],
+                  "remote_engine_id": "kvcal-decode", "remote_request_id": "turn-1", "remote_host": "10.1.2.4",
+                  "remote_port": 5600, "tp_size": 1, "remote_num_tokens": cached + remote}
+        prompt = list(range(cached + remote + 32))  # turn 1, what the decoder generated, the user's next words
+        request = Request(f"turn-2-{remote}", prompt, SamplingParams(max_tokens=1, extra_args={"kv_transfer_params": params}),
+                          None)
+        report["decisions"][str(remote)] = list(scheduler.get_num_new_matched_tokens(request, cached))
     return report
 
 

@@ -3,8 +3,9 @@
 The exporters (prometheus_client, as vLLM's own loggers use it) emit vLLM 0.33's metric
 names and labels for three pods: ``pod-a`` with the P2P tier, ``pod-b`` with NIXL P/D that
 restarts mid-window (a new process: every counter begins again at zero), and one without
-P2P and without a ``pod`` label (named by its instance). The test knows every count it
-made, so the figures must agree exactly; TTFT quantiles within the histogram's bucket.
+P2P and without a ``pod`` label (named by its instance); each counts its transfers' time,
+failures and prefills as vLLM names them. The test knows every count it made, so the
+figures must agree exactly; TTFT quantiles within the histogram's bucket.
 No engine runs; the whole test takes some 15 s. scripts/prometheus_env.sh installs the package.
 """
 
@@ -24,6 +25,7 @@ from prometheus_server import PROMETHEUS, SKIP_REASON, free_port, prometheus
 pytestmark = [pytest.mark.prometheus, pytest.mark.skipif(PROMETHEUS is None, reason=SKIP_REASON)]
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 KV_BYTES = 2048
+WIRE_S, PREFILL_S = 1.5e-6, 40e-6  # a pulled token's transfer time, a computed token's prefill time
 
 
 class Exporter:
@@ -48,9 +50,20 @@ class Exporter:
             reads = Counter("vllm:kv_offload_tiering_read_bytes", "", labels + ["tier"], registry=r)
             self.tier_read = reads.labels("m", "0", "1:p2p")
             reads.labels("m", "0", "0:primary")
+            self.tier_time = Counter("vllm:kv_offload_tiering_read_time", "", labels + ["tier"],
+                                     registry=r).labels("m", "0", "1:p2p")
+            self.tier_chunks = Counter("vllm:kv_offload_tiering_chunk_hits", "", labels + ["tier"],
+                                       registry=r).labels("m", "0", "1:p2p")
         if self.nixl:
             self.nixl_bytes = Histogram("vllm:nixl_bytes_transferred", "", labels, registry=r,
                                         buckets=(1e4, 1e6, 1e8)).labels("m", "0")
+            self.nixl_time = Histogram("vllm:nixl_xfer_time_seconds", "", labels, registry=r,
+                                       buckets=(0.001, 0.1, 1.0)).labels("m", "0")
+            self.nixl_failed = Counter("vllm:nixl_num_failed_transfers", "", labels, registry=r).labels("m", "0")
+        self.prefill_time = Histogram("vllm:request_prefill_time_seconds", "", labels, registry=r,
+                                      buckets=(0.01, 1.0)).labels("m", "0")
+        self.prefill_tokens = Histogram("vllm:request_prefill_kv_computed_tokens", "", labels, registry=r,
+                                        buckets=(100, 10000)).labels("m", "0")
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "", labels, buckets=TTFT_BUCKETS,
                               registry=r).labels("m", "0")
         self.waiting = Gauge("vllm:num_requests_waiting", "", labels, registry=r).labels("m", "0")
@@ -77,8 +90,16 @@ class Exporter:
         if self.tier:
             self.cached["p2p"].inc(pulled)
             self.tier_read.inc(pulled * KV_BYTES)
+        if self.tier:
+            self.tier_time.inc(pulled * WIRE_S)
+            self.tier_chunks.inc(pulled // 50)
         if self.nixl and pulled:
             self.nixl_bytes.observe(pulled * KV_BYTES)
+            self.nixl_time.observe(pulled * WIRE_S)
+            self.nixl_failed.inc(1)  # one failed transfer beside each that moved KV
+        computed_here = computed + (pulled if self.nixl else 0)  # vLLM counts a NIXL pull's tokens as computed
+        self.prefill_time.observe(computed * PREFILL_S)
+        self.prefill_tokens.observe(computed_here)
         for seconds in ttft:
             self.ttft.observe(seconds)
         self.success.inc(requests)
@@ -147,6 +168,19 @@ def test_observe_reads_exact_counts_through_a_restart_and_names_what_a_pod_lacks
     assert got["pod-a"]["bytes_per_pulled_token"]["value"] == pytest.approx(KV_BYTES)
     assert got["pod-b"]["bytes_per_pulled_token"]["value"] == pytest.approx(KV_BYTES)  # through the restart
     assert got[list(pods)[2]]["bytes_per_pulled_token"]["missing"]
+    # the production costs, through the restart (no --fit: TP 1, and a note says so)
+    for name in ("pod-a", "pod-b"):
+        assert got[name]["pull_ms_per_token"]["value"] == pytest.approx(WIRE_S * 1e3), name
+        assert got[name]["pull_bytes_per_s"]["value"] == pytest.approx(KV_BYTES / WIRE_S), name
+    assert got["pod-a"]["pull_failure_rate"]["value"] == 0.0  # no failure series: none failed
+    transfers = 2 * 8  # pod-b pulls once in each of the 16 rounds (not in its lone request after the restart)
+    assert got["pod-b"]["pull_failure_rate"]["value"] == pytest.approx(transfers / (2 * transfers))
+    assert got["pod-b"]["pull_failure_rate"]["samples"] == 2 * transfers
+    assert "P/D decode pod" in got["pod-b"]["prefill_ms_per_token"]["missing"]
+    for name in ("pod-a", list(pods)[2]):
+        assert got[name]["prefill_ms_per_token"]["value"] == pytest.approx(PREFILL_S * 1e3), name
+    assert "does not pull" in got[list(pods)[2]]["pull_ms_per_token"]["missing"]
+    assert any("TP 1 is assumed" in note for note in doc["notes"])
     fleet = doc["fleet"]
     every_token = sum(v for counts in counted.values() for k, v in counts.items() if k != "requests")
     assert fleet["pull_share"]["value"] == pytest.approx(sum(c["pulled"] for c in counted.values()) / every_token,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import os
 import re
 import threading
@@ -215,3 +216,15 @@ def test_a_measurement_beyond_the_record_bounds_is_an_invalid_attempt_not_an_int
     records = RunFolder(tmp_path / "run").read_probes()  # what was written reads back
     assert records and all(r.valid for r in records if r.leg is Leg.RECOMPUTE)
     assert all(not r.valid and r.bytes_moved is None for r in records if r.leg is Leg.PULL)
+
+
+def test_load_json_escapes_every_lone_surrogate_and_keeps_the_rest():
+    from kvcal.userfiles import load_json
+
+    text = '{"a\\ud800": ["x\\udcff", {"deep": [["\\ud83d\\ude00 ok", "lone \\udbff"]]}], "n": 1}'
+    data = load_json(text)
+    assert data == {"a\\ud800": ["x\\udcff", {"deep": [["\U0001f600 ok", "lone \\udbff"]]}], "n": 1}
+    json.dumps(data, ensure_ascii=False).encode("utf-8")  # every string encodable now
+    assert load_json('"\\ud800"') == "\\ud800" and load_json('[1, "plain"]') == [1, "plain"]
+    escaped = '"\\\\ud800"'  # an escaped backslash, then the text ud800: no surrogate at all
+    assert load_json(escaped) == "\\ud800"

@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 import pytest
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError, create_model
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError,
+                      create_model)
 
 from kvcal.emit import formats as em
 from kvcal.engines import vllm_launch
@@ -31,7 +32,8 @@ from kvcal.fit_record import FitSettings
 UPSTREAM = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"
 VALUES = Path(__file__).resolve().parents[2] / "fixtures" / "values"
 # A Go float64 field decodes an integer value as well as a decimal one; a bool or a string fails.
-_TYPES = {"string": StrictStr, "integer": StrictInt, "number": StrictInt | StrictFloat}
+_TYPES = {"string": StrictStr, "integer": StrictInt, "number": StrictInt | StrictFloat, "boolean": StrictBool,
+          "object": dict}
 
 
 @lru_cache
@@ -173,6 +175,35 @@ def test_affinity_entry_and_helm_value_conform() -> None:
     (filt,) = [p for p in config["plugins"] if p["type"] == "prefix-cache-affinity-filter"]
     validate_entry(filt)
     assert filt["parameters"]["peakPrefillThroughput"] == entry["parameters"]["peakPrefillThroughput"] != 15928
+
+
+def test_the_work_range_entries_use_only_parameters_the_reference_lists() -> None:
+    """--format work-range: every entry's type and parameter is one router-plugins.yaml lists, each value valid."""
+    spec = yaml.safe_load((UPSTREAM / "router-plugins.yaml").read_text())
+    fit = fit_with(transport="nixl-pd", max_model_len=131072)
+    for opts in ({}, {"prefix_match_producer": "idx", "prefill_profile": "default"}):
+        out = yaml.safe_load(em.emit(fit, em.EmitOptions(format="work-range", ttft_penalty_ms=2500.5, **opts)).stdout)
+        assert [e["type"] for e in out["plugins"]] == ["precise-prefix-cache-producer", "p2p-source-producer",
+                                                       "context-length-aware", "prefix-cache-affinity-filter"]
+        for entry in out["plugins"]:
+            assert set(entry) <= {"type", "name", "parameters"}
+            assert set(entry.get("parameters") or {}) <= set(spec[entry["type"]]["parameters"])
+            validate_entry(entry)
+        assert "affinityThreshold" not in out["plugins"][-1]["parameters"]  # kvcal does not measure it
+
+
+def test_the_remaining_work_values_conform_and_so_does_their_patch() -> None:
+    """The guide's remaining-work values (rebuilt from the reference) pass the validators, before and after helm."""
+    values = UPSTREAM / "remaining-work-values.yaml"
+    (entry,) = validate_values(values.read_text())
+    assert entry["parameters"]["minCachedTokenDelta"] == 1
+    with pytest.raises(ValidationError):
+        validate_entry({"type": "context-length-aware", "parameters": {"enableFiltering": "false"}})
+    with pytest.raises(ValidationError):
+        validate_entry({"type": "context-length-aware", "parameters": {"reusableTokensProducer": "p2p-cache-source"}})
+    res = em.emit(fit_with(transport="nixl-pd"), em.EmitOptions(format="helm", values=values, ttft_penalty_ms=3000.0))
+    (patched,) = validate_values(res.stdout)
+    assert patched["parameters"]["minCachedTokenDelta"] == 1
 
 
 # ------------------------------------------------------------------ engine side

@@ -17,7 +17,7 @@ from kvcal.fit_record import CurveFit, FitResult
 
 import factories
 
-from factories import PULL, RECOMPUTE
+from factories import make_curve, PULL, RECOMPUTE
 
 
 def true_break_even() -> float:
@@ -104,10 +104,11 @@ def test_published_ladder_gives_the_guides_2048() -> None:
 
 @pytest.mark.parametrize("fmt", [f for f in em.FORMATS if f != "affinity"])
 def test_recompute_always_wins_raises_not_recommended(fmt: str, tmp_path) -> None:
-    fit = make_fit(status="recompute-always-wins", be=None, ci=None)
+    fit = make_fit(status="recompute-always-wins", be=None, ci=None, pull=make_curve(500.0, 50.0))
     values = tmp_path / "v.yaml"
     values.write_text("a: 1\n")
-    opts = em.EmitOptions(format=fmt, values=values if fmt == "helm" else None)
+    opts = em.EmitOptions(format=fmt, values=values if fmt == "helm" else None,
+                          ttft_penalty_ms=3500.0 if fmt == "work-range" else None)
     with pytest.raises(NotRecommended) as err:
         em.emit(fit, opts)
     assert err.value.exit_code == 3
@@ -214,8 +215,12 @@ def test_json_has_the_contract_keys() -> None:
     data = json.loads(em.emit(make_fit(), em.EmitOptions(format="json")).stdout)
     assert set(data) == {"minCachedTokenDelta", "break_even_tokens", "break_even_ci", "margin", "block_size", "status",
                          "peakPrefillThroughput", "peak_prefill_chunk_size", "peak_prefill_ci", "peak_prefill_extrapolated",
-                         "rule", "expected_regret_ms", "expected_regret_pct", "p_break_even_above", "alternatives"}
+                         "rule", "expected_regret_ms", "expected_regret_pct", "p_break_even_above", "alternatives",
+                         "decision"}
     assert data["minCachedTokenDelta"] == 704 and isinstance(data["minCachedTokenDelta"], int)
+    assert set(data["decision"]) == {"candidates", "chosen_cost_ms", "no_p2p_cost_ms"}
+    assert data["decision"]["candidates"] == (16384 - 256) // 64 + 2  # block multiples over the range, and no P2P
+    assert data["decision"]["chosen_cost_ms"] < data["decision"]["no_p2p_cost_ms"]
     assert data["rule"] == "expected-cost" and data["margin"] is None
     assert data["expected_regret_ms"] is None and data["p_break_even_above"] is None  # no bootstrap draws recorded
     assert set(data["alternatives"]) == {"upper", "recipe"}
@@ -321,16 +326,57 @@ def test_vllm_p2p_port_flag_moves_the_listener_and_warns() -> None:
     assert any("7777" in w for w in res.warnings)
 
 
-def test_vllm_nixl_pd_warns_it_is_a_proxy() -> None:
+def _kv_transfer_config(stdout: str) -> dict:
+    args = yaml.safe_load(stdout)["args"]
+    return json.loads(args[args.index("--kv-transfer-config") + 1])
+
+
+def test_vllm_nixl_pd_sets_vllms_own_threshold_to_the_fitted_one() -> None:
+    """A nixl-pd run measured the path vLLM's kv_recompute_threshold decides: the knob gets the threshold, a note
+    says it is the thing itself (the router's minCachedTokenDelta stays a proxy), the output says where vLLM applies it."""
     res = em.emit(make_fit(setup={"transport": "nixl-pd", "kv_transfer_config": {"consumer": {"kv_buffer_device": "cpu"}}}),
                   em.EmitOptions(format="vllm"))
     data = yaml.safe_load(res.stdout)
-    cfg = json.loads(data["args"][data["args"].index("--kv-transfer-config") + 1])
-    assert cfg == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cuda"}
+    cfg = _kv_transfer_config(res.stdout)
+    assert cfg == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cuda",
+                   "kv_connector_extra_config": {"kv_recompute_threshold": res.threshold.min_cached_token_delta}}
+    assert res.threshold.min_cached_token_delta % 64 == 0 and res.threshold.min_cached_token_delta != 64  # not vLLM's default
     env = {e["name"]: e.get("value") for e in data["env"]}
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "$(POD_IP)" and env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5600"
     assert "--kv-events-config" not in data["args"] and "volumes" not in data
-    assert any("proxy" in w for w in res.warnings) and any("'cpu'" in n for n in res.notes)
+    assert any("'cpu'" in n for n in res.notes)
+    assert any("the thing itself" in n and "minCachedTokenDelta" in n and "proxy" in n for n in res.notes)
+    assert not any("proxy" in w for w in res.warnings)
+    comments = "\n".join(line for line in res.stdout.splitlines() if line.startswith("#"))
+    assert f"kv_recompute_threshold {res.threshold.min_cached_token_delta} in --kv-transfer-config" in comments
+    for word in ("prefill instance", "do_remote_decode", "remote_block_ids", "bidirectional_kv_xfer: true",
+                 "decoder_kv_blocks_ttl", "PR 55801"):
+        assert word in comments, word
+
+
+@pytest.mark.parametrize("block_size", [64, 128])
+def test_vllm_nixl_pd_threshold_follows_the_block_size_given(block_size) -> None:
+    res = em.emit(make_fit(setup={"transport": "nixl-pd"}), em.EmitOptions(format="vllm", block_size=block_size))
+    threshold = _kv_transfer_config(res.stdout)["kv_connector_extra_config"]["kv_recompute_threshold"]
+    assert threshold == res.threshold.min_cached_token_delta and threshold % block_size == 0
+
+
+@pytest.mark.parametrize("recorded", [None, "p2p-tier"])
+def test_vllm_nixl_pd_from_another_transports_run_warns_the_threshold_is_a_proxy(recorded) -> None:
+    res = em.emit(make_fit(setup={"transport": recorded} if recorded else {}),
+                  em.EmitOptions(format="vllm", transport="nixl-pd"))
+    assert _kv_transfer_config(res.stdout)["kv_connector_extra_config"] == {
+        "kv_recompute_threshold": res.threshold.min_cached_token_delta}
+    (warning,) = [w for w in res.warnings if "proxy" in w]
+    assert (recorded or "a transport it does not record") in warning and "--transport nixl-pd" in warning
+    assert not any("the thing itself" in n for n in res.notes)
+
+
+def test_vllm_p2p_tier_has_no_recompute_threshold() -> None:
+    """The OffloadingConnector has no such knob: its fragment carries none and says nothing of it."""
+    res = em.emit(make_fit(setup={"transport": "p2p-tier"}), em.EmitOptions(format="vllm"))
+    assert "kv_recompute_threshold" not in res.stdout
+    assert not any("kv_recompute_threshold" in line for line in res.notes + res.warnings)
 
 
 def test_vllm_without_transport_is_an_input_error() -> None:
@@ -358,7 +404,7 @@ def test_cli_env_and_explanation_on_stderr(tmp_path, capsys) -> None:
 def test_cli_recompute_always_wins_exits_3_with_empty_stdout(tmp_path, capsys) -> None:
     from kvcal.cli.app import main
 
-    path = write_fit(tmp_path, make_fit(status="recompute-always-wins", be=None, ci=None))
+    path = write_fit(tmp_path, make_fit(status="recompute-always-wins", be=None, ci=None, pull=make_curve(500.0, 50.0)))
     rc = main(["emit-config", str(path), "--format", "json"])
     out, err = capsys.readouterr()
     assert rc == 3 and out == ""

@@ -24,8 +24,18 @@ def container(manifest: dict) -> dict:
 
 
 def script_lines(text: str) -> list[list[str]]:
+    """The script's commands; the sweep as a fresh run does it (the else branch of `if [ -d RUN ]; then ... --resume`)."""
     job = yaml.safe_load(text)
-    return [shlex.split(line) for line in container(job)["args"][0].strip().split("\n")]
+    lines = []
+    for line in container(job)["args"][0].strip().split("\n"):
+        words = shlex.split(line)
+        if words[:2] == ["if", "["]:
+            resumed, fresh = words[words.index("then") + 1:words.index("else")], words[words.index("else") + 1:-1]
+            fresh[-1] = fresh[-1].removesuffix(";")
+            assert resumed == [*fresh, "--resume;"]  # a rerun resumes the same sweep
+            words = fresh
+        lines.append(words)
+    return lines
 
 
 def test_job_shape() -> None:
@@ -48,17 +58,18 @@ def test_pvc_volume() -> None:
 
 
 def test_script_runs_sweep_fit_and_emit_json() -> None:
-    s = spec(transport="nixl-pd", prefix_lengths=(1024, 2048), reps=5, producer_p2p_host="10.0.3.17",
+    s = spec(transport="p2p-tier", prefix_lengths=(1024, 2048), reps=5, producer_p2p_host="10.0.3.17",
              producer_p2p_port=7777, extra_args=("--max-attempts", "5", "--seed=3"), run_name="calib-1")
     lines = script_lines(k8s.render_job(s))
     assert lines[0] == ["set", "-eu"]
     assert lines[1] == k8s.sweep_command(s) == [
-        "kvcal", "sweep", "--engine", "vllm", "--transport", "nixl-pd", "--producer-url", "http://10.0.3.17:8200",
+        "kvcal", "sweep", "--engine", "vllm", "--transport", "p2p-tier", "--producer-url", "http://10.0.3.17:8200",
         "--consumer-url", "http://10.0.4.22:8200", "--model", "openai/gpt-oss-120b", "--producer-p2p-host", "10.0.3.17",
         "--producer-p2p-port", "7777", "--prefix-lengths", "1024,2048", "--reps", "5", "--output-dir", "/results",
         "--name", "calib-1", "--max-attempts", "5", "--seed=3"]
     assert lines[2] == ["kvcal", "fit", "/results/calib-1"]
-    assert lines[3] == ["kvcal", "emit-config", "/results/calib-1", "--format", "json", ">", "/results/calib-1/emit.json"]
+    # -o: replaced whole, so a refused emit (exit 3) leaves the last emit.json as it was (before: `> emit.json` emptied it)
+    assert lines[3] == ["kvcal", "emit-config", "/results/calib-1", "--format", "json", "-o", "/results/calib-1/emit.json"]
     assert lines[4] == ["cat", "/results/calib-1/emit.json"]
 
 

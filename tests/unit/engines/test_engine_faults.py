@@ -107,7 +107,7 @@ def _attached(producer: FakeEngine, consumer: FakeEngine, tmp_path: Path) -> Vll
 
 
 @pytest.mark.parametrize("fault, why", [("nan-counter", "not a number"), ("inf-counter", "not a number"),
-                                        ("huge-counter", "impossible byte count")])
+                                        ("negative-counter", "negative"), ("huge-counter", "impossible byte count")])
 def test_a_byte_counter_no_engine_can_count_fails_the_leg(tmp_path, fault, why):
     with FakeEngine("producer") as producer, FakeEngine("consumer", fault) as consumer:
         pair = _attached(producer, consumer, tmp_path)

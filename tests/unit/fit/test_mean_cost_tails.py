@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from factories import make_fit
-from kvcal.emit.regret import draws
+from kvcal.emit.draw_costs import draws
 from kvcal.fit import fit_table
 from kvcal.fit.curves import LegData
 from kvcal.fit.mean_cost import reps_to_settle, scale_draws, scale_rel_sd, summarise

@@ -46,7 +46,8 @@ def write_run(folder: Path, records: list[ProbeRecord], run: RunManifest | None 
 def test_csv_minimal_columns_numbers_reps_in_file_order(tmp_path):
     path = write(tmp_path, "p.csv", "prefix_tokens,leg,ttft_ms\n1024,recompute,10.5\n1024,recompute,11\n2048,pull,7\n")
     table = load_probe_table(path)
-    assert list(table.probes.columns) == ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "order"]
+    assert list(table.probes.columns) == ["prefix_tokens", "leg", "ttft_ms", "rep", "bytes_moved", "order", "pair", "link_class"]
+    assert table.probes["link_class"].tolist() == [None, None, None] and table.link_classes() == []
     assert table.probes["rep"].tolist() == [0, 1, 0]
     assert table.probes["bytes_moved"].isna().all()
     assert table.origin == FitSource(path=str(path), kind="probe-csv") and table.setup == RunSetup()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from factories import make_fit
+from factories import make_curve, make_fit
 from kvcal.cost_curve import cost_ms
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
@@ -130,8 +130,18 @@ def test_near_idle_the_recommended_threshold_is_emit_configs(tmp_path):
 
 
 def test_thresholds_off_the_block_are_refused(tmp_path):
-    with pytest.raises(InputError, match="multiples of the block size 64"):
+    with pytest.raises(InputError, match="multiples of the block size 64, or 1"):
         run_fleet(_config(thresholds=[100]), make_fit(), lambda *a: None)
+
+
+def test_the_plugins_default_threshold_of_1_is_simulated_and_pulls_like_always_pull(tmp_path):
+    """kvcal observe names `--thresholds 1` for a fleet deployed with the plugin's default (issue 55)."""
+    w = tmp_path / "w.yaml"
+    w.write_text(EXAMPLE.read_text())
+    result = run_fleet(_config(w, pods=2, thresholds=[1, 1024], rate=0.05, duration_s=120, seeds=1), make_fit(),
+                       lambda *a: None)
+    rows = {(r.policy, r.threshold): r for r in result.rows}
+    assert rows[("threshold", 1)].pull_share == rows[("always-pull", None)].pull_share
 
 
 def test_rate_replaces_a_closed_loop():
@@ -176,7 +186,7 @@ def test_a_fit_with_a_cost_model_gets_a_costmodel_row_that_applies_its_rule():
 
 
 def test_when_emit_config_refuses_the_idle_threshold_is_null_with_its_reason():
-    fit = make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None)
+    fit = make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None, pull=make_curve(500.0, 50.0))
     result = run_fleet(_config(pods=2, thresholds=[256, 1024], rate=0.05, duration_s=120,
                                    seeds=1), fit, lambda *a: None)
     assert result.idle_threshold is None and "not recommended" in result.idle_threshold_reason

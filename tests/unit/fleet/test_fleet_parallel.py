@@ -51,6 +51,14 @@ def test_without_ray_the_flag_is_one_input_error_naming_the_install(monkeypatch)
         Executor(ray_address="local").check()
 
 
+@pytest.mark.parametrize("address", ["ray://u:Zq9pw@h:10001", "ray://a..b:10001", "ray://1.2.3.999:1", "http://h:1",
+                                     "ray://h:0", "h", " "])
+def test_a_ray_address_is_checked_before_any_work_and_never_echoes_a_secret(address):
+    with pytest.raises(InputError, match="--ray") as err:
+        Executor(ray_address=address).check()
+    assert "Zq9pw" not in str(err.value)
+
+
 def test_a_study_on_two_processes_is_byte_identical_to_one():
     fit = fit_table(sim_table(SimCosts(), [256, 512, 1024, 2048], 3), settings=FitSettings(n_resamples=200))
 

@@ -344,3 +344,28 @@ def test_a_dry_run_of_one_length_says_the_octave_below_will_be_added():
     assert "one length, which no fit can use" in dry_run_note([256], 64)
     assert dry_run_note([256, 384], 64).startswith("default design: if the pull wins at 256 tokens")
     assert dry_run_note([128, 192], 64) is None  # at the floor: nothing below
+
+
+def test_the_run_records_the_context_its_pair_serves_and_older_records_read_without_it(tmp_path):
+    """run.json's setup (and so fit.json's) carries the pair's max model length: emit-config's work-range labels
+    end there. A pair that cannot tell records None; a run.json or fit.json written before reads as None."""
+    from pathlib import Path
+
+    from kvcal.errors import EngineError
+    from kvcal.fit.inputs import load_fit_input
+    from kvcal.fit_record import load_fit
+    from kvcal.sweep.runner import _served_length
+
+    outcome = run_sweep(sim_config(tmp_path, sim={"max_model_len": 32768}))
+    assert RunFolder(outcome.run_dir).manifest().setup.max_model_len == 32768
+    assert load_fit_input(outcome.run_dir).fitted().setup.max_model_len == 32768
+
+    class Unknown(SimPair):
+        @property
+        def max_model_len(self) -> int:
+            raise EngineError("max model length unknown")
+
+    assert _served_length(Unknown(None)) is None
+    baseline = Path(__file__).resolve().parents[3] / "results" / "baselines" / "cpu-tiny"
+    assert "max_model_len" not in json.loads((baseline / "run.json").read_text())["setup"]
+    assert load_fit(baseline / "fit.json").setup.max_model_len is None
