@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from factories import make_fit
-from kvcal.emit.draw_costs import draws
+from kvcal.cost_curve import cost_ms
+from kvcal.emit.draw_costs import cost_draws, draws
 from kvcal.fit import fit_table
 from kvcal.fit.curves import LegData
 from kvcal.fit.mean_cost import reps_to_settle, scale_draws, scale_rel_sd, summarise
@@ -151,3 +152,20 @@ def test_reps_to_settle_names_more_probes_for_a_noisier_leg_and_none_when_settle
     assert reps_to_settle(make_fit(), "pull", 0.05) == 0  # nothing recorded to tell
     with pytest.raises(ValueError):
         reps_to_settle(noisy, "both", 0.05)
+
+
+def test_a_misfit_lengths_measured_mean_is_drawn_about_itself_not_charged_the_tail_twice():
+    """fit.json's measured mean per length already carries the leg's tail charge (its curve x its scale): the
+    decision's draws at a misfit length scatter about it, not about it times the tail once more."""
+    fit = _fit(_rows(1, stalls={"pull": (3, 11)}))
+    summary = fit.mean_cost
+    assert summary.pull_parts.tail_rate > 0
+    rows = [r.model_copy(update={"pull_misfit": r.prefix_tokens == 2048}) for r in summary.per_length]
+    fit = fit.model_copy(update={"mean_cost": summary.model_copy(update={"per_length": rows})})
+    measured = next(r.pull_ms for r in rows if r.prefix_tokens == 2048)
+    got = cost_draws(fit)
+    k = list(got.knots).index(2048.0)
+    drawn = cost_ms(got.pull, 2048.0).reshape(-1) + got.pull_correction[:, k]
+    tail = summary.pull_scale / math.exp(summary.pull_parts.bulk_log_mean + summary.pull_parts.bulk_sd**2 / 2)
+    assert tail > 1.1
+    assert float(np.median(drawn)) == pytest.approx(measured, rel=0.05)
