@@ -33,9 +33,12 @@ def in_process(*args: str) -> float:
     """CPU seconds of one kvcal command run in this process."""
     sys.argv = ["kvcal", *args]
     start = time.process_time()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        with contextlib.suppress(SystemExit):
-            kvcal_main()
+    with (
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+        contextlib.suppress(SystemExit),
+    ):
+        kvcal_main()
     return time.process_time() - start
 
 
