@@ -96,7 +96,7 @@ def read_deltas(path: Path) -> Histogram:
 
 def _first_content(path: Path) -> str | None:
     """The first line that is not blank (what tells the forms apart), None for an empty file."""
-    for _, line in read_lines(path, f"{path}"):
+    for _, line in read_lines(path, f"--deltas {path}"):  # the first read: a missing file names the flag too
         if line.strip():
             return line
     return None

@@ -5,10 +5,11 @@ of its mean-cost scale (:func:`kvcal.emit.regret.draws`), and at every measured 
 leg's measured mean misfits its curve (fit.json's ``mean_cost.per_length``), that length's
 measured mean times its own noise:
 
-    value_bk = measured_k x (scale_b / bulk) x exp(eps_bk),    eps_bk ~ N(0, s / sqrt(m_k))
+    value_bk = measured_k x (scale_b / scale) x exp(eps_bk),    eps_bk ~ N(0, s / sqrt(m_k))
 
-(``s`` the leg's bulk spread, ``m_k`` the length's reps; the measured mean is the bulk's, so
-``scale_b / bulk`` adds the draw's tail: the same scale draw its curve carries). The correction
+(``s`` the leg's bulk spread, ``m_k`` the length's reps; the measured mean carries the leg's
+point scale, its tail's charge included, so ``scale_b / scale`` moves it with the same scale
+draw its curve carries). The correction
 ``value_bk - curve_b(n_k)`` is 0 at every other measured length and linear in between (flat
 beyond the ends), so a misfit reshapes the cost only up to the neighbouring lengths. A fit
 without draws (an older fit.json, ``--resamples 0``) is one draw: the point mean curves with
@@ -108,7 +109,7 @@ def _corrections(
     """(B, K) corrections of one leg at the measured lengths, and the misfits they come from."""
     out = np.zeros((len(curves), len(rows)))
     point = np.asarray(mean_curves(fit)[LEGS.index(leg)])
-    bulk = _bulk(fit, leg, mean_scales(fit)[LEGS.index(leg)])
+    scale = mean_scales(fit)[LEGS.index(leg)]
     reps = {r.prefix_tokens: (r.n_recompute if leg == "recompute" else r.n_pull) for r in fit.per_length}
     spread = _spread(fit, leg)
     misfits = []
@@ -120,18 +121,10 @@ def _corrections(
         n = float(row.prefix_tokens)
         sd = spread / math.sqrt(max(reps.get(row.prefix_tokens, 1), 1))
         noise = rng.normal(0.0, sd, len(curves)) if noisy else np.zeros(len(curves))
-        value = measured * (scale_draws / bulk) * np.exp(noise)
+        value = measured * (scale_draws / scale) * np.exp(noise)
         out[:, k] = value - cost_ms(curves, n).reshape(-1)
         misfits.append(Misfit(leg, row.prefix_tokens, float(measured), float(cost_ms(point, n))))
     return out, misfits
-
-
-def _bulk(fit: FitResult, leg: str, scale: float) -> float:
-    """The leg's bulk mean ratio (its scale without the tail) from fit.json's scale parts, else the scale."""
-    parts = getattr(fit.mean_cost, f"{leg}_parts", None) if fit.mean_cost is not None else None
-    if parts is None:
-        return scale
-    return math.exp(parts.bulk_log_mean + parts.bulk_sd**2 / 2)
 
 
 def _spread(fit: FitResult, leg: str) -> float:

@@ -25,6 +25,7 @@ from typing import Any
 
 from kvcal.engines.agreement import EngineIdentity, identity, refuse_mismatch, refuse_setting
 from kvcal.engines.base import EnginePair
+from kvcal.engines.dtype import kv_dtype_of
 from kvcal.engines.http import EngineClient
 from kvcal.engines.metrics import MetricsPageError, Snapshot, info_labels
 from kvcal.engines.process import ServerProcess, sigterm_raises, wait_all_ready
@@ -143,9 +144,27 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
         return profile.vocab_size
 
     @property
+    def kv_dtype(self) -> str | None:
+        """The KV dtype the engines store, where their arguments or reports set one; None: the model's.
+
+        Launch: ``--kv-cache-dtype``, else ``--dtype`` (kvcal's choice included; kvcal.engines.dtype). Attach: the
+        cache dtype the engines report; their ``--dtype`` is not visible (vLLM reports no model dtype).
+        """
+        if self.settings.attach:
+            reported = self._engine_facts.get("cache_dtype")
+            return reported if reported and reported != "auto" else None
+        return kv_dtype_of(self.plan.engine_args())
+
+    @property
     def kv_bytes_per_token(self) -> int | None:
+        """KV bytes of one token as the engines store it; None when the layout or the KV dtype's size is unknown."""
         profile = self._model_profile()
-        return kv_bytes_per_token(profile) if profile else None
+        if profile is None:
+            return None
+        try:
+            return kv_bytes_per_token(profile, self.kv_dtype)
+        except InputError:  # a KV dtype kvcal has no size for (fp8_inc, int8_per_token_head, ...)
+            return None
 
     def dry_run_commands(self) -> list[str]:
         return [] if self.settings.attach else self.plan.commands()
@@ -236,7 +255,11 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
             except ValueError as err:
                 raise client.fail("GET /metrics sent an impossible block size", err) from None
             if role is Role.CONSUMER:
-                facts = {"max_model_len": served[0].max_model_len, "root": served[0].root}
+                facts = {
+                    "max_model_len": served[0].max_model_len,
+                    "root": served[0].root,
+                    "cache_dtype": found[role].cache_dtype,
+                }
                 if found[role].block_size is not None:
                     facts["block_size"] = found[role].block_size
         if self.settings.attach:  # launched engines are started alike by kvcal itself
@@ -274,6 +297,7 @@ class VllmPair(UnderLoad, PairMeasurement, EnginePair):
             self.plan,
             block_size=self.block_size,
             kv_bytes_per_token=self.kv_bytes_per_token,
+            kv_dtype=self.kv_dtype,
         )
 
     def facts(self) -> PairFacts:

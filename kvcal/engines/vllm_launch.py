@@ -17,6 +17,8 @@ prints exactly what :class:`~kvcal.engines.vllm.VllmPair` will run. Choices it m
   each engine's parallel sizes fill exactly the GPUs its role sees
   (:mod:`kvcal.engines.gpu_placement`: ``--tensor-parallel-size`` = that count unless
   the engine arguments set sizes, which must multiply to it);
+- dtype: kvcal's tiny model on CPU runs in bf16 only where the CPU has native bf16, else in float32,
+  unless the engine arguments name a ``--dtype`` (:mod:`kvcal.engines.dtype`);
 - ``/dev/shm``: a transport whose CPU tier is an mmap there (p2p-tier) needs room for
   both engines' tiers, checked before launch (:func:`check_shm`);
 - both: the same ``PYTHONHASHSEED``; vLLM's compile caches, IPC sockets and temporary
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvcal.engines.boot import BOOT_DIR
+from kvcal.engines.dtype import DtypeChoice, choose_dtype, cpu_flags
 from kvcal.engines.gpu_placement import ParallelSizes, place
 from kvcal.engines.process import free_ports
 from kvcal.engines.tinymodel import TINY_MODEL_DIRNAME
@@ -195,6 +198,7 @@ class LaunchPlan:
         self.rpc_dir = cache_dir / "rpc" / uuid.uuid4().hex[:8]
         self._gpus: dict[str, Any] | None = None
         self._ports: dict[str, int] | None = None
+        self._dtype: DtypeChoice | None = None
 
     @property
     def device(self) -> str:
@@ -238,6 +242,19 @@ class LaunchPlan:
             return self.settings.max_model_len
         return TINY_MAX_MODEL_LEN if self.settings.model is None else None
 
+    def dtype_choice(self) -> DtypeChoice:
+        """The engines' dtype and why (decided once; kvcal's own choice is said once on stderr)."""
+        if self._dtype is None:
+            s = self.settings
+            self._dtype = choose_dtype(s.engine_args, tiny_model=s.model is None, device=self.device, flags=cpu_flags())
+            if self._dtype.passed and self._dtype.dtype == "float32":
+                log.warning("%s (--engine-arg=--dtype=bfloat16 keeps bf16)", self._dtype.reason)
+        return self._dtype
+
+    def engine_args(self) -> list[str]:
+        """The vLLM arguments both engines get beyond kvcal's fixed ones: kvcal's dtype choice, then the user's."""
+        return [*self.dtype_choice().args(), *self.settings.engine_args]
+
     def ports(self) -> dict[str, int]:
         if self._ports is None:
             s = self.settings
@@ -273,7 +290,7 @@ class LaunchPlan:
             argv += place(role.value, (self.gpu_assignment() or {})[role], s.engine_args)[1]
             if s.share_gpu is not None:
                 argv += ["--gpu-memory-utilization", str(s.share_gpu[0] if role is Role.PRODUCER else s.share_gpu[1])]
-        return argv + list(s.engine_args)
+        return argv + self.engine_args()
 
     def env(self, role: Role) -> dict[str, str]:
         """The variables kvcal sets for ``role`` (the server gets them over kvcal's own environment)."""

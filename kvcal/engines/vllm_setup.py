@@ -2,9 +2,10 @@
 
 Launch mode knows everything kvcal chose: the PYTHONHASHSEED it set for both engines,
 each role's kv-transfer-config, the device, the installed vLLM/NIXL/torch versions and
-engine arguments such as ``--kv-cache-dtype``, and the parallel sizes each engine runs
+engine arguments such as ``--kv-cache-dtype``, the engines' ``--dtype`` and why (kvcal.engines.dtype), the KV
+dtype both set, and the parallel sizes each engine runs
 with (kvcal.engines.gpu_placement). Attach
-mode knows the block size and KV layout the engines report; the rest stays ``None``.
+mode knows the block size, cache dtype and KV layout the engines report; the rest stays ``None``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,17 @@ from kvcal.records.run import RunSetup
 from kvcal.settings.engine_args import arg_value
 from kvcal.transports.base import Role, Transport
 
-_KV_DTYPE_ARGS = ("--kv-cache-dtype",)
 _CHUNK_ARGS = ("--max-num-batched-tokens",)
 
 
 def vllm_setup(
-    s: VllmSettings, transport: Transport, plan: LaunchPlan, *, block_size: int, kv_bytes_per_token: int | None
+    s: VllmSettings,
+    transport: Transport,
+    plan: LaunchPlan,
+    *,
+    block_size: int,
+    kv_bytes_per_token: int | None,
+    kv_dtype: str | None,
 ) -> RunSetup:
     """The RunSetup of a vLLM pair (model and created_at are the sweep's to add)."""
     base = RunSetup(
@@ -31,11 +37,12 @@ def vllm_setup(
         transport=transport.name,
         block_size=block_size,
         kv_bytes_per_token=kv_bytes_per_token,
-        kv_dtype=arg_value(s.engine_args, *_KV_DTYPE_ARGS),
+        kv_dtype=kv_dtype,
         max_num_batched_tokens=_positive_int(arg_value(s.engine_args, *_CHUNK_ARGS)),
     )
     if s.attach:
         return base
+    dtype = plan.dtype_choice()
     device = plan.device
     sizes = plan.parallel_sizes()
     # RunSetup has one size for both engines: the consumer's, the engine every probe times
@@ -46,6 +53,8 @@ def vllm_setup(
     return base.model_copy(
         update={
             "accelerator": cpu_model() if device == "cpu" else (gpus or {}).get("gpu"),
+            "dtype": dtype.dtype,
+            "dtype_reason": dtype.reason,
             "device_count": measured.gpus if sizes else 1,
             "tensor_parallel_size": measured.tensor,
             "python_hash_seed": int(s.python_hash_seed),

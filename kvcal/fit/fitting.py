@@ -74,6 +74,7 @@ def fit_table(
                 {"recompute": recompute.chosen_fit.coef, "pull": pull.chosen_fit.coef},
                 frozenset(m.leg for m in paid.modes),
                 medians=table.origin.kind == "llmd-table",
+                in_curve=frozenset({"pull"} if paid.mean and paid.mean.decided else ()),
             ),
         }
     )

@@ -14,10 +14,11 @@ not move it. The router pays the *mean*. On one leg's log residuals to its repor
 
     scale = exp(mu + s^2 / 2) + (1 / n) sum_tail (exp(e_i) - exp(mu + s^2 / 2))
 
-Each leg's tail is its own unless both legs show one; then the two are shrunk towards each other
-by empirical Bayes as far as the evidence allows, and a leg whose slow mode the mode test found
-keeps its own (:mod:`kvcal.fit.tails`; until issue 50 the tails were pooled unless Fisher's exact
-test told their rates apart, which charged a stall drawn on one leg to both).
+Each leg's tail is charged as far as the evidence says it is its own or shared with the other leg
+(Bayesian model averaging over who the tail belongs to, under a prior that tails are rare), and a
+leg whose slow mode the mode test found keeps its own (:mod:`kvcal.fit.tails`; until issue 50 the
+tails were pooled unless Fisher's exact test told their rates apart, which charged half of a stall
+drawn on one leg to the other).
 
 **The scale's own uncertainty** (:func:`scale_draws`). ``*_scale_se`` treats the bulk's spread as
 known; a few reps of sigma 0.9 noise do not pin ``exp(s^2 / 2)``. What each scale is made of is
@@ -141,36 +142,38 @@ def summarise(
     coefs: dict[str, np.ndarray],
     own_tails: frozenset[str] = frozenset(),
     medians: bool = False,
+    in_curve: frozenset[str] = frozenset(),
 ) -> MeanCostSummary:
     """The mean-cost record of a fit: ``legs`` the raw probes per leg, ``coefs`` each leg's reported curve,
     ``own_tails`` the legs whose slow mode the mode test found (kvcal.fit.modes: their tails are never shrunk),
+    ``in_curve`` those whose curve is already its mean cost over that mode (its draws carry the share),
     ``medians`` whether each probe is a length's median (an llm-d Job's table: its spread is the medians' noise,
     not the requests', so the scales stay 1 and no parts are recorded)."""
     n_tests = sum(len(d.lengths) for d in legs.values())
     z = float(stats.norm.ppf(1.0 - MISFIT_ALPHA / (2 * max(n_tests, 1))))
     rec, pull = (leg_mean(legs[name], np.asarray(coefs[name], dtype=float), z) for name in ("recompute", "pull"))
-    rows = _per_length(rec, pull, coefs)
     if medians:
         return MeanCostSummary(
             recompute_scale=1.0,
             pull_scale=1.0,
             recompute_scale_se=_sig(rec.scale_se),
             pull_scale_se=_sig(pull.scale_se),
-            per_length=rows,
+            per_length=_per_length(rec, pull, coefs, {"recompute": rec.bulk, "pull": pull.bulk}),
         )
     t_r, t_p = charged_tails(rec, pull, own_tails)
+    m_r, m_p = rec.bulk * (1.0 + t_r.excess), pull.bulk * (1.0 + t_p.excess)
     return MeanCostSummary(
-        recompute_scale=_sig(rec.bulk * (1.0 + t_r.excess)),
-        pull_scale=_sig(pull.bulk * (1.0 + t_p.excess)),
+        recompute_scale=_sig(m_r),
+        pull_scale=_sig(m_p),
         recompute_scale_se=_sig(rec.scale_se),
         pull_scale_se=_sig(pull.scale_se),
-        per_length=rows,
-        recompute_parts=_parts(rec, t_r),
-        pull_parts=_parts(pull, t_p),
+        per_length=_per_length(rec, pull, coefs, {"recompute": m_r, "pull": m_p}),
+        recompute_parts=_parts(rec, t_r, "recompute" in in_curve),
+        pull_parts=_parts(pull, t_p, "pull" in in_curve),
     )
 
 
-def _parts(leg: LegMean, tail: tails.Charged) -> ScaleParts:
+def _parts(leg: LegMean, tail: tails.Charged, in_curve: bool) -> ScaleParts:
     return ScaleParts(
         bulk_log_mean=_sig(leg.mu),
         bulk_sd=_sig(leg.spread),
@@ -181,12 +184,15 @@ def _parts(leg: LegMean, tail: tails.Charged) -> ScaleParts:
         tail_weight=_sig(tail.weight),
         tail_size=None if tail.size is None else _sig(tail.size),
         tail_size_sd=None if tail.size_sd is None else _sig(tail.size_sd),
-        shrunk=tail.shrunk,
+        shared=_sig(tail.shared),
+        tail_in_curve=in_curve,
     )
 
 
-def _per_length(rec: LegMean, pull: LegMean, coefs: dict[str, np.ndarray]) -> list[MeanLength]:
-    """Each measured length's mean cost per leg (the bulk's: a stall does not move it) and whether it misfits."""
+def _per_length(rec: LegMean, pull: LegMean, coefs: dict[str, np.ndarray], scale: dict[str, float]) -> list[MeanLength]:
+    """Each measured length's mean cost per leg, and whether it misfits: the leg's mean curve (its curve times its
+    ``scale``, the tail's charge included) moved by the length's own bulk offset (a stall there does not move it:
+    the tail is charged to every length alike, as the router meets it)."""
     rows = []
     for n in sorted(set(rec.lengths.tolist()) | set(pull.lengths.tolist())):
         ms: dict[str, float | None] = {}
@@ -197,7 +203,7 @@ def _per_length(rec: LegMean, pull: LegMean, coefs: dict[str, np.ndarray]) -> li
                 ms[name], misfit[name] = None, False
                 continue
             k = int(hit[0])
-            mean_ms = float(cost_ms(coefs[name], float(n))) * leg.bulk * math.exp(float(leg.offsets[k]))
+            mean_ms = float(cost_ms(coefs[name], float(n))) * scale[name] * math.exp(float(leg.offsets[k]))
             ms[name], misfit[name] = float(f"{mean_ms:.6g}"), bool(leg.misfit[k])
         rows.append(
             MeanLength(
@@ -252,11 +258,13 @@ def scale_draws(fit: FitResult, n: int, rng: np.random.Generator) -> tuple[np.nd
 def _parts_draws(parts: ScaleParts, n: int, rng: np.random.Generator) -> np.ndarray:
     s2 = parts.bulk_sd**2 * rng.chisquare(parts.bulk_df, size=n) / parts.bulk_df
     bulk = np.exp(parts.bulk_log_mean + s2 / 2)
-    return bulk * (1.0 + tails.draw(_charged(parts), n, rng))
+    charged = _charged(parts)
+    tail = np.full(n, charged.excess) if parts.tail_in_curve else tails.draw(charged, n, rng)
+    return bulk * (1.0 + tail)
 
 
 def _charged(parts: ScaleParts) -> tails.Charged:
-    return tails.Charged(parts.tail_rate, parts.tail_weight, parts.tail_size, parts.tail_size_sd, parts.shrunk)
+    return tails.Charged(parts.tail_rate, parts.tail_weight, parts.tail_size, parts.tail_size_sd, parts.shared)
 
 
 def scale_rel_sd(parts: ScaleParts, more: int = 0) -> float:
@@ -265,7 +273,7 @@ def scale_rel_sd(parts: ScaleParts, more: int = 0) -> float:
     tail probes it brings (at the same rate) narrow the size."""
     s2 = parts.bulk_sd**2
     var = s2 * s2 / (2.0 * (parts.bulk_df + more))  # Var(s*^2 / 2), s*^2 = s^2 chi2_df / df
-    if parts.tail_size and parts.tail_rate > 0:
+    if parts.tail_size and parts.tail_rate > 0 and not parts.tail_in_curve:
         excess = parts.tail_rate * parts.tail_size
         share = excess / (1.0 + excess)
         rate_var = (1.0 - parts.tail_rate) / (parts.tail_rate * (parts.tail_weight + more + 1.0))  # Beta, relative

@@ -1,33 +1,41 @@
-"""Each leg's tail (stalls, a slow mode's far probes) as a rate times a size, each leg's its own unless both show one.
+"""Each leg's tail (stalls, a slow mode's far probes) as a share times a size, shared between the legs as far as
+the evidence says.
 
 :mod:`kvcal.fit.mean_cost` splits a leg's log residuals into a bulk and a tail (the probes
-beyond 5.4 robust sd); the tail raises the leg's mean cost by ``rate x size``: the share of
-probes in it, and a tail probe's mean excess over the bulk as a ratio,
+beyond 5.4 robust sd); the tail raises the leg's mean cost by ``share x size``: the share of
+its probes in the tail, and a tail probe's mean excess over the bulk as a ratio,
 ``x_i = exp(e_i) / bulk - 1``.
 
-**Own unless both legs show one.** A tail seen on one leg only is charged to that leg alone: it
-says nothing about the other leg (a link's retransmits stall pulls, a scheduler's hiccup stalls
-whatever runs), and pooling it (the Fisher test this replaced could not tell 2 stalls in 18
-probes from 0 in 18) charged half of a pull's stalls to recompute: issue 50 saw 4.25 % regret
-where each leg's own tail cost 0.02 %. Where **both** legs show a tail, the two are shrunk
-towards each other by empirical Bayes, as far as their own evidence allows:
+**Whose stalls.** A stall seen on one leg may be that leg's own (a link's retransmits stall
+pulls) or the host's, hitting both legs alike (a scheduler's hiccup stalls whatever runs).
+Four hypotheses, equally likely a priori: the legs share one tail share, only recompute has
+a tail, only the pull has one, each has its own. Each share has the prior ``Beta(RARE_SHARE
+x RARE_WEIGHT, (1 - RARE_SHARE) x RARE_WEIGHT)`` (tails are rare; a leg with none has a share
+of exactly 0 under the hypotheses that say so), so each hypothesis's marginal likelihood is a
+ratio of Beta functions, and each leg is charged its share averaged over the hypotheses'
+posterior weights (Bayesian model averaging). The evidence sets how far they are shared:
 
-* the rates by a beta-binomial: each leg's rate has a Beta prior with the pooled rate ``p0``
-  as its mean and concentration ``kappa`` (the prior's weight, in probes), ``kappa`` the
-  maximum of the two legs' marginal likelihood; rates that differ beyond binomial noise give
-  a small ``kappa`` (each keeps its own), rates alike a large one (pooled). The posterior
-  mean is ``(k + kappa p0) / (n + kappa)``;
-* the sizes by a normal-normal model: each leg's mean excess (standard error from the pooled
-  spread of both legs' tail probes) shrunk towards their precision-weighted mean by
-  ``se^2 / (se^2 + tau^2)``, ``tau^2`` the excess of their squared difference over what the
-  standard errors explain (method of moments).
+* 2 stalls in 18 pulls and none in 18 recomputes: the shared hypothesis keeps a weight of
+  0.18, recompute is charged a fifth of the pull's excess (the Fisher test this replaced
+  pooled them: half each, and issue 50 saw 4.25 % regret where own tails cost 0.02 %);
+  4 in 36 against 0: 0.06 (recompute charged 8 % of the pull's excess); 6 in 60: 0.015 (3 %);
+* 2 stalls on each leg: shared at 0.74, both legs charged alike (the crossing of the mean
+  costs does not move).
 
-Stalls that hit both legs alike then move both alike (the crossing of the mean costs does not
-move); a leg whose slow mode the mode test found (:mod:`kvcal.fit.modes`) keeps its own tail:
-the test has already told its slow probes from stalls.
+A leg whose slow mode the mode test found (:mod:`kvcal.fit.modes`) keeps its own tail at its own
+share, k / n, without the rare prior: the test has already told its slow probes from stalls.
 
-A size from a single tail probe has no spread of its own; it is given ``SINGLE_SIZE_CV`` (one
-stall's excess says little about the next one's).
+The prior matters where probes are few: one stall in 8 probes is a 12.5 % share by itself,
+3-10x the rates stalls are seen at; the prior's 0.5 stall in 20 probes brings it to 5.4 %.
+docs/method.md ("Mean costs") has the regret of each choice on simulated campaigns.
+
+**Sizes.** Where both legs show a tail, each leg's mean excess (standard error from the pooled
+spread of both legs' tail probes) is shrunk towards their precision-weighted mean by
+``se^2 / (se^2 + tau^2)``, ``tau^2`` the excess of their squared difference over what the
+standard errors explain (method of moments); a leg without tail probes is charged at the
+other's size (it matters only as far as the hypotheses charge it a share). A size from one
+tail probe has no spread of its own; it is given ``SINGLE_SIZE_CV`` (one stall's excess says
+little about the next one's).
 """
 
 from __future__ import annotations
@@ -38,8 +46,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import betaln
 
-KAPPA_GRID = np.geomspace(0.1, 1e4, 161)  # prior weights tried, in probes: from "own" to "pooled"
+from kvcal.fit.modes import STALL_SHARE
+
+RARE_SHARE = STALL_SHARE / 2  # the prior mean of a tail share: half the most a stall's share is (2.5 %)
+RARE_WEIGHT = 20.0  # the prior's weight, in probes: about a 6-length x 3-rep leg's 18
 SINGLE_SIZE_CV = 1.0  # relative sd of a size estimated from one tail probe
+HYPOTHESES = ("shared", "recompute only", "pull only", "each its own")  # equally likely a priori
 
 
 @dataclass(frozen=True)
@@ -48,7 +60,7 @@ class LegTail:
 
     n: int
     excess: np.ndarray
-    own: bool = False  # a slow mode found on this leg: never shrunk
+    own: bool = False  # a slow mode found on this leg: never shared
 
     @property
     def k(self) -> int:
@@ -57,47 +69,91 @@ class LegTail:
 
 @dataclass(frozen=True)
 class Charged:
-    """What a leg is charged for its tail: rate x size, with what the draws need."""
+    """What a leg is charged for its tail: share x size, with what the draws need."""
 
     rate: float
-    weight: float  # probes behind the rate (n, plus the shrinkage prior's): the Beta draws' weight
-    size: float | None  # None: no tail
+    weight: float  # the Beta law of the share: mean ``rate``, ``weight`` probes behind it
+    size: float | None  # None: no tail charged
     size_sd: float | None
-    shrunk: bool = False
+    shared: float = 0.0  # the posterior weight of the shared hypothesis
 
     @property
     def excess(self) -> float:
         return 0.0 if self.size is None else self.rate * self.size
 
 
+def _prior() -> tuple[float, float]:
+    return RARE_SHARE * RARE_WEIGHT, (1.0 - RARE_SHARE) * RARE_WEIGHT
+
+
 def own(tail: LegTail) -> Charged:
-    """The leg's own tail, unshrunk."""
+    """The leg's own tail: its share under the rare prior (a slow mode's, k / n: the mode test found it common), its
+    own size; nothing where it has no tail probe."""
     if tail.k == 0:
         return Charged(0.0, float(tail.n), None, None)
-    size = float(tail.excess.mean())
-    return Charged(tail.k / tail.n, float(tail.n), size, _size_se(tail.excess))
+    size, size_sd = float(tail.excess.mean()), _size_se(tail.excess)
+    if tail.own:
+        return Charged(tail.k / tail.n, float(tail.n), size, size_sd)
+    a0, b0 = _prior()
+    return Charged((tail.k + a0) / (tail.n + a0 + b0), tail.n + a0 + b0, size, size_sd)
 
 
 def charge(rec: LegTail, pull: LegTail) -> tuple[Charged, Charged]:
-    """Each leg's tail charge: its own, or (both legs with a tail, neither a slow mode) shrunk towards each other."""
-    if rec.k == 0 or pull.k == 0 or rec.own or pull.own:
+    """Each leg's tail charge, averaged over who the tail belongs to (module docstring); own where a slow mode was
+    found or no leg shows a tail."""
+    if rec.own or pull.own or rec.k + pull.k == 0:
         return own(rec), own(pull)
-    kappa = _kappa(rec, pull)
-    p0 = (rec.k + pull.k) / (rec.n + pull.n)
-    sizes = _shrunk_sizes(rec, pull)
+    weights = _posterior(rec, pull)
+    a0, b0 = _prior()
+    k, n = rec.k + pull.k, rec.n + pull.n
+    shared = ((k + a0) / (n + a0 + b0), n + a0 + b0)
+    sizes = _shrunk_sizes(rec, pull) if rec.k and pull.k else None
     out = []
-    for tail, other, (size, size_sd) in zip((rec, pull), (pull, rec), sizes):
-        rate = (tail.k + kappa * p0) / (tail.n + kappa)
-        out.append(Charged(rate, tail.n + min(kappa, float(other.n)), size, size_sd, shrunk=True))
+    for i, (tail, other) in enumerate(((rec, pull), (pull, rec))):
+        mine = ((tail.k + a0) / (tail.n + a0 + b0), tail.n + a0 + b0)
+        zero = (0.0, tail.n + a0 + b0)
+        laws = [shared, mine if i == 0 else zero, zero if i == 0 else mine, mine]
+        rate, weight = _mixture(weights, laws)
+        if sizes is not None:
+            size, size_sd = sizes[i]
+        else:
+            seen = tail if tail.k else other
+            size, size_sd = float(seen.excess.mean()), _size_se(seen.excess)
+        out.append(Charged(rate, weight, size, size_sd, float(weights[0])))
     return out[0], out[1]
 
 
-def _kappa(a: LegTail, b: LegTail) -> float:
-    """The beta-binomial prior weight maximising the two legs' marginal likelihood about the pooled rate."""
-    p0 = (a.k + b.k) / (a.n + b.n)
-    alpha, beta = KAPPA_GRID * p0, KAPPA_GRID * (1.0 - p0)
-    loglik = sum(betaln(t.k + alpha, t.n - t.k + beta) - betaln(alpha, beta) for t in (a, b))
-    return float(KAPPA_GRID[int(np.argmax(loglik))])
+def _posterior(rec: LegTail, pull: LegTail) -> np.ndarray:
+    """The posterior weights of :data:`HYPOTHESES` (equal priors)."""
+    a0, b0 = _prior()
+
+    def share(k: int, n: int) -> float:  # log marginal likelihood of k in n under the rare prior
+        return float(betaln(k + a0, n - k + b0) - betaln(a0, b0))
+
+    def none(t: LegTail) -> float:  # a share of exactly 0
+        return 0.0 if t.k == 0 else -math.inf
+
+    logm = np.array(
+        [
+            share(rec.k + pull.k, rec.n + pull.n),
+            share(rec.k, rec.n) + none(pull),
+            none(rec) + share(pull.k, pull.n),
+            share(rec.k, rec.n) + share(pull.k, pull.n),
+        ]
+    )
+    w = np.exp(logm - logm.max())
+    return w / w.sum()
+
+
+def _mixture(weights: np.ndarray, laws: list[tuple[float, float]]) -> tuple[float, float]:
+    """The mean of a mixture of Beta laws (mean, weight), and the weight of the one Beta with its mean and variance."""
+    means = np.array([m for m, _ in laws])
+    var = np.array([m * (1.0 - m) / (w + 1.0) for m, w in laws])
+    mean = float(weights @ means)
+    total = float(weights @ (var + means * means)) - mean * mean
+    if mean <= 0.0:
+        return 0.0, laws[0][1]
+    return mean, max(mean * (1.0 - mean) / max(total, 1e-12) - 1.0, 1.0)
 
 
 def _shrunk_sizes(a: LegTail, b: LegTail) -> list[tuple[float, float]]:
@@ -131,9 +187,9 @@ def _size_se(excess: np.ndarray) -> float:
 
 
 def draw(charged: Charged, n: int, rng: np.random.Generator) -> np.ndarray:
-    """(n,) draws of the tail's excess ``rate x size``: the rate from its Beta posterior (for an own tail, the
-    Bayesian bootstrap's law of a k-of-n share, Beta(k, n - k), whose mean is the charged k / n), the size
-    lognormal about its estimate with its standard error (normal where the size is not positive: fast outliers)."""
+    """(n,) draws of the tail's excess ``share x size``: the share from the Beta law with the charged mean and weight,
+    the size lognormal about its estimate with its standard error (normal where the size is not positive: fast
+    outliers)."""
     if charged.size is None or charged.rate <= 0:
         return np.zeros(n)
     a = charged.rate * charged.weight

@@ -33,17 +33,22 @@ class ScaleParts(Record):
     bulk_df: int = Field(ge=1, description="Degrees of freedom of bulk_sd, the df of its chi-square draws.")
     n_probes: int = Field(ge=1, description="The leg's probes.")
     tail_probes: int = Field(0, ge=0, description="The leg's own tail (stalls, a slow mode's probes beyond 5.4 sd).")
-    tail_rate: float = Field(0.0, ge=0, le=1, description="The tail's share charged: its own, or shrunk.")
-    tail_weight: float = Field(
-        0.0, ge=0, description="Probes behind tail_rate (n, plus the shrinkage prior's): its Beta draws' weight."
-    )
+    tail_rate: float = Field(0.0, ge=0, le=1, description="The tail's share charged (posterior mean).")
+    tail_weight: float = Field(0.0, ge=0, description="The weight, in probes, of the Beta law tail_rate is drawn from.")
     tail_size: float | None = Field(
         None,
         ge=-1,
         description="A tail probe's mean excess over the bulk, a ratio (None: no tail; below 0: fast outliers).",
     )
     tail_size_sd: float | None = Field(None, ge=0, description="Standard error of log(tail_size).")
-    shrunk: bool = Field(False, description="The tail was shrunk towards the other leg's (both legs had one).")
+    shared: float = Field(
+        0.0, ge=0, le=1, description="Posterior weight of the legs sharing one tail share (kvcal.fit.tails)."
+    )
+    tail_in_curve: bool = Field(
+        False,
+        description="A slow mode fitted into the leg's curve: its bootstrap draws already carry the share, so the "
+        "tail is not redrawn.",
+    )
 
 
 class MeanCostSummary(Record):

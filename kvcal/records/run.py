@@ -206,7 +206,17 @@ class RunSetup(Record):
     block_size: int | None = Field(None, gt=0, description="KV block size in tokens.")
     kv_bytes_per_token: int | None = Field(None, gt=0, description="KV bytes one token occupies on one engine.")
     kv_dtype: str | None = Field(
-        None, description="KV cache dtype the engines were started with (--kv-cache-dtype); None: the model's."
+        None,
+        description="KV cache dtype the engines stored, as their arguments set it (--kv-cache-dtype, else --dtype) "
+        "or attached engines reported it; None: the model's.",
+    )
+    dtype: str | None = Field(
+        None,
+        description="The engines' --dtype (weights and activations): given in the engine arguments, or kvcal's "
+        "choice for its tiny model on CPU; None: vLLM's auto (the model's) or not known.",
+    )
+    dtype_reason: str | None = Field(
+        None, description="Why the engines ran in that dtype, e.g. 'the host has no native bf16 (AVX2): ...'."
     )
     max_num_batched_tokens: int | None = Field(
         None, gt=0, description="The engines' --max-num-batched-tokens (their prefill chunk), when kvcal passed one."

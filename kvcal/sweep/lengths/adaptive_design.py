@@ -29,9 +29,9 @@ estimate. Pairs are picked greedily by variance cut per ms, updating I after eac
 pick, among lengths within a factor LOCAL_SPAN of the targets: the variance alone
 would sometimes lever the line from far away, which is only as good as the model
 is there; near the crossover a smooth curve is locally what the fit assumes. Designed
-probes come in pairs because the bootstrap resamples within a length only when every
-length has at least two reps (the climb's single probes, CLIMB_REPS, leave their leg on
-the residual scheme until a pair lands there). A round stops picking at the size :func:`batch_size` allows,
+probes come in pairs because a pair at a new length adds a pure-error degree of freedom to
+the leg's pooled noise (:mod:`kvcal.fit.bootstrap`), where a single probe (the climb's,
+CLIMB_REPS) adds none. A round stops picking at the size :func:`batch_size` allows,
 or sooner once the picks so far bring Var(n*) t_df^2 down by (W / width)^2, the share
 that takes the current width to the target W, or the model's own width to W.
 

@@ -159,6 +159,17 @@ def test_from_config_cli_json_contract(capsys):
     assert json.loads(capsys.readouterr().out)["kv_bytes_per_token"] == 35_136
 
 
+@pytest.mark.parametrize("config_dtype, kv_dtype", [
+    ("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "bfloat16"), ("float", "bfloat16"), (None, "bfloat16")])
+def test_a_configs_dtype_resolves_as_vllms_auto(tmp_path, config_dtype, kv_dtype):
+    """vLLM's --dtype auto keeps a supported config dtype and downcasts float32 (vllm/config/model.py)."""
+    cfg = {k: v for k, v in json.loads((FIXTURES / "llama-3.1-8b.json").read_text()).items()
+           if k not in ("torch_dtype", "dtype")}
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, **({"torch_dtype": config_dtype} if config_dtype else {})}))
+    built = model_profile_from_config(tmp_path / "config.json")
+    assert built.kv_dtype == kv_dtype and kv_bytes_per_token(built) == 131_072
+
+
 def test_from_config_reads_a_model_folder_and_a_multimodal_text_config(tmp_path, capsys):
     cfg = json.loads((FIXTURES / "llama-3.1-8b.json").read_text())
     folder = tmp_path / "My-Llama"

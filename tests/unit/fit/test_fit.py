@@ -287,7 +287,7 @@ def test_same_seed_same_result_other_seed_other_samples():
 def test_bootstrap_summary_fields_and_sizes():
     fit = fit_table(sim_table(CPU, CPU_LADDER, 3, seed=5), settings=FitSettings(n_resamples=400, seed=3))
     boot = fit.bootstrap
-    assert boot.n_resamples == 400 and boot.seed == 3 and boot.method == "reps-within-length"
+    assert boot.n_resamples == 400 and boot.seed == 3 and boot.method == "pooled-reps"
     assert 0.0 <= boot.no_crossover_share <= 1.0
     assert sum(boot.status_shares.values()) == pytest.approx(1.0)
     assert len(boot.break_even_samples) == 400

@@ -77,17 +77,13 @@ def test_atoms_keep_every_lengths_share_and_the_values_mean_and_spread():
 class _Scripted:
     """Stands for the numpy Generator of both paths, so that they resample the very same probes.
 
-    ``picks`` (B, N): what each probe's slot draws, a probe of its own length by its place there (reps scheme)
-    or any residual (residual scheme). ``drawn`` is what the atoms path's multinomial returns.
+    ``picks`` (B, N): what each probe's slot draws, any pooled deviation (pooled scheme) or any residual (residual
+    scheme). ``drawn`` is what the atoms path's multinomial returns.
     """
 
     def __init__(self, fit, picks: np.ndarray, drawn: np.ndarray | None = None):
-        self.picks, self.drawn, self.slots = picks, drawn, fit.data.counts[fit.data.group]
+        self.picks, self.drawn = picks, drawn
         self.asked: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def random(self, shape):  # the reps path draws floor(u * m_k): u in the middle of the pick's step
-        assert shape == self.picks.shape
-        return (self.picks + 0.5) / self.slots
 
     def integers(self, low, high, size):
         assert (low, size) == (0, self.picks.shape)
@@ -100,14 +96,13 @@ class _Scripted:
 
 
 def _leg(seed: int, counts: list[int], twice: bool = False):
-    """A recompute leg with the given probes per length, some stalled; ``twice``: where a length has more probes
-    than atoms, each of its values is measured twice."""
+    """A recompute leg with the given probes per length, some stalled; ``twice``: each value measured twice."""
     from kvcal.fit.curves import LegData, fit_leg
 
     rng = np.random.default_rng(seed)
     rows = []
     for n, m in zip(LADDER, counts):
-        copies = 2 if twice and m > bootstrap_atoms.ATOMS else 1
+        copies = 2 if twice else 1
         values = [(20 + 0.05 * n) * rng.lognormal(0, 0.05) * (3.0 if rng.random() < 0.08 else 1.0)
                   for _ in range(m // copies)]
         rows += [{"prefix_tokens": n, "rep": rep, "ttft_ms": value} for rep, value in enumerate(np.repeat(values, copies))]
@@ -122,42 +117,38 @@ def _atom_of_each_choice(values: np.ndarray, atoms) -> np.ndarray:
     return found.argmax(axis=2)
 
 
-@pytest.mark.parametrize("residual, twice", [(False, False), (True, False), (False, True)],
-                         ids=["reps", "residual", "reps-binned"])
-def test_where_each_atom_holds_one_value_the_atoms_give_the_row_by_rows_sums(residual, twice):
+@pytest.mark.parametrize("scheme, counts, twice", [
+    ("pooled", [2, 6, 1, 9, 4, 7, 5, 3], False),  # 29 pooled deviations (the single probe has none): one an atom
+    ("residual", [1, 1, 1, 1, 1, 1, 1, 2], False),  # no pure error to pool: the model's residuals
+    ("pooled", [16, 16, 16, 16, 16, 16, 16, 16], True),  # 128 deviations, each twice: the 64 atoms of two
+], ids=["pooled", "residual", "pooled-binned"])
+def test_where_each_atom_holds_one_value_the_atoms_give_the_row_by_rows_sums(scheme, counts, twice):
     """Atoms of one value each are exact: the same draws must give the same per-length sums, weights and all.
 
-    One probe an atom; or (``twice``) 128 probes at a length, each value twice, cut into the 64 atoms of two.
+    One deviation (or residual) an atom; or (``twice``) every value measured twice, cut into the 64 atoms of two.
     Fails on a weight, a value, a share or a count moved to a neighbouring probe or length.
     """
     from kvcal.fit import bootstrap
 
-    fit = _leg(5, [2, 6, 128 if twice else 3, 9, 4, 7, 5, 1 if residual else 3], twice)
+    fit = _leg(5, counts, twice)
     data, n_resamples = fit.data, 40
     assert fit.f_scale is not None and fit.weights.min() < 1  # the Huber re-weighting is exercised
-    assert bootstrap.scheme(fit) == (bootstrap.RESIDUAL if residual else bootstrap.REPS)
+    assert bootstrap.scheme(fit) == (bootstrap.RESIDUAL if scheme == "residual" else bootstrap.POOLED)
+    draw = bootstrap._draw_residuals if scheme == "residual" else bootstrap._draw_pooled
     rng = np.random.default_rng(7)
     first = np.concatenate([[0], np.cumsum(data.counts)[:-1]])  # each length's first probe
-    if residual:
-        atoms = bootstrap_atoms.residual_atoms(fit, bootstrap._relative_residuals(fit))
-        every = np.repeat(np.arange(data.n_probes)[:, None], data.n_probes, axis=1)  # row r: every slot draws r
-        values = bootstrap._draw_residuals(fit, _Scripted(fit, every), data.n_probes)[0][:, first].T
-        picks = rng.integers(0, data.n_probes, (n_resamples, data.n_probes))
-    else:
-        atoms = bootstrap_atoms.reps_atoms(fit)
-        own = np.arange(data.n_probes) - first[data.group]  # each probe's place in its length
-        drawn_self, start = bootstrap._draw_reps(fit, _Scripted(fit, own[None, :]), 1)
-        values = np.full((len(data.lengths), data.counts.max()), np.nan)
-        values[data.group, own] = drawn_self[0]
-        mapped = _atom_of_each_choice(values, atoms)[data.group, own]
-        assert np.array_equal(atoms.start[data.group, mapped], start[0])  # each atom starts from its probe's weight
-        picks = np.floor(rng.random((n_resamples, data.n_probes)) * data.counts[data.group]).astype(int)
+    choices = data.n_probes if scheme == "residual" else len(bootstrap._pool(fit)[1])
+    atoms = bootstrap.scheme_atoms(fit, draw)
+    every = np.repeat(np.arange(choices)[:, None], data.n_probes, axis=1)  # row r: every slot draws choice r
+    values, start = draw(fit, _Scripted(fit, every), choices)
+    values, g, r = values[:, first].T, data.group[None, :], np.arange(choices)[:, None]
+    assert np.array_equal(atoms.start[g, _atom_of_each_choice(values, atoms)[g, r]], start)  # each atom's weight
+    picks = rng.integers(0, choices, (n_resamples, data.n_probes))
     atom = _atom_of_each_choice(values, atoms)[data.group[None, :], picks]  # (B, N): the atom each slot drew
     drawn = np.zeros((n_resamples, len(data.lengths), atoms.value.shape[1]))
     np.add.at(drawn, (np.arange(n_resamples)[:, None], data.group[None, :], atom), 1)
     scripted = _Scripted(fit, picks, drawn)
     by_atoms = bootstrap_atoms.atom_sums(fit, atoms, scripted, n_resamples)
-    draw = bootstrap._draw_residuals if residual else bootstrap._draw_reps
     by_rows = bootstrap._resampled_sums(fit, draw, _Scripted(fit, picks), n_resamples)
     (counts, pvals), = scripted.asked
     assert np.array_equal(counts, data.counts)
