@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from kvcal.report.plot import plot_input
+from kvcal.gate.plot import plot_input
 from kvcal.sweep.validate import resolve_config
 from kvcal.sweep.load import LOAD_STATES
 from kvcal.sweep.runner import run_sweep

@@ -63,7 +63,7 @@ def compare(
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the draws that estimate the change's interval."),
 ) -> None:
     """Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed threshold."""
-    from kvcal.report.compare_settings import CompareConfig
+    from kvcal.gate.compare_settings import CompareConfig
 
     config = CompareConfig(
         baseline=baseline,
@@ -80,7 +80,7 @@ def compare(
     from rich.table import Table
 
     from kvcal.files.writing import check_output
-    from kvcal.report.compare_outputs import TABLE_HEADER, CompareConfig, row_notes, run_compare, table_rows
+    from kvcal.gate.compare import TABLE_HEADER, CompareConfig, row_notes, run_compare, table_rows
 
     check_output(markdown, "--markdown", [baseline, current, values, plot, html])
     check_output(plot, "--plot", [baseline, current, values, html])

@@ -30,7 +30,7 @@ def history(
     from rich.table import Table
 
     from kvcal.files.writing import check_output
-    from kvcal.report.history import HEADER, HistoryConfig, run_history, table_rows
+    from kvcal.gate.history import HEADER, HistoryConfig, run_history, table_rows
 
     for path, flag in ((output, "--output"), (markdown, "--markdown")):
         check_output(path, flag, [*inputs, output if flag == "--markdown" else markdown])

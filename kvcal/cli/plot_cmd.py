@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
 
         settings = fit_settings(confidence=confidence, seed=seed)  # also when a fit.json leaves it unused: bad is bad
         from kvcal.files.writing import check_output
-        from kvcal.report.plot import plot_input
+        from kvcal.gate.plot import plot_input
 
         check_output(output, "--output", [input])
         written = plot_input(input, output, settings, log_x=log_x)

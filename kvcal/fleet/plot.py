@@ -7,7 +7,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from kvcal.fleet.result import FleetResult, FleetRow
-from kvcal.report.plot import save
+from kvcal.gate.plot import save
 
 
 def _draw(axes, rows: list[FleetRow], label: str, color: str) -> None:

@@ -1,20 +1,20 @@
 """The page of a comparison (``kvcal report --compare``, ``kvcal compare --html``): the regression verdict first,
 then both runs on one plot, the compared quantities, and what changed in the setup between them.
 
-Every figure comes from compare's own :class:`~kvcal.report.regression.Comparison` and the two
+Every figure comes from compare's own :class:`~kvcal.gate.regression.Comparison` and the two
 fits; each run's ``status``, ``break_even_tokens`` and ``minCachedTokenDelta`` carry
 ``data-kvcal`` with ``data-kvcal-run`` naming the side (``baseline``, ``current``).
 """
 
 from __future__ import annotations
 
+from kvcal.gate.compare import TABLE_HEADER, table_rows
+from kvcal.gate.history import flat_provenance, provenance_changes
+from kvcal.gate.regression import Comparison
 from kvcal.page.fit_chart import draw_fit, draw_threshold, fit_chart, lengths_for
 from kvcal.page.html import bullets, cell, esc, figure, paragraph, section, table, tag
 from kvcal.page.run_data import RunData, run_data_of
 from kvcal.page.svg import chart_figure
-from kvcal.report.compare_outputs import TABLE_HEADER, table_rows
-from kvcal.report.history import flat_provenance, provenance_changes
-from kvcal.report.regression import Comparison
 
 NAV = (("verdict", "Verdict"), ("plot", "Both runs"), ("quantities", "Quantities"), ("changes", "Changed setup"))
 RUN_COLOURS = {"baseline": "#1b7837", "current": "#762a83"}

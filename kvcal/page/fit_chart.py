@@ -11,10 +11,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from kvcal.fit.entry import curve_ms
+from kvcal.gate.plot import crossover_near_short_end, curve_band, grid
 from kvcal.page.run_data import ProbePoint
 from kvcal.page.svg import Band, Chart, Line, Mark, Point, Points, Style
 from kvcal.records.fit import FitResult
-from kvcal.report.plot import crossover_near_short_end, curve_band, grid
 from kvcal.sweep.load import IDLE
 
 LEG_COLOURS = {"recompute": "#b2182b", "pull": "#2166ac"}

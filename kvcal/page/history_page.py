@@ -1,8 +1,8 @@
 """The page of a history (``kvcal report --history RUN...``): the newest run judged against the oldest, the
 break-even and the costs over runs, and what changed at each step.
 
-Runs are ordered and labelled by :func:`kvcal.report.history.build_history`, the regression
-verdict is :func:`kvcal.report.regression.compare_runs` of the newest against the oldest; each
+Runs are ordered and labelled by :func:`kvcal.gate.history.build_history`, the regression
+verdict is :func:`kvcal.gate.regression.compare_runs` of the newest against the oldest; each
 run's ``status`` and ``break_even_tokens`` carry ``data-kvcal`` with ``data-kvcal-run`` naming it.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvcal.gate.history import HEADER, HistoryEntry, table_rows
+from kvcal.gate.regression import compare_runs
 from kvcal.page.html import bullets, cell, esc, figure, paragraph, section, table, tag
 from kvcal.page.svg import Band, Chart, Line, Point, Points, Style, chart_figure
 from kvcal.records.fit import FitResult
-from kvcal.report.history import HEADER, HistoryEntry, table_rows
-from kvcal.report.regression import compare_runs
 
 NAV = (("verdict", "Verdict"), ("trend", "Over runs"), ("runs", "Runs"))
 LEG_LOOK = {"recompute": ("#b2182b", "", "circle"), "pull": ("#2166ac", "7 4", "triangle")}

@@ -7,15 +7,15 @@ from pathlib import Path
 
 from kvcal.errors import InputError
 from kvcal.files.writing import write_file
+from kvcal.gate.compare import run_compare
+from kvcal.gate.compare_settings import CompareConfig
+from kvcal.gate.history import build_history
+from kvcal.gate.loaded_runs import load_run
+from kvcal.gate.regression import Comparison
 from kvcal.page import compare_page, fleet_page, history_page, run_page
 from kvcal.page.html import document
 from kvcal.page.provenance import footer
 from kvcal.page.run_data import load_run_data
-from kvcal.report.compare_outputs import run_compare
-from kvcal.report.compare_settings import CompareConfig
-from kvcal.report.history import build_history
-from kvcal.report.regression import Comparison
-from kvcal.report.runs import load_run
 
 
 @dataclass(frozen=True)

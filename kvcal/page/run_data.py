@@ -21,11 +21,11 @@ from kvcal.emit.threshold import Threshold
 from kvcal.errors import KvcalError, NoThreshold, NotRecommended
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.tables import ProbeTable
+from kvcal.gate.loaded_runs import LoadedRun, run_label
 from kvcal.records.fit import FitResult
 from kvcal.records.manifest import RunManifest
 from kvcal.records.run import ProbeRecord
 from kvcal.records.run_folder import RunFolder
-from kvcal.report.runs import LoadedRun, run_label
 
 log = logging.getLogger(__name__)
 

@@ -101,7 +101,7 @@ def test_functions_stay_short():
 MAX_ROOT_MODULES = 6  # the rest of the ground floor lives in named packages (files, costs, settings, records)
 # Near-twins that predate issue 51's ground floor, each a different thing; renaming them is the issue's
 # second part (folders named for what they serve): emit/engine.py vs engines/, sweep/session.py vs
-# fit/sessions.py, fleet/run.py and observe/run.py and records/run.py vs report/runs.py.
+# fit/sessions.py, fleet/run.py and observe/run.py and records/run.py vs gate/loaded_runs.py.
 KNOWN_TWINS = {frozenset({"engine", "engines"}), frozenset({"session", "sessions"}), frozenset({"run", "runs"})}
 
 

@@ -10,7 +10,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "kvcal"
 # Bottom to top. "base" is every top-level module (errors, redact, terminal_text, lazy) and transports/; the ground
 # floor's packages stand on it in the order they import one another: files < costs < settings < records.
-ORDER = ("base", "files", "costs", "settings", "records", "estimate", "engines", "fit", "sweep", "emit", "report", "fleet", "observe", "page", "cli")
+ORDER = ("base", "files", "costs", "settings", "records", "estimate", "engines", "fit", "sweep", "emit", "gate", "fleet", "observe", "page", "cli")
 
 
 def _own_package(relative: tuple[str, ...]) -> str:
@@ -63,7 +63,7 @@ def _upward_imports() -> set[tuple[str, str]]:
     ("import kvcal.emit.limits as limits", ("fit", "breakeven"), {"emit"}),
     ("from ..sweep import reach", ("fit", "breakeven"), {"sweep"}),
     ("from .summary import summarize", ("sweep", "runner"), set()),
-    ("def late():\n    from kvcal.cli import app", ("report", "plot"), {"cli"}),
+    ("def late():\n    from kvcal.cli import app", ("gate", "plot"), {"cli"}),
     ("from kvcal import errors\nfrom kvcal.costs import cost_curve\nimport kvcal\nfrom kvcal.records.run import Leg",
      ("records", "old_schemas"), set()),
     ("from kvcal.records.run import Leg\nfrom kvcal.engines.sim import SimPair", ("fit", "tables"), set()),

@@ -94,7 +94,7 @@ def test_bad_class_mixes_exit_2(classes_run, kvcal, tmp_path):
 
 
 def test_plot_draws_the_classes_together(classes_run, tmp_path):
-    from kvcal.report.plot import classes_figure, plot_input
+    from kvcal.gate.plot import classes_figure, plot_input
 
     run, fit = classes_run
     figure = classes_figure(fit, run)

@@ -21,7 +21,7 @@ from kvcal.fit.mean_cost import mean_curves, mean_scales
 from kvcal.records.fit import LengthSummary
 from kvcal.records.fit import FitSettings
 from kvcal.records.fit_mean_cost import MeanCostSummary, MeanLength
-from kvcal.report.deployed import deployed_check
+from kvcal.gate.deployed import deployed_check
 from kvcal.fit.tables import from_rows
 from kvcal.records.fit import FitSource
 from kvcal.records.run import RunSetup

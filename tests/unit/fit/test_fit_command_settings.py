@@ -37,7 +37,7 @@ def test_a_bad_fit_setting_is_refused_before_the_probes_are_read(flags, says, kv
 
 
 def test_a_bad_plot_setting_is_refused_before_the_input_is_read(kvcal, monkeypatch, tmp_path):
-    monkeypatch.setattr("kvcal.report.plot.plot_input", _no_work)
+    monkeypatch.setattr("kvcal.gate.plot.plot_input", _no_work)
     done = kvcal("plot", tmp_path / "missing-run", "-o", tmp_path / "out.png", "--confidence", "0")
     assert done.code == 2 and "--confidence must lie between 0 and 1 (exclusive), got 0.0" in done.err
 

@@ -20,7 +20,7 @@ from kvcal.fit.tables import ProbeTable, from_rows, load_probe_table
 from factories import make_probe, sim_table, write_run_folder
 from kvcal.records.fit import FitResult
 from kvcal.records.fit import FitSettings
-from kvcal.report.plot import figure_for
+from kvcal.gate.plot import figure_for
 
 LADDER = [256, 512, 1024, 2048, 4096, 8192]
 COSTS = SimCosts()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kvcal.report.runs import load_run
-from kvcal.report.history import build_history, plot_history, provenance_changes
+from kvcal.gate.loaded_runs import load_run
+from kvcal.gate.history import build_history, plot_history, provenance_changes
 from kvcal.records.fit import FitResult
 
 import factories

@@ -1,4 +1,4 @@
-"""TTFT by measured load state, the third panel of a loaded run's plot (kvcal.report.plot).
+"""TTFT by measured load state, the third panel of a loaded run's plot (kvcal.gate.plot).
 
 The panel shows every probe of a loaded run against its length, coloured by
 the state its *measured* queues put it in (busy = waiting >= the cost model's

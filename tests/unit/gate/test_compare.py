@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvcal.report.regression import BE_CEIL_TOKENS, compare_runs, deployed_check
-from kvcal.report.compare_outputs import plot_comparison, render_markdown, run_compare
-from kvcal.report.compare_settings import CompareConfig
-from kvcal.report.runs import LoadedRun, load_run
+from kvcal.gate.regression import BE_CEIL_TOKENS, compare_runs, deployed_check
+from kvcal.gate.compare import plot_comparison, render_markdown, run_compare
+from kvcal.gate.compare_settings import CompareConfig
+from kvcal.gate.loaded_runs import LoadedRun, load_run
 from kvcal.emit.deployed_values import read_threshold as read_deployed_threshold
 from kvcal.errors import InputError
 from kvcal.records.fit import CurveFit, FitResult, FitSettings

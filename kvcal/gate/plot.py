@@ -31,8 +31,8 @@ from kvcal.fit.costmodel_inputs import coef_samples
 from kvcal.fit.entry import curve_ms
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.tables import ProbeTable, load_class_table
+from kvcal.gate.plot_load import cost_model_line, draw_by_state
 from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings, SlowMode
-from kvcal.report.plot_load import cost_model_line, draw_by_state
 from kvcal.terminal_text import visible
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
-"""What ``kvcal compare`` produces: the runs loaded, compared (:mod:`kvcal.report.regression`),
+"""What ``kvcal compare`` produces: the runs loaded, compared (:mod:`kvcal.gate.regression`),
 and shown as a table, a Markdown summary for a CI job page and an overlay plot.
 
 The deployed threshold comes from ``--deployed`` or a Helm values file
 (:func:`kvcal.emit.deployed_values.read_threshold`). The overlay draws each run with
-:func:`kvcal.report.plot.draw_run` (points, curves, bands and break-even) in its own
+:func:`kvcal.gate.plot.draw_run` (points, curves, bands and break-even) in its own
 colour on one pair of axes, plus the deployed threshold if given.
 """
 
@@ -18,11 +18,11 @@ from matplotlib.figure import Figure
 
 from kvcal.emit.deployed_values import read_threshold
 from kvcal.files.writing import write_file
-from kvcal.report.compare_settings import CompareConfig
-from kvcal.report.plot import draw_run, grid, save
-from kvcal.report.regression import Comparison, Row, compare_runs
-from kvcal.report.runs import load_run
-from kvcal.report.text import fmt_ci, fmt_value
+from kvcal.gate.compare_settings import CompareConfig
+from kvcal.gate.loaded_runs import load_run
+from kvcal.gate.plot import draw_run, grid, save
+from kvcal.gate.regression import Comparison, Row, compare_runs
+from kvcal.gate.text import fmt_ci, fmt_value
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def render_markdown(result: Comparison, plot_path: Path | None = None, markdown_
 def plot_comparison(result: Comparison):
     """Overlay both runs (points, curves, bands, break-evens) on one Figure; the caller saves it.
 
-    Per run, :func:`kvcal.report.plot.draw_run` draws two fitted curves (recompute solid, pull
+    Per run, :func:`kvcal.gate.plot.draw_run` draws two fitted curves (recompute solid, pull
     dashed), their bootstrap bands, the probes when found, and the break-even line with
     its interval; the deployed threshold, when given, is one more dotted black line.
     """

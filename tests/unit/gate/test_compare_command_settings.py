@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvcal.errors import InputError
-from kvcal.report.compare_settings import CompareConfig
+from kvcal.gate.compare_settings import CompareConfig
 
 
 def _no_work(*_args, **_kwargs):
@@ -20,7 +20,7 @@ def _no_work(*_args, **_kwargs):
     (["--deployed", "0"], "--deployed must be >= 1 token (minCachedTokenDelta), got 0"),
 ])
 def test_a_bad_compare_setting_is_refused_before_the_runs_load(flags, says, kvcal, monkeypatch, tmp_path):
-    monkeypatch.setattr("kvcal.report.compare_outputs.load_run", _no_work)
+    monkeypatch.setattr("kvcal.gate.compare.load_run", _no_work)
     done = kvcal("compare", tmp_path / "base", tmp_path / "new", *flags)
     assert done.code == 2, done.err
     assert says in done.err and len(done.err.strip().splitlines()) == 1

@@ -1,7 +1,7 @@
 """The break-even over time: a trend of fits, ordered by run time, labelled by what changed.
 
 This stage owns ``kvcal history``. Each input (a ``fit.json`` or a run folder) is loaded
-by :func:`kvcal.report.runs.load_run`; runs are ordered by the time the run was made (the run's
+by :func:`kvcal.gate.loaded_runs.load_run`; runs are ordered by the time the run was made (the run's
 ``created_at`` from run.json or the fit's setup, else the fit's own time), and each is
 labelled by the provenance keys that differ from the run before it (versions of vLLM,
 NIXL, torch and kvcal; transport; model; CPU/GPU; UCX settings; engine settings), so a
@@ -22,9 +22,9 @@ from matplotlib.figure import Figure
 
 from kvcal.errors import InputError
 from kvcal.files.writing import write_file
-from kvcal.report.plot import save
-from kvcal.report.runs import LoadedRun, load_run
-from kvcal.report.text import fmt_ci, fmt_value
+from kvcal.gate.loaded_runs import LoadedRun, load_run
+from kvcal.gate.plot import save
+from kvcal.gate.text import fmt_ci, fmt_value
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError
 from kvcal.fit import curve_ms, fit_input, fit_table, write_fit
-from kvcal.report.plot import crossover_near_short_end, curve_band, draw_run, draw_saving, figure_for, grid, plot_input
+from kvcal.gate.plot import crossover_near_short_end, curve_band, draw_run, draw_saving, figure_for, grid, plot_input
 from kvcal.records.fit import FitSettings
 from factories import sim_table
 

@@ -45,11 +45,11 @@ import numpy as np
 from scipy.stats import norm
 
 from kvcal.errors import InputError
+from kvcal.gate.deployed import DeployedCheck, deployed_check
+from kvcal.gate.deployed import as_tokens as _as_tokens
+from kvcal.gate.deployed import pair as _pair
+from kvcal.gate.loaded_runs import LoadedRun
 from kvcal.records.fit import CurveFit, FitResult
-from kvcal.report.deployed import DeployedCheck, deployed_check
-from kvcal.report.deployed import as_tokens as _as_tokens
-from kvcal.report.deployed import pair as _pair
-from kvcal.report.runs import LoadedRun
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def compare_runs(
     seed: int = 0,
 ) -> Comparison:
     """Compare two loaded runs; ``deployed`` is (threshold tokens, where it came from); ``tolerance`` within
-    :class:`kvcal.report.compare_settings.CompareConfig`'s bounds."""
+    :class:`kvcal.gate.compare_settings.CompareConfig`'s bounds."""
     base, cur = baseline.fit, current.fit
     notes = check_comparable(base, cur, force=force)
     confidence = max(base.confidence, cur.confidence)
