@@ -87,7 +87,7 @@ def compare(
     check_output(html, "--html", [baseline, current, values])
     result = run_compare(config)
     if html is not None:
-        from kvcal.page.report import write_compare_page
+        from kvcal.report.entry import write_compare_page
 
         write_compare_page(result, html)
     table = Table(*TABLE_HEADER, title=f"{result.baseline.label} -> {result.current.label}")

@@ -69,7 +69,7 @@ def report(
         if not path.exists() and not path.is_symlink():
             raise InputError(f"{path}: no such file or folder")
     check_output(output, "--output", inputs)
-    from kvcal.page.report import ReportConfig, write_report  # the stages load only once the flags are right
+    from kvcal.report.entry import ReportConfig, write_report  # the stages load only once the flags are right
 
     if kind == "--compare":
         config = ReportConfig(output, compare=(inputs[0], inputs[1]))

@@ -15,8 +15,8 @@ from kvcal.errors import InputError
 from kvcal.fit.io import write_fit
 from kvcal.records.fit import load_fit
 from kvcal.fleet.run import FleetConfig, run_fleet
-from kvcal.page.report import ReportConfig, build_page, write_report
-from kvcal.page.svg import Chart, Point, Points, Style
+from kvcal.report.entry import ReportConfig, build_page, write_report
+from kvcal.report.svg import Chart, Point, Points, Style
 from kvcal.costs.simulated import SimCosts
 from tests.factories import make_curve, make_fit, sim_run
 

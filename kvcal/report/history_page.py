@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 from kvcal.gate.history import HEADER, HistoryEntry, table_rows
 from kvcal.gate.regression import compare_runs
-from kvcal.page.html import bullets, cell, esc, figure, paragraph, section, table, tag
-from kvcal.page.svg import Band, Chart, Line, Point, Points, Style, chart_figure
 from kvcal.records.fit import FitResult
+from kvcal.report.html import bullets, cell, esc, figure, paragraph, section, table, tag
+from kvcal.report.svg import Band, Chart, Line, Point, Points, Style, chart_figure
 
 NAV = (("verdict", "Verdict"), ("trend", "Over runs"), ("runs", "Runs"))
 LEG_LOOK = {"recompute": ("#b2182b", "", "circle"), "pull": ("#2166ac", "7 4", "triangle")}

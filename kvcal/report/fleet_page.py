@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from kvcal.errors import InputError
 from kvcal.files.reading import load_json, read_text
 from kvcal.fleet.result import Figure, FleetResult, FleetRow, checked_result
-from kvcal.page.html import bullets, cell, figure, fmt, key_values, paragraph, section, table, tag
-from kvcal.page.svg import Chart, Line, Mark, Point, Points, Style, chart_figure
+from kvcal.report.html import bullets, cell, figure, fmt, key_values, paragraph, section, table, tag
+from kvcal.report.svg import Chart, Line, Mark, Point, Points, Style, chart_figure
 
 NAV = (("verdict", "Recommendation"), ("plot", "Plots"), ("whatif", "What-if table"), ("keys", "Every key"))
 LOAD_LOOK = (

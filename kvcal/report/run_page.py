@@ -12,12 +12,12 @@ from collections import defaultdict
 from statistics import median
 
 from kvcal.fit.entry import curve_ms
-from kvcal.page.fit_chart import draw_fit, draw_threshold, fit_chart
-from kvcal.page.html import bullets, cell, esc, figure, fmt, key_values, paragraph, section, table, tag
-from kvcal.page.provenance import disturbance_section, provenance_section
-from kvcal.page.run_data import RunData
-from kvcal.page.svg import chart_figure
 from kvcal.records.fit import FitResult, LengthSummary
+from kvcal.report.fit_chart import draw_fit, draw_threshold, fit_chart
+from kvcal.report.html import bullets, cell, esc, figure, fmt, key_values, paragraph, section, table, tag
+from kvcal.report.provenance import disturbance_section, provenance_section
+from kvcal.report.run_data import RunData
+from kvcal.report.svg import chart_figure
 
 NAV = (
     ("verdict", "Verdict"),

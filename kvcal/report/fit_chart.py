@@ -1,4 +1,4 @@
-"""A fit drawn into a :class:`~kvcal.page.svg.Chart`: probes with their tooltips, both curves, bands, the break-even.
+"""A fit drawn into a :class:`~kvcal.report.svg.Chart`: probes with their tooltips, both curves, bands, the break-even.
 
 Legs differ by dash and marker (recompute solid with circles, pull dashed with triangles),
 runs of an overlay by colour and by filled or hollow markers, so the chart reads in grey too.
@@ -12,9 +12,9 @@ import numpy as np
 
 from kvcal.fit.entry import curve_ms
 from kvcal.gate.plot import crossover_near_short_end, curve_band, grid
-from kvcal.page.run_data import ProbePoint
-from kvcal.page.svg import Band, Chart, Line, Mark, Point, Points, Style
 from kvcal.records.fit import FitResult
+from kvcal.report.run_data import ProbePoint
+from kvcal.report.svg import Band, Chart, Line, Mark, Point, Points, Style
 from kvcal.sweep.load import IDLE
 
 LEG_COLOURS = {"recompute": "#b2182b", "pull": "#2166ac"}

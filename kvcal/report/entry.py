@@ -12,10 +12,10 @@ from kvcal.gate.compare_settings import CompareConfig
 from kvcal.gate.history import build_history
 from kvcal.gate.loaded_runs import load_run
 from kvcal.gate.regression import Comparison
-from kvcal.page import compare_page, fleet_page, history_page, run_page
-from kvcal.page.html import document
-from kvcal.page.provenance import footer
-from kvcal.page.run_data import load_run_data
+from kvcal.report import compare_page, fleet_page, history_page, run_page
+from kvcal.report.html import document
+from kvcal.report.provenance import footer
+from kvcal.report.run_data import load_run_data
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvcal.page.html import esc, tag
+from kvcal.report.html import esc, tag
 
 WIDTH, HEIGHT = 800, 420
 LEFT, RIGHT, TOP, BOTTOM = 72, 16, 28, 48

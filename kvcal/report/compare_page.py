@@ -11,10 +11,10 @@ from __future__ import annotations
 from kvcal.gate.compare import TABLE_HEADER, table_rows
 from kvcal.gate.history import flat_provenance, provenance_changes
 from kvcal.gate.regression import Comparison
-from kvcal.page.fit_chart import draw_fit, draw_threshold, fit_chart, lengths_for
-from kvcal.page.html import bullets, cell, esc, figure, paragraph, section, table, tag
-from kvcal.page.run_data import RunData, run_data_of
-from kvcal.page.svg import chart_figure
+from kvcal.report.fit_chart import draw_fit, draw_threshold, fit_chart, lengths_for
+from kvcal.report.html import bullets, cell, esc, figure, paragraph, section, table, tag
+from kvcal.report.run_data import RunData, run_data_of
+from kvcal.report.svg import chart_figure
 
 NAV = (("verdict", "Verdict"), ("plot", "Both runs"), ("quantities", "Quantities"), ("changes", "Changed setup"))
 RUN_COLOURS = {"baseline": "#1b7837", "current": "#762a83"}

@@ -11,9 +11,9 @@ from typing import Any
 
 from kvcal import __version__
 from kvcal.files.provenance import git_commit
-from kvcal.page.html import bullets, cell, details, esc, key_values, paragraph, section, table, tag
-from kvcal.page.run_data import RunData
 from kvcal.records.fit import FitResult
+from kvcal.report.html import bullets, cell, details, esc, key_values, paragraph, section, table, tag
+from kvcal.report.run_data import RunData
 
 
 def flat(node: Any, prefix: str = "") -> dict[str, Any]:
