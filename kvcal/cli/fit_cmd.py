@@ -41,105 +41,102 @@ UNITS = (
 )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("fit", epilog=EPILOG)
-    def fit(
-        input: Optional[Path] = typer.Argument(
-            None,
-            show_default=False,
-            help="A run folder, a probe CSV (prefix_tokens,leg,ttft_ms[,rep,bytes_moved,pair,link_class]: "
-            "per class when tagged) or the llm-d calibration Job's table.",
-        ),
-        json_out: bool = typer.Option(False, "--json", help="Print fit.json to stdout and nothing else."),
-        confidence: float = typer.Option(
-            CONFIDENCE, "--confidence", help="Level of the bootstrap intervals, between 0 and 1."
-        ),
-        seed: int = typer.Option(SEED, "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."),
-        output: Path | None = typer.Option(
-            None,
-            "--output",
-            "-o",
-            show_default=False,
-            help="Where to write fit.json (default: <run>/fit.json, or <input>.fit.json beside a file).",
-        ),
-        resamples: int = typer.Option(N_RESAMPLES, "--resamples", help="Bootstrap resamples (0: no intervals)."),
-        model: str | None = typer.Option(
-            None,
-            "--model",
-            show_default=False,
-            help="Model the probes measured, recorded "
-            "in fit.json's setup (a CSV or Job log records none), e.g. openai/gpt-oss-120b.",
-        ),
-        transport: str | None = typer.Option(
-            None,
-            "--transport",
-            show_default=False,
-            help="Transport the pulls used (p2p-tier or nixl-pd), recorded in the setup; a CSV or Job log only.",
-        ),
-        block_size: int | None = typer.Option(
-            None,
-            "--block-size",
-            show_default=False,
-            help="KV block size of the "
-            "engines, recorded in the setup (lengths are checked against it); a CSV or Job log only.",
-        ),
-        busy_queue_threshold: Optional[int] = typer.Option(
-            None,
-            "--busy-queue-threshold",
-            min=1,
-            help="Cost model: a pod is busy "
-            "when its measured waiting queue is at least this; default: the run's, else 1.",
-        ),
-        per_request: Optional[list[Path]] = typer.Option(
-            None,
-            "--per-request",
-            help="inference-perf per_request_lifecycle_metrics.json "
-            "(repeatable): fit the costModel to production data instead of a run.",
-        ),
-        epp_log: Optional[Path] = typer.Option(
-            None, "--epp-log", help="The router's log with 'p2p decision' lines (with --per-request)."
-        ),
-        idle: Optional[Path] = typer.Option(
-            None, "--idle", help="Idle fit.json or run folder giving P and T (with --per-request)."
-        ),
-    ) -> None:
-        """Fit recompute (affine or quadratic) and pull (affine) costs and report the break-even with its interval.
+def fit(
+    input: Optional[Path] = typer.Argument(
+        None,
+        show_default=False,
+        help="A run folder, a probe CSV (prefix_tokens,leg,ttft_ms[,rep,bytes_moved,pair,link_class]: "
+        "per class when tagged) or the llm-d calibration Job's table.",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print fit.json to stdout and nothing else."),
+    confidence: float = typer.Option(
+        CONFIDENCE, "--confidence", help="Level of the bootstrap intervals, between 0 and 1."
+    ),
+    seed: int = typer.Option(SEED, "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."),
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        show_default=False,
+        help="Where to write fit.json (default: <run>/fit.json, or <input>.fit.json beside a file).",
+    ),
+    resamples: int = typer.Option(N_RESAMPLES, "--resamples", help="Bootstrap resamples (0: no intervals)."),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        show_default=False,
+        help="Model the probes measured, recorded "
+        "in fit.json's setup (a CSV or Job log records none), e.g. openai/gpt-oss-120b.",
+    ),
+    transport: str | None = typer.Option(
+        None,
+        "--transport",
+        show_default=False,
+        help="Transport the pulls used (p2p-tier or nixl-pd), recorded in the setup; a CSV or Job log only.",
+    ),
+    block_size: int | None = typer.Option(
+        None,
+        "--block-size",
+        show_default=False,
+        help="KV block size of the "
+        "engines, recorded in the setup (lengths are checked against it); a CSV or Job log only.",
+    ),
+    busy_queue_threshold: Optional[int] = typer.Option(
+        None,
+        "--busy-queue-threshold",
+        min=1,
+        help="Cost model: a pod is busy when its measured waiting queue is at least this; default: the run's, else 1.",
+    ),
+    per_request: Optional[list[Path]] = typer.Option(
+        None,
+        "--per-request",
+        help="inference-perf per_request_lifecycle_metrics.json "
+        "(repeatable): fit the costModel to production data instead of a run.",
+    ),
+    epp_log: Optional[Path] = typer.Option(
+        None, "--epp-log", help="The router's log with 'p2p decision' lines (with --per-request)."
+    ),
+    idle: Optional[Path] = typer.Option(
+        None, "--idle", help="Idle fit.json or run folder giving P and T (with --per-request)."
+    ),
+) -> None:
+    """Fit recompute (affine or quadratic) and pull (affine) costs and report the break-even with its interval.
 
-        Example: kvcal fit results/my-run --confidence 0.9 --seed 0
-        """
-        from kvcal.fit.settings import FitConfig, fit_settings, run_fit
+    Example: kvcal fit results/my-run --confidence 0.9 --seed 0
+    """
+    from kvcal.fit.settings import FitConfig, fit_settings, run_fit
 
-        config = FitConfig(
-            input=input,
-            output=output,
-            model=model,
-            transport=transport,
-            block_size=block_size,
-            settings=fit_settings(confidence=confidence, seed=seed, n_resamples=resamples),
-            busy_queue_threshold=busy_queue_threshold,
-            per_request=per_request or [],
-            epp_log=epp_log,
-            idle=idle,
-        )  # first: a bad value is refused before any file is read
-        from kvcal.files.writing import check_output, claim_stdout
-        from kvcal.fit import dumps
+    config = FitConfig(
+        input=input,
+        output=output,
+        model=model,
+        transport=transport,
+        block_size=block_size,
+        settings=fit_settings(confidence=confidence, seed=seed, n_resamples=resamples),
+        busy_queue_threshold=busy_queue_threshold,
+        per_request=per_request or [],
+        epp_log=epp_log,
+        idle=idle,
+    )  # first: a bad value is refused before any file is read
+    from kvcal.files.writing import check_output, claim_stdout
+    from kvcal.fit import dumps
 
-        if json_out:
-            claim_stdout("--json")
-        check_output(output, "--output", config.inputs, fit_json=True)
-        if input is not None:
-            _warn_if_sweep_alive(input)
-        result, written = run_fit(config)
-        if json_out:
-            print(dumps(result))
-            warn_each(result.warnings)
-            return
-        from kvcal.fit.guards import findings_for_stderr
+    if json_out:
+        claim_stdout("--json")
+    check_output(output, "--output", config.inputs, fit_json=True)
+    if input is not None:
+        _warn_if_sweep_alive(input)
+    result, written = run_fit(config)
+    if json_out:
+        print(dumps(result))
+        warn_each(result.warnings)
+        return
+    from kvcal.fit.guards import findings_for_stderr
 
-        for line in findings_for_stderr(result):  # the report below goes to stdout; these change what was fitted
-            warn(line)
-        render(result)
-        stdout.print(f"wrote {written}")
+    for line in findings_for_stderr(result):  # the report below goes to stdout; these change what was fitted
+        warn(line)
+    render(result)
+    stdout.print(f"wrote {written}")
 
 
 def _warn_if_sweep_alive(path: Path) -> None:
@@ -242,3 +239,7 @@ def _break_even(result: FitResult) -> str:
         low = result.bootstrap.break_even_ci_bounds[0]
         text += f" ({result.confidence:.0%} interval from {low:.0f}, open above)" if low is not None else ""
     return text
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fit", epilog=EPILOG)(fit)

@@ -20,38 +20,40 @@ EPILOG = """Examples:
 """
 
 
+def plot(
+    input: Path = typer.Argument(
+        ..., show_default=False, help="A run folder, a fit.json, a probe CSV or the llm-d Job's table."
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Image to write; .png or .svg by extension.", show_default=False
+    ),
+    log_x: Optional[bool] = typer.Option(
+        None,
+        "--log-x/--linear-x",
+        show_default=False,
+        help="Logarithmic or "
+        "linear prefix-length axis; default: logarithmic when the break-even lies in "
+        "the shortest 5% of the lengths drawn (a linear axis squeezes it into the edge).",
+    ),
+    confidence: float = typer.Option(
+        CONFIDENCE, "--confidence", help="Band level when the input must be fitted first."
+    ),
+    seed: int = typer.Option(SEED, "--seed", min=0, help="Bootstrap seed when the input must be fitted first."),
+) -> None:
+    """Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent.
+
+    Example: kvcal plot results/my-run -o my-run.png --log-x
+    """
+    from kvcal.fit.settings import fit_settings
+
+    settings = fit_settings(confidence=confidence, seed=seed)  # also when a fit.json leaves it unused: bad is bad
+    from kvcal.files.writing import check_output
+    from kvcal.gate.plot import plot_input
+
+    check_output(output, "--output", [input])
+    written = plot_input(input, output, settings, log_x=log_x)
+    stdout.print(f"wrote {written}")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("plot", epilog=EPILOG)
-    def plot(
-        input: Path = typer.Argument(
-            ..., show_default=False, help="A run folder, a fit.json, a probe CSV or the llm-d Job's table."
-        ),
-        output: Path = typer.Option(
-            ..., "--output", "-o", help="Image to write; .png or .svg by extension.", show_default=False
-        ),
-        log_x: Optional[bool] = typer.Option(
-            None,
-            "--log-x/--linear-x",
-            show_default=False,
-            help="Logarithmic or "
-            "linear prefix-length axis; default: logarithmic when the break-even lies in "
-            "the shortest 5% of the lengths drawn (a linear axis squeezes it into the edge).",
-        ),
-        confidence: float = typer.Option(
-            CONFIDENCE, "--confidence", help="Band level when the input must be fitted first."
-        ),
-        seed: int = typer.Option(SEED, "--seed", min=0, help="Bootstrap seed when the input must be fitted first."),
-    ) -> None:
-        """Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent.
-
-        Example: kvcal plot results/my-run -o my-run.png --log-x
-        """
-        from kvcal.fit.settings import fit_settings
-
-        settings = fit_settings(confidence=confidence, seed=seed)  # also when a fit.json leaves it unused: bad is bad
-        from kvcal.files.writing import check_output
-        from kvcal.gate.plot import plot_input
-
-        check_output(output, "--output", [input])
-        written = plot_input(input, output, settings, log_x=log_x)
-        stdout.print(f"wrote {written}")
+    app.command("plot", epilog=EPILOG)(plot)
