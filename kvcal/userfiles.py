@@ -13,13 +13,15 @@ dump of it would fail far from the file; each is escaped where it enters, as its
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from kvcal.errors import InputError
 
@@ -31,6 +33,7 @@ KINDS = {
     stat.S_IFDIR: "a directory",
 }
 MAX_BYTES = 512 * 1024 * 1024  # no kvcal input comes near; a bigger one is a wrong file
+MAX_LINE = 1024 * 1024  # a line a stream reader holds at once (router log lines are a few hundred bytes)
 
 
 def describe(path: Path) -> str | None:
@@ -48,10 +51,9 @@ def describe(path: Path) -> str | None:
     return None
 
 
-def read_bytes(path: str | Path, what: str | None = None) -> bytes:
-    """The whole file, or an InputError naming it."""
-    path = Path(path)
-    label = what or str(path)
+@contextlib.contextmanager
+def _opened(path: Path, label: str) -> Iterator[BinaryIO]:
+    """The file opened for reading once it is known to be a regular file of at most MAX_BYTES."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:
@@ -67,11 +69,34 @@ def read_bytes(path: str | Path, what: str | None = None) -> bytes:
             raise InputError(f"{label}: {info.st_size:,} bytes is far too large for a kvcal input")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read()
+            yield handle
     except OSError as err:
         raise InputError(f"{label}: cannot read ({err.strerror or err})") from None
     finally:
         os.close(fd)
+
+
+def read_bytes(path: str | Path, what: str | None = None) -> bytes:
+    """The whole file, or an InputError naming it."""
+    path = Path(path)
+    with _opened(path, what or str(path)) as handle:
+        return handle.read()
+
+
+def read_lines(path: str | Path, what: str | None = None) -> Iterator[tuple[int, str]]:
+    """The file's UTF-8 lines, numbered from 1, read as they are needed (memory: one line, at most MAX_LINE
+    bytes), or an InputError naming the file and line."""
+    path = Path(path)
+    label = what or str(path)
+    with _opened(path, label) as handle:
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE + 1), b""), start=1):
+            if len(raw) > MAX_LINE:
+                raise InputError(f"{label} line {number}: longer than {MAX_LINE:,} bytes (is this the right file?)")
+            try:
+                yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                kind = "not a text file (binary data)" if b"\0" in raw else "not UTF-8 text"
+                raise InputError(f"{label} line {number}: {kind} (byte {err.start} cannot be decoded)") from None
 
 
 def read_text(path: str | Path, what: str | None = None, *, bom: bool = False) -> str:

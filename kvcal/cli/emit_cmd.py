@@ -44,14 +44,16 @@ whose p2p-source-producer accepts costModel: llm-d-router main refuses it), vllm
 args, env and /dev/shm volume), env, json, work-range (remaining-work routing: the prefill
 work-range labels for B = min(threshold, SLO work) and the EPP entries to merge).
 
-The default rule (expected-cost) emits where the legs' mean costs cross for good, rounded to the
-cheaper neighbouring block; stderr gives its steps and what it costs (expected regret over the
-deltas, the chance the break-even lies above it) beside the upper and the llm-d recipe's rules.
+The default rule (expected-cost) emits the block multiple over the measured range with the least
+expected TTFT per request, averaged over the deltas and the fit's own draws of both legs' mean
+costs; stderr gives its steps and what it costs (expected regret over the deltas, the chance the
+best threshold lies above it) beside the upper and the llm-d recipe's rules.
 
-Exit 3, nothing on stdout: recomputing always won (P2P not recommended), the legs tie, the mean costs
-do not cross within the measured range (unless --allow-extrapolation; --rule upper: the interval is
-open above), the sweep measured a disturbed host (unless --allow-disturbed), or (work-range) the band
-is empty; stderr says why and what to measure next. Exit 2: --margin without --rule upper, a bad
+Exit 3, nothing on stdout: under the default rule, no P2P is cheapest on the mean costs (stderr
+gives the costs that make it so; a tie or recompute winning at some lengths is priced, not refused);
+under --rule upper, recomputing always won, the legs tie or the interval is open above; under
+either, the sweep measured a disturbed host (unless --allow-disturbed); with work-range, the band
+is empty. stderr says why and what to measure next. Exit 2: --margin without --rule upper, a bad
 --deltas file, work-range without --ttft-penalty-ms or a max model length."""  # noqa: E501 - help text, printed by --help as written
 
 
@@ -70,7 +72,7 @@ def emit_config(
         DEFAULT_RULE,
         "--rule",
         help=f"How the threshold is chosen: {' or '.join(RULES)}. "
-        "expected-cost: where the legs' mean costs cross, rounded to the cheaper block; upper: "
+        "expected-cost: the block multiple with the least expected cost over the fit's draws; upper: "
         "the break-even interval's upper end x (1 + --margin), kvcal's earlier rule.",
     ),
     margin: Optional[float] = typer.Option(

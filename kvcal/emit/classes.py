@@ -1,15 +1,26 @@
 """One ``minCachedTokenDelta`` for a fleet whose pairs fall into several link classes (``--class-mix``).
 
 The router has one threshold for every pair. With a fit per link class (``kvcal fit`` on a
-``kvcal sweep --pairs`` run) it is the one that costs least over the fleet's mix of pairs:
+``kvcal sweep --pairs`` run) it is the one that costs least over the fleet's mix of pairs.
+
+Under the default rule that is the one decision (:mod:`kvcal.emit.decision`) summed over the
+classes: each class's expected cost per request over its own draws and the deltas (``--deltas``,
+else log-uniform over the lengths the classes measured), on common candidates (block multiples
+over the classes' measured lengths, and no P2P):
+
+    common = argmin_T  sum_c share_c * E_c(T)
+
+and a class's cost of the common threshold is ``E_c(common) - min_T E_c(T)``, what a request of
+that class loses against the threshold best for it alone. Under ``--rule upper`` the mix keeps
+the earlier form, on each class's point mean curves:
 
     common = argmin_T  sum_c share_c * excess_c(T)
     excess_c(T) = mean over n of [ pull_c(n) - min(pull_c(n), recompute_c(n))   if n >= T
                                    recompute_c(n) - min(pull_c(n), recompute_c(n)) if n < T ]
 
-on each class's fitted mean curves, n log-uniform over the lengths the classes measured (the
-ladder's own spacing), T on block multiples from the shortest measured length up: the mean
-time a request of that class loses, against choosing per length, when the router uses T. Each
+n log-uniform over the lengths the classes measured (the ladder's own spacing), T on block
+multiples from the shortest measured length up: the mean time a request of that class loses,
+against choosing per length, when the router uses T. Under either rule each
 class's own threshold is the one-class rule's (:func:`class_threshold`, the one place this module asks for it), and the
 common one's cost to each class is stated beside it. The shares default to each class's
 share of the campaign's pairs. The session cost (a pair's first pull) is reported, not in
@@ -25,8 +36,12 @@ from typing import Any
 import numpy as np
 
 from kvcal.cost_curve import cost_ms
+from kvcal.emit.decision import Decision
+from kvcal.emit.delta_weights import Deltas, log_uniform
+from kvcal.emit.draw_costs import cost_draws
 from kvcal.emit.options import EmitOptions
 from kvcal.emit.threshold import Threshold, compute_threshold, resolve_block_size
+from kvcal.emit.threshold_costs import ThresholdCosts, highest_least
 from kvcal.errors import InputError, KvcalError, NotRecommended
 from kvcal.fit.mean_cost import mean_curves
 from kvcal.fit_record import ClassFit, FitResult
@@ -72,7 +87,9 @@ class MixThreshold:
         return {c.name: c.as_json() for c in self.classes}
 
 
-def class_threshold(fit: FitResult, options: EmitOptions) -> tuple[Threshold | None, str | None]:
+def class_threshold(
+    fit: FitResult, options: EmitOptions, deltas: Deltas | None = None
+) -> tuple[Threshold | None, str | None]:
     """A class's own threshold by the one-class rule, or why it has none (the only call of that rule here)."""
     try:
         return compute_threshold(
@@ -82,6 +99,7 @@ def class_threshold(fit: FitResult, options: EmitOptions) -> tuple[Threshold | N
             block_size=options.block_size,
             allow_extrapolation=options.allow_extrapolation,
             allow_disturbed=options.allow_disturbed,
+            deltas=deltas,
         ), None
     except KvcalError as err:
         if err.exit_code != 3:
@@ -89,37 +107,87 @@ def class_threshold(fit: FitResult, options: EmitOptions) -> tuple[Threshold | N
         return None, str(err)
 
 
-def mix_threshold(fit: FitResult, options: EmitOptions) -> MixThreshold:
+def mix_threshold(fit: FitResult, options: EmitOptions, deltas: Deltas | None = None) -> MixThreshold:
     """The common threshold over the mix (module docstring); NotRecommended when pulling helps no mix of these."""
     if not fit.classes:
         raise InputError("--class-mix needs a fit with link classes (kvcal fit on a kvcal sweep --pairs run)")
     shares = resolve_mix(fit.classes, options.class_mix)
     block, _ = resolve_block_size(fit, options.block_size)
     grid = _length_grid(fit.classes)
-    candidates = _candidates(block, int(grid[0]), int(grid[-1]) + block)
-    excess = {name: _excess(cls.fit, grid, candidates) for name, cls in fit.classes.items()}
-    total = sum(shares[name] * excess[name] for name in fit.classes)
-    best = int(np.argmin(total))
-    common = int(candidates[best])
-    if common > grid[-1]:
-        raise NotRecommended(
-            "no threshold: over this class mix recomputing costs least at every measured length; "
-            "measure longer prefixes (kvcal sweep --pairs FILE --prefix-lengths ...) or change "
-            "the mix"
-        )
+    decision: Decision | None = None
+    if options.rule == "upper":
+        candidates = _candidates(block, int(grid[0]), int(grid[-1]) + block)
+        loss = {name: _excess(cls.fit, grid, candidates) for name, cls in fit.classes.items()}
+        best = int(np.argmin(sum(shares[name] * loss[name] for name in fit.classes)))
+        common = None if candidates[best] > grid[-1] else int(candidates[best])
+    else:
+        candidates = _candidates(block, int(grid[0]), int(grid[-1]))
+        loss, decision = _decided(fit.classes, shares, candidates, deltas or log_uniform(grid[0], grid[-1]))
+        common, best = decision.threshold, int(np.searchsorted(candidates, decision.threshold or np.inf))
+    if common is None:
+        raise NotRecommended(_mix_refusal(decision))
     rows = []
     for name, cls in fit.classes.items():
-        own, refused = class_threshold(cls.fit, options)
-        at_own = None if own is None else float(_excess(cls.fit, grid, np.array([own.min_cached_token_delta]))[0])
-        rows.append(ClassThreshold(name, shares[name], cls, own, refused, float(excess[name][best]), at_own))
+        own, refused = class_threshold(cls.fit, options, deltas)
+        at_own = None if own is None else _cost_at(own.min_cached_token_delta, candidates, loss[name])
+        rows.append(ClassThreshold(name, shares[name], cls, own, refused, float(loss[name][best]), at_own))
+    return MixThreshold(_mix_record(common, block, options, shares, grid, rows, decision), tuple(rows))
+
+
+def _mix_refusal(decision: Decision | None) -> str:
+    costs = (
+        "the classes' fitted curves favour recomputing at every length they measured"
+        if decision is None
+        else f"no P2P is cheapest on the classes' expected costs ({decision.no_p2p_cost_ms:.4g} ms a request; the "
+        f"cheapest threshold {float(decision.expected_ms.min()):.4g} ms)"
+    )
+    return (
+        f"no threshold: over this class mix {costs}; measure longer prefixes "
+        "(kvcal sweep --pairs FILE --prefix-lengths ...) or change the mix"
+    )
+
+
+def _decided(
+    classes: dict[str, ClassFit], shares: dict[str, float], candidates: np.ndarray, deltas: Deltas
+) -> tuple[dict[str, np.ndarray], Decision]:
+    """Each class's expected cost at every candidate and no P2P (last), less its own least: what a request of the
+    class loses against its own best; and the mix's decision (its costs are the share-weighted sums)."""
+    losses, costs = {}, {}
+    for name, cls in classes.items():
+        expected, no_p2p = ThresholdCosts(cost_draws(cls.fit), deltas, candidates).expected()
+        costs[name] = np.append(expected, no_p2p)
+        losses[name] = costs[name] - costs[name].min()
+    mixed = np.sum([shares[name] * costs[name] for name in classes], axis=0)
+    index = int(highest_least(mixed, float(mixed[-1]))[0])
+    threshold = None if index == len(candidates) else int(candidates[index])
+    return losses, Decision(threshold, candidates, mixed[:-1], float(mixed[-1]), None)
+
+
+def _cost_at(threshold: int, candidates: np.ndarray, loss: np.ndarray) -> float | None:
+    index = int(np.searchsorted(candidates, threshold))
+    return float(loss[index]) if index < len(candidates) and candidates[index] == threshold else None
+
+
+def _mix_record(
+    common: int,
+    block: int,
+    options: EmitOptions,
+    shares: dict[str, float],
+    grid: np.ndarray,
+    rows: list[ClassThreshold],
+    decision: Decision | None,
+) -> Threshold:
     mix = ", ".join(f"{n}={s:.3g}" for n, s in shares.items())
-    steps = [
-        f"class mix {mix}: the threshold that costs the mix least "
-        f"on the classes' fitted curves, lengths {grid[0]:.0f}-{grid[-1]:.0f} log-uniform"
-    ]
-    steps += [_class_line(row, common) for row in rows]
+    over = (
+        "expected costs over each class's draws"
+        if decision is not None
+        else "the classes' fitted curves, against choosing per length"
+    )
+    steps = [f"class mix {mix}: the threshold that costs the mix least on {over}, lengths {grid[0]:.0f}-{grid[-1]:.0f}"]
+    against = "its own best threshold" if decision is not None else "choosing per length"
+    steps += [_class_line(row, common, against) for row in rows]
     steps.append(f"minCachedTokenDelta = {common}")
-    threshold = Threshold(
+    return Threshold(
         min_cached_token_delta=common,
         status="class-mix",
         break_even_tokens=None,
@@ -127,8 +195,9 @@ def mix_threshold(fit: FitResult, options: EmitOptions) -> MixThreshold:
         margin=options.margin,
         block_size=block,
         steps=tuple(steps),
+        rule=options.rule,
+        decision=decision,
     )
-    return MixThreshold(threshold, tuple(rows))
 
 
 def resolve_mix(classes: dict[str, ClassFit], given: dict[str, float] | None) -> dict[str, float]:
@@ -170,11 +239,11 @@ def _excess(fit: FitResult, grid: np.ndarray, thresholds: np.ndarray) -> np.ndar
     return (lost_recomputing[below] + lost_pulling[-1] - lost_pulling[below]) / len(grid)
 
 
-def _class_line(row: ClassThreshold, common: int) -> str:
+def _class_line(row: ClassThreshold, common: int, against: str) -> str:
     own = f"own threshold {row.own.min_cached_token_delta}" if row.own else f"no threshold of its own ({row.refused})"
     at_own = "" if row.cost_at_own_ms is None else f", {row.cost_at_own_ms:.3g} ms at its own"
     session = "" if row.fit.session_cost_ms is None else f"; session cost {row.fit.session_cost_ms:.0f} ms per new pair"
     return (
         f"class {row.name} (share {row.share:.3g}): {own}; at the common {common} it loses "
-        f"{row.cost_at_common_ms:.3g} ms a request against choosing per length{at_own}{session}"
+        f"{row.cost_at_common_ms:.3g} ms a request against {against}{at_own}{session}"
     )

@@ -92,8 +92,9 @@ def cost_model(fit: FitResult) -> tuple[dict[str, float], list[str], list[str]]:
     warnings: list[str] = []
     if fit.status == "recompute-always-wins":
         raise NotRecommended(
-            "P2P is not recommended on this setup: recomputing beat the pull at every measured length; "
-            "no cost model emitted"
+            "P2P is not recommended on this setup for a costModel: the fitted curves never cross in the measured "
+            "range (status recompute-always-wins), so there is no break-even to fit P, T and F at; no cost model "
+            "emitted"
         )
     n_eval: float | None = None
     if fit.status == "crossover" and fit.break_even_tokens and fit.break_even_tokens > 0:

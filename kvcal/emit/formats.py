@@ -32,12 +32,12 @@ from kvcal.emit.costmodel_block import (
     costmodel_values,
     render_costmodel,
 )
+from kvcal.emit.delta_weights import Deltas
 from kvcal.emit.deltas import read_deltas
 from kvcal.emit.deployed_values import read_names
 from kvcal.emit.engine import engine_spec, render_vllm
 from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
-from kvcal.emit.regret import Deltas
 from kvcal.emit.remaining_work_values import RemainingWork
 from kvcal.emit.router import (
     ALPHA_FLAG,
@@ -298,7 +298,7 @@ def _emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
     needs_threshold, render = RENDERERS[options.format]
     t = mix = None
     if needs_threshold and (fit.classes or options.class_mix is not None):  # one threshold over the link classes
-        mix = mix_threshold(fit, options)
+        mix = mix_threshold(fit, options, deltas)
         t = mix.threshold
     elif needs_threshold:  # affinity needs only the recompute curve
         t = compute_threshold(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcal.emit.threshold import compute_threshold, regret_model
+from kvcal.emit.regret import RegretModel
+from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import NoThreshold, NotRecommended
 from kvcal.fit_record import FitResult
 from kvcal.sweep.regret_stop import Verdict, regret_mc_error
@@ -17,11 +18,12 @@ from kvcal.sweep.regret_stop import Verdict, regret_mc_error
 def emit_judge(fit: FitResult) -> Verdict:
     """The default rule's threshold on ``fit`` and its expected regret (a fraction of TTFT) with its MC error."""
     try:
-        threshold = compute_threshold(fit).min_cached_token_delta
+        chosen = compute_threshold(fit)
     except (NoThreshold, NotRecommended) as refusal:
         return Verdict(None, refusal=str(refusal))
-    model = regret_model(fit)
-    if model is None:
+    threshold, decision = chosen.min_cached_token_delta, chosen.decision
+    if decision is None or not decision.draws.from_bootstrap:
         return Verdict(threshold)
+    model = RegretModel(decision.model)  # the decision's own draws and deltas: priced as it was chosen
     shares = model.regret_ms(threshold) / np.maximum(model.best_cost, 1e-12)
     return Verdict(threshold, float(shares.mean()), regret_mc_error(shares))

@@ -17,7 +17,16 @@ from __future__ import annotations
 
 import math
 
-from kvcal.emit.threshold_parts import Working, fmt, ladder_down, ladder_up, pull_won_from, refuse_open_above, round_up
+from kvcal.emit.threshold_parts import (
+    Working,
+    fmt,
+    ladder_down,
+    ladder_up,
+    pull_won_from,
+    refuse_open_above,
+    round_up,
+    where_the_pull_won,
+)
 from kvcal.errors import InputError
 from kvcal.fit_record import FIT_DEFAULTS
 
@@ -123,9 +132,9 @@ def _advice(w: Working, upper: float | None) -> None:
     fit = w.fit
     if fit.status == "pull-always-wins":
         w.warnings.append(
-            f"the pull won at every measured length down to {w.n_min} tokens, so the true break-even is at or "
-            f"below the sweep: run `kvcal sweep --prefix-lengths {ladder_down(w.n_min, w.block)}` to locate it "
-            "and lower this threshold"
+            f"the fitted curves cross below the shortest measured length ({w.n_min} tokens; "
+            f"{where_the_pull_won(fit, w.lo_hi)}), so the true break-even may lie below the sweep: run "
+            f"`kvcal sweep --prefix-lengths {ladder_down(w.n_min, w.block)}` to locate it and lower this threshold"
         )
     elif upper is not None and upper > w.n_max:
         w.warnings.append(

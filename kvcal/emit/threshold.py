@@ -3,17 +3,20 @@
 :func:`compute_threshold` takes a :class:`~kvcal.fit_record.FitResult` and returns a
 :class:`Threshold` (or raises NotRecommended / NoThreshold, exit 3). Two rules:
 
-* ``expected-cost`` (default, :mod:`kvcal.emit.expected_cost`): where the legs' mean costs
-  cross for good, rounded to the cheaper neighbouring block;
+* ``expected-cost`` (default, :mod:`kvcal.emit.expected_cost`): the candidate with the least
+  expected cost per request over the fit's draws (:mod:`kvcal.emit.decision`); it refuses only
+  where no P2P is cheapest;
 * ``upper`` (:mod:`kvcal.emit.rule_upper`): the interval's upper end x (1 + margin), never
-  below the shortest length from which the pull won; ``--margin`` belongs to it alone.
+  below the shortest length from which the pull won; ``--margin`` belongs to it alone. It
+  keeps the earlier gates (:mod:`kvcal.emit.threshold_parts`): recompute always winning and
+  legs that tie refuse.
 
-Both start with the same gates (:mod:`kvcal.emit.threshold_parts`): a disturbed host
-(unless ``--allow-disturbed``), recompute always winning, legs that tie. Every threshold
-comes with what it costs (:mod:`kvcal.emit.regret`): the expected regret over the deltas in
-ms and % and the probability that the break-even lies above it, for the chosen rule and
-for the alternatives (``upper`` and the llm-d recipe's shortest measured length at which
-the pull's median won), null where a rule refuses or the fit has no bootstrap draws.
+Both refuse a disturbed host (unless ``--allow-disturbed``). Every threshold comes with what
+it costs (:mod:`kvcal.emit.regret`, on the decision's own draws and deltas): the expected
+regret over the deltas in ms and % and the probability that the best threshold lies above
+it, for the chosen rule and for the alternatives (``upper`` and the llm-d recipe's shortest
+measured length at which the pull's median won), null where a rule refuses or the fit has no
+bootstrap draws.
 
 A pull with a slow mode (:mod:`kvcal.fit.modes`) arrives fitted to its mean cost; the steps
 say so and a refusal names the slow pulls and what to measure.
@@ -27,9 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvcal.emit.decision import Decision, decide
+from kvcal.emit.delta_weights import Deltas
 from kvcal.emit.expected_cost import expected_cost_threshold
 from kvcal.emit.limits import DEFAULT_MARGIN, RULES, validate_margin
-from kvcal.emit.regret import Deltas, Figures, RegretModel, draws, log_uniform
+from kvcal.emit.regret import Figures, RegretModel
 from kvcal.emit.rule_upper import upper_threshold
 from kvcal.emit.threshold_parts import (
     Working,
@@ -83,6 +88,7 @@ class Threshold:
     rule: str = "expected-cost"
     figures: Figures = field(default_factory=Figures)
     alternatives: dict[str, Alternative] = field(default_factory=dict)
+    decision: Decision | None = None  # the default rule's (and a class mix's); None under --rule upper
 
     def as_json(self) -> dict[str, Any]:
         """The ``--format json`` object (the contract's keys, nothing else)."""
@@ -96,6 +102,7 @@ class Threshold:
             "rule": self.rule,
             **self.figures.as_json(),
             "alternatives": {name: alt.as_json() for name, alt in self.alternatives.items()},
+            "decision": self.decision.as_json() if self.decision is not None else None,
         }
 
     def cost_line(self) -> str:
@@ -163,8 +170,15 @@ def compute_threshold(
     margin = resolve_rule(rule, margin)
     w = _working(fit, block_size)
     disturbance_gate(w, allow_disturbed)
-    refuse_never_or_tie(w)
-    threshold = _apply(w, rule, margin, allow_extrapolation, deltas)
+    if rule == "upper":
+        assert margin is not None
+        refuse_never_or_tie(w)
+        threshold = upper_threshold(w, margin, allow_extrapolation)
+        decision = decide(fit, block_size=w.block, deltas=deltas, allow_extrapolation=allow_extrapolation)
+    else:
+        decision = expected_cost_threshold(w, deltas, allow_extrapolation)
+        assert decision.threshold is not None
+        threshold = decision.threshold
     check_threshold(threshold, w.block)
     log.info("threshold %s (%s): %s (block %s)", fit.status, rule, threshold, w.block)
     w.steps.append(f"minCachedTokenDelta = {threshold}")
@@ -173,9 +187,9 @@ def compute_threshold(
         if fit.break_even_ci and len(fit.break_even_ci) == 2
         else None
     )
-    model = regret_model(fit, deltas)
+    model = RegretModel(decision.model) if decision.draws.from_bootstrap else None
     price = model.figures if model is not None else (lambda _t: Figures())
-    upper = _quiet(fit, "upper", w.block, allow_extrapolation, deltas)
+    upper = threshold if rule == "upper" else _quiet_upper(fit, w.block, allow_extrapolation)
     alternatives = {"upper": _alternative(price, upper), "recipe": _alternative(price, recipe_threshold(fit, w.block))}
     return Threshold(
         min_cached_token_delta=threshold,
@@ -189,6 +203,7 @@ def compute_threshold(
         rule=rule,
         figures=price(threshold),
         alternatives=alternatives,
+        decision=None if rule == "upper" else decision,
     )
 
 
@@ -205,18 +220,12 @@ def _working(fit: FitResult, block_size: int | None) -> Working:
     )
 
 
-def _apply(w: Working, rule: str, margin: float | None, allow_extrapolation: bool, deltas: Deltas | None) -> int:
-    if rule == "upper":
-        assert margin is not None
-        return upper_threshold(w, margin, allow_extrapolation)
-    return expected_cost_threshold(w, deltas, allow_extrapolation)
-
-
-def _quiet(fit: FitResult, rule: str, block: int, allow_extrapolation: bool, deltas: Deltas | None) -> int | None:
-    """Another rule's threshold on the same fit, None where it refuses (the gates already passed)."""
+def _quiet_upper(fit: FitResult, block: int, allow_extrapolation: bool) -> int | None:
+    """The upper rule's threshold on the same fit, None where it refuses (its own gates included)."""
     w = _working(fit, block)
     try:
-        return _apply(w, rule, DEFAULT_MARGIN if rule == "upper" else None, allow_extrapolation, deltas)
+        refuse_never_or_tie(w)
+        return upper_threshold(w, DEFAULT_MARGIN, allow_extrapolation)
     except KvcalError:
         return None
 
@@ -236,9 +245,7 @@ def recipe_threshold(fit: FitResult, block: int) -> int | None:
 
 
 def regret_model(fit: FitResult, deltas: Deltas | None = None) -> RegretModel | None:
-    """The fit's bootstrap draws of the mean costs against the deltas (log-uniform over the measured range by
-    default); None without draws."""
-    found = draws(fit)
-    if found is None:
-        return None
-    return RegretModel(*found, deltas or log_uniform(fit.measured_range[0], fit.measured_range[-1]))
+    """What any threshold costs over the fit's bootstrap draws of the mean costs and the deltas (log-uniform over
+    the measured range by default), on the default decision's draws and candidates; None without draws."""
+    decision = decide(fit, deltas=deltas)
+    return RegretModel(decision.model) if decision.draws.from_bootstrap else None

@@ -79,6 +79,24 @@ def pull_won_from(fit: FitResult) -> int | None:
     return fit.smallest_pull_win_tokens
 
 
+def medians_won(fit: FitResult) -> tuple[int, int]:
+    """(lengths where the pull's median won, lengths with both medians), from fit.json's per-length summaries."""
+    rows = [r for r in fit.per_length if r.pull_won is not None]
+    return sum(bool(r.pull_won) for r in rows), len(rows)
+
+
+def where_the_pull_won(fit: FitResult, lo_hi: str) -> str:
+    """What the medians say over the measured lengths, for a sentence about a status read off the curves."""
+    won, total = medians_won(fit)
+    if not total:
+        return f"over {lo_hi} (no per-length medians recorded)"
+    if won == 0:
+        return f"the pull's median lost at every measured length ({lo_hi})"
+    if won == total:
+        return f"the pull's median won at every measured length ({lo_hi})"
+    return f"the pull's median won at {won} of {total} measured lengths ({lo_hi})"
+
+
 def legs_tie(fit: FitResult) -> tuple[bool, str]:
     """(tie, best advantage): the pull never beat recompute by a measurable amount.
 
@@ -178,13 +196,13 @@ def disturbance_gate(w: Working, allow_disturbed: bool) -> None:
 
 
 def refuse_never_or_tie(w: Working) -> None:
-    """No threshold when recompute always won or the legs tie (every rule)."""
+    """No threshold when the fitted curves never cross or the legs tie (``--rule upper``'s gates)."""
     fit, up = w.fit, ladder_up(w.n_max, w.block)
     if fit.status == "recompute-always-wins":
         raise NotRecommended(
-            f"P2P is not recommended on this setup: recomputing beat the pull at every measured length ({w.lo_hi}); "
-            f"no threshold emitted (leave p2p-source-producer off; if a longer prefix may win, run "
-            f"`kvcal sweep --prefix-lengths {up}`, or re-measure on a faster transport)"
+            f"P2P is not recommended on this setup: the fitted curves never cross in the measured range "
+            f"({where_the_pull_won(fit, w.lo_hi)}); no threshold emitted (leave p2p-source-producer off; if a "
+            f"longer prefix may win, run `kvcal sweep --prefix-lengths {up}`, or re-measure on a faster transport)"
         )
     tie, best = legs_tie(fit)
     if tie:

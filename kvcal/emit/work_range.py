@@ -33,7 +33,7 @@ import numpy as np
 from kvcal.cost_curve import break_even_tokens, cost_ms, real_roots, slope_us
 from kvcal.emit.affinity import AFFINITY_KEY, AFFINITY_TYPE
 from kvcal.emit.decision import draw_thresholds
-from kvcal.emit.regret import Deltas
+from kvcal.emit.delta_weights import Deltas
 from kvcal.emit.router import (
     DEFAULT_PREFIX_MATCH_PRODUCER,
     PLUGIN_PARAMETERS,

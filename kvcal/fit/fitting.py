@@ -61,7 +61,7 @@ def fit_table(
         else:
             boot = run_bootstrap(recompute, paid.fast, settings, mean_cost=paid.mean)
     result = build_result(table, recompute, pull, boot, settings, notes=notes)
-    result = annotate(result, table, recompute, pull, n_warmup)
+    result = annotate(result, table, n_warmup)
     result = result.model_copy(
         update={
             "slow_modes": paid.modes,
@@ -72,7 +72,7 @@ def fit_table(
             "mean_cost": summarise_mean_cost(
                 legs,
                 {"recompute": recompute.chosen_fit.coef, "pull": pull.chosen_fit.coef},
-                bool(paid.mean and paid.mean.decided),
+                frozenset(m.leg for m in paid.modes),
                 medians=table.origin.kind == "llmd-table",
             ),
         }

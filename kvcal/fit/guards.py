@@ -1,5 +1,6 @@
 """The fit's guards around the curve fitting: warm-up exclusion before it, and after it the
-per-length wins, the host-disturbance summary and the llm-d recipe's verdict in ``fit.json``.
+host-disturbance summary and the llm-d recipe's verdict in ``fit.json`` (the per-length wins, which
+the status answers to, are in :mod:`kvcal.fit.result`).
 
 Each guard's reasoning lives in its own module (:mod:`hygiene`, :mod:`wins`,
 :mod:`kvcal.sweep.host_monitors`, :mod:`recipe`); this one only applies them in order.
@@ -10,13 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvcal.fit.breakeven import RECOMPUTE_ALWAYS
-from kvcal.fit.curves import LegFit
 from kvcal.fit.drift import describe as describe_trend
 from kvcal.fit.hygiene import WARMUP_NOTE, warmup_test
 from kvcal.fit.modes import TOO_FEW_NOTE, describe_unresolved
 from kvcal.fit.modes import describe as describe_mode
 from kvcal.fit.tables import ProbeTable
-from kvcal.fit.wins import per_length, pull_won_from
 from kvcal.fit_record import FitResult
 
 SHOW_PROBES = 5
@@ -31,13 +30,10 @@ def exclude_warmup(table: ProbeTable) -> tuple[ProbeTable, int, str | None]:
     return replace(table, probes=kept), int(mask.sum()), note
 
 
-def annotate(result: FitResult, table: ProbeTable, recompute: LegFit, pull: LegFit, n_warmup: int) -> FitResult:
-    """``result`` with per-length wins, counts, the host's disturbance and the recipe's verdict."""
-    rows = per_length(table, recompute.sigma_rel, pull.sigma_rel)
+def annotate(result: FitResult, table: ProbeTable, n_warmup: int) -> FitResult:
+    """``result`` with counts, the host's disturbance and the recipe's verdict."""
     warnings = list(result.warnings)
     update: dict = {
-        "per_length": rows,
-        "pull_won_from_tokens": pull_won_from(rows),
         "n_duplicates_collapsed": table.n_duplicates,
         "n_warmup_excluded": n_warmup,
         "host_disturbance": table.host,

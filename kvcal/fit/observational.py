@@ -253,33 +253,39 @@ def parse_epp_log(path: Path) -> dict[str, Decision]:
         raise InputError(f"{path}: no such EPP log") from None
     out: dict[str, Decision] = {}
     for number, line in enumerate(text.splitlines(), start=1):
-        start = line.find("{")
-        if start < 0 or DECISION not in line:
-            continue
-        try:
-            entry = load_json(line[start:])
-        except (ValueError, RecursionError):
-            continue
-        if not isinstance(entry, dict) or DECISION not in (entry.get("msg"), entry.get("body"), entry.get("message")):
-            continue
-        where = f"{path} line {number}"
-        outcome = entry.get("outcome")
-        if outcome not in OUTCOMES:
-            raise InputError(f"{where}: outcome {outcome!r} is none of {', '.join(OUTCOMES)}")
-        if not entry.get("requestID"):
-            raise InputError(f"{where}: a p2p decision without requestID")
-        out[str(entry["requestID"])] = Decision(
-            request_id=str(entry["requestID"]),
-            outcome=str(outcome),
-            best_cached_tokens=_int(entry.get("bestCachedTokens", 0), "bestCachedTokens", where),
-            computing_cached_tokens=_int(entry.get("computingCachedTokens", 0), "computingCachedTokens", where),
-            delta_tokens=_int(entry.get("deltaTokens", 0), "deltaTokens", where),
-            source_waiting=_int(entry.get("sourceWaiting", 0), "sourceWaiting", where),
-            computing_waiting=_int(entry.get("computingWaiting", 0), "computingWaiting", where),
-        )
+        decision = decision_from_line(line, f"{path} line {number}")
+        if decision is not None:
+            out[decision.request_id] = decision
     if not out:
         raise InputError(f"{path}: no 'p2p decision' lines (is this the router's log, at a level that logs decisions?)")
     return out
+
+
+def decision_from_line(line: str, where: str) -> Decision | None:
+    """The ``p2p decision`` one router log line holds, None for any other line; InputError for a broken one."""
+    start = line.find("{")
+    if start < 0 or DECISION not in line:
+        return None
+    try:
+        entry = load_json(line[start:])
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(entry, dict) or DECISION not in (entry.get("msg"), entry.get("body"), entry.get("message")):
+        return None
+    outcome = entry.get("outcome")
+    if outcome not in OUTCOMES:
+        raise InputError(f"{where}: outcome {outcome!r} is none of {', '.join(OUTCOMES)}")
+    if not entry.get("requestID"):
+        raise InputError(f"{where}: a p2p decision without requestID")
+    return Decision(
+        request_id=str(entry["requestID"]),
+        outcome=str(outcome),
+        best_cached_tokens=_int(entry.get("bestCachedTokens", 0), "bestCachedTokens", where),
+        computing_cached_tokens=_int(entry.get("computingCachedTokens", 0), "computingCachedTokens", where),
+        delta_tokens=_int(entry.get("deltaTokens", 0), "deltaTokens", where),
+        source_waiting=_int(entry.get("sourceWaiting", 0), "sourceWaiting", where),
+        computing_waiting=_int(entry.get("computingWaiting", 0), "computingWaiting", where),
+    )
 
 
 def join(

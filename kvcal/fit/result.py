@@ -16,9 +16,18 @@ import numpy as np
 from kvcal import __version__
 from kvcal.cost_curve import COEFS, cost_ms
 from kvcal.fit.bootstrap import BootstrapResult
-from kvcal.fit.breakeven import STATUSES, break_even_tokens, classify, classify_many, interval, status_warning
+from kvcal.fit.breakeven import (
+    STATUSES,
+    break_even_tokens,
+    classify,
+    classify_many,
+    interval,
+    reconcile,
+    status_warning,
+)
 from kvcal.fit.curves import LegFit
 from kvcal.fit.tables import ProbeTable
+from kvcal.fit.wins import per_length, pull_won_from
 from kvcal.fit_record import BootstrapSummary, CurveFit, FitResult, FitSettings
 
 MEASURED_DISAGREE_MIN = 0.05  # a fitted winner contradicting the medians is reported when they differ by > 5%
@@ -43,9 +52,10 @@ def build_result(
     """The FitResult for one campaign (``boot`` None when no interval could be computed)."""
     n_min, n_max = min(table.lengths), max(table.lengths)
     point = float(break_even_tokens(recompute.chosen_fit.coef, pull.chosen_fit.coef))
-    status, extrapolated = classify(point, n_min, n_max)
+    rows = per_length(table, recompute.sigma_rel, pull.sigma_rel)
+    status, extrapolated = reconcile(*classify(point, n_min, n_max), point, rows)  # the status the medians allow
     warnings = list(table.warnings) + list(notes)
-    advice = status_warning(status, point, extrapolated, n_min, n_max, table.block_size)
+    advice = status_warning(status, point, extrapolated, n_min, n_max, table.block_size, rows)
     if advice:
         warnings.append(advice)
     warnings += _disagreements(table, recompute, pull)
@@ -69,6 +79,8 @@ def build_result(
         smallest_pull_win_tokens=smallest_pull_win(table),
         pull_bandwidth_gbps=pull_bandwidth_gbps(table),
         pulls_by_proof=dict(table.pulls_by_proof),
+        per_length=rows,
+        pull_won_from_tokens=pull_won_from(rows),
         bootstrap=BootstrapSummary(**boot_summary),
         setup=table.setup,
         source=table.origin,

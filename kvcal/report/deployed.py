@@ -96,7 +96,9 @@ def deployed_check(base: FitResult, cur: FitResult, threshold: int, origin: str)
         if verdict == "safe":
             message = f"deployed {threshold} is safe: at or above the break-even's upper bound {hi:.0f}"
             if cur.status == "pull-always-wins":
-                message += " (the pull won at every measured length; a lower threshold would save more)"
+                message += (
+                    " (the fitted curves cross below the shortest measured length; a lower threshold would save more)"
+                )
         elif verdict == "uncertain":
             message = (
                 f"deployed {threshold} is inside the break-even interval [{lo:.0f}, {hi:.0f}]: "

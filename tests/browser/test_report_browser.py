@@ -19,7 +19,7 @@ from kvcal.fit.io import write_fit
 from kvcal.fit_record import load_fit
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.sim_costs import SimCosts
-from tests.factories import make_fit, sim_run
+from tests.factories import make_curve, make_fit, sim_run
 
 from tests.browser.cdp_client import Browser, find_browser
 
@@ -136,7 +136,8 @@ def test_a_narrow_window_scrolls_only_down_and_the_table_sorts(browser, pages):
 
 def test_a_refused_runs_page_says_none_and_why(browser, tmp_path):
     path = write_fit(
-        make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None), tmp_path / "fit.json"
+        make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None,
+                 pull=make_curve(500.0, 50.0)), tmp_path / "fit.json"
     )
     assert main(["report", str(path), "-o", str(tmp_path / "refused.html")]) == 0
     visit = browser.open(tmp_path / "refused.html")

@@ -114,7 +114,7 @@ def test_a_lone_surrogate_read_from_json_is_escaped_where_it_enters(ws, args):
 def test_text_an_ascii_stdout_cannot_hold_is_escaped(ws):
     """Before, `compare` into an ASCII stdout was exit 70 on its table's dash."""
     env = {**os.environ, "PYTHONIOENCODING": "ascii"}
-    done = _kvcal("compare", _with_a_lone_surrogate(ws), "runs/r/fit.json", cwd=ws, env=env, text=False)
+    done = _kvcal("compare", _with_a_lone_surrogate(ws), "runs/r/fit.json", "--force", cwd=ws, env=env, text=False)
     assert done.returncode == 0, done.stderr
     assert b"OK: break-even moved" in done.stdout and b"internal error" not in done.stderr
     done.stdout.decode("ascii")

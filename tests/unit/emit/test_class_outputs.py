@@ -57,6 +57,31 @@ def test_the_common_threshold_follows_the_mix(classes_run, kvcal):
         assert abs(threshold - alone) <= 64, "one class alone: its own break-even on the curves, to a block"
 
 
+def test_the_mix_decides_like_one_class_and_says_which_rule(classes_run, kvcal):
+    """Under the default rule the mix is the one decision summed over the classes (its decision block is the mix's,
+    a class alone gives that class's own threshold); under --rule upper it keeps the earlier form and says so."""
+    run, fit = classes_run
+    out, _ = emitted(kvcal, run)
+    assert out["rule"] == "expected-cost" and out["decision"]["chosen_cost_ms"] < out["decision"]["no_p2p_cost_ms"]
+    near_alone = emitted(kvcal, run, "--class-mix", "near=1")[0]
+    assert near_alone["minCachedTokenDelta"] == near_alone["classes"]["near"]["threshold"]
+    assert near_alone["classes"]["near"]["cost_at_common_ms"] == 0.0  # its own best threshold costs it nothing
+    upper, _ = emitted(kvcal, run, "--rule", "upper")
+    assert upper["rule"] == "upper" and upper["decision"] is None
+
+
+def test_the_mix_reads_the_deltas(classes_run, kvcal, tmp_path):
+    """--deltas weighs the mix as it weighs one class: with every delta at 4,000 tokens, pulling pays for both
+    classes there, and nothing between 512 and 4,000 is seen, so the highest threshold below it is chosen."""
+    run, _ = classes_run
+    deltas = tmp_path / "d.txt"
+    deltas.write_text("512,1\n4000,9\n")
+    plain = emitted(kvcal, run)[0]["minCachedTokenDelta"]
+    weighed = emitted(kvcal, run, "--deltas", deltas)[0]
+    assert weighed["minCachedTokenDelta"] == 3968 != plain
+    assert weighed["classes"]["near"]["threshold"] == 3968  # each class's own threshold over the same deltas
+
+
 def test_bad_class_mixes_exit_2(classes_run, kvcal, tmp_path):
     run, _ = classes_run
     for mix, says in (("near=0.5,mars=0.5", "does not have"), ("near=0.5,far=0.4", "sum to 1"),

@@ -17,7 +17,7 @@ from kvcal.fit_record import CurveFit, FitResult
 
 import factories
 
-from factories import PULL, RECOMPUTE
+from factories import make_curve, PULL, RECOMPUTE
 
 
 def true_break_even() -> float:
@@ -104,7 +104,7 @@ def test_published_ladder_gives_the_guides_2048() -> None:
 
 @pytest.mark.parametrize("fmt", [f for f in em.FORMATS if f != "affinity"])
 def test_recompute_always_wins_raises_not_recommended(fmt: str, tmp_path) -> None:
-    fit = make_fit(status="recompute-always-wins", be=None, ci=None)
+    fit = make_fit(status="recompute-always-wins", be=None, ci=None, pull=make_curve(500.0, 50.0))
     values = tmp_path / "v.yaml"
     values.write_text("a: 1\n")
     opts = em.EmitOptions(format=fmt, values=values if fmt == "helm" else None,
@@ -215,8 +215,12 @@ def test_json_has_the_contract_keys() -> None:
     data = json.loads(em.emit(make_fit(), em.EmitOptions(format="json")).stdout)
     assert set(data) == {"minCachedTokenDelta", "break_even_tokens", "break_even_ci", "margin", "block_size", "status",
                          "peakPrefillThroughput", "peak_prefill_chunk_size", "peak_prefill_ci", "peak_prefill_extrapolated",
-                         "rule", "expected_regret_ms", "expected_regret_pct", "p_break_even_above", "alternatives"}
+                         "rule", "expected_regret_ms", "expected_regret_pct", "p_break_even_above", "alternatives",
+                         "decision"}
     assert data["minCachedTokenDelta"] == 704 and isinstance(data["minCachedTokenDelta"], int)
+    assert set(data["decision"]) == {"candidates", "chosen_cost_ms", "no_p2p_cost_ms"}
+    assert data["decision"]["candidates"] == (16384 - 256) // 64 + 2  # block multiples over the range, and no P2P
+    assert data["decision"]["chosen_cost_ms"] < data["decision"]["no_p2p_cost_ms"]
     assert data["rule"] == "expected-cost" and data["margin"] is None
     assert data["expected_regret_ms"] is None and data["p_break_even_above"] is None  # no bootstrap draws recorded
     assert set(data["alternatives"]) == {"upper", "recipe"}
@@ -400,7 +404,7 @@ def test_cli_env_and_explanation_on_stderr(tmp_path, capsys) -> None:
 def test_cli_recompute_always_wins_exits_3_with_empty_stdout(tmp_path, capsys) -> None:
     from kvcal.cli.app import main
 
-    path = write_fit(tmp_path, make_fit(status="recompute-always-wins", be=None, ci=None))
+    path = write_fit(tmp_path, make_fit(status="recompute-always-wins", be=None, ci=None, pull=make_curve(500.0, 50.0)))
     rc = main(["emit-config", str(path), "--format", "json"])
     out, err = capsys.readouterr()
     assert rc == 3 and out == ""

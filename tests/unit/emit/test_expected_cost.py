@@ -14,7 +14,7 @@ from kvcal.emit import formats as em
 from kvcal.emit.deltas import read_deltas
 from kvcal.emit.threshold import compute_threshold, regret_model
 from kvcal.engines.sim import SimCosts
-from kvcal.errors import InputError, NoThreshold
+from kvcal.errors import InputError, NoThreshold, NotRecommended
 from kvcal.fit import fit_table
 from kvcal.fit.io import write_fit
 from kvcal.fit.mean_cost import mean_curves, mean_scales
@@ -98,28 +98,28 @@ def test_a_misfit_length_is_decided_on_its_measured_means():
                             (4096, 112.6, 32.3))]
     t = compute_threshold(_with_means(base, rows))
     assert 1024 < t.min_cached_token_delta < 2048
-    assert any("at 1024 tokens the curves misfit" in s for s in t.steps)
+    assert any("at 1024 tokens the pull curve misfits: its measured mean is 40 ms" in s for s in t.steps)
     untouched = compute_threshold(_with_means(base, [r.model_copy(update={"pull_misfit": False}) for r in rows]))
     assert untouched.min_cached_token_delta == 704
 
 
-def test_never_at_or_below_a_length_where_the_pull_measurably_lost():
-    rows = [LengthSummary(prefix_tokens=n, recompute_ms=r, pull_ms=p, n_recompute=5, n_pull=5, pull_won=p < r,
-                          pull_won_measurably=None) for n, r, p in ((512, 20.0, 21.0), (1024, 35.0, 50.0),
-                                                                    (2048, 61.0, 26.0))]
-    fit = make_fit(measured_range=[512, 2048], per_length=rows, recompute=make_fit().recompute.model_copy(
-        update={"noise_cv": 0.03}), pull=make_fit().pull.model_copy(update={"noise_cv": 0.03}))
-    t = compute_threshold(fit)
-    assert t.min_cached_token_delta == 2048
-    assert any("lost measurably at 1024 tokens: raised to 2048" in s for s in t.steps)
+def test_a_misfit_counts_even_where_it_does_not_flip_the_sign_at_its_length():
+    """A pull measured 30 % slower than its curve at 2,048 tokens still wins there, but it costs more between 1,024
+    and 4,096: the threshold the expected cost picks moves up (the earlier rule looked only where the sign flipped)."""
+    base = make_fit(measured_range=[256, 4096])
+    fitted = {n: (float(np.polyval([0.012e-6, 25e-3, 5.0], n)), 20.0 + 3e-3 * n) for n in (256, 512, 1024, 2048, 4096)}
+    rows = [MeanLength(prefix_tokens=n, recompute_ms=r, pull_ms=p * (1.3 if n == 1024 else 1.0),
+                       pull_misfit=n == 1024) for n, (r, p) in fitted.items()]
+    moved = compute_threshold(_with_means(base, rows)).min_cached_token_delta
+    assert moved > 704
 
 
-def test_no_crossing_in_range_needs_allow_extrapolation():
+def test_no_p2p_is_refused_with_the_costs_that_make_it_so_and_extrapolation_may_find_one():
     fit = make_fit(measured_range=[128, 512])  # the curves cross at 682, beyond the range
-    with pytest.raises(NoThreshold, match="does not win by the longest measured length"):
+    with pytest.raises(NotRecommended, match=r"no P2P is cheapest \(recomputing costs [0-9.]+ ms a request"):
         compute_threshold(fit)
     t = compute_threshold(fit, allow_extrapolation=True)
-    assert t.min_cached_token_delta == 704 and any("--allow-extrapolation" in w for w in t.warnings)
+    assert t.min_cached_token_delta == 704 and any("--allow-extrapolation: 704 lies beyond" in w for w in t.warnings)
 
 
 def test_a_crossing_below_the_range_is_raised_to_its_shortest_length():
@@ -158,7 +158,7 @@ def test_deltas_from_a_router_decision_log(tmp_path):
 
 
 @pytest.mark.parametrize("text, match", [("-5\n", "whole number"), ("1000,abc\n", "count must be a number"),
-                                         ("1000,-1\n", "0 or more"), ("{bad json", "not valid JSON"),
+                                         ("1000,-1\n", "a count must be a number from 0"), ("{bad json", "not valid JSON"),
                                          ("1 2 3\n", "a delta and a count"), ("nan\n", "finite")])
 def test_bad_deltas_files_exit_2_with_one_line(tmp_path, kvcal, text, match):
     path = tmp_path / "d.txt"
@@ -171,13 +171,20 @@ def test_bad_deltas_files_exit_2_with_one_line(tmp_path, kvcal, text, match):
     assert res.code == 2 and res.out == "" and res.err.count("\n") == 1
 
 
-def test_deltas_change_the_price_not_the_crossing(tmp_path):
+def test_deltas_weigh_the_decision_and_its_price(tmp_path):
+    """The deltas a router saw decide which threshold costs least: with none between 300 and 6,000 tokens every
+    threshold in between costs the same, and the highest of those ties wins (the crossing near 700 no longer
+    matters); the price moves with them."""
     fit = fit_table(sim_table(SimCosts(), LADDER, 3, seed=4), settings=FitSettings(seed=4, n_resamples=300))
     path = tmp_path / "d.txt"
     path.write_text("300,10\n6000,1\n")
     plain, priced = compute_threshold(fit), compute_threshold(fit, deltas=read_deltas(path))
-    assert abs(plain.min_cached_token_delta - priced.min_cached_token_delta) <= 64
+    assert abs(plain.min_cached_token_delta - SimCosts().true_break_even()) < 150
+    assert priced.min_cached_token_delta == 5952  # the highest block multiple below 6,000: the tie's highest
     assert plain.figures != priced.figures
+    dense = tmp_path / "dense.txt"
+    dense.write_text("\n".join(str(n) for n in range(256, 8192, 64)))
+    assert abs(compute_threshold(fit, deltas=read_deltas(dense)).min_cached_token_delta - plain.min_cached_token_delta) <= 128
 
 
 def test_costmodel_and_vllm_carry_a_comment_line_with_the_rule():
@@ -202,3 +209,21 @@ def test_compare_judges_a_deployed_threshold_by_what_it_costs(tmp_path, kvcal):
     write_fit(fit, path)
     assert kvcal("compare", path, path, "--deployed", str(best), "--strict-deployed").code == 0
     assert kvcal("compare", path, path, "--deployed", "8192", "--strict-deployed").code == 1
+
+
+def test_a_scale_that_dominates_the_choice_names_its_leg_and_the_reps_that_settle_it():
+    """Tight curves but a pull whose bulk spread rests on 2 degrees of freedom (sigma 0.9: exp(s^2/2) anywhere from
+    1.0 to 2.5): the pull's scale carries most of the expected regret, and the warning says how many more pulls
+    would settle it; with the same spread on 400 degrees of freedom nothing is said."""
+    fit = fit_table(sim_table(SimCosts(), LADDER, 5, seed=3), settings=FitSettings(seed=3, n_resamples=400))
+    base = fit.mean_cost.pull_parts
+
+    def with_df(df: int):
+        parts = base.model_copy(update={"bulk_sd": 0.9, "bulk_df": df, "bulk_log_mean": -0.405})
+        return fit.model_copy(update={"mean_cost": fit.mean_cost.model_copy(update={"pull_parts": parts})})
+
+    loose = compute_threshold(with_df(2))
+    advice = [w for w in loose.warnings if "the pull's mean cost over its curve" in w]
+    assert len(advice) == 1 and "more probes of the pull" in advice[0]
+    assert int(advice[0].split("about ")[1].split(" more probes")[0].replace(",", "")) > 0
+    assert not any("mean cost over its curve" in w for w in compute_threshold(with_df(400)).warnings)

@@ -146,7 +146,8 @@ def test_threshold_json_keeps_the_contract_keys(kvcal, tmp_path):
     # The threshold's keys, plus the affinity filter's constant (issue 12's contract).
     assert set(data) == {"minCachedTokenDelta", "break_even_tokens", "break_even_ci", "margin", "block_size", "status",
                          "peakPrefillThroughput", "peak_prefill_chunk_size", "peak_prefill_ci", "peak_prefill_extrapolated",
-                         "rule", "expected_regret_ms", "expected_regret_pct", "p_break_even_above", "alternatives"}
+                         "rule", "expected_regret_ms", "expected_regret_pct", "p_break_even_above", "alternatives",
+                         "decision"}
     truth = SimCosts().true_break_even()
     assert abs(data["minCachedTokenDelta"] - truth) <= max(0.15 * truth, 64)
     assert data["alternatives"]["upper"]["threshold"] >= math.ceil(truth)

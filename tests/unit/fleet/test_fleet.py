@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from factories import make_fit
+from factories import make_curve, make_fit
 from kvcal.cost_curve import cost_ms
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
@@ -186,7 +186,7 @@ def test_a_fit_with_a_cost_model_gets_a_costmodel_row_that_applies_its_rule():
 
 
 def test_when_emit_config_refuses_the_idle_threshold_is_null_with_its_reason():
-    fit = make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None)
+    fit = make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None, pull=make_curve(500.0, 50.0))
     result = run_fleet(_config(pods=2, thresholds=[256, 1024], rate=0.05, duration_s=120,
                                    seeds=1), fit, lambda *a: None)
     assert result.idle_threshold is None and "not recommended" in result.idle_threshold_reason

@@ -18,7 +18,7 @@ from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.page.report import ReportConfig, build_page, write_report
 from kvcal.page.svg import Chart, Point, Points, Style
 from kvcal.sim_costs import SimCosts
-from tests.factories import make_fit, sim_run
+from tests.factories import make_curve, make_fit, sim_run
 
 ROOT = Path(__file__).resolve().parents[3]
 BASELINE = ROOT / "results" / "baselines" / "cpu-tiny"
@@ -102,7 +102,8 @@ def test_keys_the_emit_stage_adds_appear_without_a_change_to_the_page(monkeypatc
 
 
 def test_a_refused_threshold_is_none_with_the_reason(tmp_path):
-    fit = make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None)
+    fit = make_fit(status="recompute-always-wins", break_even_tokens=None, break_even_ci=None,
+                   pull=make_curve(500.0, 50.0))
     path = write_fit(fit, tmp_path / "fit.json")
     html = build_page(ReportConfig(tmp_path / "r.html", run=path))
     page = figures_of(html)
