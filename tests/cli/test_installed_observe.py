@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -94,6 +95,11 @@ def test_drift_and_the_proposal_through_the_installed_script(tmp_path):
     assert few.returncode == 3 and "too few pulls" in few.stderr and len(few.stderr.strip().splitlines()) == 1
 
 
+NEEDS_SDK = pytest.mark.skipif(importlib.util.find_spec("grafana_foundation_sdk") is None,
+                               reason="grafana-foundation-sdk needs Python 3.11 (there --dashboard is exit 2, saying so)")
+
+
+@NEEDS_SDK
 def test_the_dashboard_on_stdout_needs_no_server():
     """Issue 54's contract: one JSON object with panels (each with targets[].expr), a Prometheus datasource
     variable in templating, a title; exit 0; nothing queried."""
@@ -106,6 +112,7 @@ def test_the_dashboard_on_stdout_needs_no_server():
     assert any(v["type"] == "datasource" and v["query"] == "prometheus" for v in doc["templating"]["list"])
 
 
+@NEEDS_SDK
 def test_the_dashboard_beside_observes_json(prom, tmp_path):
     out = tmp_path / "dashboard.json"
     done = _kvcal("--prometheus", prom.url(), "--since", "15m", "--json", "--dashboard", str(out), "--selector",
@@ -117,6 +124,7 @@ def test_the_dashboard_beside_observes_json(prom, tmp_path):
     assert {v["name"]: v.get("query") for v in doc["templating"]["list"]}["selector"] == 'job=~".+"'
 
 
+@NEEDS_SDK
 @pytest.mark.parametrize("args, words", [
     (["--dashboard", "-", "--prometheus", "{prom}"], "both ask for standard output"),
     (["--dashboard", "-", "--prometheus", "{prom}", "--json"], "both ask for standard output"),
