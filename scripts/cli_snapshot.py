@@ -4,7 +4,10 @@
 Usage (from a checkout, with that checkout's kvcal first on the path):
 
     PYTHONPATH=$PWD .venv/bin/python scripts/cli_snapshot.py --out /tmp/snap-NAME
-    diff -r /work/notes/snapshot /tmp/snap-NAME
+    diff -r tests/fixtures/cli-snapshot /tmp/snap-NAME
+
+tests/fixtures/cli-snapshot/ is the snapshot of main, committed on its own whenever a change moves what
+the CLI shows (the commit names the cases that changed); a refactor leaves it identical.
 
 It writes, under --out:
 

@@ -68,7 +68,7 @@ class Command:
         return next(p for p in self.params if p.name == name)
 
 
-OUTPUT_NAMES = {"output", "markdown", "plot", "output_dir", "html"}
+OUTPUT_NAMES = {"output", "markdown", "plot", "output_dir", "html", "dashboard"}
 
 
 def _kind(annotation: str) -> str:
@@ -469,6 +469,17 @@ def targeted_cases(app: typer.Typer) -> list[Case]:
     add("seed-negative", "range", "fit", {"seed": "-1"})
     add("plot-bad-extension", "output-kind", "plot", {"output": "{ws}/out.txt"})
     # `-` as an output is stdout for every command (tests/cli/test_installed_streams.py), no longer a bad input
+    # kvcal observe --dashboard (issue 54): it queries nothing, so the flags of a query need --prometheus; with
+    # --prometheus, stdout holds one document; --prometheus itself is required unless --dashboard is given
+    add("no-server-nor-dashboard", "missing-required", "observe", {"prometheus": None})
+    for cid, values in (("dashboard-json-no-server", {"json": True}), ("dashboard-since-no-server", {}),
+                        ("dashboard-propose-no-server", {"since": None, "propose": True})):
+        add(cid, "flag-combination", "observe", {"prometheus": None, "dashboard": "{ws}/dash.json", **values})
+    add("dashboard-stdout-and-table", "flag-combination", "observe", {"dashboard": "-"})
+    add("dashboard-stdout-and-json", "flag-combination", "observe", {"dashboard": "-", "json": True})
+    add("dashboard-onto-fit", "output:an", "observe", {"prometheus": None, "since": None, "dashboard": "{fit}",
+                                                       "fit": "{fit}"})
+    add("dashboard-bad-window", "flag-combination", "observe", {"dashboard": "{ws}/dash.json", "since": "5x"})
     add("show-unknown", "unknown-name", "profiles show", {"name": "no-such-profile"})
     add("predict-unknown-model", "unknown-name", "predict", {"model": "no-such-model"})
     add("predict-devices-zero", "range", "predict", {"devices": "0"})

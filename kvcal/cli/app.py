@@ -170,7 +170,7 @@ def _pipe_checked(callback):
     return checked
 
 
-OUTPUT_PARAMETERS = {"output", "markdown", "plot", "output_dir"}  # paths a command writes: `-` is stdout there
+OUTPUT_PARAMETERS = {"output", "markdown", "plot", "output_dir", "dashboard", "propose_fit"}  # written: `-` is stdout
 
 
 def _stdin_for_dash(callback):

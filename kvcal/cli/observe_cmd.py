@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from kvcal.cli.output import stdout
+from kvcal.cli.output import info, stdout
 from kvcal.terminal_text import json_visible, visible
 
 EPILOG = """Reads the engines' own counters from Prometheus' HTTP API over the window (raw
@@ -31,6 +31,11 @@ server that is not Prometheus), 3 when --propose cannot propose (too few pulls, 
 is cheapest on the costs production implies), 4 when the server cannot be reached or does
 not answer in time.
 
+With --dashboard FILE: a Grafana dashboard (JSON model) with a panel per figure, per pod and
+fleet-wide, each the PromQL of the series observe reads, and a Prometheus data source and a
+label-matcher variable; what --fit and --fleet's row say as reference lines. It needs no
+--prometheus; docs/observe.md says how to import it.
+
 Examples:
 
   kvcal observe --prometheus http://prometheus:9090 --since 15m --json
@@ -41,12 +46,17 @@ Examples:
       --fleet fleet.json --values values.yaml
 
   kvcal observe --prometheus http://localhost:9090 --since 1h --fit runs/r --values values.yaml \\
-      --propose-fit proposed.json && kvcal emit-config proposed.json --format helm --values values.yaml"""
+      --propose-fit proposed.json && kvcal emit-config proposed.json --format helm --values values.yaml
+
+  kvcal observe --dashboard kvcal.json --selector 'namespace="llm-d"' --fit runs/r \\
+      --fleet fleet.json --values values.yaml"""
 
 
 def observe(
-    prometheus: str = typer.Option(
-        ..., "--prometheus", help="The Prometheus server's base URL, e.g. http://prometheus:9090."
+    prometheus: Optional[str] = typer.Option(
+        None,
+        "--prometheus",
+        help="The Prometheus server's base URL, e.g. http://prometheus:9090 (needed unless --dashboard is given).",
     ),
     since: Optional[str] = typer.Option(
         None, "--since", help="The window: this long up to now (15m, 1h30m, 2d; default 15m)."
@@ -95,6 +105,13 @@ def observe(
         help="Write the fit moved to production costs (a fit.json emit-config renders); implies --propose.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema kvcal.observe/1)."),
+    dashboard: Optional[Path] = typer.Option(
+        None,
+        "--dashboard",
+        metavar="FILE",
+        help="Write the Grafana dashboard of these figures (- for stdout), the fit's and the fleet row's figures as "
+        "reference lines; queries nothing (with --prometheus, observe runs too).",
+    ),
 ) -> None:
     """Read a deployed fleet's pulls, bytes, TTFT and queues from Prometheus and check them against kvcal."""
     from kvcal.observe.run import ObserveConfig, exit_error, run_observe
@@ -112,6 +129,15 @@ def observe(
         propose=propose,
         propose_fit=propose_fit,
     )
+    if dashboard is not None:
+        from kvcal.files.writing import is_stdout
+        from kvcal.observe.dashboard import write_dashboard
+
+        panels = write_dashboard(config, dashboard, as_json=as_json)
+        if not is_stdout(dashboard):
+            info(f"kvcal: wrote the Grafana dashboard ({panels} panels) to {dashboard}")
+        if prometheus is None:
+            return
     result = run_observe(config)
     if as_json:
         typer.echo(json_visible(result.model_dump_json(indent=2, by_alias=True)))

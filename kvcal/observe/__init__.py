@@ -3,7 +3,8 @@
 
 ``client.py`` (the bounded Prometheus API client), ``series.py`` (counter increases with
 resets, pods, histogram quantiles), ``figures.py`` (the queries and each pod's and the
-fleet's figures), ``catalog.py`` (every ratio figure's series and arithmetic, declared once),
+fleet's figures), ``catalog.py`` (every figure's series and arithmetic, declared once),
+``promql.py`` and ``dashboard.py`` (``--dashboard``: each figure as PromQL, the Grafana model),
 ``costs.py`` (the production pull and prefill costs), ``checks.py`` (against the fit and a
 ``kvcal fleet`` row), ``drift.py`` (the costs against fit.json's engine side, per pod),
 ``adjust.py`` and ``propose.py`` (``--propose``: the fit moved to production costs and its

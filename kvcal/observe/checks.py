@@ -24,8 +24,14 @@ BYTES_TOLERANCE = 0.10
 TTFT_TOLERANCE = 0.25
 SHARE_TOLERANCE = 0.05
 QUEUE_SLACK = 1.0
-FLEET_CHECKS = ("ttft_p50_ms", "ttft_p90_ms", "pull_share", "queue_p90")
-"""The checks against a kvcal fleet row."""
+FLEET_FIGURES = {
+    "ttft_p50_ms": "ttft_p50_ms",
+    "ttft_p90_ms": "ttft_p90_ms",
+    "pull_share": "pulled_token_share",
+    "queue_p90": "prefill_queue_p90",
+}
+"""The checks against a kvcal fleet row: observe's figure and the row's figure it is held to."""
+FLEET_CHECKS = tuple(FLEET_FIGURES)
 
 
 @dataclass(frozen=True)
@@ -123,10 +129,12 @@ def fleet_checks(row: FleetRow, fleet: Figures, buckets: dict[str, list[float | 
     for name in ("ttft_p50_ms", "ttft_p90_ms"):
         observed = getattr(fleet, name)
         seen = buckets.get(name) or [observed.value, observed.value]
-        out.append(_interval_check(name, observed, list(getattr(row, name).ci), seen, (TTFT_TOLERANCE, 0.0), ttft_tol))
+        predicted = list(getattr(row, FLEET_FIGURES[name]).ci)
+        out.append(_interval_check(name, observed, predicted, seen, (TTFT_TOLERANCE, 0.0), ttft_tol))
     share = fleet.pull_share
     share_tol = f"interval widened by {SHARE_TOLERANCE} (absolute)"
-    if row.pulled_token_share is None:
+    row_share = getattr(row, FLEET_FIGURES["pull_share"])
+    if row_share is None:
         out.append(
             _unknown(
                 "pull_share",
@@ -141,7 +149,7 @@ def fleet_checks(row: FleetRow, fleet: Figures, buckets: dict[str, list[float | 
             _interval_check(
                 "pull_share",
                 share,
-                list(row.pulled_token_share.ci),
+                list(row_share.ci),
                 [share.value, share.value],
                 (0.0, SHARE_TOLERANCE),
                 share_tol,
@@ -152,7 +160,7 @@ def fleet_checks(row: FleetRow, fleet: Figures, buckets: dict[str, list[float | 
         _interval_check(
             "queue_p90",
             queue,
-            list(row.prefill_queue_p90.ci),
+            list(getattr(row, FLEET_FIGURES["queue_p90"]).ci),
             [queue.value, queue.value],
             (TTFT_TOLERANCE, QUEUE_SLACK),
             f"interval widened by {TTFT_TOLERANCE:.0%} and {QUEUE_SLACK:g} request",

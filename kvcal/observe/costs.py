@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvcal.observe.catalog import ALL_QUERIES, COSTS, EXTERNAL, Part, Ratio
+from kvcal.observe.catalog import ABSENT_IS_ZERO, ALL_QUERIES, COSTS, EXTERNAL, KIND_ROLES, Part, Ratio
 from kvcal.observe.client import Series
 from kvcal.observe.result import Observed
 from kvcal.observe.series import History, Increase, Window, by_pod, summed
@@ -64,12 +64,9 @@ class PodCosts:
 
 
 def pod_kind(mine: dict[str, list[Series]]) -> str | None:
-    """``p2p-tier`` (its tier read counters, as figures.py reads its pulls), ``nixl`` (NIXL's histograms), or None."""
-    if mine.get("tier_p2p_time") or mine.get("tier_p2p_bytes"):
-        return "p2p-tier"
-    if mine.get("nixl_xfer_time") or mine.get("nixl_transfers"):
-        return "nixl"
-    return None
+    """``p2p-tier`` (its tier read counters, as figures.py reads its pulls), ``nixl`` (NIXL's histograms), or None:
+    the first kind of :data:`kvcal.observe.catalog.KIND_ROLES` whose series the pod exposes."""
+    return next((kind for kind, roles in KIND_ROLES.items() if any(mine.get(role) for role in roles)), None)
 
 
 def _increase(part: Part, mine: dict[str, list[Series]], window: Window, history: History) -> Increase | None:
@@ -86,7 +83,7 @@ def _added(parts: tuple[Part, ...], mine: dict[str, list[Series]], window: Windo
     for part in parts:
         found = _increase(part, mine, window, history)
         if found is None:
-            if part.role == "tier_p2p_failures":  # created at the first failure: absent means none
+            if part.role in ABSENT_IS_ZERO:  # created at the first failure: absent means none
                 continue
             return part.role
         total = Increase(total.value + found.value, max(total.samples, found.samples))
@@ -125,7 +122,7 @@ class CostReader:
             if ratio is None:
                 costs.missing[figure] = no_pull(name, costs.pulled_tokens)
                 continue
-            if figure == "prefill_ms_per_token" and costs.pulled_tokens > 0:
+            if ratio.unless_pulled and costs.pulled_tokens > 0:
                 costs.missing[figure] = _decode_pod(costs.pulled_tokens)
                 continue
             self._one(costs, figure, ratio, mine, window, events)

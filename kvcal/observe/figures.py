@@ -66,6 +66,8 @@ def created_query(families: tuple[str, ...]) -> str:
 
 CREATED = created_query(CREATED_FAMILIES)
 QUANTILES = {"ttft_p50_ms": 0.5, "ttft_p90_ms": 0.9, "ttft_p99_ms": 0.99}
+QUEUE_PERCENTILE = 90
+"""queue_p90's percentile of the waiting requests (as kvcal fleet's ``prefill_queue_p90``)."""
 NOT_EXPOSED = "{} is not exposed by {}"
 
 
@@ -227,7 +229,7 @@ def _queue(parts: list[PodParts]) -> Observed:
         return Observed(value=None, samples=0, missing=NOT_EXPOSED.format(QUERIES["waiting"], "these pods"))
     if not readings:
         return Observed(value=None, samples=0, missing="no scrape of the waiting queue in the window")
-    return Observed(value=float(np.percentile(readings, 90)), samples=len(readings))
+    return Observed(value=float(np.percentile(readings, QUEUE_PERCENTILE)), samples=len(readings))
 
 
 def figures_of(parts: list[PodParts], window: Window, history: History) -> tuple[BaseFigures, dict]:

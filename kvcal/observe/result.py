@@ -51,12 +51,12 @@ class BaseFigures(BaseModel):
     pull_share: Observed = Field(description="Share of prompt tokens served from a peer.")
     local_hit_share: Observed = Field(description="Share of prompt tokens from the pod's own caches.")
     computed_share: Observed = Field(description="Share of prompt tokens prefilled.")
-    bytes_per_pulled_token: Observed
-    ttft_p50_ms: Observed
-    ttft_p90_ms: Observed
-    ttft_p99_ms: Observed
+    bytes_per_pulled_token: Observed = Field(description="Bytes the pulls moved per prompt token pulled.")
+    ttft_p50_ms: Observed = Field(description="Median time to first token, from the engines' histogram.")
+    ttft_p90_ms: Observed = Field(description="p90 of the time to first token, from the engines' histogram.")
+    ttft_p99_ms: Observed = Field(description="p99 of the time to first token, from the engines' histogram.")
     queue_p90: Observed = Field(description="p90 of the waiting requests, every scrape of every pod pooled.")
-    requests_per_s: Observed
+    requests_per_s: Observed = Field(description="Requests the engines finished per second.")
 
 
 class Figures(BaseFigures):

@@ -42,9 +42,12 @@ class FleetOutsidePrediction(KvcalError, exit_code=1):
     """A check came out outside its prediction beyond the stated tolerance (exit 1 by contract)."""
 
 
+NO_SERVER = "give --prometheus URL to read the fleet (or --dashboard FILE to write its Grafana dashboard)"
+
+
 @dataclass(frozen=True)
 class ObserveConfig:
-    prometheus: str
+    prometheus: str | None
     since: str | None = None
     start: str | None = None
     end: str | None = None
@@ -179,6 +182,8 @@ def _rfc3339(at: float) -> str:
 
 def run_observe(config: ObserveConfig, now: float | None = None, transport=None) -> ObserveResult:
     """Query Prometheus over the window, make each pod's and the fleet's figures, and check them (no exit here)."""
+    if config.prometheus is None:
+        raise InputError(NO_SERVER)
     selector = parse_selector(config.selector)
     window = resolve_window(config, time.time() if now is None else now)
     prediction = load_prediction(config)

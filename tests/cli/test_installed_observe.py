@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -92,3 +93,47 @@ def test_drift_and_the_proposal_through_the_installed_script(tmp_path):
                              capture_output=True, text=True, timeout=120)
     assert emitted.returncode == 0 and json.loads(emitted.stdout)["minCachedTokenDelta"] == out["proposal"]["threshold"]
     assert few.returncode == 3 and "too few pulls" in few.stderr and len(few.stderr.strip().splitlines()) == 1
+
+
+NEEDS_SDK = pytest.mark.skipif(importlib.util.find_spec("grafana_foundation_sdk") is None,
+                               reason="grafana-foundation-sdk needs Python 3.11 (there --dashboard is exit 2, saying so)")
+
+
+@NEEDS_SDK
+def test_the_dashboard_on_stdout_needs_no_server():
+    """Issue 54's contract: one JSON object with panels (each with targets[].expr), a Prometheus datasource
+    variable in templating, a title; exit 0; nothing queried."""
+    done = _kvcal("--dashboard", "-")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    doc = json.loads(done.stdout)
+    assert isinstance(doc, dict) and doc["title"]
+    assert {p["title"] for p in doc["panels"]} == FIGURES
+    assert all(p["targets"] and all(t["expr"] for t in p["targets"]) for p in doc["panels"])
+    assert any(v["type"] == "datasource" and v["query"] == "prometheus" for v in doc["templating"]["list"])
+
+
+@NEEDS_SDK
+def test_the_dashboard_beside_observes_json(prom, tmp_path):
+    out = tmp_path / "dashboard.json"
+    done = _kvcal("--prometheus", prom.url(), "--since", "15m", "--json", "--dashboard", str(out), "--selector",
+                  'job=~".+"')
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["schema"] == "kvcal.observe/1"  # stdout: observe's document alone
+    assert "wrote the Grafana dashboard (13 panels)" in done.stderr
+    doc = json.loads(out.read_text())
+    assert {v["name"]: v.get("query") for v in doc["templating"]["list"]}["selector"] == 'job=~".+"'
+
+
+@NEEDS_SDK
+@pytest.mark.parametrize("args, words", [
+    (["--dashboard", "-", "--prometheus", "{prom}"], "both ask for standard output"),
+    (["--dashboard", "-", "--prometheus", "{prom}", "--json"], "both ask for standard output"),
+    (["--dashboard", "-", "--json"], "--json needs --prometheus"),
+    (["--dashboard", "-", "--since", "15m"], "--since needs --prometheus"),
+    (["--dashboard", "{tmp}/d.json", "--prometheus", "{prom}", "--since", "5x"], "is not a duration"),
+    (["--since", "15m"], "--dashboard FILE"),
+])
+def test_bad_dashboard_combinations_are_exit_2_and_write_nothing(prom, tmp_path, args, words):
+    done = _kvcal(*[a.replace("{prom}", prom.url()).replace("{tmp}", str(tmp_path)) for a in args])
+    assert done.returncode == 2 and words in done.stderr and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []

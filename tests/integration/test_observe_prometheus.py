@@ -6,7 +6,14 @@ restarts mid-window (a new process: every counter begins again at zero), and one
 P2P and without a ``pod`` label (named by its instance); each counts its transfers' time,
 failures and prefills as vLLM names them. The test knows every count it made, so the
 figures must agree exactly; TTFT quantiles within the histogram's bucket.
-No engine runs; the whole test takes some 15 s. scripts/prometheus_env.sh installs the package.
+
+The same server then serves the dashboard's check (issue 54): every panel's PromQL of
+``kvcal observe --dashboard``, evaluated by this Prometheus over a window of steady traffic
+(``$__rate_interval`` the window), against ``kvcal observe --json`` over that window, per pod
+and fleet-wide, within 5 % (on a loaded 2-core host they agreed to rounding, 3.5e-16 relative at
+most; the 5 % is room for a window's edges).
+No engine runs; the two tests take some 45 s, mostly waiting for scrapes. scripts/prometheus_env.sh installs
+the package.
 """
 
 from __future__ import annotations
@@ -14,7 +21,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 import numpy as np
 import pytest
@@ -105,8 +116,10 @@ class Exporter:
         self.success.inc(requests)
 
 
-@pytest.fixture
-def scraped_fleet(tmp_path):
+@pytest.fixture(scope="module")
+def scraped_fleet(tmp_path_factory):
+    """Three exporters and the Prometheus scraping them, shared by the module's tests (each reads its own window)."""
+    tmp_path = tmp_path_factory.mktemp("prometheus")
     ports = [free_port() for _ in range(3)]
     pods = {"pod-a": Exporter(ports[0], tier=True, nixl=False, history=500),
             "pod-b": Exporter(ports[1], tier=False, nixl=True, history=1000),
@@ -190,3 +203,76 @@ def test_observe_reads_exact_counts_through_a_restart_and_names_what_a_pod_lacks
         low, high = doc["ttft_buckets_ms"][key]
         truth = np.percentile(every, q)
         assert low <= truth <= high or abs(truth - fleet[key]["value"]) <= (high - low), (key, truth, low, high)
+
+
+def _observe_json(url: str, start: float, end: float) -> dict:
+    done = subprocess.run([sys.executable, "-m", "kvcal.cli.app", "observe", "--prometheus", url, "--start",
+                           f"{start:.3f}", "--end", f"{end:.3f}", "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _instant(url: str, expr: str, at: float) -> list[dict]:
+    """The expression's value at ``at`` from the server's query API (POST: the panels' expressions are long)."""
+    data = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"}).encode()
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query", data=data, timeout=30) as answer:
+            return json.load(answer)["data"]["result"]
+    except urllib.error.HTTPError as err:
+        pytest.fail(f"Prometheus refused a panel's expression: {err.read()[:300]!r}\n{expr[:300]}")
+
+
+TTFTS = (0.003, 0.007, 0.012, 0.03, 0.05, 0.07, 0.09, 0.2, 0.3, 0.6)  # a fixed mix: every window holds alike
+QUEUE_TOP = (2, 4, 4)  # each pod's queue most of the time (its p90), the pods' alike enough to pool (promql.py)
+
+
+def _steady(pods: dict, stop: threading.Event) -> None:
+    """Every 0.1 s, each pod serves two requests and sets its queue: at the top 5 times in 7, else 0 or 1."""
+    plan = (dict(computed=600, local=250, pulled=150), dict(computed=700, local=100, pulled=200),
+            dict(computed=900, local=100, pulled=0))
+    i = 0
+    while not stop.is_set():
+        for pod, counts, top in zip(pods.values(), plan, QUEUE_TOP):
+            pod.serve(2, ttft=[TTFTS[i % 10], TTFTS[(i + 3) % 10]], **counts)
+            pod.waiting.set(top if i % 7 < 5 else i % 7 - 5)
+        i += 1
+        time.sleep(0.1)
+
+
+def test_every_dashboard_panel_agrees_with_observe_within_5_percent(scraped_fleet):
+    from kvcal.observe.catalog import every_figure
+    from kvcal.observe.promql import POD, queries
+
+    url, pods = scraped_fleet
+    stop = threading.Event()
+    server = threading.Thread(target=_steady, args=(pods, stop), daemon=True)
+    server.start()
+    try:
+        time.sleep(3.0)  # every counter well above zero: rate's extrapolation is not cut at a zero point
+        window = 12  # whole seconds: a 1 s scrape interval puts observe's first and last counts a window apart
+        start = float(int(time.time()))
+        end = start + window
+        time.sleep(end - time.time() + 2.5)  # the window's last counts are scraped
+    finally:
+        stop.set()
+        server.join(timeout=10)
+    doc = _observe_json(url, start, end)
+    names = {p["name"] for p in doc["pods"]}
+    compared = 0
+    for figure_name, figure in every_figure().items():
+        found = queries(figure)
+        values = {}
+        for which, expr in (("pods", found.per_pod), ("fleet", found.fleet)):
+            expr = (expr.replace("$__rate_interval", f"{window}s").replace("$__interval", "1s")
+                    .replace("$selector", "").replace("$tp", "1"))
+            values[which] = {r["metric"].get(POD, "fleet"): float(r["value"][1]) for r in _instant(url, expr, end)}
+        assert set(values["pods"]) <= names, figure_name
+        for name, figures in [(p["name"], p) for p in doc["pods"]] + [("fleet", doc["fleet"])]:
+            observed = figures[figure_name]["value"]
+            panel = values["fleet" if name == "fleet" else "pods"].get(name)
+            if observed is None:  # missing in observe: no value on the panel either
+                assert panel is None, (figure_name, name, panel, figures[figure_name]["missing"])
+                continue
+            assert panel == pytest.approx(observed, rel=0.05, abs=1e-12), (figure_name, name)
+            compared += 1
+    assert compared >= 40

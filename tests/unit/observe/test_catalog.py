@@ -7,13 +7,24 @@ import pytest
 
 import fake_costs_fleet
 from fake_prometheus import FakePrometheus
-from kvcal.observe.catalog import ALL_QUERIES, COST_FAMILIES, COST_QUERIES, COSTS, SHARES, Figure
+import numpy as np
+
+from kvcal.observe.catalog import (
+    ALL_QUERIES,
+    COST_FAMILIES,
+    COST_QUERIES,
+    COSTS,
+    QUANTILE_FIGURES,
+    SHARES,
+    Figure,
+    every_figure,
+)
 from kvcal.observe.client import PrometheusClient
 from kvcal.observe.costs import pod_kind
 from kvcal.observe.figures import fetch, history_of
 from kvcal.observe.result import COST_NAMES, FIGURE_NAMES
 from kvcal.observe.run import ObserveConfig, run_observe
-from kvcal.observe.series import Window, by_pod, summed
+from kvcal.observe.series import Window, bucket_counts, by_pod, gauge_readings, histogram_quantile, summed
 
 
 def _evaluate(figure: Figure, kind: str, mine: dict, window: Window, history, ranks: int = 1) -> float | None:
@@ -65,11 +76,36 @@ def test_every_ratio_in_the_table_is_what_observe_reports(served, names):
     assert compared >= 12
 
 
-def test_the_table_names_every_ratio_figure_and_only_series_observe_reads():
+def test_the_table_names_every_figure_and_only_series_observe_reads():
     assert set(COSTS) == set(COST_NAMES)
     assert set(SHARES) <= set(FIGURE_NAMES)
-    assert set(FIGURE_NAMES) - set(SHARES) == {"ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "queue_p90"}  # quantiles
+    assert set(FIGURE_NAMES) - set(SHARES) == set(QUANTILE_FIGURES)
+    assert list(every_figure()) == [*FIGURE_NAMES, *COST_NAMES]  # the dashboard's panels, in the JSON's order
+    assert {q.role for q in QUANTILE_FIGURES.values()} <= set(ALL_QUERIES)
     for figure in (*COSTS.values(), *SHARES.values()):
         for ratio in figure.ratios.values():
             for part in (*ratio.numerator, *(ratio.denominator or ())):
                 assert part.role in ALL_QUERIES
+
+
+def test_the_quantile_figures_are_what_observe_reports():
+    server = FakePrometheus()
+    try:
+        window = Window(server.anchor - 899.0, server.anchor + 1.0)
+        result = run_observe(ObserveConfig(prometheus=server.url(), start=str(window.start), end=str(window.end)))
+        with PrometheusClient(server.url()) as client:
+            fetched = fetch(client, window, None)
+    finally:
+        server.close()
+    history = history_of(fetched)
+    split = {role: by_pod(series) for role, series in fetched.items()}
+    for pod in result.pods:
+        mine = {role: pods.get(pod.name, []) for role, pods in split.items()}
+        for name, figure in QUANTILE_FIGURES.items():
+            if figure.of == "histogram":
+                found = histogram_quantile(figure.q, bucket_counts(mine[figure.role], window, history))
+                value = None if found is None else figure.scale * found.value
+            else:
+                readings = gauge_readings(mine[figure.role], window)
+                value = float(np.percentile(readings, 100 * figure.q)) if readings else None
+            assert value == pytest.approx(getattr(pod, name).value, rel=1e-9), (pod.name, name)
