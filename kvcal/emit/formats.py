@@ -7,7 +7,7 @@ Each concern has its module; this one loads the input and dispatches:
 - :mod:`kvcal.emit.affinity`: ``peakPrefillThroughput`` of ``prefix-cache-affinity-filter``;
 - :mod:`kvcal.emit.work_range`: the prefill work-range boundary of remaining-work routing (``work-range``);
 - :mod:`kvcal.emit.costmodel_block`: the ``costModel`` block (not for llm-d-router main);
-- :mod:`kvcal.emit.engine`: the vLLM engines' settings, rendered by the sweep's own transports;
+- :mod:`kvcal.emit.engine_container`: the vLLM engines' settings, rendered by the sweep's own transports;
 - :mod:`kvcal.emit.helm_patch`: patching a Helm values file (with ``embedded_configs``, ``epp_config_edit``
   and ``alpha_plugin_flag``);
 - :mod:`kvcal.emit.deployed_values`: what a deployed Helm values file says (threshold, plugin names);
@@ -35,7 +35,7 @@ from kvcal.emit.costmodel_block import (
 from kvcal.emit.delta_weights import Deltas
 from kvcal.emit.deltas import read_deltas
 from kvcal.emit.deployed_values import read_names
-from kvcal.emit.engine import engine_spec, render_vllm
+from kvcal.emit.engine_container import engine_spec, render_vllm
 from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
 from kvcal.emit.remaining_work_values import RemainingWork

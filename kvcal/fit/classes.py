@@ -25,7 +25,7 @@ from scipy import stats
 
 from kvcal.errors import KvcalError
 from kvcal.fit.fitting import fit_table
-from kvcal.fit.sessions import session_cost
+from kvcal.fit.session_cost import session_cost
 from kvcal.fit.tables import ProbeTable, load_class_table
 from kvcal.records.fit import ClassFit, FitResult, FitSettings
 from kvcal.records.fit_links import ClassDifference

@@ -188,7 +188,7 @@ def _load_run_folder(folder: Path, link_class: str | None = None) -> ProbeTable:
             n_warmup += 1  # the sweep protocol's discarded warm-up: neither data nor a failure
             continue
         if record.session == "cold":
-            continue  # the first pull on a fresh session: the session cost (kvcal.fit.sessions), not the warm curve
+            continue  # the first pull on a fresh session: the session cost (kvcal.fit.session_cost), not the warm curve
         usable = record.valid and record.ttft_ms is not None and math.isfinite(record.ttft_ms) and record.ttft_ms > 0
         if not usable:
             n_invalid += 1

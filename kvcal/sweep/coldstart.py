@@ -5,7 +5,7 @@ A pull between a producer and a consumer that never talked pays a session set-up
 recompute (the consumer's own first request: its one-time costs are not the session's),
 the first pull of each pair is a probe like any other, its bytes proven by the same gate,
 recorded with ``session: cold`` and kept out of the warm curves; the fit reports the
-session cost as cold minus the warm curve at the same length (:mod:`kvcal.fit.sessions`).
+session cost as cold minus the warm curve at the same length (:mod:`kvcal.fit.session_cost`).
 
 Only sessions kvcal created count as cold: the pairs it launched (or the simulated pair),
 each time it starts them (a resumed run starts them again, so it measures new cold

@@ -152,7 +152,7 @@ def test_a_version_3_run_json_loads_unchanged(tmp_path):
 
 
 def test_a_cold_pull_after_a_failed_handshake_is_kept_out_of_the_session_cost():
-    from kvcal.fit.sessions import session_cost
+    from kvcal.fit.session_cost import session_cost
     from kvcal.records.fit import CurveFit
     from kvcal.records.run import ProbeRecord
 
