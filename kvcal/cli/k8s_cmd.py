@@ -74,13 +74,13 @@ def k8s_job(
     ),
 ) -> None:
     """Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable from a laptop)."""  # noqa: E501 - help text, printed by --help as written
-    from kvcal.emit.k8s import JobSpec, render_job
     from kvcal.files.writing import check_output, write_file
+    from kvcal.k8s.job import JobSpec, render_job
 
     check_output(output, "--output")
     pair_specs = _pairs(pairs, producer_url, consumer_url)
     if pair_specs:
-        from kvcal.emit.k8s_pairs import STAND_IN_URLS
+        from kvcal.k8s.pairs_job import STAND_IN_URLS
 
         producer_url, consumer_url = STAND_IN_URLS  # each pair's own are checked, and used, pair by pair
     spec = JobSpec(
@@ -104,7 +104,7 @@ def k8s_job(
         extra_args=tuple(sweep_args or ()),
     )
     if pair_specs:
-        from kvcal.emit.k8s_pairs import PairsJobSpec, render_pairs_job
+        from kvcal.k8s.pairs_job import PairsJobSpec, render_pairs_job
 
         text = render_pairs_job(PairsJobSpec(spec, tuple(pair_specs), parallelism, source=f"--pairs {pairs}"))
     else:
@@ -137,7 +137,7 @@ def _pairs(path: Optional[Path], producer_url: Optional[str], consumer_url: Opti
             first = err.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ()))
             raise InputError(f"--pairs {path}: pair {entry.get('name', '?')}: {where}: {first.get('msg')}") from None
-    return specs  # each pair is checked as the one-pair Job's flags are (kvcal.emit.k8s_pairs.PairsJobSpec)
+    return specs  # each pair is checked as the one-pair Job's flags are (kvcal.k8s.pairs_job.PairsJobSpec)
 
 
 def register(app: typer.Typer) -> None:

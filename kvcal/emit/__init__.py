@@ -1,7 +1,7 @@
-"""Emit stage: the threshold rule and every output format (router plugin, Helm values, engine flags, k8s Job).
+"""Emit stage: the threshold rule and every output format (router plugin, Helm values, engine flags).
 
 Public API: :func:`emit` with :class:`EmitOptions` (one entry per ``--format`` in ``formats.RENDERERS``),
-:func:`compute_threshold` and :class:`Threshold`, :func:`job_manifest` for the k8s Job.
+:func:`compute_threshold` and :class:`Threshold`.
 """
 
 from kvcal.lazy import public_api
@@ -12,9 +12,6 @@ _API = {
     "EmitResult": "kvcal.emit.options",
     "compute_threshold": "kvcal.emit.threshold",
     "Threshold": "kvcal.emit.threshold",
-    "JobSpec": "kvcal.emit.k8s",
-    "job_manifest": "kvcal.emit.k8s",
-    "render_job": "kvcal.emit.k8s",
 }
 __all__ = list(_API)
 __getattr__ = public_api(__name__, _API)

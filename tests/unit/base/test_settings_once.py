@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvcal.emit import k8s
+from kvcal.k8s import job as k8s
 from kvcal.transports import available, transport_names
 from kvcal.engines import vllm_launch
 from kvcal.engines.vllm_launch import VllmSettings

@@ -271,7 +271,7 @@ def test_the_sweeps_own_engines_come_from_the_same_transport_code(tmp_path, monk
 def test_k8s_job_is_a_valid_v1job(kw: dict) -> None:
     from kubernetes.client import ApiClient
 
-    from kvcal.emit.k8s import JobSpec, render_job
+    from kvcal.k8s.job import JobSpec, render_job
 
     spec = JobSpec(image="ghcr.io/example/kvcal:0.1.0", producer_url="http://10.0.3.17:8200",
                    consumer_url="http://10.0.4.22:8200", model="openai/gpt-oss-120b", **kw)

@@ -96,7 +96,7 @@ def test_pairs_past_one_configmap_are_split_into_configmaps_that_each_fit(tmp_pa
 def test_a_pair_too_big_for_any_configmap_is_refused_with_the_limit_named(tmp_path, kvcal, monkeypatch):
     """A pair's own keys are bounded (names of 63 characters, URLs as long as the HTTP client takes), so no real
     pair fills a ConfigMap: the refusal is held at a lowered fill."""
-    from kvcal.emit import k8s_pairs
+    from kvcal.k8s import pairs_job as k8s_pairs
 
     monkeypatch.setattr(k8s_pairs, "CONFIGMAP_FILL_BYTES", 100)
     pairs = tmp_path / "pairs.yaml"

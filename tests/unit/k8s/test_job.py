@@ -7,7 +7,7 @@ import shlex
 import pytest
 import yaml
 
-from kvcal.emit import k8s
+from kvcal.k8s import job as k8s
 from kvcal.errors import InputError
 
 BASE = dict(image="ghcr.io/example/kvcal:0.1.0", producer_url="http://10.0.3.17:8200",

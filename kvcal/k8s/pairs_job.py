@@ -31,7 +31,8 @@ from urllib.parse import urlsplit
 
 from ruamel.yaml.scalarstring import LiteralScalarString
 
-from kvcal.emit.k8s import (
+from kvcal.errors import InputError
+from kvcal.k8s.job import (
     RESULTS_MOUNT,
     JobSpec,
     _comment,
@@ -42,7 +43,6 @@ from kvcal.emit.k8s import (
     sweep_command,
     sweep_or_resume,
 )
-from kvcal.errors import InputError
 from kvcal.settings.sweep import AttachSettings, PairSpec
 from kvcal.settings.sweep_flags import flag_of
 from kvcal.transports import available
