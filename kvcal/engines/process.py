@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -42,6 +43,12 @@ _LOG_TAIL_CHARS = 600
 _POLL_INTERVAL_S = 0.5
 HEALTH_PROBE_S = 2.0
 """One readiness probe at most: a ready server answers /health in milliseconds; the start deadline bounds them all."""
+FATAL_LOG_SIGNS = ("address already in use",)
+"""Log text (lower case) that means a starting server will never be ready although its process lives on.
+
+vLLM binds its NIXL handshake listener in a thread: when that bind fails the thread
+dies, the engine keeps running, and /health never answers.
+"""
 
 
 @contextlib.contextmanager
@@ -93,8 +100,39 @@ def check_port_free(port: int, what: str, host: str = "0.0.0.0") -> None:
         raise EngineError(f"port {port} for the {what} is already in use: stop what holds it or choose another port")
 
 
+_EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_FIXED_PORTS_FROM = 20000
+"""Ports kvcal picks start here: above most services' registered ports, below Linux's ephemeral range."""
+_PORT_TRIES = 200
+
+
+def _ephemeral_floor() -> int | None:
+    """The lowest port the kernel hands to outgoing connections, or None where that is not readable (not Linux)."""
+    try:
+        return int(_EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports the OS reports free (held open together so they differ)."""
+    """``count`` distinct ports free now, outside the kernel's ephemeral range where it can tell.
+
+    Why outside it: a vLLM engine binds its NIXL side channel minutes after kvcal picked
+    the port, and in between any outgoing connection on the host may be handed that very
+    port as its source (seen in CI: the handshake listener died on "Address already in
+    use" and the engine hung). A port below the ephemeral range is never handed out that
+    way. Where the range is unknown or too narrow, the OS picks (port 0), as before.
+    """
+    floor = _ephemeral_floor()
+    if floor is not None and floor - _FIXED_PORTS_FROM >= 4 * count + 64:
+        chosen: list[int] = []
+        rng = random.SystemRandom()
+        for _ in range(_PORT_TRIES):
+            port = rng.randrange(_FIXED_PORTS_FROM, floor)
+            if port not in chosen and port_is_free(port, host):
+                chosen.append(port)
+                if len(chosen) == count:
+                    return chosen
     socks: list[socket.socket] = []
     try:
         for _ in range(count):
@@ -173,6 +211,7 @@ class ServerProcess:
         self.started_at: float | None = None
         self.ready_after_s: float | None = None
         self._tree: list[psutil.Process] | None = None
+        self._log_read_to = 0
 
     def __enter__(self) -> ServerProcess:
         self.start()
@@ -213,6 +252,21 @@ class ServerProcess:
             raise EngineError(
                 f"{self.name} exited with status {code}: {log_tail(self.log_path)} (log: {self.log_path})"
             )
+
+    def check_log(self) -> None:
+        """Raise EngineError if the log written since the last call holds one of :data:`FATAL_LOG_SIGNS`."""
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(self._log_read_to)
+                fresh = handle.read()
+        except OSError:
+            return
+        # Keep a line's worth of overlap so a sign split across two reads is still seen.
+        self._log_read_to += max(0, len(fresh) - 256)
+        text = fresh.decode("utf-8", "replace")
+        for line in text.splitlines():
+            if any(sign in line.lower() for sign in FATAL_LOG_SIGNS):
+                raise EngineError(f"{self.name} cannot start: {line.strip()[:300]} (log: {self.log_path})")
 
     def is_ready(self, client: httpx.Client, timeout_s: float = HEALTH_PROBE_S) -> bool:
         """One readiness probe: alive (else EngineError) and ``ready_url`` answers 200 within ``timeout_s`` in all."""
@@ -265,6 +319,7 @@ def wait_all_ready(servers: Sequence[ServerProcess], timeout_s: float) -> None:
         while pending:
             for server in list(pending):
                 server.check_alive()  # a dead server fails fast, deadline or not
+                server.check_log()  # so does one whose log says it never will be ready
                 left = ends_at - time.monotonic()
                 if left > 0 and server.is_ready(client, min(HEALTH_PROBE_S, left)):
                     assert server.started_at is not None

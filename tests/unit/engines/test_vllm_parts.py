@@ -39,7 +39,10 @@ def test_nixl_pd_renders_roles_devices_and_side_channels():
     consumer = nixl.kv_transfer_config(Role.CONSUMER, "cuda", SIDE)
     assert producer == {"kv_connector": "NixlConnector", "kv_role": "kv_producer", "kv_buffer_device": "cpu"}
     assert consumer["kv_role"] == "kv_consumer" and consumer["kv_buffer_device"] == "cuda"
-    assert nixl.env(Role.PRODUCER, SIDE) == {"VLLM_NIXL_SIDE_CHANNEL_HOST": "10.0.0.5", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600"}
+    assert nixl.env(Role.PRODUCER, SIDE) == {
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": "10.0.0.5",
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+    }
     assert nixl.hold_params("id")["do_remote_decode"] is True
     held = {"do_remote_prefill": True, "remote_block_ids": [[1, 2]], "remote_engine_id": "e", "remote_port": 5600}
     assert nixl.pull_params(held, "id", SIDE) == held
@@ -66,7 +69,10 @@ def test_p2p_tier_renders_the_documented_protocol():
     assert extra["spec_name"] == "TieringOffloadingSpec" and extra["cpu_bytes_to_use"] == 1234
     assert extra["secondary_tiers"] == [{"type": "p2p", "host": "10.0.0.5", "port": 5600}]
     assert extra["offload_prompt_only"] is False and extra["self_describing_kv_events"] is True
-    assert p2p.env(Role.PRODUCER, SIDE) == {"VLLM_P2P_SIDE_CHANNEL_HOST": "10.0.0.5", "VLLM_NIXL_SIDE_CHANNEL_HOST": "10.0.0.5"}
+    assert p2p.env(Role.PRODUCER, SIDE) == {
+        "VLLM_P2P_SIDE_CHANNEL_HOST": "10.0.0.5",
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": "10.0.0.5",
+    }
     assert p2p.shm_bytes() == 1234 and p2p.deployed_side_port == 7777
     assert p2p.hold_params("x") is None
     source = p2p.pull_params(None, "req-1", SIDE)["remote_kv_source"]
@@ -77,7 +83,9 @@ def test_p2p_tier_renders_the_documented_protocol():
 
 
 def test_p2p_tier_is_refused_without_gpu_before_anything_launches(tmp_path):
-    pair = VllmPair(VllmSettings(transport="p2p-tier", device="cpu", cache_dir=tmp_path / "cache", run_dir=tmp_path / "run"))
+    pair = VllmPair(
+        VllmSettings(transport="p2p-tier", device="cpu", cache_dir=tmp_path / "cache", run_dir=tmp_path / "run")
+    )
     with pytest.raises(HardwareError):
         pair.start()
     assert pair._servers == []
@@ -122,7 +130,10 @@ def test_parse_keeps_monotonic_samples_and_drops_engine_labels():
     }
     assert total(snap, "vllm:prompt_tokens_by_source_total") == 2148.0
     assert total(snap, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 2048.0
-    assert first_exposed(snap, ("vllm:renamed_bytes_sum", "vllm:nixl_bytes_transferred_sum")) == "vllm:nixl_bytes_transferred_sum"
+    assert (
+        first_exposed(snap, ("vllm:renamed_bytes_sum", "vllm:nixl_bytes_transferred_sum"))
+        == "vllm:nixl_bytes_transferred_sum"
+    )
     assert first_exposed(snap, ("vllm:renamed_bytes_sum",)) is None
     assert info_labels(CANNED, "vllm:cache_config_info")["block_size"] == "64"
     # A sample without a TYPE line counts when its name ends like a counter's.
@@ -167,7 +178,13 @@ def test_stream_times_the_first_token_event_and_sends_token_ids():
         return _sse(json.dumps({"choices": [{"text": " yo", "finish_reason": "length"}]}), "[DONE]")
 
     timing = _client(handler).stream_completion([5, 6, 7], {"do_remote_prefill": True})
-    assert seen == {"model": "m", "prompt": [5, 6, 7], "max_tokens": 1, "stream": True, "kv_transfer_params": {"do_remote_prefill": True}}
+    assert seen == {
+        "model": "m",
+        "prompt": [5, 6, 7],
+        "max_tokens": 1,
+        "stream": True,
+        "kv_transfer_params": {"do_remote_prefill": True},
+    }
     assert timing.text == " yo" and 0 < timing.ttft_ms <= timing.total_ms
 
 
@@ -209,8 +226,12 @@ SERVER = textwrap.dedent(
 def test_server_tree_is_gone_after_stop(tmp_path):
     port = free_ports(1)[0]
     server = ServerProcess(
-        "dummy", [sys.executable, "-c", SERVER, str(port)], env={}, log_path=tmp_path / "dummy.log",
-        ready_url=f"http://127.0.0.1:{port}/health", ports=[port],
+        "dummy",
+        [sys.executable, "-c", SERVER, str(port)],
+        env={},
+        log_path=tmp_path / "dummy.log",
+        ready_url=f"http://127.0.0.1:{port}/health",
+        ports=[port],
     )
     with server:
         wait_all_ready([server], timeout_s=30)
@@ -224,8 +245,13 @@ def test_server_tree_is_gone_after_stop(tmp_path):
 
 def test_a_dying_server_fails_fast_with_its_last_log_lines(tmp_path):
     script = "import sys; print('loading model', flush=True); print('ValueError: no such model', file=sys.stderr); sys.exit(3)"
-    server = ServerProcess("producer", [sys.executable, "-c", script], env={}, log_path=tmp_path / "p.log",
-                           ready_url="http://127.0.0.1:9/health")
+    server = ServerProcess(
+        "producer",
+        [sys.executable, "-c", script],
+        env={},
+        log_path=tmp_path / "p.log",
+        ready_url="http://127.0.0.1:9/health",
+    )
     began = time.monotonic()
     with server, pytest.raises(EngineError) as err:
         wait_all_ready([server], timeout_s=60)
@@ -235,9 +261,49 @@ def test_a_dying_server_fails_fast_with_its_last_log_lines(tmp_path):
     assert "loading model | ValueError: no such model" in message and "\n" not in message
 
 
+def test_a_server_whose_listener_lost_its_port_fails_fast_though_it_lives_on(tmp_path):
+    # vLLM's NIXL handshake listener dies in its thread on a taken port; the process stays up.
+    script = (
+        "import time; print('loading model', flush=True); time.sleep(1.5); "
+        "print('zmq.error.ZMQError: Address already in use (addr=tcp://127.0.0.1:42641)', flush=True); "
+        "time.sleep(120)"
+    )
+    server = ServerProcess(
+        "loop-producer",
+        [sys.executable, "-c", script],
+        env={},
+        log_path=tmp_path / "p.log",
+        ready_url="http://127.0.0.1:9/health",
+    )
+    began = time.monotonic()
+    with server, pytest.raises(EngineError) as err:
+        wait_all_ready([server], timeout_s=120)
+    assert time.monotonic() - began < 30
+    assert "loop-producer cannot start" in str(err.value) and "Address already in use" in str(err.value)
+
+
+def test_free_ports_stay_below_the_ephemeral_range(tmp_path, monkeypatch):
+    from kvcal.engines import process
+
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("41000\t60999\n")
+    monkeypatch.setattr(process, "_EPHEMERAL_RANGE_FILE", ranges)
+    ports = free_ports(6)
+    assert len(set(ports)) == 6
+    assert all(process._FIXED_PORTS_FROM <= port < 41000 for port in ports)
+    # Where the range cannot be read the OS picks, and the ports still differ.
+    monkeypatch.setattr(process, "_EPHEMERAL_RANGE_FILE", tmp_path / "missing")
+    assert len(set(free_ports(4))) == 4
+
+
 def test_a_server_that_never_answers_times_out(tmp_path):
-    server = ServerProcess("consumer", [sys.executable, "-c", "import time; time.sleep(60)"], env={},
-                           log_path=tmp_path / "c.log", ready_url="http://127.0.0.1:9/health")
+    server = ServerProcess(
+        "consumer",
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={},
+        log_path=tmp_path / "c.log",
+        ready_url="http://127.0.0.1:9/health",
+    )
     with server, pytest.raises(EngineError, match="consumer not ready after 1 s"):
         wait_all_ready([server], timeout_s=1)
 
@@ -249,8 +315,14 @@ def test_a_taken_port_is_a_clear_error_before_launch(tmp_path):
         port = sock.getsockname()[1]
         with pytest.raises(EngineError, match=f"port {port} for the consumer is already in use"):
             check_port_free(port, "consumer")
-        server = ServerProcess("consumer", [sys.executable, "-c", "pass"], env={}, log_path=tmp_path / "c.log",
-                               ready_url="http://127.0.0.1:9/", ports=[port])
+        server = ServerProcess(
+            "consumer",
+            [sys.executable, "-c", "pass"],
+            env={},
+            log_path=tmp_path / "c.log",
+            ready_url="http://127.0.0.1:9/",
+            ports=[port],
+        )
         with pytest.raises(EngineError, match="already in use"):
             server.start()
         assert server.proc is None
@@ -260,13 +332,19 @@ def test_idle_wait_outlasts_a_busy_tail_and_gives_up_on_a_spinner(tmp_path):
     # The tail's busy part is measured in its own CPU time and ends with a marker, so the
     # test holds on a loaded host: a starved tail is slower, not shorter (no wall-clock bound).
     done = tmp_path / "tail-done"
-    tail = (f"import pathlib, time\nwhile time.process_time() < 0.4: pass\n"
-            f"pathlib.Path({str(done)!r}).touch()\ntime.sleep(60)")
+    tail = (
+        f"import pathlib, time\nwhile time.process_time() < 0.4: pass\n"
+        f"pathlib.Path({str(done)!r}).touch()\ntime.sleep(60)"
+    )
     spinner = "while True: pass"
-    with ServerProcess("tail", [sys.executable, "-c", tail], env={}, log_path=tmp_path / "t.log", ready_url="http://127.0.0.1:9/") as busy:
+    with ServerProcess(
+        "tail", [sys.executable, "-c", tail], env={}, log_path=tmp_path / "t.log", ready_url="http://127.0.0.1:9/"
+    ) as busy:
         idle, _ = wait_until_idle([busy], max_cores=0.05, window_s=0.2, timeout_s=60)
         assert idle and done.exists()
-    with ServerProcess("spin", [sys.executable, "-c", spinner], env={}, log_path=tmp_path / "s.log", ready_url="http://127.0.0.1:9/") as spin:
+    with ServerProcess(
+        "spin", [sys.executable, "-c", spinner], env={}, log_path=tmp_path / "s.log", ready_url="http://127.0.0.1:9/"
+    ) as spin:
         idle, waited = wait_until_idle([spin], max_cores=0.05, window_s=0.2, timeout_s=0.5)
         assert not idle and waited >= 0.5
 
@@ -282,13 +360,17 @@ def test_log_tail_is_one_truncated_line(tmp_path):
 
 
 def test_launch_plan_binds_cores_pins_the_hash_seed_and_keeps_caches_inside(tmp_path):
-    pair = VllmPair(VllmSettings(device="cpu", producer_cpus="0", consumer_cpus="1", cache_dir=tmp_path, run_dir=tmp_path / "run"))
+    pair = VllmPair(
+        VllmSettings(device="cpu", producer_cpus="0", consumer_cpus="1", cache_dir=tmp_path, run_dir=tmp_path / "run")
+    )
     producer, consumer = pair.dry_run_commands()
     assert "VLLM_CPU_OMP_THREADS_BIND=0 " in producer and "VLLM_CPU_OMP_THREADS_BIND=1 " in consumer
     assert "KVCAL_CPU_AFFINITY=0 " in producer and "KVCAL_CPU_AFFINITY=1 " in consumer  # the whole server tree
     for command in (producer, consumer):
         assert "PYTHONHASHSEED=0 " in command and "HF_HUB_OFFLINE=1" in command
-        assert f"VLLM_CACHE_ROOT={tmp_path}/vllm" in command and f"TORCHINDUCTOR_CACHE_DIR={tmp_path}/inductor" in command
+        assert (
+            f"VLLM_CACHE_ROOT={tmp_path}/vllm" in command and f"TORCHINDUCTOR_CACHE_DIR={tmp_path}/inductor" in command
+        )
         assert "-m kvcal.engines.serve" in command and "--load-format dummy" in command and "--block-size 64" in command
     assert '"kv_role":"kv_producer"' in producer and '"kv_role":"kv_consumer"' in consumer
     ports = pair.plan.ports()
@@ -339,7 +421,12 @@ def test_tiny_model_folder_is_complete_and_reused(tmp_path):
     stamp = (folder / "config.json").stat().st_mtime_ns
     assert ensure_tiny_model(tmp_path) == folder and (folder / "config.json").stat().st_mtime_ns == stamp
     config = json.loads((folder / "config.json").read_text())
-    assert (config["hidden_size"], config["num_hidden_layers"], config["num_key_value_heads"], config["head_dim"]) == (256, 4, 2, 64)
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_key_value_heads"], config["head_dim"]) == (
+        256,
+        4,
+        2,
+        64,
+    )
     assert Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size() == config["vocab_size"]
     assert json.loads((folder / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
     assert kv_bytes_per_token(model_profile_from_config(folder / "config.json")) == 2048
@@ -367,7 +454,6 @@ def test_serve_parses_the_cpu_lists_it_confines_servers_to():
     assert parse_cpu_list("0-2,5, 7-8") == {0, 1, 2, 5, 7, 8}
 
 
-
 def test_a_confined_server_keeps_every_later_affinity_request_inside_its_cores(monkeypatch):
     # vLLM's NixlConnector on CPU moves its calling thread, the worker's compute thread, to the NUMA node's last core.
     import os
@@ -382,6 +468,7 @@ def test_a_confined_server_keeps_every_later_affinity_request_inside_its_cores(m
     confine_affinity({0, 2})  # confining again wraps the original call, not the wrapper
     os.sched_setaffinity(0, [1, 2, 3])
     assert calls == [(0, {0}), (0, {0}), (7, {0}), (0, {0, 2}), (0, {2})]
+
 
 def test_serve_gives_nixls_progress_thread_a_poll_timeout(monkeypatch):
     from kvcal.engines.serve import install_nixl_progress_delay
