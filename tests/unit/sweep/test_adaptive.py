@@ -271,8 +271,8 @@ def test_cli_plan_compares_adaptive_with_the_ladder_on_a_fitted_prior(tmp_path, 
 def test_the_oracle_that_estimates_its_noise_pays_for_students_t(noise, target):
     from scipy import stats
 
-    from kvcal.sweep.lengths.priors import Prior
-    from kvcal.sweep.lengths.simulate_designs import oracle
+    from kvcal.plan.priors import Prior
+    from kvcal.plan.simulate_designs import oracle
 
     costs = SimCosts(recompute_intercept_ms=40.0, recompute_per_token_us=80.0, recompute_per_token2_ns=0.6,
                      pull_intercept_ms=350.0, pull_per_token_us=0.8, noise_cv=noise)
@@ -305,8 +305,8 @@ def test_cli_plan_shows_no_relative_width_when_the_break_even_is_below_the_range
 
 
 def test_plan_on_a_prior_whose_pull_always_wins_says_so(tmp_path):
-    from kvcal.sweep.lengths.priors import Prior
-    from kvcal.sweep.lengths.simulate_designs import plan_campaigns
+    from kvcal.plan.priors import Prior
+    from kvcal.plan.simulate_designs import plan_campaigns
 
     prior = Prior(SimCosts(pull_intercept_ms=2.0, pull_per_token_us=1.0), "fast pull", 256, 8192, 64)
     plan = plan_campaigns(prior, 0.1, campaigns=2)
@@ -319,8 +319,8 @@ def test_plan_on_a_prior_whose_pull_always_wins_says_so(tmp_path):
 def test_plan_on_equal_flat_curves_divides_by_no_zero():
     import warnings
 
-    from kvcal.sweep.lengths.priors import Prior
-    from kvcal.sweep.lengths.simulate_designs import plan_campaigns
+    from kvcal.plan.priors import Prior
+    from kvcal.plan.simulate_designs import plan_campaigns
 
     flat = SimCosts(recompute_intercept_ms=20.0, recompute_per_token_us=0.0, recompute_per_token2_ns=0.0,
                     pull_intercept_ms=20.0, pull_per_token_us=0.0)
@@ -331,7 +331,7 @@ def test_plan_on_equal_flat_curves_divides_by_no_zero():
 
 
 def test_plan_warns_that_a_few_campaigns_cannot_read_coverage():
-    from kvcal.sweep.lengths.simulate_designs import COVERAGE_CAMPAIGNS, coverage_note
+    from kvcal.plan.simulate_designs import COVERAGE_CAMPAIGNS, coverage_note
 
     few = coverage_note(10, 0.9)
     assert few is not None and "10 campaign(s)" in few and "+-16%" in few and "nominal 90%" in few
@@ -361,8 +361,8 @@ def test_cli_adaptive_dry_run_shows_the_seed_round_and_the_rules(tmp_path, kvcal
 
 
 def test_adaptive_spends_under_forty_percent_of_the_ladder_to_a_five_percent_interval():
-    from kvcal.sweep.lengths.priors import Prior
-    from kvcal.sweep.lengths.simulate_designs import simulate_adaptive, simulate_ladder
+    from kvcal.plan.priors import Prior
+    from kvcal.plan.simulate_designs import simulate_adaptive, simulate_ladder
 
     prior = Prior(SimCosts(), "sim default", 256, 65472, 64)
     adaptive = simulate_adaptive(prior, 0.05, seed=2)
@@ -374,8 +374,8 @@ def test_adaptive_spends_under_forty_percent_of_the_ladder_to_a_five_percent_int
 
 def test_the_planned_ladder_grows_below_256_as_a_sweeps_default_design_does():
     """Before, plan's ladder never grew: a limit of 257-320 tokens left it 256 alone, which no fit can use."""
-    from kvcal.sweep.lengths.priors import Prior
-    from kvcal.sweep.lengths.simulate_designs import default_ladder
+    from kvcal.plan.priors import Prior
+    from kvcal.plan.simulate_designs import default_ladder
 
     short = SimCosts(recompute_intercept_ms=2.0, recompute_per_token_us=100.0, recompute_per_token2_ns=0.0,
                      pull_intercept_ms=20.0, pull_per_token_us=0.0)  # crossing at 180 tokens
@@ -389,8 +389,8 @@ def test_the_planned_ladder_grows_below_256_as_a_sweeps_default_design_does():
 
 
 def test_a_simulated_campaign_counts_what_its_search_cost_apart():
-    from kvcal.sweep.lengths.priors import Prior
-    from kvcal.sweep.lengths.simulate_designs import simulate_adaptive
+    from kvcal.plan.priors import Prior
+    from kvcal.plan.simulate_designs import simulate_adaptive
 
     # GLM-like curves: the seed (256, 512) and a climb to 2K find the crossover near 3.8K, then rounds narrow it.
     costs = SimCosts(recompute_intercept_ms=40.0, recompute_per_token_us=80.0, recompute_per_token2_ns=0.6,
@@ -401,8 +401,8 @@ def test_a_simulated_campaign_counts_what_its_search_cost_apart():
 
 
 def test_stopping_on_the_width_keeps_most_intervals_on_the_truth():
-    from kvcal.sweep.lengths.priors import Prior
-    from kvcal.sweep.lengths.simulate_designs import simulate_adaptive
+    from kvcal.plan.priors import Prior
+    from kvcal.plan.simulate_designs import simulate_adaptive
 
     prior = Prior(SimCosts(noise_cv=0.05), "sim default", 256, 65472, 64)
     campaigns = [simulate_adaptive(prior, 0.10, seed) for seed in range(12)]

@@ -18,8 +18,8 @@ from kvcal.records.run_folder import RunFolder
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.adaptive import Controller, StopRules, relative_width
 from kvcal.sweep.adaptive_run import read_state
-from kvcal.sweep.lengths.priors import Prior
-from kvcal.sweep.lengths.simulate_designs import plan_campaigns
+from kvcal.plan.priors import Prior
+from kvcal.plan.simulate_designs import plan_campaigns
 from kvcal.sweep.regret_stop import MC_Z, meets, regret_mc_error, width_mc_error
 from kvcal.sweep.runner import run_sweep
 
