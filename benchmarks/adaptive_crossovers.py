@@ -38,8 +38,8 @@ from adaptive_efficiency import TRUTHS  # the benchmark's curve shapes (run from
 
 from kvcal.engines.sim import SimCosts
 from kvcal.sweep.lengths.adaptive_design import allowed_range
-from kvcal.sweep.lengths.priors import Prior
-from kvcal.sweep.lengths.simulate_designs import oracle, simulate_adaptive
+from kvcal.plan.priors import Prior
+from kvcal.plan.simulate_designs import oracle, simulate_adaptive
 
 SHAPES = ("sim default", "steep attention", "glm-like flat pull")
 DEFAULT_AT = (450, 1100, 2700, 4500, 7500)

@@ -11,7 +11,7 @@ on the simulated pair (:class:`kvcal.engines.sim.SimPair`, whose truth is known)
   from 256 tokens to the model's limit), whole passes added until the standard fit's
   interval is at most W wide (at least 2 passes, so every length has reps);
 * ``oracle``: every probe at the true break-even with the slopes and the noise known,
-  the analytic floor no design beats (:func:`kvcal.sweep.lengths.simulate_designs.oracle`);
+  the analytic floor no design beats (:func:`kvcal.plan.simulate_designs.oracle`);
 * ``oracle-t``: the same oracle estimating each leg's noise from its own probes, so its
   interval takes Student's t on m - 1 df where the oracle takes z: the floor for any
   design whose interval, like kvcal fit's, charges for the noise it estimated.
@@ -40,8 +40,8 @@ from functools import partial
 
 from kvcal.engines.sim import SimCosts
 from kvcal.sweep.lengths.adaptive_design import allowed_range
-from kvcal.sweep.lengths.priors import Prior
-from kvcal.sweep.lengths.simulate_designs import oracle, simulate_adaptive, simulate_ladder
+from kvcal.plan.priors import Prior
+from kvcal.plan.simulate_designs import oracle, simulate_adaptive, simulate_ladder
 
 TRUTHS = {
     # The simulated pair's defaults (the tiny CPU model): break-even near 682 tokens.

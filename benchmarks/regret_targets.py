@@ -28,8 +28,8 @@ from kvcal.fit import fit_table
 from kvcal.fit.tables import from_rows
 from kvcal.records.fit import FIT_DEFAULTS
 from kvcal.records.run import Leg, RunSetup
-from kvcal.sweep.lengths.priors import Prior
-from kvcal.sweep.lengths.simulate_designs import default_ladder, simulate_adaptive
+from kvcal.plan.priors import Prior
+from kvcal.plan.simulate_designs import default_ladder, simulate_adaptive
 from kvcal.sweep.regret_stop import meets
 
 

@@ -9,7 +9,7 @@ import typer
 
 from kvcal.cli.output import warn_each
 from kvcal.cli.predict_cmd import say
-from kvcal.sweep.plan_limits import MAX_CAMPAIGNS, MAX_PLAN_MODEL_LEN
+from kvcal.plan.limits import MAX_CAMPAIGNS, MAX_PLAN_MODEL_LEN
 
 EPILOG = """The prior is either an earlier run or fit (--from) or a `kvcal predict` profile
 pair (--model, --hardware); campaigns are simulated on those curves with --noise-cv
@@ -67,8 +67,8 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (schema kvcal.plan/1)."),
 ) -> None:
     """Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width."""  # noqa: E501 - help text, printed by --help as written
-    from kvcal.sweep.plan_run import plan_from_config
-    from kvcal.sweep.plan_settings import PlanConfig
+    from kvcal.plan.run import plan_from_config
+    from kvcal.plan.settings import PlanConfig
 
     config = PlanConfig(
         source=source,
@@ -93,7 +93,7 @@ def plan(
     _print(result)
 
 
-def _print(r) -> None:  # r: kvcal.sweep.lengths.simulate_designs.CampaignPlan
+def _print(r) -> None:  # r: kvcal.plan.simulate_designs.CampaignPlan
     c = r.curves
     truth = f"{r.true_break_even_tokens:,.0f} tokens" if r.true_break_even_tokens is not None else "none in range"
     say(f"prior: {r.prior}")

@@ -1,7 +1,7 @@
 """First-principles estimates: model and hardware profiles, predicted curves, sanity checks of a measurement.
 
 Public API: :func:`predict`, :func:`sanity_for_fit`, :func:`kv_bytes_per_token`. (``kvcal plan`` simulates
-campaigns with the sweep's own controller: :mod:`kvcal.sweep.lengths.simulate_designs`.)
+campaigns with the sweep's own controller: :mod:`kvcal.plan.simulate_designs`.)
 """
 
 from kvcal.lazy import public_api

@@ -2,8 +2,8 @@
 
 Public API: :func:`run_sweep` (the one entry that runs or resumes a planned or adaptive
 campaign), :func:`plan_dry_run`, :class:`SweepConfig` and :func:`resolve_config`,
-:class:`RunFolder`, :class:`SweepOutcome` / :class:`AdaptiveOutcome`, :class:`SweepProgress`;
-``kvcal plan``'s :func:`plan_campaigns` with its priors (:func:`prior_from_fit`, :func:`prior_from_profiles`).
+:class:`RunFolder`, :class:`SweepOutcome` / :class:`AdaptiveOutcome`, :class:`SweepProgress`.
+(``kvcal plan``, which simulates campaigns with this stage's adaptive controller, is :mod:`kvcal.plan`, above it.)
 """
 
 from kvcal.lazy import public_api
@@ -20,9 +20,6 @@ _API = {
     "ProbeSession": "kvcal.sweep.session",
     "AdaptiveOutcome": "kvcal.sweep.adaptive_run",
     "SweepProgress": "kvcal.sweep.progress",
-    "plan_campaigns": "kvcal.sweep.lengths.simulate_designs",
-    "prior_from_fit": "kvcal.sweep.lengths.priors",
-    "prior_from_profiles": "kvcal.sweep.lengths.priors",
 }
 __all__ = list(_API)
 __getattr__ = public_api(__name__, _API)

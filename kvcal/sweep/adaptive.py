@@ -2,7 +2,7 @@
 
 This module holds the decisions and the state kept in ``adaptive.json``; it does no
 I/O with engines. :mod:`kvcal.sweep.adaptive_run` drives a real (or simulated) pair
-through it; :mod:`kvcal.sweep.lengths.simulate_designs` and the benchmark drive an in-memory
+through it; :mod:`kvcal.plan.simulate_designs` and the benchmark drive an in-memory
 simulated pair through the same :class:`Controller`.
 
 Every stop decision rests on the very fit ``kvcal fit RUN`` computes by default

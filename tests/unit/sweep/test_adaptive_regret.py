@@ -18,8 +18,6 @@ from kvcal.records.run_folder import RunFolder
 from kvcal.settings.sweep import SweepConfig
 from kvcal.sweep.adaptive import Controller, StopRules, relative_width
 from kvcal.sweep.adaptive_run import read_state
-from kvcal.sweep.lengths.priors import Prior
-from kvcal.sweep.lengths.simulate_designs import plan_campaigns
 from kvcal.sweep.regret_stop import MC_Z, meets, regret_mc_error, width_mc_error
 from kvcal.sweep.runner import run_sweep
 
@@ -113,17 +111,3 @@ def test_cli_adaptive_dry_run_states_the_regret_target(tmp_path, kvcal):
     done = kvcal("sweep", "--engine", "sim", "--adaptive", "--target-regret", "0.002", "--dry-run",
                  "--output-dir", tmp_path)
     assert done.code == 0 and "regret <= 0.002 of TTFT" in done.out
-
-
-def test_plan_simulates_the_regret_stop():
-    plan = plan_campaigns(Prior(NEAR_290, "near 290", 128, 8192, 64), 0.10, campaigns=1, target_regret=0.005,
-                          judge=emit_judge)
-    adaptive = plan.designs[0]
-    assert adaptive.design == "adaptive" and adaptive.stop_reasons == {"target-regret": 1.0}
-    assert adaptive.regret_median is not None and adaptive.regret_median <= 0.005 and plan.target_regret == 0.005
-    assert adaptive.reached_target_share == 1.0
-
-
-def test_cli_plan_refuses_a_regret_target_out_of_bounds(kvcal):
-    done = kvcal("plan", "--model", "glm-4.5", "--hardware", "h200", "--target-regret", "0")
-    assert done.code == 2 and "--target-regret" in done.err

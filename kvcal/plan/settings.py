@@ -3,7 +3,7 @@
 Building the prior from a run folder without a fit.json fits it (slow), and each campaign is a
 simulation, so a bad value is refused by :class:`PlanConfig`'s construction first. This module
 loads no numbers (``kvcal plan --help`` shows its bounds); the command's one library call is
-:func:`kvcal.sweep.plan_run.plan_from_config`.
+:func:`kvcal.plan.run.plan_from_config`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from kvcal.errors import InputError
+from kvcal.plan.limits import MAX_CAMPAIGNS, MAX_PLAN_MODEL_LEN
 from kvcal.settings.from_flags import FlagModel
-from kvcal.sweep.plan_limits import MAX_CAMPAIGNS, MAX_PLAN_MODEL_LEN
 
 
 class PlanConfig(FlagModel):

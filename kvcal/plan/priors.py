@@ -1,7 +1,7 @@
 """The prior a ``kvcal plan`` is simulated on: cost curves, noise and allowed lengths, from a fit or the profiles.
 
 A prior comes from an earlier run or fit (its fitted curves and noise) or from ``kvcal predict``'s profiles (a
-quadratic recompute and an affine pull fitted to the predicted curves); :mod:`kvcal.sweep.lengths.simulate_designs`
+quadratic recompute and an affine pull fitted to the predicted curves); :mod:`kvcal.plan.simulate_designs`
 runs campaigns on it.
 """
 

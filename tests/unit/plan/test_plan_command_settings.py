@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvcal.errors import InputError
-from kvcal.sweep.plan_settings import PlanConfig
+from kvcal.plan.settings import PlanConfig
 
 
 def _no_work(*_args, **_kwargs):
@@ -20,8 +20,8 @@ def _no_work(*_args, **_kwargs):
     (["--model", "glm-4.5"], "give either --from"),
 ])
 def test_a_bad_plan_setting_is_refused_before_the_prior_is_built(flags, says, kvcal, monkeypatch, tmp_path):
-    monkeypatch.setattr("kvcal.sweep.plan_run.prior_from_fit", _no_work)
-    monkeypatch.setattr("kvcal.sweep.plan_run.plan_campaigns", _no_work)
+    monkeypatch.setattr("kvcal.plan.run.prior_from_fit", _no_work)
+    monkeypatch.setattr("kvcal.plan.run.plan_campaigns", _no_work)
     done = kvcal("plan", "--from", tmp_path, *flags)
     assert done.code == 2, done.err
     assert says in done.err and len(done.err.strip().splitlines()) == 1

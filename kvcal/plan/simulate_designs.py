@@ -1,7 +1,7 @@
 """``kvcal plan``: each design's campaigns simulated on a prior's curves and compared, before booking engines.
 
 Stage owned: ``kvcal plan`` (and ``benchmarks/adaptive_efficiency.py`` reuses the
-simulators). A prior (:mod:`kvcal.sweep.lengths.priors`) is a pair of cost curves with a noise level; it comes from a
+simulators). A prior (:mod:`kvcal.plan.priors`) is a pair of cost curves with a noise level; it comes from a
 ``kvcal predict`` profile pair or from an earlier run or fit. Campaigns are then run
 in memory on a simulated pair with exactly those curves (:class:`kvcal.engines.sim.SimPair`):
 
@@ -37,10 +37,10 @@ from kvcal.fit.bootstrap import t_quantile
 from kvcal.fit.fitting import fit_table
 from kvcal.fit.ladder_steps import lengths_below
 from kvcal.fit.tables import from_rows
+from kvcal.plan.priors import Prior
 from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings
 from kvcal.records.run import Leg, Record, RunSetup
 from kvcal.sweep.adaptive import Controller, StopRules, relative_width
-from kvcal.sweep.lengths.priors import Prior
 from kvcal.sweep.lengths.probe_plan import default_prefix_lengths
 from kvcal.sweep.regret_stop import Judge
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvcal.sweep.lengths.priors import prior_from_fit, prior_from_profiles
-from kvcal.sweep.lengths.simulate_designs import CampaignPlan, plan_campaigns
-from kvcal.sweep.plan_settings import PlanConfig
+from kvcal.plan.priors import prior_from_fit, prior_from_profiles
+from kvcal.plan.settings import PlanConfig
+from kvcal.plan.simulate_designs import CampaignPlan, plan_campaigns
 from kvcal.sweep.regret_stop import Judge
 
 

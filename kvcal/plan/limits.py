@@ -1,4 +1,4 @@
-"""``kvcal plan``'s bounds as plain numbers: :class:`kvcal.sweep.plan_settings.PlanConfig` declares its fields with
+"""``kvcal plan``'s bounds as plain numbers: :class:`kvcal.plan.settings.PlanConfig` declares its fields with
 them and the command's flags show them, so ``kvcal plan --help`` builds no pydantic model."""
 
 from __future__ import annotations
