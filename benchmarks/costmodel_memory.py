@@ -23,7 +23,7 @@ import json, resource, sys, time
 import numpy as np
 from kvcal.fit.costmodel import fit_cost_model
 from kvcal.fit.costmodel_inputs import IdleCurves, LoadedProbes
-from kvcal.records.run import FitSettings
+from kvcal.records.fit import FitSettings
 
 n, resamples = int(sys.argv[1]), int(sys.argv[2])
 rng = np.random.default_rng(0)
