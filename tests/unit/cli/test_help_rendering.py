@@ -106,3 +106,39 @@ def test_the_renderer_is_prepared_only_where_a_help_may_be_printed(args, may):
     from kvcal.cli.app import may_print_help
 
     assert may_print_help(args) is may
+
+
+def test_a_help_pauses_the_collector_and_leaves_it_on():
+    import gc
+
+    from kvcal.cli.rich_help import help_path
+
+    assert gc.isenabled()
+    with help_path(True):
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with help_path(False):
+        assert gc.isenabled()
+
+
+def test_a_command_that_runs_after_all_runs_with_the_collector_on():
+    """``--help`` taken as a flag's value runs the command: it must not run (for hours, a sweep) without the collector."""
+    import gc
+
+    import typer
+
+    from kvcal.cli.app import _apply_shared_checks
+    from kvcal.cli.rich_help import help_path
+
+    seen = []
+    built = typer.Typer()
+
+    @built.command()
+    def name(value: str = typer.Option(..., "--name")) -> None:
+        seen.append((value, gc.isenabled()))
+
+    _apply_shared_checks(built)
+    with help_path(True):
+        built(args=["--name", "--help"], standalone_mode=False)
+    assert seen == [("--help", True)]
+    assert gc.isenabled()
