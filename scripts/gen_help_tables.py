@@ -29,6 +29,8 @@ Each table holds what a command's ``--help`` shows of its settings, so that the 
 tests/unit/cli/test_help_tables.py fails when a table differs from its model.
 """
 
+from typing import Any
+
 '''
 
 
@@ -57,17 +59,61 @@ def sweep_flags() -> tuple[tuple[str, str, str, str], ...]:
     return tuple((name, flag_of(name), _kind(flat_field(name).annotation), flag_help(name)) for name in flag_fields())
 
 
+BOUNDS = ("ge", "gt", "le", "lt")  # annotated_types' names, as a field declares them
+
+
+def settings_table(model: Any) -> dict[str, dict[str, Any]]:
+    """A settings model's defaults and bounds, by field: ``{"default": ..., "ge": ..., "le": ...}``.
+
+    Fields with no default (a command's arguments) and defaults that are not plain numbers, text or None are left
+    out: a help shows neither."""
+    table = {}
+    for name, info in model.model_fields.items():
+        default = info.get_default(call_default_factory=True)
+        if info.is_required() or not isinstance(default, (int, float, str, type(None))):
+            continue
+        bounds = {key: getattr(mark, key) for mark in info.metadata for key in BOUNDS if hasattr(mark, key)}
+        table[name] = {"default": default, **bounds}
+    return table
+
+
+def workload_keys() -> str:
+    """``kvcal fleet --help``'s list of the workload file's keys, from the Workload record's fields."""
+    from kvcal.fleet.workload import keys_help
+
+    return keys_help()
+
+
 def tables() -> dict[str, Any]:
     """Every generated table, by its name in kvcal/cli/help_tables.py."""
-    return {"SWEEP_FLAGS": sweep_flags()}
+    from kvcal.fleet.settings import FleetConfig
+
+    return {
+        "SWEEP_FLAGS": sweep_flags(),
+        "FLEET_SETTINGS": settings_table(FleetConfig),
+        "WORKLOAD_KEYS": workload_keys(),
+    }
+
+
+def _annotation(value: Any) -> str:
+    """A settings table's type (its values mix numbers and None, which a type checker would read as ``object``)."""
+    return ": dict[str, dict[str, Any]]" if isinstance(value, dict) else ""
 
 
 def render() -> str:
     """The module's text, formatted as ``ruff format`` leaves it (so that the formatter never changes it)."""
-    body = "".join(f"{name} = {pprint.pformat(value, width=120)}\n\n" for name, value in tables().items())
+    body = "".join(
+        f"{name}{_annotation(value)} = {pprint.pformat(value, width=120)}\n\n" for name, value in tables().items()
+    )
     ruff = Path(sys.executable).with_name("ruff")
-    formatted = subprocess.run([str(ruff), "format", "--stdin-filename", str(TARGET), "-"], input=HEADER + body,
-                               capture_output=True, text=True, check=True, cwd=TARGET.parents[2])
+    formatted = subprocess.run(
+        [str(ruff), "format", "--stdin-filename", str(TARGET), "-"],
+        input=HEADER + body,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=TARGET.parents[2],
+    )
     return formatted.stdout
 
 

@@ -46,3 +46,13 @@ def test_a_changed_default_is_caught(monkeypatch):
 
     monkeypatch.setattr(flat_field("reps"), "default", 7)
     assert GENERATOR.tables()["SWEEP_FLAGS"] != help_tables.SWEEP_FLAGS
+
+
+def test_a_changed_bound_is_caught(monkeypatch):
+    from annotated_types import Le
+
+    from kvcal.fleet.settings import FleetConfig
+
+    field = FleetConfig.model_fields["seeds"]
+    monkeypatch.setattr(field, "metadata", [Le(999) if isinstance(mark, Le) else mark for mark in field.metadata])
+    assert GENERATOR.tables()["FLEET_SETTINGS"]["seeds"]["le"] == 999 != help_tables.FLEET_SETTINGS["seeds"]["le"]
