@@ -86,9 +86,14 @@ def workload_keys() -> str:
 
 def tables() -> dict[str, Any]:
     """Every generated table, by its name in kvcal/cli/help_tables.py."""
+    from kvcal.fit.settings import FitConfig
     from kvcal.fleet.settings import FleetConfig
+    from kvcal.records.fit import FitSettings
 
     return {
+        "FIT_SETTINGS": settings_table(FitSettings),
+        "FIT_CONFIG": settings_table(FitConfig),
+
         "SWEEP_FLAGS": sweep_flags(),
         "FLEET_SETTINGS": settings_table(FleetConfig),
         "WORKLOAD_KEYS": workload_keys(),

@@ -7,6 +7,23 @@ tests/unit/cli/test_help_tables.py fails when a table differs from its model.
 
 from typing import Any
 
+FIT_SETTINGS: dict[str, dict[str, Any]] = {
+    "confidence": {"default": 0.9, "gt": 0, "lt": 1},
+    "n_resamples": {"default": 2000, "ge": 0, "le": 1000000},
+    "seed": {"default": 0, "ge": 0},
+}
+
+FIT_CONFIG: dict[str, dict[str, Any]] = {
+    "block_size": {"default": None, "ge": 1},
+    "busy_queue_threshold": {"default": None, "ge": 1},
+    "epp_log": {"default": None},
+    "idle": {"default": None},
+    "input": {"default": None},
+    "model": {"default": None},
+    "output": {"default": None},
+    "transport": {"default": None},
+}
+
 SWEEP_FLAGS = (
     ("model", "--model", "str", "Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'."),
     ("engine", "--engine", "str", "vllm: real engines; sim: simulated curves, never a measurement. (default: vllm)"),
