@@ -89,11 +89,12 @@ def tables() -> dict[str, Any]:
     from kvcal.fit.settings import FitConfig
     from kvcal.fleet.settings import FleetConfig
     from kvcal.records.fit import FitSettings
+    from kvcal.sweep.plan_settings import PlanConfig
 
     return {
         "FIT_SETTINGS": settings_table(FitSettings),
         "FIT_CONFIG": settings_table(FitConfig),
-
+        "PLAN_SETTINGS": settings_table(PlanConfig),
         "SWEEP_FLAGS": sweep_flags(),
         "FLEET_SETTINGS": settings_table(FleetConfig),
         "WORKLOAD_KEYS": workload_keys(),

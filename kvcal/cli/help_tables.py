@@ -24,6 +24,20 @@ FIT_CONFIG: dict[str, dict[str, Any]] = {
     "transport": {"default": None},
 }
 
+PLAN_SETTINGS: dict[str, dict[str, Any]] = {
+    "block_size": {"default": None, "ge": 1},
+    "campaigns": {"default": 10, "ge": 1, "le": 200},
+    "hardware": {"default": None},
+    "link": {"default": None},
+    "max_model_len": {"default": None, "ge": 1, "le": 16777216},
+    "model": {"default": None},
+    "noise_cv": {"default": None, "gt": 0, "lt": 2},
+    "seed": {"default": 0, "ge": 0},
+    "source": {"default": None},
+    "target_regret": {"default": None, "gt": 0, "lt": 1},
+    "target_width": {"default": 0.1, "gt": 0, "lt": 10},
+}
+
 SWEEP_FLAGS = (
     ("model", "--model", "str", "Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'."),
     ("engine", "--engine", "str", "vllm: real engines; sim: simulated curves, never a measurement. (default: vllm)"),
