@@ -88,6 +88,7 @@ def tables() -> dict[str, Any]:
     """Every generated table, by its name in kvcal/cli/help_tables.py."""
     from kvcal.fit.settings import FitConfig
     from kvcal.fleet.settings import FleetConfig
+    from kvcal.gate.compare_settings import CompareConfig
     from kvcal.records.fit import FitSettings
     from kvcal.sweep.plan_settings import PlanConfig
 
@@ -95,6 +96,7 @@ def tables() -> dict[str, Any]:
         "FIT_SETTINGS": settings_table(FitSettings),
         "FIT_CONFIG": settings_table(FitConfig),
         "PLAN_SETTINGS": settings_table(PlanConfig),
+        "COMPARE_SETTINGS": settings_table(CompareConfig),
         "SWEEP_FLAGS": sweep_flags(),
         "FLEET_SETTINGS": settings_table(FleetConfig),
         "WORKLOAD_KEYS": workload_keys(),

@@ -38,6 +38,17 @@ PLAN_SETTINGS: dict[str, dict[str, Any]] = {
     "target_width": {"default": 0.1, "gt": 0, "lt": 10},
 }
 
+COMPARE_SETTINGS: dict[str, dict[str, Any]] = {
+    "deployed_tokens": {"default": None, "ge": 1},
+    "force": {"default": False},
+    "markdown": {"default": None},
+    "plot": {"default": None},
+    "probes": {"default": False},
+    "seed": {"default": 0, "ge": 0},
+    "tolerance": {"default": 0.1, "gt": 0, "lt": 10.0},
+    "values_file": {"default": None},
+}
+
 SWEEP_FLAGS = (
     ("model", "--model", "str", "Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'."),
     ("engine", "--engine", "str", "vllm: real engines; sim: simulated curves, never a measurement. (default: vllm)"),
