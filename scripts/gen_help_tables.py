@@ -77,6 +77,31 @@ def settings_table(model: Any) -> dict[str, dict[str, Any]]:
     return table
 
 
+def commands() -> tuple[tuple[str, str, str], ...]:
+    """Every command in ``kvcal --help``'s order: (name, the module that registers it, its one-line summary).
+
+    Read off the whole app (every module of kvcal/cli/commands.py's MODULES): the summary is the first paragraph of
+    the command's docstring, or a group's help, as typer lists it."""
+    import inspect
+
+    from typer.main import get_command
+
+    from kvcal.cli.app import full_app
+
+    app = full_app()
+    found = {
+        info.name: (info.callback.__module__, " ".join(inspect.getdoc(info.callback).split("\n\n")[0].split()))
+        for info in app.registered_commands
+        if info.name and info.callback
+    }
+    for group in app.registered_groups:
+        if group.name and group.typer_instance:
+            first = group.typer_instance.registered_commands[0].callback
+            found[group.name] = (first.__module__ if first else "", str(group.typer_instance.info.help))
+    order = list(get_command(app).commands)  # type: ignore[attr-defined]
+    return tuple((name, found[name][0].rsplit(".", 1)[-1], found[name][1]) for name in order)
+
+
 def workload_keys() -> str:
     """``kvcal fleet --help``'s list of the workload file's keys, from the Workload record's fields."""
     from kvcal.fleet.workload import keys_help
@@ -93,6 +118,7 @@ def tables() -> dict[str, Any]:
     from kvcal.sweep.plan_settings import PlanConfig
 
     return {
+        "COMMANDS": commands(),
         "FIT_SETTINGS": settings_table(FitSettings),
         "FIT_CONFIG": settings_table(FitConfig),
         "PLAN_SETTINGS": settings_table(PlanConfig),

@@ -7,6 +7,72 @@ tests/unit/cli/test_help_tables.py fails when a table differs from its model.
 
 from typing import Any
 
+COMMANDS = (
+    ("sweep", "sweep_cmd", "Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."),
+    (
+        "export",
+        "export_cmd",
+        "Write the probe table (prefix_tokens, leg, ttft_ms, rep, bytes_moved, started_at), one row per valid probe.",
+    ),
+    (
+        "fit",
+        "fit_cmd",
+        "Fit recompute (affine or quadratic) and pull (affine) costs and report the break-even with its interval.",
+    ),
+    (
+        "plot",
+        "plot_cmd",
+        "Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent.",
+    ),
+    (
+        "emit-config",
+        "emit_cmd",
+        "Emit minCachedTokenDelta (where pulling pays on mean costs) and peakPrefillThroughput as router config, engine "
+        "settings, and more.",
+    ),
+    (
+        "compare",
+        "compare_cmd",
+        "Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed threshold.",
+    ),
+    (
+        "history",
+        "history_cmd",
+        "Show how the break-even (with its interval) and the cost coefficients moved over runs.",
+    ),
+    (
+        "report",
+        "report_cmd",
+        "Write one self-contained HTML report of a run, a comparison, a history or a fleet study.",
+    ),
+    (
+        "predict",
+        "predict_cmd",
+        "Predict KV bytes per token, prefill FLOPs, the recompute and pull curves, the break-even and the link's floor.",
+    ),
+    (
+        "plan",
+        "plan_cmd",
+        "Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width.",
+    ),
+    (
+        "fleet",
+        "fleet_cmd",
+        "Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to use.",
+    ),
+    (
+        "observe",
+        "observe_cmd",
+        "Read a deployed fleet's pulls, bytes, TTFT and queues from Prometheus and check them against kvcal.",
+    ),
+    (
+        "k8s-job",
+        "k8s_cmd",
+        "Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable from a laptop).",
+    ),
+    ("profiles", "profiles_cmd", "Model and hardware profiles: KV layout, FLOPs, accelerators and links."),
+)
+
 FIT_SETTINGS: dict[str, dict[str, Any]] = {
     "confidence": {"default": 0.9, "gt": 0, "lt": 1},
     "n_resamples": {"default": 2000, "ge": 0, "le": 1000000},
