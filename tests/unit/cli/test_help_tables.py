@@ -32,6 +32,8 @@ def test_each_generated_table_is_what_its_model_says(name):
 
 
 def test_the_committed_module_is_the_generators_text():
+    if not GENERATOR.RUFF.exists():  # the script formats its text with the project's ruff; the tables are checked above
+        pytest.skip("no ruff beside this Python")
     assert (ROOT / "kvcal" / "cli" / "help_tables.py").read_text() == GENERATOR.render()
 
 
