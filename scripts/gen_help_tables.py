@@ -37,8 +37,6 @@ from typing import Any
 
 def _kind(annotation: Any) -> str:
     """How a setting's value is written on a command line: str, int, float, path, list[str], bool|None or switch."""
-    from pathlib import Path as _Path
-
     if annotation is bool:
         return "switch"
     if get_origin(annotation) in (Union, UnionType):
@@ -49,7 +47,7 @@ def _kind(annotation: Any) -> str:
         return f"list[{_kind(get_args(annotation)[0])}]"
     if get_origin(annotation) is Literal:
         return "str"  # written as text: the setting's check names the choices
-    return {int: "int", float: "float", str: "str", _Path: "path"}[annotation]
+    return {int: "int", float: "float", str: "str", Path: "path"}[annotation]
 
 
 def sweep_flags() -> tuple[tuple[str, str, str, str], ...]:
