@@ -16,8 +16,8 @@ The command modules import only typer and light kvcal modules at the top: numpy,
 pandas, scipy and matplotlib are imported where a command runs, so ``--help`` stays
 fast (benchmarks/cli_startup.py; tests/unit/cli/test_cli_boundary.py checks it). The
 top-level help imports no command module at all: it is rendered from
-:data:`kvcal.cli.commands.INDEX` (see there). An invocation that may print a help loads typer's
-renderer without what no help uses (kvcal/cli/rich_help.py). ``app`` is the whole app, built on first use.
+:data:`kvcal.cli.commands.INDEX` (see there). An invocation that may print a help loads typer's renderer
+without what no help uses, the garbage collector paused (kvcal/cli/rich_help.py). ``app``: the whole app, built once.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import typer
 from kvcal import __version__
 from kvcal.cli import commands
 from kvcal.cli.output import error_line, library_warning
-from kvcal.cli.rich_help import HelpFlagGroup, load_help_renderer
+from kvcal.cli.rich_help import HelpFlagGroup, help_path, resume_collector
 from kvcal.errors import InputError, KvcalError
 from kvcal.files.writing import checked_stdout, unclaim_stdout
 
@@ -162,6 +162,7 @@ def _pipe_checked(callback):
 
     @functools.wraps(callback)
     def checked(*args, **kwargs):
+        resume_collector()  # a command runs after all: no longer a help (kvcal/cli/rich_help.py)
         try:
             return callback(*args, **kwargs)
         except BrokenPipeError:
@@ -278,10 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         error_line(problem)
         return 2
     try:
-        if may_print_help(args):
-            load_help_renderer()  # typer's renderer without what no help uses (kvcal/cli/rich_help.py)
-        target = _app_for(args)
-        result = target(args=args, standalone_mode=False, prog_name="kvcal")
+        with help_path(may_print_help(args)):  # typer's renderer, lighter, and no collector (kvcal/cli/rich_help.py)
+            result = _app_for(args)(args=args, standalone_mode=False, prog_name="kvcal")
         sys.stdout.flush()  # here, not at exit: a write that fails now is reported like any other
     except KvcalError as err:
         error_line(str(err))

@@ -3,14 +3,18 @@
 ``kvcal --help`` (and a bare ``kvcal``) shows only each command's name and first line of
 help. Building the whole app for that imports every command module, and sweep's flags
 are read off SweepConfig's fields (pydantic), which was most of the startup time. So the
-top-level help is rendered from INDEX instead; tests/unit/cli/test_cli_boundary.py renders it
-both ways and requires the two identical, so the index cannot drift from the commands.
+top-level help is rendered from INDEX instead, which scripts/gen_help_tables.py generates from the whole app
+(kvcal/cli/help_tables.py's COMMANDS); tests/unit/cli/test_help_tables.py fails when it drifts, and
+tests/unit/cli/test_cli_boundary.py renders the top-level help both ways and requires the two identical.
+MODULES is the one list a new command's module is added to (then the script is rerun).
 """
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
+
+from kvcal.cli.help_tables import COMMANDS
 
 MODULES = (
     "sweep_cmd",
@@ -29,67 +33,11 @@ MODULES = (
     "k8s_cmd",
 )
 
-INDEX = (
-    ("sweep", "Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."),
-    (
-        "export",
-        "Write the probe table (prefix_tokens, leg, ttft_ms, rep, bytes_moved, started_at), one row per valid probe.",
-    ),
-    ("fit", "Fit recompute (affine or quadratic) and pull (affine) costs and report the break-even with its interval."),
-    ("plot", "Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent."),
-    (
-        "emit-config",
-        "Emit minCachedTokenDelta (where pulling pays on mean costs) and peakPrefillThroughput as router "
-        "config, engine settings, and more.",
-    ),
-    (
-        "compare",
-        "Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed "
-        "threshold.",
-    ),
-    ("history", "Show how the break-even (with its interval) and the cost coefficients moved over runs."),
-    ("report", "Write one self-contained HTML report of a run, a comparison, a history or a fleet study."),
-    (
-        "predict",
-        "Predict KV bytes per token, prefill FLOPs, the recompute and pull curves, the break-even and the "
-        "link's floor.",
-    ),
-    (
-        "plan",
-        "Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and "
-        "interval width.",
-    ),
-    (
-        "fleet",
-        "Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to use.",
-    ),
-    ("observe", "Read a deployed fleet's pulls, bytes, TTFT and queues from Prometheus and check them against kvcal."),
-    (
-        "k8s-job",
-        "Render a Kubernetes Job that runs sweep, fit and emit-config in-cluster (pod IPs are unreachable "
-        "from a laptop).",
-    ),
-    ("profiles", "Model and hardware profiles: KV layout, FLOPs, accelerators and links."),
-)
-
-
+# Each command's name, its module and its summary, in the order ``kvcal --help`` lists them: generated from the
+# whole app (the modules above) by scripts/gen_help_tables.py, so that no summary is copied by hand.
+INDEX = tuple((name, summary) for name, _, summary in COMMANDS)
 # The module that registers each command: an invocation that names one builds an app of that command alone.
-MODULE_OF = {
-    "sweep": "sweep_cmd",
-    "export": "export_cmd",
-    "fit": "fit_cmd",
-    "plot": "plot_cmd",
-    "emit-config": "emit_cmd",
-    "compare": "compare_cmd",
-    "history": "history_cmd",
-    "predict": "predict_cmd",
-    "plan": "plan_cmd",
-    "fleet": "fleet_cmd",
-    "k8s-job": "k8s_cmd",
-    "profiles": "profiles_cmd",
-    "report": "report_cmd",
-    "observe": "observe_cmd",
-}
+MODULE_OF = {name: module for name, module, _ in COMMANDS}
 
 
 def load(names: tuple[str, ...] = MODULES) -> list[ModuleType]:

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import COMPARE_SETTINGS as COMPARE  # CompareConfig's defaults and bounds, without pydantic
 from kvcal.cli.output import print_sanity, stdout
 from kvcal.errors import RegressionDetected
 
@@ -36,7 +37,7 @@ def compare(
         ..., help="The new measurement: a fit.json or a run folder (fitted on the fly if it has no fit.json)."
     ),
     tolerance: float = typer.Option(
-        0.1, "--tolerance", "-t", help="Relative break-even move tolerated, e.g. 0.1 = 10%."
+        COMPARE["tolerance"]["default"], "--tolerance", "-t", help="Relative break-even move tolerated, e.g. 0.1 = 10%."
     ),
     markdown: Optional[Path] = typer.Option(
         None, "--markdown", help="Write a Markdown summary here (for a CI job page)."
@@ -59,8 +60,15 @@ def compare(
         help="Also exit 1 when the deployed threshold costs more than 0.5% of TTFT "
         "(expected regret) against the current fit, too low or too high.",
     ),
-    force: bool = typer.Option(False, "--force", help="Compare fits of different models or transports anyway."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the draws that estimate the change's interval."),
+    force: bool = typer.Option(
+        COMPARE["force"]["default"], "--force", help="Compare fits of different models or transports anyway."
+    ),
+    seed: int = typer.Option(
+        COMPARE["seed"]["default"],
+        "--seed",
+        min=COMPARE["seed"]["ge"],
+        help="Seed of the draws that estimate the change's interval.",
+    ),
 ) -> None:
     """Compare a new fit with a baseline: break-even, intervals, coefficients, bandwidth, and the deployed threshold."""
     from kvcal.gate.compare_settings import CompareConfig

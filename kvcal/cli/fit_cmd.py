@@ -9,10 +9,10 @@ import typer
 from rich import box
 from rich.table import Table
 
+from kvcal.cli.help_tables import FIT_CONFIG, FIT_SETTINGS  # FitSettings' and FitConfig's defaults, without pydantic
 from kvcal.cli.output import print_sanity, print_warning, stdout, warn, warn_each
 from kvcal.cli.render_costmodel import render_cost_model
 from kvcal.cli.render_links import render_links
-from kvcal.settings.fit_defaults import CONFIDENCE, N_RESAMPLES, SEED
 
 if TYPE_CHECKING:  # annotations only: the fit's records (pandas-free) load when the command runs
     from rich.console import JustifyMethod
@@ -50,9 +50,11 @@ def fit(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print fit.json to stdout and nothing else."),
     confidence: float = typer.Option(
-        CONFIDENCE, "--confidence", help="Level of the bootstrap intervals, between 0 and 1."
+        FIT_SETTINGS["confidence"]["default"], "--confidence", help="Level of the bootstrap intervals, between 0 and 1."
     ),
-    seed: int = typer.Option(SEED, "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."),
+    seed: int = typer.Option(
+        FIT_SETTINGS["seed"]["default"], "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."
+    ),
     output: Path | None = typer.Option(
         None,
         "--output",
@@ -60,7 +62,9 @@ def fit(
         show_default=False,
         help="Where to write fit.json (default: <run>/fit.json, or <input>.fit.json beside a file).",
     ),
-    resamples: int = typer.Option(N_RESAMPLES, "--resamples", help="Bootstrap resamples (0: no intervals)."),
+    resamples: int = typer.Option(
+        FIT_SETTINGS["n_resamples"]["default"], "--resamples", help="Bootstrap resamples (0: no intervals)."
+    ),
     model: str | None = typer.Option(
         None,
         "--model",
@@ -84,7 +88,7 @@ def fit(
     busy_queue_threshold: Optional[int] = typer.Option(
         None,
         "--busy-queue-threshold",
-        min=1,
+        min=FIT_CONFIG["busy_queue_threshold"]["ge"],
         help="Cost model: a pod is busy when its measured waiting queue is at least this; default: the run's, else 1.",
     ),
     per_request: Optional[list[Path]] = typer.Option(

@@ -8,10 +8,13 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import FLEET_SETTINGS as FLEET  # FleetConfig's defaults and bounds, without pydantic
+from kvcal.cli.help_tables import WORKLOAD_KEYS as KEYS_HELP  # the workload record's keys, without pydantic
 from kvcal.cli.options import float_list, int_list
 from kvcal.cli.output import info, stdout, warn, warn_each
-from kvcal.fleet.help_facts import DEFAULT_MAX_SIMULATED_REQUESTS, MAX_JOBS, MAX_PODS, WORKER_MIB
-from kvcal.fleet.help_facts import WORKLOAD_KEYS as KEYS_HELP  # the workload record's keys, without pydantic
+from kvcal.fleet.help_facts import WORKER_MIB
+
+PODS, SEEDS, JOBS = FLEET["pods"], FLEET["seeds"], FLEET["jobs"]
 
 EPILOG = f"""The model: N engines with continuous batching (a prefill token budget per step), each
 with a prefix cache and an optional CPU tier (LRU eviction), behind the router's prefix- and
@@ -49,7 +52,7 @@ def fleet(
     workload: Path = typer.Option(
         ..., "--workload", "-w", help="Workload YAML (keys below; docs/examples/fleet-workload.yaml)."
     ),
-    pods: int = typer.Option(8, "--pods", help=f"Engines in the fleet (1-{MAX_PODS})."),
+    pods: int = typer.Option(PODS["default"], "--pods", help=f"Engines in the fleet ({PODS['ge']}-{PODS['le']})."),
     thresholds: str = typer.Option(
         "auto",
         "--thresholds",
@@ -67,13 +70,18 @@ def fleet(
         None, "--duration", help="Simulated seconds: replaces the workload's duration_s."
     ),
     seeds: int = typer.Option(
-        3, "--seeds", help="Simulation seeds per policy (1-1000; the paired comparison of thresholds needs 2 or more)."
+        SEEDS["default"],
+        "--seeds",
+        help=f"Simulation seeds per policy ({SEEDS['ge']}-{SEEDS['le']}; the paired comparison of thresholds needs 2 "
+        "or more).",
     ),
     resamples: int = typer.Option(
-        0, "--resamples", help="The calibration's bootstrap resamples per seed (0: the point fit)."
+        FLEET["resamples"]["default"],
+        "--resamples",
+        help="The calibration's bootstrap resamples per seed (0: the point fit).",
     ),
     max_requests: int = typer.Option(
-        DEFAULT_MAX_SIMULATED_REQUESTS,
+        FLEET["max_simulated_requests"]["default"],
         "--max-simulated-requests",
         help="Refuse a study that would simulate more requests than this (all runs "
         "together; the size is printed before the first run). Raise it to allow one.",
@@ -86,8 +94,8 @@ def fleet(
         None,
         "--jobs",
         "-j",
-        help=f"Worker processes for the runs, 1-{MAX_JOBS} (default: the cores kvcal may use); each holds about "
-        f"{WORKER_MIB} MiB, counted in the study's memory printed first. The result is the same for any N.",
+        help=f"Worker processes for the runs, {JOBS['ge']}-{JOBS['le']} (default: the cores kvcal may use); each holds "
+        f"about {WORKER_MIB} MiB, counted in the study's memory printed first. The result is the same for any N.",
     ),
     ray: Optional[str] = typer.Option(
         None,

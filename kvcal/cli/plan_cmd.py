@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import PLAN_SETTINGS as PLAN  # PlanConfig's defaults and bounds, without pydantic
 from kvcal.cli.output import warn_each
 from kvcal.cli.predict_cmd import say
-from kvcal.plan.limits import MAX_CAMPAIGNS, MAX_PLAN_MODEL_LEN
 
 EPILOG = """The prior is either an earlier run or fit (--from) or a `kvcal predict` profile
 pair (--model, --hardware); campaigns are simulated on those curves with --noise-cv
@@ -45,7 +45,7 @@ def plan(
         None, "--noise-cv", help="Probe noise as a fraction of TTFT; default: the fit's, or 0.05."
     ),
     target_width: float = typer.Option(
-        0.10, "--target-width", help="Relative width (upper - lower) / break-even to reach."
+        PLAN["target_width"]["default"], "--target-width", help="Relative width (upper - lower) / break-even to reach."
     ),
     target_regret: Optional[float] = typer.Option(
         None,
@@ -53,15 +53,23 @@ def plan(
         help="Adaptive campaigns stop instead once the expected regret of emit-config's "
         "threshold is at most this fraction of TTFT (0 < R < 1), as kvcal sweep --adaptive --target-regret.",
     ),
-    campaigns: int = typer.Option(10, "--campaigns", min=1, max=MAX_CAMPAIGNS, help="Simulated campaigns per design."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the first simulated campaign."),
+    campaigns: int = typer.Option(
+        PLAN["campaigns"]["default"],
+        "--campaigns",
+        min=PLAN["campaigns"]["ge"],
+        max=PLAN["campaigns"]["le"],
+        help="Simulated campaigns per design.",
+    ),
+    seed: int = typer.Option(
+        PLAN["seed"]["default"], "--seed", min=PLAN["seed"]["ge"], help="Seed of the first simulated campaign."
+    ),
     block_size: Optional[int] = typer.Option(
         None, "--block-size", help="KV block size in tokens; default: the fit's, or 64."
     ),
     max_model_len: Optional[int] = typer.Option(
         None,
         "--max-model-len",
-        max=MAX_PLAN_MODEL_LEN,
+        max=PLAN["max_model_len"]["le"],
         help="Longest prompt allowed; default: the model's (128K at most) or the fit's longest length.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (schema kvcal.plan/1)."),

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import FIT_SETTINGS  # FitSettings' defaults and bounds, without pydantic
 from kvcal.cli.output import stdout
-from kvcal.settings.fit_defaults import CONFIDENCE, SEED
 
 EPILOG = """Examples:
 
@@ -36,9 +36,14 @@ def plot(
         "the shortest 5% of the lengths drawn (a linear axis squeezes it into the edge).",
     ),
     confidence: float = typer.Option(
-        CONFIDENCE, "--confidence", help="Band level when the input must be fitted first."
+        FIT_SETTINGS["confidence"]["default"], "--confidence", help="Band level when the input must be fitted first."
     ),
-    seed: int = typer.Option(SEED, "--seed", min=0, help="Bootstrap seed when the input must be fitted first."),
+    seed: int = typer.Option(
+        FIT_SETTINGS["seed"]["default"],
+        "--seed",
+        min=FIT_SETTINGS["seed"]["ge"],
+        help="Bootstrap seed when the input must be fitted first.",
+    ),
 ) -> None:
     """Plot TTFT against prefix length for both legs, with the break-even and the pull's saving in percent.
 

@@ -4,8 +4,10 @@ The command's options are generated from :class:`~kvcal.settings.sweep.SweepConf
 is not campaign-file-only, by flat name in :data:`~kvcal.settings.sweep.FLAT_ORDER` (type and help from the field), then
 its own ``--resume``, ``--config``, ``--dry-run`` and ``--pairs`` (a file read into the campaign-file-only ``pairs``
 setting); the flat flags are put in their groups by :func:`~kvcal.settings.sweep.grouped_from_flat` (in
-:func:`~kvcal.sweep.validate.resolve_config`). A renamed or added field changes its flag here with nothing else to
-edit.
+:func:`~kvcal.sweep.validate.resolve_config`). The options are read off
+:data:`~kvcal.cli.help_tables.SWEEP_FLAGS`, which scripts/gen_help_tables.py writes from those fields, so that
+``kvcal sweep --help`` imports no pydantic (issue 52); a renamed or added field changes its flag once the script is
+rerun, and tests/unit/cli/test_help_tables.py fails until it is.
 """
 
 from __future__ import annotations
@@ -13,18 +15,17 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from types import UnionType
-from typing import Any, Literal, Optional, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
+from kvcal.cli.help_tables import SWEEP_FLAGS
 from kvcal.cli.options import byte_size, float_list, int_list
 from kvcal.cli.output import info
-from kvcal.cli.progress_view import progress_for_terminal
 from kvcal.errors import InputError
-from kvcal.settings.sweep import SweepConfig, flat_field
-from kvcal.settings.sweep_flags import adaptive_rule_fields, flag_fields, flag_help, flag_of
-from kvcal.sweep.validate import load_campaign_file, load_pairs_file, resolve_config
+
+if TYPE_CHECKING:
+    from kvcal.settings.sweep import SweepConfig
 
 EPILOG = """Examples:
 
@@ -87,24 +88,32 @@ PARSERS: dict[str, Callable[[str | None, str], Any]] = {
 }
 
 
+# What typer reads each kind of setting (kvcal/cli/help_tables.py) as: a switch that defaults to False, else a value
+# that may be left out (None). Flags parsed here (PARSERS) are read as text.
+TYPES: dict[str, Any] = {
+    "switch": bool,
+    "bool|None": Optional[bool],
+    "str": Optional[str],
+    "int": Optional[int],
+    "float": Optional[float],
+    "path": Optional[Path],
+    "list[str]": Optional[list[str]],
+}
+FLAGS = {name: flag for name, flag, _, _ in SWEEP_FLAGS}
+_KINDS = {name: kind for name, _, kind, _ in SWEEP_FLAGS}
+
+
 def _flag_type(name: str) -> Any:
     """What typer reads a setting's flag as: text where it is parsed here or names a Literal's value, else the
     field's own type; a field that defaults to False is a plain switch, every other flag may be left out (None)."""
-    annotation = flat_field(name).annotation
-    if name in PARSERS:
-        return Optional[str]
-    if annotation is bool:
-        return bool
-    if get_origin(annotation) in (Union, UnionType):
-        (annotation,) = [arg for arg in get_args(annotation) if arg is not type(None)]
-    return Optional[str] if get_origin(annotation) is Literal else Optional[annotation]
+    return Optional[str] if name in PARSERS else TYPES[_KINDS[name]]
 
 
-def _flag(name: str) -> inspect.Parameter:
+def _flag(name: str, flag: str, help_text: str) -> inspect.Parameter:
     """The typer parameter of one setting (bool | None gets an --x/--no-x pair)."""
     kind = _flag_type(name)
-    decls = f"{flag_of(name)}/--no-{flag_of(name)[2:]}" if kind == Optional[bool] else flag_of(name)
-    option = typer.Option(False if kind is bool else None, decls, help=HELP.get(name, "{}").format(flag_help(name)))
+    decls = f"{flag}/--no-{flag[2:]}" if kind == Optional[bool] else flag
+    option = typer.Option(False if kind is bool else None, decls, help=HELP.get(name, "{}").format(help_text))
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
 
 
@@ -139,16 +148,19 @@ def sweep(
     **given: Any,
 ) -> None:
     """Time NIXL pull against recompute over a ladder of prefix lengths and record every probe."""
+    from kvcal.cli.progress_view import progress_for_terminal
+    from kvcal.settings.sweep_flags import adaptive_rule_fields
     from kvcal.sweep.adaptive_run import AdaptiveOutcome
     from kvcal.sweep.runner import run_sweep
+    from kvcal.sweep.validate import load_campaign_file, load_pairs_file, resolve_config
 
     flags = {name: None if _left_out(name, value) else value for name, value in given.items()}
     for name, parse in PARSERS.items():
-        flags[name] = parse(flags[name], flag_of(name))
+        flags[name] = parse(flags[name], FLAGS[name])
     if pairs is not None:
         flags["pairs"] = load_pairs_file(pairs)
     settings = resolve_config(load_campaign_file(config) if config else {}, flags)
-    steering = [flag_of(name) for name in adaptive_rule_fields() if flags.get(name) is not None]
+    steering = [FLAGS[name] for name in adaptive_rule_fields() if flags.get(name) is not None]
     if steering and not settings.adaptive.enabled:
         raise InputError(
             f"{', '.join(steering)} steer an adaptive sweep, and this one is a fixed ladder; add --adaptive"
@@ -209,7 +221,7 @@ def _print_dry_run(settings: SweepConfig, resume: bool) -> None:
 # typer reads a command's options off its signature: the settings' flags, in FLAT_ORDER, then the
 # command's own (--resume, --config, --dry-run).
 _OWN = [p for p in inspect.signature(sweep, eval_str=True).parameters.values() if p.kind is p.KEYWORD_ONLY]
-sweep.__signature__ = inspect.Signature([*map(_flag, flag_fields()), *_OWN])  # type: ignore[attr-defined]
+sweep.__signature__ = inspect.Signature([*(_flag(name, flag, text) for name, flag, _, text in SWEEP_FLAGS), *_OWN])  # type: ignore[attr-defined]
 
 
 def register(app: typer.Typer) -> None:

@@ -26,7 +26,6 @@ from kvcal.records.fit_links import ClassDifference, SessionCost
 from kvcal.records.fit_mean_cost import MeanCostSummary
 from kvcal.records.old_schemas import FIT_V1, upgrade_fit
 from kvcal.records.run import MAX_TOKENS, Record, RunSetup
-from kvcal.settings.fit_defaults import CONFIDENCE, N_RESAMPLES, SEED
 
 FIT_SCHEMA: Final = "kvcal.fit/2"
 FIT_SCHEMAS = (FIT_V1, FIT_SCHEMA)
@@ -72,10 +71,10 @@ class FitSettings(Record):
     """The fit's statistical settings, declared once with their bounds and passed whole through the fit:
     ``kvcal fit``'s and plot's defaults and the adaptive campaign's stop fits are :data:`FIT_DEFAULTS`."""
 
-    confidence: float = Field(CONFIDENCE, gt=0, lt=1, description="Level of the bootstrap intervals.")
-    seed: int = Field(SEED, ge=0, json_schema_extra={"must": "be non-negative"}, description="Seeds the bootstrap.")
+    confidence: float = Field(0.9, gt=0, lt=1, description="Level of the bootstrap intervals.")
+    seed: int = Field(0, ge=0, json_schema_extra={"must": "be non-negative"}, description="Seeds the bootstrap.")
     # Past a million resamples a percentile interval has long settled and the bootstrap's memory is tens of GB.
-    n_resamples: int = Field(N_RESAMPLES, ge=0, le=1_000_000, description="Bootstrap resamples (0: no intervals).")
+    n_resamples: int = Field(2000, ge=0, le=1_000_000, description="Bootstrap resamples (0: no intervals).")
 
     @field_validator("n_resamples")
     @classmethod

@@ -78,11 +78,12 @@ def test_the_stand_ins_give_the_real_classes_when_used():
     assert done.returncode == 0, done.stderr
 
 
-# Why a command's help still imports pydantic: its flags are the fields of a pydantic settings model.
-NEEDS_PYDANTIC = {"sweep": "SweepConfig's fields are its flags (kvcal/cli/sweep_cmd.py)"}
+# What no command's help imports: the settings models (pydantic; their help is read off kvcal/cli/help_tables.py),
+# the campaign-file reader (yaml) and the network client (httpx), whatever the command runs with.
+HEAVY_FOR_HELP = ("pydantic", "yaml", "httpx", "kvcal.settings.sweep", "rich.markdown")
 
 
-def test_only_the_commands_whose_flags_are_pydantic_fields_import_pydantic_for_their_help():
+def test_no_commands_help_imports_pydantic_or_the_settings_models():
     from kvcal.cli.commands import INDEX
 
     loaded = {}
@@ -92,12 +93,11 @@ def test_only_the_commands_whose_flags_are_pydantic_fields_import_pydantic_for_t
             from kvcal.cli.app import main
             with contextlib.redirect_stdout(io.StringIO()):
                 assert main([{name!r}, "--help"]) == 0
-            print("pydantic" in sys.modules, "rich.markdown" in sys.modules)
+            print(",".join(m for m in {HEAVY_FOR_HELP!r} if m in sys.modules))
         """)], capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert done.returncode == 0, done.stderr
-        loaded[name] = done.stdout.split()
-    assert {name for name, (pydantic, _) in loaded.items() if pydantic == "True"} == set(NEEDS_PYDANTIC)
-    assert all(markdown == "False" for _, markdown in loaded.values())
+        loaded[name] = done.stdout.strip()
+    assert {name: modules for name, modules in loaded.items() if modules} == {}
 
 
 @pytest.mark.parametrize("args, may", [([], True), (["-h"], True), (["fit", "--help"], True), (["profiles"], True),
@@ -106,3 +106,39 @@ def test_the_renderer_is_prepared_only_where_a_help_may_be_printed(args, may):
     from kvcal.cli.app import may_print_help
 
     assert may_print_help(args) is may
+
+
+def test_a_help_pauses_the_collector_and_leaves_it_on():
+    import gc
+
+    from kvcal.cli.rich_help import help_path
+
+    assert gc.isenabled()
+    with help_path(True):
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with help_path(False):
+        assert gc.isenabled()
+
+
+def test_a_command_that_runs_after_all_runs_with_the_collector_on():
+    """``--help`` taken as a flag's value runs the command: it must not run (for hours, a sweep) without the collector."""
+    import gc
+
+    import typer
+
+    from kvcal.cli.app import _apply_shared_checks
+    from kvcal.cli.rich_help import help_path
+
+    seen = []
+    built = typer.Typer()
+
+    @built.command()
+    def name(value: str = typer.Option(..., "--name")) -> None:
+        seen.append((value, gc.isenabled()))
+
+    _apply_shared_checks(built)
+    with help_path(True):
+        built(args=["--name", "--help"], standalone_mode=False)
+    assert seen == [("--help", True)]
+    assert gc.isenabled()
