@@ -20,7 +20,7 @@ from kvcal.emit.threshold import compute_threshold, resolve_block_size, round_up
 from kvcal.errors import InputError, KvcalError
 from kvcal.fleet.costs import FleetCosts, cost_rule, resampled_costs
 from kvcal.fleet.parallel import SERIAL, Executor
-from kvcal.fleet.router import Policy
+from kvcal.fleet.policies.base import Policy
 from kvcal.fleet.run_state import RunStats
 from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload

@@ -23,7 +23,7 @@ from kvcal.fleet.costs import cost_rule, point_costs
 from kvcal.fleet.study import policies
 from kvcal.records.fit_costmodel import CostModelFit, Estimate
 from kvcal.records.fit import FitSettings
-from kvcal.fleet.router import Policy
+from kvcal.fleet.policies.base import Policy
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fleet.sim import READY, FleetSim
 from kvcal.fleet.traffic import Session, TurnRequest

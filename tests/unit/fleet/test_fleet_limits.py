@@ -11,7 +11,7 @@ import pytest
 from factories import make_fit
 from kvcal.errors import InputError
 from kvcal.fleet.costs import point_costs
-from kvcal.fleet.router import Policy
+from kvcal.fleet.policies.base import Policy
 from kvcal.fleet.run import run_fleet
 from kvcal.fleet.settings import DEFAULT_MAX_SIMULATED_REQUESTS, FleetConfig
 from kvcal.fleet.sim import FleetSim

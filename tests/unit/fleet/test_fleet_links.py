@@ -8,7 +8,7 @@ from kvcal.errors import InputError
 from kvcal.fit import fit_input
 from kvcal.fleet.costs import point_costs
 from kvcal.fleet.links import PairLinks
-from kvcal.fleet.router import Policy
+from kvcal.fleet.policies.base import Policy
 from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload
 from kvcal.settings.sweep import SweepConfig

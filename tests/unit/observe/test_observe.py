@@ -237,7 +237,7 @@ def test_fleet_rows_count_the_pulled_prompt_tokens_as_the_engines_do():
     """nixl-pd: the source prefills the whole prompt (its hold) and counts it, the consumer counts it again, pulled."""
     from factories import make_fit
     from kvcal.fleet.costs import point_costs
-    from kvcal.fleet.router import Policy
+    from kvcal.fleet.policies.base import Policy
     from kvcal.fleet.sim import FleetSim
     from kvcal.fleet.study import _figures
     from kvcal.fleet.workload import Workload

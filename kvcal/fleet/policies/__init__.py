@@ -1,0 +1,1 @@
+"""The fleet study's routing policies: each one when the router pulls from a peer instead of recomputing."""
