@@ -1,6 +1,7 @@
 """Emit stage entry point: a fit in, the artifact of one ``--format`` out.
 
-Each concern has its module; this one loads the input and dispatches:
+Each concern has its module; this one loads the input, computes the threshold and hands both to the
+format's module (:mod:`kvcal.emit.renderers` names them), which renders with:
 
 - :mod:`kvcal.emit.threshold`: the threshold rule (``minCachedTokenDelta``);
 - :mod:`kvcal.emit.router`: the ``p2p-source-producer`` entry, ``env`` and ``json``;
@@ -19,7 +20,6 @@ Names used elsewhere are re-exported here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,10 +30,8 @@ from kvcal.emit.costmodel_block import (
 from kvcal.emit.delta_weights import Deltas
 from kvcal.emit.deltas import read_deltas
 from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
-from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
-from kvcal.emit.renderers import affinity, costmodel, env, helm, json_doc, plugin, vllm
-from kvcal.emit.renderers import work_range as work_range_format
-from kvcal.emit.renderers.base import Render
+from kvcal.emit.options import TRANSPORTS, EmitOptions, EmitResult, canonical_transport
+from kvcal.emit.renderers.base import OutputFormat, Render, get_format
 from kvcal.emit.router import (
     ALPHA_FLAG,
     ALPHA_NOTE,
@@ -49,7 +47,6 @@ from kvcal.settings.sweep import DEFAULT_BLOCK_SIZE
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_MARGIN",
-    "FORMATS",
     "LOAD_DEPENDENT_COST_KEYS",
     "PLUGIN_PARAMETERS",
     "PLUGIN_TYPE",
@@ -75,19 +72,6 @@ def load_input(path: Path) -> FitResult:
     return load_fit_input(path, probes=False).fitted()
 
 
-# One entry per --format: (needs the threshold, renderer). A new format is one entry and its renderer.
-RENDERERS: dict[str, tuple[bool, Callable[[Render], EmitResult]]] = {
-    "plugin": (True, plugin.render),
-    "helm": (True, helm.render),
-    "affinity": (False, affinity.render),
-    "costmodel": (True, costmodel.render),
-    "vllm": (True, vllm.render),
-    "env": (True, env.render),
-    "json": (True, json_doc.render),
-    "work-range": (True, work_range_format.render),
-}
-
-
 def emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
     """Render ``options.format`` from a fit (or a fit.json / run folder); for helm, patch (and maybe write)
     the values file.
@@ -95,23 +79,23 @@ def emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
     Every router-side format (all but ``vllm``) says on one stderr line that the EPP needs
     ``--allow-experimental-plugins``; ``helm`` says what it set in the values file instead.
     """
-    result = _emit(source, options)
-    if options.format == "vllm" or any(ALPHA_FLAG in line for line in result.notes + result.warnings):
+    fmt = get_format(options.format)
+    result = _emit(source, options, fmt)
+    if not fmt.router_side or any(ALPHA_FLAG in line for line in result.notes + result.warnings):
         return result
     return replace(result, notes=result.notes + (ALPHA_NOTE,))
 
 
-def _emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
+def _emit(source: Path | FitResult, options: EmitOptions, fmt: OutputFormat) -> EmitResult:
     deltas = read_deltas(options.deltas) if options.deltas is not None else None  # a bad file fails before the fit
     fit = source if isinstance(source, FitResult) else load_input(Path(source))
     origin = "" if isinstance(source, FitResult) else str(source)
     ctx = run_context(fit)
-    needs_threshold, render = RENDERERS[options.format]
     t = mix = None
-    if needs_threshold and (fit.classes or options.class_mix is not None):  # one threshold over the link classes
+    if fmt.needs_threshold and (fit.classes or options.class_mix is not None):  # one threshold over the link classes
         mix = mix_threshold(fit, options, deltas)
         t = mix.threshold
-    elif needs_threshold:  # affinity needs only the recompute curve
+    elif fmt.needs_threshold:  # affinity needs only the recompute curve
         t = compute_threshold(
             fit,
             rule=options.rule,
@@ -122,7 +106,7 @@ def _emit(source: Path | FitResult, options: EmitOptions) -> EmitResult:
             deltas=deltas,
         )
     notes = [*t.steps, cost_note(t, deltas)] if t else []
-    return render(Render(fit, ctx, t, options, origin, notes, list(t.warnings) if t else [], mix, deltas))
+    return fmt.render(Render(fit, ctx, t, options, origin, notes, list(t.warnings) if t else [], mix, deltas))
 
 
 def cost_note(t: Threshold, deltas: Deltas | None) -> str:

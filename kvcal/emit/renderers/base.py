@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvcal.emit.classes import MixThreshold
 from kvcal.emit.delta_weights import Deltas
 from kvcal.emit.options import EmitOptions, EmitResult, canonical_transport
+from kvcal.emit.renderers import FORMATS
 from kvcal.emit.run_context import RunContext
 from kvcal.emit.threshold import Threshold
 from kvcal.emit.work_range import WorkRange, work_range
@@ -37,6 +40,24 @@ class Render:
         self, text: str, notes: list[str] | tuple[str, ...] = (), warnings: list[str] | tuple[str, ...] = ()
     ) -> EmitResult:
         return EmitResult(text, self.t, tuple(self.notes + list(notes)), tuple(self.warnings + list(warnings)))
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """One --format: its renderer and what else differs per format (each module's ``FORMAT``)."""
+
+    name: str
+    render: Callable[[Render], EmitResult]
+    needs_threshold: bool = True  # False: the renderer reads only the recompute curve (affinity)
+    router_side: bool = True  # read by the EPP, which loads p2p-source-producer only with the alpha flag
+
+
+def get_format(name: str) -> OutputFormat:
+    """The format called ``name`` (its module loaded now); InputError naming the choices if unknown."""
+    if name not in FORMATS:
+        raise InputError(f"unknown --format {name!r}; choose one of {', '.join(FORMATS)}")
+    fmt: OutputFormat = importlib.import_module(FORMATS[name].module).FORMAT
+    return fmt
 
 
 def with_threshold_comment(text: str, t: Threshold) -> str:

@@ -9,7 +9,7 @@ from kvcal.emit.affinity import peak_prefill
 from kvcal.emit.costmodel_block import COSTMODEL_FLOOR_TOKENS, costmodel_values
 from kvcal.emit.options import EmitOptions, EmitResult
 from kvcal.emit.remaining_work_values import RemainingWork
-from kvcal.emit.renderers.base import Render, transport_of
+from kvcal.emit.renderers.base import OutputFormat, Render, transport_of
 from kvcal.emit.router import PLUGIN_TYPE
 from kvcal.emit.run_context import RunContext
 from kvcal.emit.threshold import Threshold, round_up
@@ -111,3 +111,6 @@ def _emit_helm(
         backup=out.backup,
     )
     return result, out.result.remaining_work
+
+
+FORMAT = OutputFormat("helm", render)

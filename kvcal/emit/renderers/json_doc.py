@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvcal.emit.affinity import peak_prefill
 from kvcal.emit.options import EmitResult
-from kvcal.emit.renderers.base import Render, work_range_of
+from kvcal.emit.renderers.base import OutputFormat, Render, work_range_of
 from kvcal.emit.router import render_json
 from kvcal.emit.run_context import RunContext
 from kvcal.errors import InputError
@@ -37,3 +37,6 @@ def render(r: Render) -> EmitResult:
                 "work_range.max_model_len is null: the fit records no max model length; pass --max-model-len"
             )
     return r.result(render_json(r.threshold, extra), warnings=warnings)
+
+
+FORMAT = OutputFormat("json", render)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvcal.emit.deployed_values import read_names
 from kvcal.emit.options import EmitResult
-from kvcal.emit.renderers.base import Render, transport_of
+from kvcal.emit.renderers.base import OutputFormat, Render, transport_of
 from kvcal.emit.router import plugin_names, render_plugin
 
 
@@ -19,3 +19,6 @@ def render(r: Render) -> EmitResult:
         found=found,
     )
     return r.result(render_plugin(r.threshold, names, origin=r.origin), names.notes)
+
+
+FORMAT = OutputFormat("plugin", render)

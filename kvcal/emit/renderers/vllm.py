@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvcal.emit.engine_container import engine_spec, render_vllm
 from kvcal.emit.options import EmitResult
-from kvcal.emit.renderers.base import Render, with_threshold_comment
+from kvcal.emit.renderers.base import OutputFormat, Render, with_threshold_comment
 
 
 def render(r: Render) -> EmitResult:
@@ -19,3 +19,6 @@ def render(r: Render) -> EmitResult:
         model=o.model,
     )
     return r.result(with_threshold_comment(render_vllm(spec, origin=r.origin), r.threshold), spec.notes, spec.warnings)
+
+
+FORMAT = OutputFormat("vllm", render, router_side=False)

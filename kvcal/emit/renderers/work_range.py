@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvcal.emit.affinity import peak_prefill
 from kvcal.emit.options import EmitResult
-from kvcal.emit.renderers.base import Render, transport_of, work_range_of
+from kvcal.emit.renderers.base import OutputFormat, Render, transport_of, work_range_of
 from kvcal.emit.router import plugin_names
 from kvcal.emit.work_range import WORK_RANGE_PRODUCER, render_work_range, work_range_entries
 
@@ -33,3 +33,6 @@ def render(r: Render) -> EmitResult:
         f"every routed request by D - 1); the threshold T {wr.threshold} sets B instead"
     )
     return r.result(text, [d_note, *names.notes, *peak.notes, labels.line()], [*wr.warnings, *peak.warnings])
+
+
+FORMAT = OutputFormat("work-range", render)
