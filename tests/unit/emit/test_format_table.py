@@ -37,7 +37,7 @@ def test_listing_the_formats_loads_no_renderer():
 
 
 def test_the_docs_list_is_the_table():
-    assert docs_block("emit.md", "formats") == renderers.docs_list()
+    assert docs_block("emit.md", "formats") == renderers.docs_list(), "run scripts/docs_lists.py"
 
 
 def test_only_the_formats_the_router_reads_say_it_needs_the_alpha_flag():

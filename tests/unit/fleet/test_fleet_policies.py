@@ -47,7 +47,7 @@ def test_only_the_swept_policy_rows_carry_a_threshold():
 
 
 def test_the_docs_list_is_the_table():
-    assert docs_block("fleet.md", "policies") == policies.docs_list()
+    assert docs_block("fleet.md", "policies") == policies.docs_list(), "run scripts/docs_lists.py"
 
 
 @dataclass(frozen=True)
