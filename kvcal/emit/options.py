@@ -53,7 +53,7 @@ class EmitOptions(FlagModel):
     transport), see :func:`kvcal.emit.router.plugin_names`.
     """
 
-    format: str = "plugin"
+    format: str = format_names()[0]
     rule: str = DEFAULT_RULE
     margin: float | None = None
     deltas: Path | None = None

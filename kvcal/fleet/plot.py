@@ -22,10 +22,9 @@ def _draw(axes, rows: list[FleetRow], label: str, color: str) -> None:
         highs = [getattr(r, key).ci[1] for r in points]
         ax.plot(xs, ys, "o-", color=color, label=label, ms=3)
         ax.fill_between(xs, lows, highs, color=color, alpha=0.15)
-        for r, style in (
-            (r, c.flat_line[0]) for r in rows for c in policy_classes() if c.flat_line and r.policy == c.name
-        ):
-            ax.axhline(getattr(r, key).value, color=color, ls=style, lw=0.8)
+        for r, flat in ((r, policy_class(r.policy).flat_line) for r in rows):
+            if flat:
+                ax.axhline(getattr(r, key).value, color=color, ls=flat[0], lw=0.8)
 
 
 def fleet_figure(result: FleetResult) -> Figure:
