@@ -9,10 +9,11 @@ import typer
 
 from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
-from kvcal.emit.limits import DEFAULT_MARGIN, DEFAULT_RULE, FORMATS, P2P_PORT, RULES
+from kvcal.emit.limits import DEFAULT_MARGIN, DEFAULT_RULE, P2P_PORT, RULES
+from kvcal.emit.renderers import format_names, help_list, option_help
 from kvcal.errors import InputError
 
-EPILOG = """Examples:
+EPILOG = f"""Examples:
 
   kvcal emit-config runs/r --format plugin --values router-values.yaml     # names from the values file
 
@@ -38,11 +39,7 @@ EPILOG = """Examples:
 
   kvcal emit-config runs/r --format json -o emit.json     # replaced whole; exit 3 leaves the old one as it was
 
-Formats: plugin (the p2p-source-producer entry), helm (patch a values file), affinity
-(prefix-cache-affinity-filter's peakPrefillThroughput), costmodel (ONLY for a router build
-whose p2p-source-producer accepts costModel: llm-d-router main refuses it), vllm (engine
-args, env and /dev/shm volume), env, json, work-range (remaining-work routing: the prefill
-work-range labels for B = min(threshold, SLO work) and the EPP entries to merge).
+{help_list()}
 
 The default rule (expected-cost) emits the block multiple over the measured range with the least
 expected TTFT per request, averaged over the deltas and the fit's own draws of both legs' mean
@@ -62,11 +59,10 @@ def emit_config(
         ..., metavar="INPUT", help="A fit.json, or a run folder (fitted on the fly if it has none)."
     ),
     format: str = typer.Option(
-        "plugin",
+        format_names()[0],
         "--format",
         "-f",
-        help=f"Output: {', '.join(FORMATS)}. costmodel needs a router "
-        "build whose p2p-source-producer accepts costModel (llm-d-router main rejects it).",
+        help=option_help(),
     ),
     rule: str = typer.Option(
         DEFAULT_RULE,

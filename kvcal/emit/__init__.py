@@ -1,6 +1,6 @@
 """Emit stage: the threshold rule and every output format (router plugin, Helm values, engine flags).
 
-Public API: :func:`emit` with :class:`EmitOptions` (one entry per ``--format`` in ``formats.RENDERERS``),
+Public API: :func:`emit` with :class:`EmitOptions` (one module per ``--format``, named in ``renderers.FORMATS``),
 :func:`compute_threshold` and :class:`Threshold`.
 """
 

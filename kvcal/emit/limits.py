@@ -16,9 +16,6 @@ MAX_MARGIN = 100.0  # +10,000%: past any safety factor; beyond it the threshold 
 DEFAULT_MARGIN = 0.25
 """``--rule upper``'s margin when none is given: +25 % over the interval's upper end (docs/emit.md)."""
 
-FORMATS = ("plugin", "helm", "affinity", "costmodel", "vllm", "env", "json", "work-range")
-"""What emit-config writes (kvcal.emit.formats renders each)."""
-
 WORK_RANGE_FORMATS = ("work-range", "json", "helm")
 """The formats that read --ttft-penalty-ms and --max-model-len (the remaining-work boundary, kvcal.emit.work_range)."""
 

@@ -11,13 +11,13 @@ from pydantic import Field, model_validator
 from kvcal.emit.limits import (  # noqa: F401 - readers of the options take these from here too
     DEFAULT_MARGIN,
     DEFAULT_RULE,
-    FORMATS,
     P2P_PORT,
     RULES,
     WORK_RANGE_FORMATS,
     validate_block_size,
     validate_margin,
 )
+from kvcal.emit.renderers import format_names
 from kvcal.errors import InputError
 from kvcal.records.run import MAX_TOKENS, MAX_TTFT_MS
 from kvcal.settings.from_flags import FlagModel
@@ -53,7 +53,7 @@ class EmitOptions(FlagModel):
     transport), see :func:`kvcal.emit.router.plugin_names`.
     """
 
-    format: str = "plugin"
+    format: str = format_names()[0]
     rule: str = DEFAULT_RULE
     margin: float | None = None
     deltas: Path | None = None
@@ -98,8 +98,8 @@ class EmitOptions(FlagModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> EmitOptions:
-        if self.format not in FORMATS:
-            raise InputError(f"unknown --format {self.format!r}; choose one of {', '.join(FORMATS)}")
+        if self.format not in format_names():
+            raise InputError(f"unknown --format {self.format!r}; choose one of {', '.join(format_names())}")
         if self.rule not in RULES:
             raise InputError(f"unknown --rule {self.rule!r}; choose one of {', '.join(RULES)}")
         if self.margin is not None:

@@ -2,7 +2,8 @@
 
 ``workload.py`` (the YAML record), ``traffic.py`` (sessions or a replayed trace),
 ``costs.py`` (the calibration as step, pull and CPU-tier costs), ``cache.py`` (each
-engine's tiers, the router's index), ``router.py`` (pod choice and the P2P rule),
+engine's tiers, the router's index), ``router.py`` (pod choice), ``policies/`` (the P2P
+rules a study compares, one module each),
 ``sim.py`` (the event loop), ``run_state.py`` (each pod's engine state and the run's
 figures), ``host.py`` (engines sharing one host), ``links.py`` (link classes), ``study.py``
 (the independent runs: policies, seeds, resamples, and ``run_all``, the loop over them),

@@ -1,4 +1,4 @@
-"""The fleet plot: TTFT p90 and goodput against the threshold, one line per load, no-p2p and always-pull as markers."""
+"""The fleet plot: TTFT p90 and goodput against the threshold, one line per load, the flat policies as flat lines."""
 
 from __future__ import annotations
 
@@ -6,12 +6,15 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from kvcal.fleet.policies import policy_class, policy_classes
 from kvcal.fleet.result import FleetResult, FleetRow
 from kvcal.gate.plot import save
 
+LINE_WORDS = {":": "dotted", "--": "dashed", "-.": "dash-dotted", "-": "solid"}
+
 
 def _draw(axes, rows: list[FleetRow], label: str, color: str) -> None:
-    points = sorted((r for r in rows if r.policy == "threshold"), key=lambda r: r.threshold or 0)
+    points = sorted((r for r in rows if policy_class(r.policy).swept), key=lambda r: r.threshold or 0)
     xs = [r.threshold for r in points]
     for ax, key in zip(axes, ("ttft_p90_ms", "goodput_rps")):
         ys = [getattr(r, key).value for r in points]
@@ -19,8 +22,9 @@ def _draw(axes, rows: list[FleetRow], label: str, color: str) -> None:
         highs = [getattr(r, key).ci[1] for r in points]
         ax.plot(xs, ys, "o-", color=color, label=label, ms=3)
         ax.fill_between(xs, lows, highs, color=color, alpha=0.15)
-        for r, style in ((r, s) for r in rows for p, s in (("no-p2p", ":"), ("always-pull", "--")) if r.policy == p):
-            ax.axhline(getattr(r, key).value, color=color, ls=style, lw=0.8)
+        for r, flat in ((r, policy_class(r.policy).flat_line) for r in rows):
+            if flat:
+                ax.axhline(getattr(r, key).value, color=color, ls=flat[0], lw=0.8)
 
 
 def fleet_figure(result: FleetResult) -> Figure:
@@ -39,7 +43,8 @@ def fleet_figure(result: FleetResult) -> Figure:
             ax.axvline(result.idle_threshold, color="black", lw=0.8, label="idle threshold")
         if result.recommended_threshold:
             ax.axvline(result.recommended_threshold, color="black", ls="--", lw=0.8, label="recommended")
-    axes[0].legend(fontsize=7, title="dotted: no-p2p, dashed: always-pull", title_fontsize=7)
+    flat = ", ".join(f"{LINE_WORDS[c.flat_line[0]]}: {c.name}" for c in policy_classes() if c.flat_line)
+    axes[0].legend(fontsize=7, title=flat, title_fontsize=7)
     figure.suptitle(f"kvcal fleet: {result.pods} pods, {result.seeds} seeds x {max(1, result.resamples)} cost sets")
     figure.tight_layout()
     return figure

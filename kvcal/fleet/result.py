@@ -10,9 +10,10 @@ import math
 from collections.abc import Iterator
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvcal.errors import InputError
+from kvcal.fleet.policies import policy_names
 
 FLEET_SCHEMA: Final = "kvcal.fleet/1"
 
@@ -27,7 +28,7 @@ class FleetRow(BaseModel):
     """One policy at one load."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    policy: Literal["no-p2p", "always-pull", "threshold", "costmodel"]
+    policy: str = Field(description="The policy's name (kvcal.fleet.policies.POLICIES).")
     threshold: int | None = Field(description="minCachedTokenDelta for 'threshold' rows; else None.")
     goodput_rps: Figure = Field(
         description="Completed requests per second that met the TTFT SLO (all completed when none is set)."
@@ -47,6 +48,13 @@ class FleetRow(BaseModel):
     )
     tokens_moved_per_s: Figure = Field(description="KV tokens pulled per second, fleet-wide.")
     busy_share: Figure = Field(description="Share of the window the engines spent in steps.")
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        if name not in policy_names():
+            raise ValueError(f"unknown policy {name!r}; known: {', '.join(policy_names())}")
+        return name
 
 
 class LoadResult(BaseModel):

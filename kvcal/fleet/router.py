@@ -14,31 +14,13 @@ with its floor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from kvcal.fleet.cache import FleetIndex
-from kvcal.fleet.costs import CostRule
+from kvcal.fleet.policies.base import Policy
 from kvcal.fleet.traffic import TurnRequest
-
-PolicyName = Literal["no-p2p", "always-pull", "threshold", "costmodel"]
-
-
-@dataclass(frozen=True)
-class Policy:
-    name: PolicyName
-    threshold: int | None = None  # tokens: "threshold" rows, and the costmodel rule's floor
-    rule: CostRule | None = None
-
-    def pulls(self, delta: int, running: int, source_waiting: int, computing_waiting: int) -> bool:
-        if self.name == "no-p2p" or delta <= 0:
-            return False
-        if self.name == "always-pull":
-            return True
-        if delta < (self.threshold or 1):
-            return False
-        return self.rule is None or self.rule.pulls(delta, running, source_waiting, computing_waiting)
 
 
 class FleetView(Protocol):

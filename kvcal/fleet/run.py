@@ -14,6 +14,7 @@ import numpy as np
 from kvcal import __version__
 from kvcal.errors import InputError
 from kvcal.fleet.choose import BEST_RULE, RECOMMENDED_RULE, Candidate, Choice, choose
+from kvcal.fleet.policies import policy_classes
 from kvcal.fleet.result import Figure, FleetResult, FleetRow, LoadResult
 from kvcal.fleet.settings import FleetConfig
 from kvcal.fleet.size import check_cap, check_completes, study_size
@@ -81,7 +82,7 @@ def _row(runs: PolicyRuns, level: float) -> FleetRow:
         low, high = np.nanquantile(values, [(1 - level) / 2, (1 + level) / 2])
         figures[key] = Figure(value=float(np.nanmean(values)), ci=[float(low), float(high)])
     p = runs.policy
-    return FleetRow(policy=p.name, threshold=p.threshold if p.name == "threshold" else None, **figures)
+    return FleetRow(policy=p.name, threshold=p.row_threshold, **figures)
 
 
 def _candidates(runs: list[PolicyRuns]) -> list[Candidate]:
@@ -92,7 +93,7 @@ def _candidates(runs: list[PolicyRuns]) -> list[Candidate]:
             np.array([x["ttft_p90_ms"] for x in r.runs]),
         )
         for r in runs
-        if r.policy.name == "threshold"
+        if r.policy.swept
     ]
 
 
@@ -198,11 +199,8 @@ def run_fleet(
 
 
 def _notes(fit: FitResult, workload: Workload, runs: list[PolicyRuns], notes: list[str]) -> list[str]:
-    if not any(r.policy.name == "costmodel" for r in runs):
-        notes.append(
-            "no costmodel row: the fit calibrated no costModel under load (kvcal sweep --load-states, or "
-            "kvcal fit --per-request/--epp-log)"
-        )
+    ran = {type(r.policy) for r in runs}
+    notes += [cls.absent_note for cls in policy_classes() if cls.absent_note and cls not in ran]
     if workload.engine.decode_step_ms is None:
         notes.append(
             f"decode_step_ms not set: a step costs the recompute intercept, {fit.recompute.intercept_ms:.3g} ms"

@@ -21,7 +21,8 @@ import numpy as np
 from kvcal.fleet.cache import FleetIndex, PodCache
 from kvcal.fleet.costs import FleetCosts
 from kvcal.fleet.links import PairLinks
-from kvcal.fleet.router import Policy, Route, route
+from kvcal.fleet.policies.base import Policy
+from kvcal.fleet.router import Route, route
 from kvcal.fleet.run_state import Pod, RunStats
 from kvcal.fleet.shared_host import SharedHost
 from kvcal.fleet.traffic import Session, Traffic, TurnRequest

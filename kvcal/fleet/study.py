@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcal.emit.costmodel_block import COSTMODEL_FLOOR_TOKENS
 from kvcal.emit.threshold import compute_threshold, resolve_block_size, round_up
 from kvcal.errors import InputError, KvcalError
-from kvcal.fleet.costs import FleetCosts, cost_rule, resampled_costs
+from kvcal.fleet.costs import FleetCosts, resampled_costs
 from kvcal.fleet.parallel import SERIAL, Executor
-from kvcal.fleet.router import Policy
+from kvcal.fleet.policies import policy_classes
+from kvcal.fleet.policies.base import Policy
 from kvcal.fleet.run_state import RunStats
 from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload
@@ -95,11 +95,8 @@ def auto_thresholds(fit: FitResult, block: int, idle: int | None) -> list[int]:
 
 
 def policies(fit: FitResult, thresholds: list[int]) -> list[Policy]:
-    out = [Policy("no-p2p"), Policy("always-pull")] + [Policy("threshold", t) for t in thresholds]
-    rule = cost_rule(fit)
-    if rule is not None:
-        out.append(Policy("costmodel", COSTMODEL_FLOOR_TOKENS, rule))
-    return out
+    """Every registered policy's runs over these thresholds, in the registry's order (the rows' order)."""
+    return [policy for cls in policy_classes() for policy in cls.for_study(fit, thresholds)]
 
 
 def plan_runs(loads: int, chosen: list[Policy], seeds: int, cost_sets: int) -> list[RunSpec]:

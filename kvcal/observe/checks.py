@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcal.errors import InputError
+from kvcal.fleet.policies import policy_class
 from kvcal.fleet.result import FleetResult, FleetRow
 from kvcal.observe.result import Check, Figures, Observed
 from kvcal.records.fit import FitResult
@@ -54,14 +55,14 @@ def fleet_row(fleet: FleetResult, deployed: int) -> FleetRow:
     """
     block = max(1, fleet.block_size)
     acts_as = -(-deployed // block) * block
-    rows = [row for row in fleet.rows if row.policy == "threshold"]
+    rows = [row for row in fleet.rows if policy_class(row.policy).swept]
     for wanted in (deployed, acts_as):
         for row in rows:
             if row.threshold == wanted:
                 return row
     if acts_as == block:
         for row in fleet.rows:
-            if row.policy == "always-pull":
+            if policy_class(row.policy).pulls_whenever_a_peer_holds_more:
                 return row
     ran = sorted({row.threshold for row in rows if row.threshold is not None})
     raise InputError(

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from kvcal.errors import InputError
 from kvcal.files.reading import load_json, read_text
+from kvcal.fleet.policies import policy_class, policy_classes
 from kvcal.fleet.result import Figure, FleetResult, FleetRow, checked_result
 from kvcal.report.html import bullets, cell, figure, fmt, key_values, paragraph, section, table, tag
 from kvcal.report.svg import Chart, Line, Mark, Point, Points, Style, chart_figure
@@ -75,7 +76,7 @@ def _verdict(result: FleetResult) -> str:
 
 
 def _threshold_rows(rows: list[FleetRow]) -> list[FleetRow]:
-    return sorted((r for r in rows if r.policy == "threshold" and r.threshold), key=lambda r: r.threshold or 0)
+    return sorted((r for r in rows if policy_class(r.policy).swept and r.threshold), key=lambda r: r.threshold or 0)
 
 
 def fleet_chart(result: FleetResult, key: str, label: str) -> Chart:
@@ -91,7 +92,7 @@ def fleet_chart(result: FleetResult, key: str, label: str) -> Chart:
         ys = [getattr(r, key).value for r in points]
         chart.lines.append(Line(style, xs, ys))
         chart.points.append(Points(style, [Point(x, y, _tooltip(r, name)) for x, y, r in zip(xs, ys, points)]))
-        for policy, line_dash in (("no-p2p", "2 3"), ("always-pull", "9 4")):
+        for policy, line_dash in ((c.name, c.flat_line[1]) for c in policy_classes() if c.flat_line):
             for r in (r for r in rows if r.policy == policy):
                 chart.lines.append(
                     Line(Style(f"{name}: {policy}", colour, line_dash), span, [getattr(r, key).value] * 2)

@@ -20,6 +20,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
                       create_model)
 
 from kvcal.emit import formats as em
+from kvcal.errors import InputError
 from kvcal.engines import vllm_launch
 from kvcal.transports.base import Role
 from kvcal.engines.vllm import VllmPair, VllmSettings
@@ -147,7 +148,7 @@ def test_helm_patches_conform(values: str, tmp_path) -> None:
 def test_helm_patches_of_every_values_fixture_conform(values: str) -> None:
     try:
         res = em.emit(sim_fit(), em.EmitOptions(format="helm", values=VALUES / values, add_plugin=True))
-    except em.InputError:
+    except InputError:
         pytest.skip(f"{values} is not patchable (a fixture for an error path)")
     for config in epp_configs(res.stdout):
         for entry in config.get("plugins") or []:

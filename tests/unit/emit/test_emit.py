@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvcal.emit import formats as em
+from kvcal.emit.renderers import format_names
 from kvcal.errors import InputError, NotRecommended
 from kvcal.records.fit import CurveFit, FitResult
 
@@ -102,7 +103,7 @@ def test_published_ladder_gives_the_guides_2048() -> None:
     assert em.compute_threshold(fit).min_cached_token_delta == 2048
 
 
-@pytest.mark.parametrize("fmt", [f for f in em.FORMATS if f != "affinity"])
+@pytest.mark.parametrize("fmt", [f for f in format_names() if f != "affinity"])
 def test_recompute_always_wins_raises_not_recommended(fmt: str, tmp_path) -> None:
     fit = make_fit(status="recompute-always-wins", be=None, ci=None, pull=make_curve(500.0, 50.0))
     values = tmp_path / "v.yaml"

@@ -183,10 +183,3 @@ def test_advice_to_sweep_shorter_never_names_a_one_block_length():
     advice = next(w for w in compute_threshold(fit, rule="upper").warnings if "--prefix-lengths" in w)
     lengths = [int(n) for n in re.search(r"--prefix-lengths ([\d,]+)", advice).group(1).split(",")]
     assert lengths == [128, 256]
-
-
-def test_each_output_format_is_one_registry_entry():
-    from kvcal.emit.formats import FORMATS, RENDERERS
-
-    assert tuple(RENDERERS) == FORMATS
-    assert [name for name, (needs_threshold, _) in RENDERERS.items() if not needs_threshold] == ["affinity"]

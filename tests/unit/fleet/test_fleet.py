@@ -23,7 +23,9 @@ from kvcal.fleet.costs import cost_rule, point_costs
 from kvcal.fleet.study import policies
 from kvcal.records.fit_costmodel import CostModelFit, Estimate
 from kvcal.records.fit import FitSettings
-from kvcal.fleet.router import Policy
+from kvcal.fleet.policies.always_pull import AlwaysPull
+from kvcal.fleet.policies.no_p2p import NoP2P
+from kvcal.fleet.policies.threshold import ThresholdPolicy
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fleet.sim import READY, FleetSim
 from kvcal.fleet.traffic import Session, TurnRequest
@@ -85,7 +87,7 @@ def test_a_bad_workload_is_one_input_error_naming_the_key(tmp_path, text, where)
 
 def test_an_idle_engine_costs_what_the_calibration_measured():
     fit = make_fit()
-    stats = FleetSim(_workload(), 1, point_costs(fit), Policy("no-p2p"), 64, seed=0).run()
+    stats = FleetSim(_workload(), 1, point_costs(fit), NoP2P(), 64, seed=0).run()
     assert np.median(stats.ttft_ms) == pytest.approx(float(cost_ms(fit.recompute.coefficients, 4096)), rel=1e-6)
 
 
@@ -100,9 +102,9 @@ def _two_turns(think: float = 1.0) -> Workload:
 def test_a_pull_below_the_threshold_is_not_taken_and_one_above_is():
     fit = make_fit()  # break-even 1,500 tokens: a pull of 8K wins
     costs = point_costs(fit)
-    never = FleetSim(_two_turns(), 2, costs, Policy("no-p2p"), 64, seed=1).run()
-    high = FleetSim(_two_turns(), 2, costs, Policy("threshold", 65536), 64, seed=1).run()
-    low = FleetSim(_two_turns(), 2, costs, Policy("threshold", 1024), 64, seed=1).run()
+    never = FleetSim(_two_turns(), 2, costs, NoP2P(), 64, seed=1).run()
+    high = FleetSim(_two_turns(), 2, costs, ThresholdPolicy(65536), 64, seed=1).run()
+    low = FleetSim(_two_turns(), 2, costs, ThresholdPolicy(1024), 64, seed=1).run()
     assert never.pulled == high.pulled == 0
     assert 0.15 < low.pulled / low.routed < 0.35  # half of the second turns (half of all turns) move
     assert np.mean(low.ttft_ms) < np.mean(never.ttft_ms)
@@ -111,7 +113,7 @@ def test_a_pull_below_the_threshold_is_not_taken_and_one_above_is():
 
 def test_an_idle_pull_costs_the_pull_curve():
     fit = make_fit()
-    stats = FleetSim(_two_turns(), 2, point_costs(fit), Policy("always-pull"), 64, seed=1).run()
+    stats = FleetSim(_two_turns(), 2, point_costs(fit), AlwaysPull(), 64, seed=1).run()
     # The second turn pulls the first's 8,192 whole-block tokens, then computes the other 8,193 in one step.
     rest = point_costs(fit).prefill_ms(8192, 8193)
     expected = float(cost_ms(fit.pull.coefficients, 8192)) + rest
@@ -154,7 +156,7 @@ def test_a_nixl_pd_hand_off_costs_a_hold_on_the_source_then_the_whole_prompts_pu
     costs = point_costs(fit)
     w = _workload(sessions={"system_prompt_tokens": 0, "turns": 2, "input_tokens": 4096, "output_tokens": 1},
                   router={"pick": "rotate"}, engine={"max_num_batched_tokens": 65536, "pull_computes_on_source": True})
-    stats = FleetSim(w, 2, costs, Policy("always-pull"), 64, seed=3).run()
+    stats = FleetSim(w, 2, costs, AlwaysPull(), 64, seed=3).run()
     a = fit.recompute.intercept_ms
     history, prompt = 4096 // 64 * 64, 4097 + 4096  # turn 1's 4,097 tokens cached in whole blocks; turn 2's prompt
     hold = a + costs.prefill_ms(history, prompt - history)
@@ -207,7 +209,7 @@ def test_an_inference_perf_trace_is_replayed_at_its_recorded_times(tmp_path):
     (tmp_path / "per_request.json").write_text(json.dumps(records))
     w = Workload.model_validate({"duration_s": 60, "warmup_s": 1, "trace": {
         "per_request": str(tmp_path / "per_request.json"), "shared_prefix_tokens": 2048}})
-    stats = FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=0).run()
+    stats = FleetSim(w, 2, point_costs(make_fit()), NoP2P(), 64, seed=0).run()
     assert stats.routed == 19 and len(stats.ttft_ms) == 19  # the failed record is skipped; the first lies in the warm-up
 
 
@@ -233,7 +235,7 @@ def _pd_pair(**sessions) -> Workload:
 
 def test_a_hand_off_reads_only_the_blocks_the_consumer_lacks():
     # vLLM's NixlConnector pulls prompt - local prefix hit: once the consumer holds the system prompt, only the rest moves.
-    stats = FleetSim(_pd_pair(), 2, point_costs(make_fit()), Policy("always-pull"), 64, seed=2).run()
+    stats = FleetSim(_pd_pair(), 2, point_costs(make_fit()), AlwaysPull(), 64, seed=2).run()
     first, later = 1024 + 1024 + 1 + 1024, 1024 + 1 + 1024
     assert stats.pulled > 3 and stats.tokens_moved == first + (stats.pulled - 1) * later
 
@@ -241,7 +243,7 @@ def test_a_hand_off_reads_only_the_blocks_the_consumer_lacks():
 def test_a_hand_off_to_a_busy_consumer_is_read_from_its_next_step_and_scheduled_after_the_read():
     fit = make_fit()
     costs = point_costs(fit)
-    sim = FleetSim(_pd_pair(), 2, costs, Policy("always-pull"), 64, seed=0)
+    sim = FleetSim(_pd_pair(), 2, costs, AlwaysPull(), 64, seed=0)
     session = Session(1, 0, 0, 1, np.random.default_rng(0))
     busy = TurnRequest(1, session, 0.0, 8192, 1)
     busy.pod = 1
@@ -259,8 +261,8 @@ def test_a_hand_off_to_a_busy_consumer_is_read_from_its_next_step_and_scheduled_
 
 def test_draining_serves_every_turn_of_the_sessions_started_in_the_run():
     w = _pd_pair(think_time_s=5.0).model_copy(update={"duration_s": 400.0, "arrival": Arrival(rate=0.05)})
-    cut = FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=4).run()
-    sim = FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=4, drain=True)
+    cut = FleetSim(w, 2, point_costs(make_fit()), NoP2P(), 64, seed=4).run()
+    sim = FleetSim(w, 2, point_costs(make_fit()), NoP2P(), 64, seed=4, drain=True)
     drained = sim.run()
     assert drained.routed == 2 * sim.traffic.next_session == len(drained.ttft_ms) and not sim.open
     assert drained.routed >= cut.routed and sorted(drained.ttft_ms)[:5] == sorted(cut.ttft_ms)[:5]
@@ -269,7 +271,7 @@ def test_draining_serves_every_turn_of_the_sessions_started_in_the_run():
 def _shared_pair(slowdown: float, budget: int = 65536) -> FleetSim:
     """Two engines and no traffic of their own (the first session would start after the run): requests are joined by hand."""
     w = _workload(arrival={"rate": 1e-4}, engine={"max_num_batched_tokens": budget, "shared_host_slowdown": slowdown})
-    return FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=0)
+    return FleetSim(w, 2, point_costs(make_fit()), NoP2P(), 64, seed=0)
 
 
 @pytest.mark.parametrize("slowdown", [1.0, 2.0, 3.0])

@@ -11,7 +11,7 @@ import pytest
 from factories import make_fit
 from kvcal.errors import InputError
 from kvcal.fleet.costs import point_costs
-from kvcal.fleet.router import Policy
+from kvcal.fleet.policies.no_p2p import NoP2P
 from kvcal.fleet.run import run_fleet
 from kvcal.fleet.settings import DEFAULT_MAX_SIMULATED_REQUESTS, FleetConfig
 from kvcal.fleet.sim import FleetSim
@@ -96,7 +96,7 @@ def test_a_run_where_nothing_completes_refuses_to_recommend(tmp_path):
 def test_a_long_run_reports_its_progress_from_inside():
     w = load_workload(EXAMPLE).with_overrides(rate=2.0, duration_s=120.0)
     seen: list[float] = []
-    FleetSim(w, 4, point_costs(make_fit()), Policy("no-p2p"), 64, seed=0, on_tick=seen.append).run()
+    FleetSim(w, 4, point_costs(make_fit()), NoP2P(), 64, seed=0, on_tick=seen.append).run()
     assert seen and seen == sorted(seen) and 0 < seen[0] < 120
 
 

@@ -8,7 +8,7 @@ from kvcal.errors import InputError
 from kvcal.fit import fit_input
 from kvcal.fleet.costs import point_costs
 from kvcal.fleet.links import PairLinks
-from kvcal.fleet.router import Policy
+from kvcal.fleet.policies.threshold import ThresholdPolicy
 from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload
 from kvcal.settings.sweep import SweepConfig
@@ -33,7 +33,7 @@ def two_class_fit(tmp_path_factory):
 
 def run(fit, share_slow: float, threshold: int = 512):
     workload = Workload.model_validate({**WORKLOAD, "link_classes": {"near": 1 - share_slow, "slow": share_slow}})
-    sim = FleetSim(workload, 4, point_costs(fit), Policy("threshold", threshold), 64, seed=1)
+    sim = FleetSim(workload, 4, point_costs(fit), ThresholdPolicy(threshold), 64, seed=1)
     return sim, sim.run()
 
 
@@ -68,6 +68,6 @@ def test_without_the_session_cost_the_same_fleet_is_faster(two_class_fit):
     free = replace(costs, links={name: replace(link, session_ms=0.0) for name, link in costs.links.items()})
     # warmup_s 0: the pairs' first pulls come early, and must be in the window
     workload = Workload.model_validate({**WORKLOAD, "warmup_s": 0, "link_classes": {"near": 0.0, "slow": 1.0}})
-    paid = FleetSim(workload, 4, costs, Policy("threshold", 512), 64, seed=1).run()
-    unpaid = FleetSim(workload, 4, free, Policy("threshold", 512), 64, seed=1).run()
+    paid = FleetSim(workload, 4, costs, ThresholdPolicy(512), 64, seed=1).run()
+    unpaid = FleetSim(workload, 4, free, ThresholdPolicy(512), 64, seed=1).run()
     assert max(paid.ttft_ms) > max(unpaid.ttft_ms) + 400  # a first pull waited for its 500 ms set-up

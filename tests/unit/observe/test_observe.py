@@ -237,7 +237,8 @@ def test_fleet_rows_count_the_pulled_prompt_tokens_as_the_engines_do():
     """nixl-pd: the source prefills the whole prompt (its hold) and counts it, the consumer counts it again, pulled."""
     from factories import make_fit
     from kvcal.fleet.costs import point_costs
-    from kvcal.fleet.router import Policy
+    from kvcal.fleet.policies.always_pull import AlwaysPull
+    from kvcal.fleet.policies.no_p2p import NoP2P
     from kvcal.fleet.sim import FleetSim
     from kvcal.fleet.study import _figures
     from kvcal.fleet.workload import Workload
@@ -247,12 +248,12 @@ def test_fleet_rows_count_the_pulled_prompt_tokens_as_the_engines_do():
         "sessions": {"system_prompts": 1, "system_prompt_tokens": 1024, "turns": 2, "input_tokens": 1024,
                      "output_tokens": 1, "think_time_s": 0.1},
         "engine": {"max_num_batched_tokens": 65536, "pull_computes_on_source": True}})
-    stats = FleetSim(w, 2, point_costs(make_fit()), Policy("always-pull"), 64, seed=2).run()
+    stats = FleetSim(w, 2, point_costs(make_fit()), AlwaysPull(), 64, seed=2).run()
     first, second = 2048, 2048 + 1 + 1024
     assert stats.routed == 2 * stats.pulled > 6
     assert stats.routed_prompt_tokens == stats.pulled * (first + 2 * second)
     assert _figures(stats)["pulled_token_share"] == pytest.approx(stats.tokens_moved / stats.routed_prompt_tokens)
-    never = FleetSim(w, 2, point_costs(make_fit()), Policy("no-p2p"), 64, seed=2).run()
+    never = FleetSim(w, 2, point_costs(make_fit()), NoP2P(), 64, seed=2).run()
     assert _figures(never)["pulled_token_share"] == 0.0
 
 
