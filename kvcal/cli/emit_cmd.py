@@ -9,7 +9,8 @@ import typer
 
 from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
-from kvcal.emit.limits import DEFAULT_MARGIN, DEFAULT_RULE, FORMATS, P2P_PORT, RULES
+from kvcal.emit.limits import FORMATS, P2P_PORT
+from kvcal.emit.rule_limits import DEFAULT_MARGIN, DEFAULT_RULE, RULES
 from kvcal.errors import InputError
 
 EPILOG = """Examples:

@@ -36,7 +36,6 @@ from kvcal.emit.delta_weights import Deltas
 from kvcal.emit.deltas import read_deltas
 from kvcal.emit.deployed_values import read_names
 from kvcal.emit.engine_container import engine_spec, render_vllm
-from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
 from kvcal.emit.remaining_work_values import RemainingWork
 from kvcal.emit.router import (
@@ -49,6 +48,7 @@ from kvcal.emit.router import (
     render_json,
     render_plugin,
 )
+from kvcal.emit.rule_limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.emit.run_context import RunContext, run_context
 from kvcal.emit.threshold import Threshold, check_threshold, compute_threshold, resolve_block_size, round_up
 from kvcal.emit.work_range import WORK_RANGE_PRODUCER, WorkRange, render_work_range, work_range, work_range_entries

@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
-from kvcal.emit.limits import (  # noqa: F401 - readers of the options take these from here too
-    DEFAULT_MARGIN,
-    DEFAULT_RULE,
+from kvcal.emit.limits import (
     FORMATS,
     P2P_PORT,
-    RULES,
     WORK_RANGE_FORMATS,
+)
+from kvcal.emit.rule_limits import (  # noqa: F401 - readers of the options take these from here too
+    DEFAULT_MARGIN,
+    DEFAULT_RULE,
+    RULES,
     validate_block_size,
     validate_margin,
 )
@@ -108,7 +110,7 @@ class EmitOptions(FlagModel):
                     f"--margin applies only to --rule upper (the {self.rule} rule has no margin); "
                     "e.g. kvcal emit-config FIT --rule upper --margin 0.25"
                 )
-            validate_margin(self.margin)  # its bounds and the block size's are kvcal.emit.limits' (the rule's too)
+            validate_margin(self.margin)  # its bounds and the block size's are kvcal.emit.rule_limits' (the rule's too)
         if self.block_size is not None:
             validate_block_size(self.block_size)
         if self.format == "helm" and self.values is None:

@@ -33,8 +33,8 @@ from typing import Any
 from kvcal.emit.decision import Decision, decide
 from kvcal.emit.delta_weights import Deltas
 from kvcal.emit.expected_cost import expected_cost_threshold
-from kvcal.emit.limits import DEFAULT_MARGIN, RULES, validate_margin
 from kvcal.emit.regret import Figures, RegretModel
+from kvcal.emit.rule_limits import DEFAULT_MARGIN, RULES, validate_margin
 from kvcal.emit.rule_upper import upper_threshold
 from kvcal.emit.threshold_parts import (
     Working,

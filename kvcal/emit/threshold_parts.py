@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcal.emit.limits import validate_block_size
+from kvcal.emit.rule_limits import validate_block_size
 from kvcal.errors import KvcalError, NoThreshold, NotRecommended
 from kvcal.fit.ladder_steps import pull_floor
 from kvcal.fit.wins import pooled_win_z
