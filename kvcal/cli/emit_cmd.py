@@ -10,8 +10,8 @@ import typer
 from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
 from kvcal.emit.limits import FORMATS, P2P_PORT
-from kvcal.emit.rule_limits import DEFAULT_MARGIN, DEFAULT_RULE, RULES
 from kvcal.errors import InputError
+from kvcal.threshold.limits import DEFAULT_MARGIN, DEFAULT_RULE, RULES
 
 EPILOG = """Examples:
 

@@ -2,7 +2,7 @@
 
 Each concern has its module; this one loads the input and dispatches:
 
-- :mod:`kvcal.emit.threshold`: the threshold rule (``minCachedTokenDelta``);
+- :mod:`kvcal.threshold.choose`: the threshold rule (``minCachedTokenDelta``);
 - :mod:`kvcal.emit.router`: the ``p2p-source-producer`` entry, ``env`` and ``json``;
 - :mod:`kvcal.emit.affinity`: ``peakPrefillThroughput`` of ``prefix-cache-affinity-filter``;
 - :mod:`kvcal.emit.work_range`: the prefill work-range boundary of remaining-work routing (``work-range``);
@@ -25,15 +25,12 @@ from pathlib import Path
 
 from kvcal.emit import helm_patch
 from kvcal.emit.affinity import peak_prefill, render_affinity
-from kvcal.emit.classes import MixThreshold, mix_threshold
 from kvcal.emit.costmodel_block import (
     COSTMODEL_FLOOR_TOKENS,
     LOAD_DEPENDENT_COST_KEYS,
     costmodel_values,
     render_costmodel,
 )
-from kvcal.emit.delta_weights import Deltas
-from kvcal.emit.deltas import read_deltas
 from kvcal.emit.deployed_values import read_names
 from kvcal.emit.engine_container import engine_spec, render_vllm
 from kvcal.emit.options import FORMATS, TRANSPORTS, EmitOptions, EmitResult, canonical_transport
@@ -48,14 +45,17 @@ from kvcal.emit.router import (
     render_json,
     render_plugin,
 )
-from kvcal.emit.rule_limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.emit.run_context import RunContext, run_context
-from kvcal.emit.threshold import Threshold, check_threshold, compute_threshold, resolve_block_size, round_up
 from kvcal.emit.work_range import WORK_RANGE_PRODUCER, WorkRange, render_work_range, work_range, work_range_entries
 from kvcal.errors import InputError
 from kvcal.fit.inputs import load_fit_input
 from kvcal.records.fit import FitResult
 from kvcal.settings.sweep import DEFAULT_BLOCK_SIZE
+from kvcal.threshold.choose import Threshold, check_threshold, compute_threshold, resolve_block_size, round_up
+from kvcal.threshold.class_mix import MixThreshold, mix_threshold
+from kvcal.threshold.delta_weights import Deltas
+from kvcal.threshold.deltas import read_deltas
+from kvcal.threshold.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",

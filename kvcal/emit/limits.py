@@ -2,7 +2,7 @@
 
 Kept apart from :mod:`kvcal.emit.formats` so that the flag declarations (and ``kvcal --help``) do not build
 the typed records that rendering needs. The rules' names and the checks on their numbers are
-:mod:`kvcal.emit.rule_limits`'.
+:mod:`kvcal.threshold.limits`'.
 """
 
 from __future__ import annotations

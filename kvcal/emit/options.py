@@ -13,20 +13,20 @@ from kvcal.emit.limits import (
     P2P_PORT,
     WORK_RANGE_FORMATS,
 )
-from kvcal.emit.rule_limits import (  # noqa: F401 - readers of the options take these from here too
+from kvcal.errors import InputError
+from kvcal.records.run import MAX_TOKENS, MAX_TTFT_MS
+from kvcal.settings.from_flags import FlagModel
+from kvcal.threshold.limits import (  # noqa: F401 - readers of the options take these from here too
     DEFAULT_MARGIN,
     DEFAULT_RULE,
     RULES,
     validate_block_size,
     validate_margin,
 )
-from kvcal.errors import InputError
-from kvcal.records.run import MAX_TOKENS, MAX_TTFT_MS
-from kvcal.settings.from_flags import FlagModel
 from kvcal.transports import available, transport_names
 
 if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not pay for them
-    from kvcal.emit.threshold import Threshold
+    from kvcal.threshold.choose import Threshold
 
 TRANSPORTS = tuple(sorted(transport_names(), key=lambda name: available()[name].deployment != "p2p"))
 DEPLOYMENTS = ("p2p", "pd")
@@ -96,7 +96,7 @@ class EmitOptions(FlagModel):
     )
     allow_extrapolation: bool = False
     allow_disturbed: bool = False
-    class_mix: dict[str, float] | None = None  # CLASS -> share (kvcal.emit.classes); None: the campaign's pairs
+    class_mix: dict[str, float] | None = None  # CLASS -> share (kvcal.threshold.class_mix); None: the campaign's pairs
 
     @model_validator(mode="after")
     def _consistent(self) -> EmitOptions:
@@ -110,7 +110,7 @@ class EmitOptions(FlagModel):
                     f"--margin applies only to --rule upper (the {self.rule} rule has no margin); "
                     "e.g. kvcal emit-config FIT --rule upper --margin 0.25"
                 )
-            validate_margin(self.margin)  # its bounds and the block size's are kvcal.emit.rule_limits' (the rule's too)
+            validate_margin(self.margin)  # its bounds and the block size's are kvcal.threshold.limits' (the rule's too)
         if self.block_size is not None:
             validate_block_size(self.block_size)
         if self.format == "helm" and self.values is None:

@@ -17,7 +17,7 @@ the stop is taken on a refit whose draws happen to run favourable).
 
 The threshold and its expected regret come from the emit stage, which this package sits
 below (tests/unit/test_packages.py): the caller hands in a :data:`Judge` (the CLI builds
-it from ``kvcal emit-config``'s default rule, :mod:`kvcal.emit.judge`). Without one
+it from ``kvcal emit-config``'s default rule, :mod:`kvcal.sweep.judge`). Without one
 the campaign stops on the width alone, as before.
 
 A campaign whose fit meets its target while emit-config refuses it ("the legs tie": the

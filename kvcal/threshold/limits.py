@@ -1,6 +1,6 @@
 """The threshold rules' names and default, and the checks on the numbers a rule reads (margin, block size).
 
-Kept apart from :mod:`kvcal.emit.threshold` so that the flag declarations (and ``kvcal --help``) do not build
+Kept apart from :mod:`kvcal.threshold.choose` so that the flag declarations (and ``kvcal --help``) do not build
 the typed records that the rule itself needs.
 """
 
@@ -16,7 +16,7 @@ DEFAULT_MARGIN = 0.25
 """``--rule upper``'s margin when none is given: +25 % over the interval's upper end (docs/emit.md)."""
 
 RULES = ("expected-cost", "upper")
-"""The threshold rules (kvcal.emit.threshold); the first is the default."""
+"""The threshold rules (kvcal.threshold.choose); the first is the default."""
 DEFAULT_RULE = RULES[0]
 
 

@@ -9,7 +9,7 @@ measured length:
 
 and at least ``B``. Each layer guards against a threshold below the break-even and ignores
 the pulls it forgoes above it (docs/emit.md, "How the threshold is chosen", has what that
-costs); the default rule is :mod:`kvcal.emit.expected_cost`. An interval open above has no
+costs); the default rule is :mod:`kvcal.threshold.expected_cost`. An interval open above has no
 upper end, so this rule refuses it.
 """
 
@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import math
 
-from kvcal.emit.threshold_parts import (
+from kvcal.errors import InputError
+from kvcal.records.fit import FIT_DEFAULTS
+from kvcal.threshold.parts import (
     Working,
     fmt,
     ladder_down,
@@ -27,8 +29,6 @@ from kvcal.emit.threshold_parts import (
     round_up,
     where_the_pull_won,
 )
-from kvcal.errors import InputError
-from kvcal.records.fit import FIT_DEFAULTS
 
 
 def upper_threshold(w: Working, margin: float, allow_extrapolation: bool) -> int:

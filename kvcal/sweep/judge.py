@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcal.emit.regret import RegretModel
-from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import NoThreshold, NotRecommended
 from kvcal.records.fit import FitResult
 from kvcal.sweep.regret_stop import Verdict, regret_mc_error
+from kvcal.threshold.choose import compute_threshold
+from kvcal.threshold.regret import RegretModel
 
 
 def emit_judge(fit: FitResult) -> Verdict:

@@ -3,7 +3,7 @@
 The router has one threshold for every pair. With a fit per link class (``kvcal fit`` on a
 ``kvcal sweep --pairs`` run) it is the one that costs least over the fleet's mix of pairs.
 
-Under the default rule that is the one decision (:mod:`kvcal.emit.decision`) summed over the
+Under the default rule that is the one decision (:mod:`kvcal.threshold.decision`) summed over the
 classes: each class's expected cost per request over its own draws and the deltas (``--deltas``,
 else log-uniform over the lengths the classes measured), on common candidates (block multiples
 over the classes' measured lengths, and no P2P):
@@ -36,14 +36,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from kvcal.costs.cost_curve import cost_ms
-from kvcal.emit.decision import Decision
-from kvcal.emit.delta_weights import Deltas, log_uniform
-from kvcal.emit.draw_costs import cost_draws
-from kvcal.emit.threshold import Threshold, compute_threshold, resolve_block_size
-from kvcal.emit.threshold_costs import ThresholdCosts, highest_least
 from kvcal.errors import InputError, KvcalError, NotRecommended
 from kvcal.fit.mean_cost import mean_curves
 from kvcal.records.fit import ClassFit, FitResult
+from kvcal.threshold.candidate_costs import ThresholdCosts, highest_least
+from kvcal.threshold.choose import Threshold, compute_threshold, resolve_block_size
+from kvcal.threshold.decision import Decision
+from kvcal.threshold.delta_weights import Deltas, log_uniform
+from kvcal.threshold.draw_costs import cost_draws
 
 GRID_POINTS = 512  # lengths the excess is averaged over (log-uniform); its error is far below the curves' own
 MAX_CANDIDATES = 4096  # thresholds tried; beyond it the step grows by whole blocks

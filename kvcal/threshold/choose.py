@@ -3,16 +3,16 @@
 :func:`compute_threshold` takes a :class:`~kvcal.records.fit.FitResult` and returns a
 :class:`Threshold` (or raises NotRecommended / NoThreshold, exit 3). Two rules:
 
-* ``expected-cost`` (default, :mod:`kvcal.emit.expected_cost`): the candidate with the least
-  expected cost per request over the fit's draws (:mod:`kvcal.emit.decision`); it refuses only
+* ``expected-cost`` (default, :mod:`kvcal.threshold.expected_cost`): the candidate with the least
+  expected cost per request over the fit's draws (:mod:`kvcal.threshold.decision`); it refuses only
   where no P2P is cheapest;
-* ``upper`` (:mod:`kvcal.emit.rule_upper`): the interval's upper end x (1 + margin), never
+* ``upper`` (:mod:`kvcal.threshold.rule_upper`): the interval's upper end x (1 + margin), never
   below the shortest length from which the pull won; ``--margin`` belongs to it alone. It
-  keeps the earlier gates (:mod:`kvcal.emit.threshold_parts`): recompute always winning and
+  keeps the earlier gates (:mod:`kvcal.threshold.parts`): recompute always winning and
   legs that tie refuse.
 
 Both refuse a disturbed host (unless ``--allow-disturbed``). Every threshold comes with what
-it costs (:mod:`kvcal.emit.regret`, on the decision's own draws and deltas): the expected
+it costs (:mod:`kvcal.threshold.regret`, on the decision's own draws and deltas): the expected
 regret over the deltas in ms and % and the probability that the best threshold lies above
 it, for the chosen rule and for the alternatives (``upper`` and the llm-d recipe's shortest
 measured length at which the pull's median won), null where a rule refuses or the fit has no
@@ -30,13 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcal.emit.decision import Decision, decide
-from kvcal.emit.delta_weights import Deltas
-from kvcal.emit.expected_cost import expected_cost_threshold
-from kvcal.emit.regret import Figures, RegretModel
-from kvcal.emit.rule_limits import DEFAULT_MARGIN, RULES, validate_margin
-from kvcal.emit.rule_upper import upper_threshold
-from kvcal.emit.threshold_parts import (
+from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
+from kvcal.records.fit import FitResult
+from kvcal.threshold.decision import Decision, decide
+from kvcal.threshold.delta_weights import Deltas
+from kvcal.threshold.expected_cost import expected_cost_threshold
+from kvcal.threshold.limits import DEFAULT_MARGIN, RULES, validate_margin
+from kvcal.threshold.parts import (
     Working,
     check_threshold,
     disturbance_gate,
@@ -46,8 +46,8 @@ from kvcal.emit.threshold_parts import (
     round_up,
     slow_mode_line,
 )
-from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
-from kvcal.records.fit import FitResult
+from kvcal.threshold.regret import Figures, RegretModel
+from kvcal.threshold.rule_upper import upper_threshold
 
 __all__ = [
     "Threshold",
