@@ -1,7 +1,8 @@
 """emit-config's verdict on a fit, for the adaptive campaign's stop (kvcal.sweep.regret_stop.Judge).
 
-The sweep stage sits below emit, so the campaign cannot call the threshold rule itself:
-the commands that run or simulate campaigns hand it this function.
+The default rule's threshold (:mod:`kvcal.threshold`, the package below the sweep) and its expected regret. It
+lives in the sweep because it returns the sweep's :class:`~kvcal.sweep.regret_stop.Verdict`; the commands that run
+or simulate campaigns hand it in, and a campaign handed none stops on the width alone.
 """
 
 from __future__ import annotations
