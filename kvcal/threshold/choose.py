@@ -3,10 +3,10 @@
 :func:`compute_threshold` takes a :class:`~kvcal.records.fit.FitResult` and returns a
 :class:`Threshold` (or raises NotRecommended / NoThreshold, exit 3). Two rules:
 
-* ``expected-cost`` (default, :mod:`kvcal.threshold.expected_cost`): the candidate with the least
+* ``expected-cost`` (default, :mod:`kvcal.threshold.rules.expected_cost`): the candidate with the least
   expected cost per request over the fit's draws (:mod:`kvcal.threshold.decision`); it refuses only
   where no P2P is cheapest;
-* ``upper`` (:mod:`kvcal.threshold.rule_upper`): the interval's upper end x (1 + margin), never
+* ``upper`` (:mod:`kvcal.threshold.rules.upper`): the interval's upper end x (1 + margin), never
   below the shortest length from which the pull won; ``--margin`` belongs to it alone. It
   keeps the earlier gates (:mod:`kvcal.threshold.parts`): recompute always winning and
   legs that tie refuse.
@@ -34,7 +34,6 @@ from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
 from kvcal.records.fit import FitResult
 from kvcal.threshold.decision import Decision, decide
 from kvcal.threshold.delta_weights import Deltas
-from kvcal.threshold.expected_cost import expected_cost_threshold
 from kvcal.threshold.limits import DEFAULT_MARGIN, RULES, validate_margin
 from kvcal.threshold.parts import (
     Working,
@@ -47,7 +46,8 @@ from kvcal.threshold.parts import (
     slow_mode_line,
 )
 from kvcal.threshold.regret import Figures, RegretModel
-from kvcal.threshold.rule_upper import upper_threshold
+from kvcal.threshold.rules.expected_cost import expected_cost_threshold
+from kvcal.threshold.rules.upper import upper_threshold
 
 __all__ = [
     "Threshold",

@@ -11,7 +11,7 @@ widened alike. Candidates whose expected costs agree within ``TIE_RELATIVE`` go 
 (no P2P above all). A fit without draws decides on its point mean curves as one draw.
 
 Each draw's own best threshold (:meth:`Decision.draw_thresholds`) is what the remaining-work
-boundary's interval and observe's proposal read; :func:`kvcal.threshold.expected_cost` turns the
+boundary's interval and observe's proposal read; :func:`kvcal.threshold.rules.expected_cost` turns the
 decision into the default rule's threshold, steps and refusal.
 """
 

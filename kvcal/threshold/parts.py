@@ -1,8 +1,8 @@
 """What every threshold rule shares: the block, the data's facts (where the pull won, ties, an open interval),
 the disturbance gate and the refusals, and the working state the rules' steps append to.
 
-The rules themselves: :mod:`kvcal.threshold.rule_upper` (``--rule upper``, the interval's upper end
-with a margin) and :mod:`kvcal.threshold.expected_cost` (the default); :mod:`kvcal.threshold.choose`
+The rules themselves: :mod:`kvcal.threshold.rules.upper` (``--rule upper``, the interval's upper end
+with a margin) and :mod:`kvcal.threshold.rules.expected_cost` (the default); :mod:`kvcal.threshold.choose`
 chooses between them and says what the choice costs.
 """
 

@@ -9,7 +9,7 @@ measured length:
 
 and at least ``B``. Each layer guards against a threshold below the break-even and ignores
 the pulls it forgoes above it (docs/emit.md, "How the threshold is chosen", has what that
-costs); the default rule is :mod:`kvcal.threshold.expected_cost`. An interval open above has no
+costs); the default rule is :mod:`kvcal.threshold.rules.expected_cost`. An interval open above has no
 upper end, so this rule refuses it.
 """
 
