@@ -11,7 +11,8 @@ from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
 from kvcal.emit.limits import FORMATS, P2P_PORT
 from kvcal.errors import InputError
-from kvcal.threshold.limits import DEFAULT_MARGIN, DEFAULT_RULE, RULES
+from kvcal.threshold.limits import DEFAULT_MARGIN
+from kvcal.threshold.rules import DEFAULT_RULE, rule_help
 
 EPILOG = """Examples:
 
@@ -72,9 +73,7 @@ def emit_config(
     rule: str = typer.Option(
         DEFAULT_RULE,
         "--rule",
-        help=f"How the threshold is chosen: {' or '.join(RULES)}. "
-        "expected-cost: the block multiple with the least expected cost over the fit's draws; upper: "
-        "the break-even interval's upper end x (1 + --margin), kvcal's earlier rule.",
+        help=rule_help(),
     ),
     margin: Optional[float] = typer.Option(
         None,

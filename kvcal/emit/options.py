@@ -16,13 +16,8 @@ from kvcal.emit.limits import (
 from kvcal.errors import InputError
 from kvcal.records.run import MAX_TOKENS, MAX_TTFT_MS
 from kvcal.settings.from_flags import FlagModel
-from kvcal.threshold.limits import (  # noqa: F401 - readers of the options take these from here too
-    DEFAULT_MARGIN,
-    DEFAULT_RULE,
-    RULES,
-    validate_block_size,
-    validate_margin,
-)
+from kvcal.threshold.limits import validate_block_size
+from kvcal.threshold.rules import DEFAULT_RULE, resolve_rule
 from kvcal.transports import available, transport_names
 
 if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not pay for them
@@ -102,15 +97,7 @@ class EmitOptions(FlagModel):
     def _consistent(self) -> EmitOptions:
         if self.format not in FORMATS:
             raise InputError(f"unknown --format {self.format!r}; choose one of {', '.join(FORMATS)}")
-        if self.rule not in RULES:
-            raise InputError(f"unknown --rule {self.rule!r}; choose one of {', '.join(RULES)}")
-        if self.margin is not None:
-            if self.rule != "upper":
-                raise InputError(
-                    f"--margin applies only to --rule upper (the {self.rule} rule has no margin); "
-                    "e.g. kvcal emit-config FIT --rule upper --margin 0.25"
-                )
-            validate_margin(self.margin)  # its bounds and the block size's are kvcal.threshold.limits' (the rule's too)
+        resolve_rule(self.rule, self.margin)  # the rules' table holds the one check of --rule and --margin
         if self.block_size is not None:
             validate_block_size(self.block_size)
         if self.format == "helm" and self.values is None:

@@ -30,11 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
+from kvcal.errors import KvcalError, NoThreshold, NotRecommended
 from kvcal.records.fit import FitResult
 from kvcal.threshold.decision import Decision, decide
 from kvcal.threshold.delta_weights import Deltas
-from kvcal.threshold.limits import DEFAULT_MARGIN, RULES, validate_margin
+from kvcal.threshold.limits import DEFAULT_MARGIN
 from kvcal.threshold.parts import (
     Working,
     check_threshold,
@@ -46,7 +46,7 @@ from kvcal.threshold.parts import (
     slow_mode_line,
 )
 from kvcal.threshold.regret import Figures, RegretModel
-from kvcal.threshold.rules.expected_cost import expected_cost_threshold
+from kvcal.threshold.rules import apply_rule, resolve_rule
 from kvcal.threshold.rules.upper import upper_threshold
 
 __all__ = [
@@ -138,20 +138,6 @@ def names_slow_mode(rule: Callable[..., Threshold]) -> Callable[..., Threshold]:
     return apply
 
 
-def resolve_rule(rule: str, margin: float | None) -> float | None:
-    """The margin the rule uses (None under expected-cost); InputError for an unknown rule or a stray --margin."""
-    if rule not in RULES:
-        raise InputError(f"unknown --rule {rule!r}; choose one of {', '.join(RULES)}")
-    if rule != "upper":
-        if margin is not None:
-            raise InputError(
-                f"--margin applies only to --rule upper (the {rule} rule has no margin); "
-                "e.g. kvcal emit-config FIT --rule upper --margin 0.25"
-            )
-        return None
-    return validate_margin(DEFAULT_MARGIN if margin is None else margin)
-
-
 @names_slow_mode
 def compute_threshold(
     fit: FitResult,
@@ -170,15 +156,8 @@ def compute_threshold(
     margin = resolve_rule(rule, margin)
     w = _working(fit, block_size)
     disturbance_gate(w, allow_disturbed)
-    if rule == "upper":
-        assert margin is not None
-        refuse_never_or_tie(w)
-        threshold = upper_threshold(w, margin, allow_extrapolation)
-        decision = decide(fit, block_size=w.block, deltas=deltas, allow_extrapolation=allow_extrapolation)
-    else:
-        decision = expected_cost_threshold(w, deltas, allow_extrapolation)
-        assert decision.threshold is not None
-        threshold = decision.threshold
+    chosen = apply_rule(rule, w, margin=margin, deltas=deltas, allow_extrapolation=allow_extrapolation)
+    threshold, decision = chosen.threshold, chosen.decision
     check_threshold(threshold, w.block)
     log.info("threshold %s (%s): %s (block %s)", fit.status, rule, threshold, w.block)
     w.steps.append(f"minCachedTokenDelta = {threshold}")
@@ -203,7 +182,7 @@ def compute_threshold(
         rule=rule,
         figures=price(threshold),
         alternatives=alternatives,
-        decision=None if rule == "upper" else decision,
+        decision=decision if chosen.carries_decision else None,
     )
 
 

@@ -1,4 +1,5 @@
-"""The threshold rules' names and default, and the checks on the numbers a rule reads (margin, block size).
+"""The checks on the numbers a rule reads (margin, block size) and the default margin; the rules' names are
+:mod:`kvcal.threshold.rules`' table.
 
 Kept apart from :mod:`kvcal.threshold.choose` so that the flag declarations (and ``kvcal --help``) do not build
 the typed records that the rule itself needs.
@@ -14,10 +15,6 @@ MAX_MARGIN = 100.0  # +10,000%: past any safety factor; beyond it the threshold 
 
 DEFAULT_MARGIN = 0.25
 """``--rule upper``'s margin when none is given: +25 % over the interval's upper end (docs/emit.md)."""
-
-RULES = ("expected-cost", "upper")
-"""The threshold rules (kvcal.threshold.choose); the first is the default."""
-DEFAULT_RULE = RULES[0]
 
 
 def validate_margin(margin: float) -> float:

@@ -32,11 +32,19 @@ from kvcal.threshold.delta_weights import Deltas
 from kvcal.threshold.draw_costs import LEGS, cost_draws
 from kvcal.threshold.parts import Working, fmt, ladder_down, ladder_up
 from kvcal.threshold.regret import RegretModel
+from kvcal.threshold.rules import Chosen
 
 SETTLE_REGRET_PCT = 0.1
 """An expected regret (% of TTFT) below which no leg's scale needs settling."""
 DOMINATES = 0.5
 """The share of the expected regret a scale's uncertainty must carry to dominate the choice."""
+
+
+def choose(w: Working, *, margin: float | None, deltas: Deltas | None, allow_extrapolation: bool) -> Chosen:
+    """The rule's entry (kvcal.threshold.rules): the decision's threshold, and the decision with it."""
+    decision = expected_cost_threshold(w, deltas, allow_extrapolation)
+    assert decision.threshold is not None  # expected_cost_threshold refuses a decision without one
+    return Chosen(decision.threshold, decision, carries_decision=True)
 
 
 def expected_cost_threshold(w: Working, deltas: Deltas | None, allow_extrapolation: bool) -> Decision:
