@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from kvcal.emit.threshold import compute_threshold
+from kvcal.threshold.choose import compute_threshold
 from kvcal.fleet.costs import point_costs
 from kvcal.fleet.router import Policy
 from kvcal.fleet.sim import FleetSim

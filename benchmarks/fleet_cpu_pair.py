@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from kvcal.emit.formats import load_input
-from kvcal.emit.threshold import compute_threshold
+from kvcal.threshold.choose import compute_threshold
 from kvcal.transports.base import Role
 from kvcal.engines.vllm import VllmPair
 from kvcal.engines.vllm_launch import VllmSettings

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcal.emit.judge import emit_judge
+from kvcal.sweep.judge import emit_judge
 from kvcal.engines.sim import SimPair
 from kvcal.fit import fit_table
 from kvcal.fit.tables import from_rows

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from campaigns import BLOCK, CLASSES, ROUND_1, SCALES, TAILS, campaign, crosses_inside, regret_pct
-from kvcal.emit.threshold import compute_threshold, recipe_threshold, round_up
+from kvcal.threshold.choose import compute_threshold, recipe_threshold, round_up
 from kvcal.errors import KvcalError
 from kvcal.fit import fit_table
 from kvcal.fit.tables import from_rows

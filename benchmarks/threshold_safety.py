@@ -46,7 +46,7 @@ from typing import Callable
 
 import numpy as np
 
-from kvcal.emit.threshold import compute_threshold
+from kvcal.threshold.choose import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import KvcalError
 from kvcal.fit import fit_table

@@ -9,9 +9,11 @@ import typer
 
 from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
-from kvcal.emit.limits import DEFAULT_MARGIN, DEFAULT_RULE, P2P_PORT, RULES
+from kvcal.emit.limits import P2P_PORT
 from kvcal.emit.renderers import format_names, help_list, option_help
 from kvcal.errors import InputError
+from kvcal.threshold.limits import DEFAULT_MARGIN
+from kvcal.threshold.rules import DEFAULT_RULE, rule_help
 
 EPILOG = f"""Examples:
 
@@ -67,9 +69,7 @@ def emit_config(
     rule: str = typer.Option(
         DEFAULT_RULE,
         "--rule",
-        help=f"How the threshold is chosen: {' or '.join(RULES)}. "
-        "expected-cost: the block multiple with the least expected cost over the fit's draws; upper: "
-        "the break-even interval's upper end x (1 + --margin), kvcal's earlier rule.",
+        help=rule_help(),
     ),
     margin: Optional[float] = typer.Option(
         None,

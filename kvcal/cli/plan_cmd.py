@@ -91,7 +91,7 @@ def plan(
         campaigns=campaigns,
         seed=seed,
     )  # before the prior is built
-    from kvcal.emit.judge import emit_judge
+    from kvcal.sweep.judge import emit_judge
 
     result = plan_from_config(config, judge=emit_judge)
     if as_json:

@@ -168,7 +168,7 @@ def sweep(
     if dry_run:
         _print_dry_run(settings, resume)
         return
-    from kvcal.emit.judge import emit_judge
+    from kvcal.sweep.judge import emit_judge
 
     outcome = run_sweep(settings, resume=resume, progress=progress_for_terminal(), judge=emit_judge)
     info(

@@ -3,7 +3,7 @@
 Each concern has its module; this one loads the input, computes the threshold and hands both to the
 format's module (:mod:`kvcal.emit.renderers` names them), which renders with:
 
-- :mod:`kvcal.emit.threshold`: the threshold rule (``minCachedTokenDelta``);
+- :mod:`kvcal.threshold.choose`: the threshold rule (``minCachedTokenDelta``);
 - :mod:`kvcal.emit.router`: the ``p2p-source-producer`` entry, ``env`` and ``json``;
 - :mod:`kvcal.emit.affinity`: ``peakPrefillThroughput`` of ``prefix-cache-affinity-filter``;
 - :mod:`kvcal.emit.work_range`: the prefill work-range boundary of remaining-work routing (``work-range``);
@@ -23,13 +23,9 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from kvcal.emit.classes import mix_threshold
 from kvcal.emit.costmodel_block import (
     LOAD_DEPENDENT_COST_KEYS,
 )
-from kvcal.emit.delta_weights import Deltas
-from kvcal.emit.deltas import read_deltas
-from kvcal.emit.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 from kvcal.emit.options import TRANSPORTS, EmitOptions, EmitResult, canonical_transport
 from kvcal.emit.renderers.base import OutputFormat, Render, get_format
 from kvcal.emit.router import (
@@ -39,10 +35,14 @@ from kvcal.emit.router import (
     PLUGIN_TYPE,
 )
 from kvcal.emit.run_context import run_context
-from kvcal.emit.threshold import Threshold, check_threshold, compute_threshold, resolve_block_size
 from kvcal.fit.inputs import load_fit_input
 from kvcal.records.fit import FitResult
 from kvcal.settings.sweep import DEFAULT_BLOCK_SIZE
+from kvcal.threshold.choose import Threshold, check_threshold, compute_threshold, resolve_block_size
+from kvcal.threshold.class_mix import mix_threshold
+from kvcal.threshold.delta_weights import Deltas
+from kvcal.threshold.deltas import read_deltas
+from kvcal.threshold.limits import DEFAULT_MARGIN, validate_block_size, validate_margin
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",

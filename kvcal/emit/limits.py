@@ -1,47 +1,14 @@
-"""emit-config's defaults and the checks on its numeric flags.
+"""emit-config's light constants, read by the flag declarations: the P2P port's default and the work-range formats.
 
-Kept apart from :mod:`kvcal.emit.threshold` so that the flag declarations (and
-``kvcal --help``) do not build the typed records that the rule itself needs.
+Kept apart from :mod:`kvcal.emit.formats` so that the flag declarations (and ``kvcal --help``) do not build
+the typed records that rendering needs. The formats themselves are named in :mod:`kvcal.emit.renderers`;
+the rules' names and the checks on their numbers are :mod:`kvcal.threshold.limits`' and
+:mod:`kvcal.threshold.rules`'.
 """
 
 from __future__ import annotations
 
-import math
-
-from kvcal.errors import InputError
 from kvcal.transports.p2p_tier import P2P_PORT  # noqa: F401 - --p2p-port's default; the CLI reads it here
-
-MAX_MARGIN = 100.0  # +10,000%: past any safety factor; beyond it the threshold is no longer a number a router can hold
-
-DEFAULT_MARGIN = 0.25
-"""``--rule upper``'s margin when none is given: +25 % over the interval's upper end (docs/emit.md)."""
 
 WORK_RANGE_FORMATS = ("work-range", "json", "helm")
 """The formats that read --ttft-penalty-ms and --max-model-len (the remaining-work boundary, kvcal.emit.work_range)."""
-
-RULES = ("expected-cost", "upper")
-"""The threshold rules (kvcal.emit.threshold); the first is the default."""
-DEFAULT_RULE = RULES[0]
-
-
-def validate_margin(margin: float) -> float:
-    if (
-        not isinstance(margin, (int, float))
-        or isinstance(margin, bool)
-        or not math.isfinite(margin)
-        or not 0 <= margin <= MAX_MARGIN
-    ):
-        raise InputError(f"--margin must be a fraction from 0 to {MAX_MARGIN:g}, e.g. 0.25 for +25% (got {margin})")
-    return float(margin)
-
-
-def validate_block_size(block_size: int) -> int:
-    from kvcal.records.run import (
-        MAX_TOKENS,  # here, not at the top: the flags' module must not build the records (--help)
-    )
-
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or not 1 <= block_size <= MAX_TOKENS:
-        raise InputError(
-            f"--block-size must be a whole number of tokens from 1 to {MAX_TOKENS:,}, e.g. 64 (got {block_size})"
-        )
-    return block_size

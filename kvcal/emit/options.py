@@ -8,23 +8,20 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
-from kvcal.emit.limits import (  # noqa: F401 - readers of the options take these from here too
-    DEFAULT_MARGIN,
-    DEFAULT_RULE,
+from kvcal.emit.limits import (
     P2P_PORT,
-    RULES,
     WORK_RANGE_FORMATS,
-    validate_block_size,
-    validate_margin,
 )
 from kvcal.emit.renderers import format_names
 from kvcal.errors import InputError
 from kvcal.records.run import MAX_TOKENS, MAX_TTFT_MS
 from kvcal.settings.from_flags import FlagModel
+from kvcal.threshold.limits import validate_block_size
+from kvcal.threshold.rules import DEFAULT_RULE, resolve_rule
 from kvcal.transports import available, transport_names
 
 if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not pay for them
-    from kvcal.emit.threshold import Threshold
+    from kvcal.threshold.choose import Threshold
 
 TRANSPORTS = tuple(sorted(transport_names(), key=lambda name: available()[name].deployment != "p2p"))
 DEPLOYMENTS = ("p2p", "pd")
@@ -94,21 +91,13 @@ class EmitOptions(FlagModel):
     )
     allow_extrapolation: bool = False
     allow_disturbed: bool = False
-    class_mix: dict[str, float] | None = None  # CLASS -> share (kvcal.emit.classes); None: the campaign's pairs
+    class_mix: dict[str, float] | None = None  # CLASS -> share (kvcal.threshold.class_mix); None: the campaign's pairs
 
     @model_validator(mode="after")
     def _consistent(self) -> EmitOptions:
         if self.format not in format_names():
             raise InputError(f"unknown --format {self.format!r}; choose one of {', '.join(format_names())}")
-        if self.rule not in RULES:
-            raise InputError(f"unknown --rule {self.rule!r}; choose one of {', '.join(RULES)}")
-        if self.margin is not None:
-            if self.rule != "upper":
-                raise InputError(
-                    f"--margin applies only to --rule upper (the {self.rule} rule has no margin); "
-                    "e.g. kvcal emit-config FIT --rule upper --margin 0.25"
-                )
-            validate_margin(self.margin)  # its bounds and the block size's are kvcal.emit.limits' (the rule's too)
+        resolve_rule(self.rule, self.margin)  # the rules' table holds the one check of --rule and --margin
         if self.block_size is not None:
             validate_block_size(self.block_size)
         if self.format == "helm" and self.values is None:

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kvcal.emit.threshold import Threshold, fmt
+from kvcal.threshold.choose import Threshold, fmt
 from kvcal.transports import available
 
 PLUGIN_TYPE = "p2p-source-producer"

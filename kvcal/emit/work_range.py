@@ -6,7 +6,7 @@ remaining prefill work, ``total - G``: prefill pods labelled ``llm-d.ai/prefill-
 ``"0-B"`` take the short class, ``"B+1-MAX"`` the long one. llm-d's guide derives ``B`` with a
 calibrator over a hand-set pull model; here every input is measured:
 
-* ``T``: the threshold this fit emits (:func:`kvcal.emit.threshold.compute_threshold`, through
+* ``T``: the threshold this fit emits (:func:`kvcal.threshold.choose.compute_threshold`, through
   the same call ``--format json`` makes, so ``B`` follows whatever rule decides ``T``);
 * the **SLO work**: the longest block multiple ``n`` whose mean-cost recompute ``R(n)`` (the
   fitted curve x its mean-cost scale, :func:`kvcal.fit.mean_cost.mean_curves`) is at most
@@ -15,7 +15,7 @@ calibrator over a hand-set pull model; here every input is measured:
 * ``B = min(T, SLO work)``; the band is empty when ``T`` exceeds the SLO work (the guide's
   advice: raise the budget, or do not split the prefill pool);
 * ``B``'s interval: the fit's confidence percentiles of each bootstrap draw's own best
-  threshold (:func:`kvcal.emit.decision.draw_thresholds`), each end capped at the SLO work;
+  threshold (:func:`kvcal.threshold.decision.draw_thresholds`), each end capped at the SLO work;
 * the **crossover**: where the two mean-cost curves cross, shown beside ``B`` as the guide's
   calibrator shows its own.
 
@@ -32,8 +32,6 @@ import numpy as np
 
 from kvcal.costs.cost_curve import break_even_tokens, cost_ms, real_roots, slope_us
 from kvcal.emit.affinity import AFFINITY_KEY, AFFINITY_TYPE
-from kvcal.emit.decision import draw_thresholds
-from kvcal.emit.delta_weights import Deltas
 from kvcal.emit.router import (
     DEFAULT_PREFIX_MATCH_PRODUCER,
     PLUGIN_PARAMETERS,
@@ -42,11 +40,13 @@ from kvcal.emit.router import (
     PluginNames,
     yaml_scalar,
 )
-from kvcal.emit.threshold import Threshold, fmt
 from kvcal.errors import InputError, NotRecommended
 from kvcal.fit.breakeven import interval
 from kvcal.fit.mean_cost import mean_curves
 from kvcal.records.fit import FitResult
+from kvcal.threshold.choose import Threshold, fmt
+from kvcal.threshold.decision import draw_thresholds
+from kvcal.threshold.delta_weights import Deltas
 
 WORK_RANGE_LABEL = "llm-d.ai/prefill-work-range"
 CONTEXT_LENGTH_TYPE = "context-length-aware"

@@ -36,7 +36,7 @@ Per length, the bulk's own offset ``d_k = mean(e at k) - mu`` is that length's m
 mean (the bulk's: a stall does not move it) relative to the curve; it **misfits** when ``|d_k|``
 exceeds both ``MIN_MISFIT_LOG`` and ``z`` standard errors (``s / sqrt(m_k)``, z two-sided,
 Bonferroni over both legs' lengths at ``MISFIT_ALPHA``). The threshold rule decides at a misfit
-length on the measured mean (:mod:`kvcal.emit.expected_cost`).
+length on the measured mean (:mod:`kvcal.threshold.rules.expected_cost`).
 
 :func:`mean_curves` is what another stage calls to charge mean costs (the fleet model):
 each leg's fitted coefficients times its scale (1 for a fit.json written before scales).

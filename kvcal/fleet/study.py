@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcal.emit.threshold import compute_threshold, resolve_block_size, round_up
 from kvcal.errors import InputError, KvcalError
 from kvcal.fleet.costs import FleetCosts, resampled_costs
 from kvcal.fleet.parallel import SERIAL, Executor
@@ -25,6 +24,7 @@ from kvcal.fleet.run_state import RunStats
 from kvcal.fleet.sim import FleetSim
 from kvcal.fleet.workload import Workload
 from kvcal.records.fit import FitResult
+from kvcal.threshold.choose import compute_threshold, resolve_block_size, round_up
 
 Progress = Callable[[int, int, str], None]
 """Called once per finished run: (runs done, runs in all, the run's label)."""

@@ -1,7 +1,7 @@
 """Is a deployed ``minCachedTokenDelta`` still right? Judged by what it costs the fleet.
 
 With bootstrap draws in the current fit (every ``kvcal fit`` with resamples records them), the
-threshold is priced the way emit-config prices its own (:mod:`kvcal.emit.regret`: expected
+threshold is priced the way emit-config prices its own (:mod:`kvcal.threshold.regret`: expected
 regret over deltas log-uniform in the measured range, and ``p_break_even_above``, the
 share of draws whose mean costs cross above it):
 
@@ -21,10 +21,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kvcal.emit.threshold import regret_model
 from kvcal.errors import InputError
 from kvcal.fit.entry import curve_ms
 from kvcal.records.fit import FitResult
+from kvcal.threshold.choose import regret_model
 
 REGRET_TOLERANCE_PCT = 0.5
 """% of the best expected TTFT a deployed threshold may cost: the 90th percentile the default rule's own

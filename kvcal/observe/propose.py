@@ -6,7 +6,7 @@
    ratio (left at 1, with a note, where the window cannot say: no prefill pod, no
    engine-side prefill in the fit, or a queue p90 above 1 on an idle calibration).
 2. **The adjusted fit** (:mod:`kvcal.observe.adjust`), decided by the call emit-config
-   makes, :func:`kvcal.emit.threshold.compute_threshold`, so the proposal follows whatever
+   makes, :func:`kvcal.threshold.choose.compute_threshold`, so the proposal follows whatever
    rule decides the threshold.
 3. **Its interval from batch means**: the window is cut into :data:`BATCHES` sub-windows;
    each production cost is a ratio estimate over them, its standard error from the batches'
@@ -16,7 +16,7 @@
    prefill at its high end gives the low threshold, and the other way round); an end where
    no P2P is cheapest is open (null).
 4. **What the move is worth**: the deployed threshold's expected regret on the adjusted fit
-   (:func:`kvcal.emit.threshold.regret_model`), in % of TTFT and in ms.
+   (:func:`kvcal.threshold.choose.regret_model`), in % of TTFT and in ms.
 
 Too few pulls (fewer than :data:`MIN_PULLS` in the window, or in fewer than
 :data:`MIN_BATCHES_WITH_PULLS` sub-windows) or no P2P cheapest on the adjusted curves: no
@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from kvcal.emit.threshold import compute_threshold, regret_model
 from kvcal.errors import KvcalError
 from kvcal.observe.adjust import Move, adjusted
 from kvcal.observe.costs import CostReader, PodCosts, combined
@@ -39,6 +38,7 @@ from kvcal.observe.result import Proposal
 from kvcal.observe.series import Window
 from kvcal.records.fit import FitResult
 from kvcal.records.fit_engine import EngineCost, EngineSide, ProposedFrom
+from kvcal.threshold.choose import compute_threshold, regret_model
 
 BATCHES = 20
 MIN_BATCHES_WITH_PULLS = 10

@@ -17,7 +17,6 @@ from typing import Any
 
 from kvcal.emit.formats import emit
 from kvcal.emit.options import EmitOptions
-from kvcal.emit.threshold import Threshold
 from kvcal.errors import KvcalError, NoThreshold, NotRecommended
 from kvcal.fit.inputs import load_fit_input
 from kvcal.fit.tables import ProbeTable
@@ -26,6 +25,7 @@ from kvcal.records.fit import FitResult
 from kvcal.records.manifest import RunManifest
 from kvcal.records.run import ProbeRecord
 from kvcal.records.run_folder import RunFolder
+from kvcal.threshold.choose import Threshold
 
 log = logging.getLogger(__name__)
 

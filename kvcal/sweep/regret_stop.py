@@ -15,10 +15,9 @@ the stop is taken on a refit whose draws happen to run favourable).
 * the **regret**'s error: the standard deviation of the per-draw regret share over sqrt(B)
   (the figure is their mean).
 
-The threshold and its expected regret come from the emit stage, which this package sits
-below (tests/unit/test_packages.py): the caller hands in a :data:`Judge` (the CLI builds
-it from ``kvcal emit-config``'s default rule, :mod:`kvcal.emit.judge`). Without one
-the campaign stops on the width alone, as before.
+The threshold and its expected regret come from emit-config's default rule: the caller hands in
+a :data:`Judge` (the CLI hands in :func:`kvcal.sweep.judge.emit_judge`, which asks :mod:`kvcal.threshold`).
+Without one the campaign stops on the width alone, as before.
 
 A campaign whose fit meets its target while emit-config refuses it ("the legs tie": the
 pull never won measurably at one length) is not done: :func:`win_proof` places a pair of

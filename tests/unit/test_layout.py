@@ -14,7 +14,7 @@ MAX_FUNCTION_LINES = 60
 # serve.py imports vLLM after patching it.
 LAZY_ALLOWED = ("cli/", "engines/serve.py",
                 "costs/simulated.py",  # kvcal --help loads it through the flags; see its docstring
-                "emit/limits.py",  # emit-config's flags module: its --help must not build the records (MAX_TOKENS)
+                "threshold/limits.py",  # read by the flags: emit-config's --help must not build the records (MAX_TOKENS)
                 "records/run_folder.py")  # the run manifest's settings: reading probes must not load them (RunFolder.manifest)
 
 

@@ -10,8 +10,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "kvcal"
 # Bottom to top. "base" is every top-level module (errors, redact, terminal_text, lazy) and transports/; the ground
 # floor's packages stand on it in the order they import one another: files < costs < settings < records.
-# plan (kvcal plan) sits just above sweep: it simulates campaigns with the sweep's adaptive controller.
-ORDER = ("base", "files", "costs", "settings", "records", "estimate", "engines", "fit", "sweep", "plan", "emit", "k8s", "gate", "fleet", "observe", "report", "cli")
+# threshold/ (choosing the threshold from a fit) sits on fit/ and under every stage that calls it: the sweep's
+# adaptive stop, plan, emit, gate, fleet, observe and report. plan (kvcal plan) sits just above sweep: it simulates
+# campaigns with the sweep's adaptive controller.
+ORDER = ("base", "files", "costs", "settings", "records", "estimate", "engines", "fit", "threshold", "sweep", "plan", "emit", "k8s", "gate", "fleet", "observe", "report", "cli")
 
 
 def _own_package(relative: tuple[str, ...]) -> str:

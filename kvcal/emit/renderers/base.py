@@ -6,15 +6,15 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvcal.emit.classes import MixThreshold
-from kvcal.emit.delta_weights import Deltas
 from kvcal.emit.options import EmitOptions, EmitResult, canonical_transport
 from kvcal.emit.renderers import FORMATS
 from kvcal.emit.run_context import RunContext
-from kvcal.emit.threshold import Threshold
 from kvcal.emit.work_range import WorkRange, work_range
 from kvcal.errors import InputError
 from kvcal.records.fit import FitResult
+from kvcal.threshold.choose import Threshold
+from kvcal.threshold.class_mix import MixThreshold
+from kvcal.threshold.delta_weights import Deltas
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from kvcal.emit.remaining_work_values import RemainingWork
 from kvcal.emit.renderers.base import OutputFormat, Render, transport_of
 from kvcal.emit.router import PLUGIN_TYPE
 from kvcal.emit.run_context import RunContext
-from kvcal.emit.threshold import Threshold, round_up
 from kvcal.emit.work_range import work_range
 from kvcal.errors import InputError
 from kvcal.records.fit import FitResult
+from kvcal.threshold.choose import Threshold, round_up
 
 
 def render(r: Render) -> EmitResult:

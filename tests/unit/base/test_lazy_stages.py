@@ -8,7 +8,7 @@ from unittest import mock
 
 import pytest
 
-STAGES = ("estimate", "engines", "fit", "sweep", "plan", "emit", "k8s", "gate", "fleet", "observe", "report", "cli")
+STAGES = ("estimate", "engines", "fit", "threshold", "sweep", "plan", "emit", "k8s", "gate", "fleet", "observe", "report", "cli")
 
 
 def _fresh_import(package: str) -> list[str]:

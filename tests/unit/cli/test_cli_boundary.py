@@ -48,7 +48,7 @@ def test_top_level_help_imports_no_command_module():
         from kvcal.cli.app import main
         assert main(["--help"]) == 0
         assert main(["--version"]) == 0
-        heavy = ("kvcal.records.run", "kvcal.records.fit", "kvcal.records.manifest", "kvcal.emit.threshold", "kvcal.settings.sweep",
+        heavy = ("kvcal.records.run", "kvcal.records.fit", "kvcal.records.manifest", "kvcal.threshold.choose", "kvcal.settings.sweep",
                  "kvcal.sweep.validate", "kvcal.cli.sweep_cmd", "pydantic")
         print("LOADED=" + ",".join(m for m in heavy if m in sys.modules), file=sys.stderr)
     """)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from kvcal.costs.cost_curve import cost_ms
-from kvcal.emit.threshold import compute_threshold
+from kvcal.threshold.choose import compute_threshold
 from kvcal.errors import KvcalError
 from kvcal.fit import fit_table
 from kvcal.fit.mean_cost import mean_curves, mean_scales

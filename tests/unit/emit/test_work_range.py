@@ -14,7 +14,7 @@ import yaml
 from factories import make_fit, sim_table
 from kvcal.costs.cost_curve import cost_ms
 from kvcal.emit import formats as em
-from kvcal.emit.decision import draw_thresholds
+from kvcal.threshold.decision import draw_thresholds
 from kvcal.emit.router import PluginNames
 from kvcal.emit.work_range import Labels, WorkRange, render_work_range, slo_work, work_range, work_range_entries
 from kvcal.engines.sim import SimCosts

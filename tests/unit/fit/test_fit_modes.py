@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from kvcal.costs.cost_curve import break_even_tokens
-from kvcal.emit.threshold import compute_threshold
+from kvcal.threshold.choose import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import NoThreshold
 from kvcal.fit import fit_table

@@ -9,7 +9,7 @@ import pytest
 
 from factories import make_fit
 from kvcal.costs.cost_curve import cost_ms
-from kvcal.emit.draw_costs import cost_draws, draws
+from kvcal.threshold.draw_costs import cost_draws, draws
 from kvcal.fit import fit_table
 from kvcal.fit.curves import LegData
 from kvcal.fit.mean_cost import reps_to_settle, scale_draws, scale_rel_sd, summarise

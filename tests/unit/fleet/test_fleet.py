@@ -17,7 +17,7 @@ from kvcal.costs.cost_curve import cost_ms
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
 from factories import sim_table
-from kvcal.emit.threshold import compute_threshold
+from kvcal.threshold.choose import compute_threshold
 from kvcal.errors import InputError
 from kvcal.fleet.costs import cost_rule, point_costs
 from kvcal.fleet.study import policies

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kvcal.emit.formats import load_input
-from kvcal.emit.threshold import compute_threshold
+from kvcal.threshold.choose import compute_threshold
 from kvcal.fleet.choose import Candidate, choose, ties
 from kvcal.fleet.run import FleetConfig, run_fleet
 from kvcal.fleet.study import RunSpec, Study, block_of, cost_sets, plan_runs, policies, run_all, run_one

@@ -9,7 +9,7 @@ import pytest
 
 import fake_costs_fleet
 from kvcal.costs.cost_curve import break_even_tokens, cost_ms
-from kvcal.emit.threshold import compute_threshold
+from kvcal.threshold.choose import compute_threshold
 from kvcal.fit.io import dumps
 from kvcal.fit.mean_cost import mean_curves
 from kvcal.records.fit import FitResult

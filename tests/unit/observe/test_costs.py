@@ -11,7 +11,7 @@ import pytest
 
 import fake_costs_fleet as fleet
 from fake_prometheus import FakePrometheus
-from kvcal.emit.threshold import compute_threshold
+from kvcal.threshold.choose import compute_threshold
 from kvcal.fit.io import write_fit
 from kvcal.records.fit import load_fit
 from kvcal.records.fit_costmodel import CostModelFit, Estimate

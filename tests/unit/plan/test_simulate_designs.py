@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from kvcal.emit.judge import emit_judge
+from kvcal.sweep.judge import emit_judge
 from kvcal.engines.sim import SimCosts
 from kvcal.plan.priors import Prior
 from kvcal.plan.simulate_designs import plan_campaigns

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcal.emit.threshold import Threshold
+from kvcal.threshold.choose import Threshold
 from kvcal.errors import InputError
 from kvcal.fit.io import write_fit
 from kvcal.records.fit import load_fit

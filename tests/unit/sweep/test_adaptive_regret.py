@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from kvcal.emit.judge import emit_judge
-from kvcal.emit.threshold import compute_threshold
+from kvcal.sweep.judge import emit_judge
+from kvcal.threshold.choose import compute_threshold
 from kvcal.engines.sim import SimCosts
 from kvcal.fit import fit_table
 from kvcal.fit.tables import load_probe_table

@@ -3,16 +3,16 @@
 :func:`compute_threshold` takes a :class:`~kvcal.records.fit.FitResult` and returns a
 :class:`Threshold` (or raises NotRecommended / NoThreshold, exit 3). Two rules:
 
-* ``expected-cost`` (default, :mod:`kvcal.emit.expected_cost`): the candidate with the least
-  expected cost per request over the fit's draws (:mod:`kvcal.emit.decision`); it refuses only
+* ``expected-cost`` (default, :mod:`kvcal.threshold.rules.expected_cost`): the candidate with the least
+  expected cost per request over the fit's draws (:mod:`kvcal.threshold.decision`); it refuses only
   where no P2P is cheapest;
-* ``upper`` (:mod:`kvcal.emit.rule_upper`): the interval's upper end x (1 + margin), never
+* ``upper`` (:mod:`kvcal.threshold.rules.upper`): the interval's upper end x (1 + margin), never
   below the shortest length from which the pull won; ``--margin`` belongs to it alone. It
-  keeps the earlier gates (:mod:`kvcal.emit.threshold_parts`): recompute always winning and
+  keeps the earlier gates (:mod:`kvcal.threshold.parts`): recompute always winning and
   legs that tie refuse.
 
 Both refuse a disturbed host (unless ``--allow-disturbed``). Every threshold comes with what
-it costs (:mod:`kvcal.emit.regret`, on the decision's own draws and deltas): the expected
+it costs (:mod:`kvcal.threshold.regret`, on the decision's own draws and deltas): the expected
 regret over the deltas in ms and % and the probability that the best threshold lies above
 it, for the chosen rule and for the alternatives (``upper`` and the llm-d recipe's shortest
 measured length at which the pull's median won), null where a rule refuses or the fit has no
@@ -30,13 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcal.emit.decision import Decision, decide
-from kvcal.emit.delta_weights import Deltas
-from kvcal.emit.expected_cost import expected_cost_threshold
-from kvcal.emit.limits import DEFAULT_MARGIN, RULES, validate_margin
-from kvcal.emit.regret import Figures, RegretModel
-from kvcal.emit.rule_upper import upper_threshold
-from kvcal.emit.threshold_parts import (
+from kvcal.errors import KvcalError, NoThreshold, NotRecommended
+from kvcal.records.fit import FitResult
+from kvcal.threshold.decision import Decision, decide
+from kvcal.threshold.delta_weights import Deltas
+from kvcal.threshold.limits import DEFAULT_MARGIN
+from kvcal.threshold.parts import (
     Working,
     check_threshold,
     disturbance_gate,
@@ -46,8 +45,9 @@ from kvcal.emit.threshold_parts import (
     round_up,
     slow_mode_line,
 )
-from kvcal.errors import InputError, KvcalError, NoThreshold, NotRecommended
-from kvcal.records.fit import FitResult
+from kvcal.threshold.regret import Figures, RegretModel
+from kvcal.threshold.rules import apply_rule, resolve_rule
+from kvcal.threshold.rules.upper import upper_threshold
 
 __all__ = [
     "Threshold",
@@ -138,20 +138,6 @@ def names_slow_mode(rule: Callable[..., Threshold]) -> Callable[..., Threshold]:
     return apply
 
 
-def resolve_rule(rule: str, margin: float | None) -> float | None:
-    """The margin the rule uses (None under expected-cost); InputError for an unknown rule or a stray --margin."""
-    if rule not in RULES:
-        raise InputError(f"unknown --rule {rule!r}; choose one of {', '.join(RULES)}")
-    if rule != "upper":
-        if margin is not None:
-            raise InputError(
-                f"--margin applies only to --rule upper (the {rule} rule has no margin); "
-                "e.g. kvcal emit-config FIT --rule upper --margin 0.25"
-            )
-        return None
-    return validate_margin(DEFAULT_MARGIN if margin is None else margin)
-
-
 @names_slow_mode
 def compute_threshold(
     fit: FitResult,
@@ -170,15 +156,8 @@ def compute_threshold(
     margin = resolve_rule(rule, margin)
     w = _working(fit, block_size)
     disturbance_gate(w, allow_disturbed)
-    if rule == "upper":
-        assert margin is not None
-        refuse_never_or_tie(w)
-        threshold = upper_threshold(w, margin, allow_extrapolation)
-        decision = decide(fit, block_size=w.block, deltas=deltas, allow_extrapolation=allow_extrapolation)
-    else:
-        decision = expected_cost_threshold(w, deltas, allow_extrapolation)
-        assert decision.threshold is not None
-        threshold = decision.threshold
+    chosen = apply_rule(rule, w, margin=margin, deltas=deltas, allow_extrapolation=allow_extrapolation)
+    threshold, decision = chosen.threshold, chosen.decision
     check_threshold(threshold, w.block)
     log.info("threshold %s (%s): %s (block %s)", fit.status, rule, threshold, w.block)
     w.steps.append(f"minCachedTokenDelta = {threshold}")
@@ -203,7 +182,7 @@ def compute_threshold(
         rule=rule,
         figures=price(threshold),
         alternatives=alternatives,
-        decision=None if rule == "upper" else decision,
+        decision=decision if chosen.carries_decision else None,
     )
 
 

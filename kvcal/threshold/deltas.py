@@ -15,7 +15,7 @@ number up to ``MAX_COUNT``; the weights are the counts over their sum.
 
 Memory is bounded whatever the file holds: the log and text forms are read a line at a time
 (:func:`kvcal.files.reading.read_lines`) into a histogram of at most
-:data:`kvcal.emit.delta_weights.MAX_POINTS` values (:class:`HistogramBuilder`), so a router log of
+:data:`kvcal.threshold.delta_weights.MAX_POINTS` values (:class:`HistogramBuilder`), so a router log of
 a million decisions takes the same few MB as one of a thousand.
 """
 
@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from kvcal.emit.delta_weights import MAX_POINTS, Histogram, merge_to
 from kvcal.errors import InputError
 from kvcal.files.reading import load_json, read_lines, read_text
 from kvcal.fit.observational import DECISION, decision_from_line
 from kvcal.records.run import MAX_TOKENS
+from kvcal.threshold.delta_weights import MAX_POINTS, Histogram, merge_to
 
 _SPLIT = re.compile(r"[,\t ;]+")
 MAX_COUNT = 1e200  # far past any count of requests; the weights' sums stay finite below it

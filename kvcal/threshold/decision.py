@@ -2,7 +2,7 @@
 
     T = argmin_{t in candidates + {no P2P}}  E_b [ sum_d w(d) ( R_b(d) 1[d < t] + P_b(d) 1[d >= t] ) ]
 
-``b`` runs over the fit's draws of both legs' mean costs (:mod:`kvcal.emit.draw_costs`: bootstrap
+``b`` runs over the fit's draws of both legs' mean costs (:mod:`kvcal.threshold.draw_costs`: bootstrap
 curves times drawn scales, measured means with their noise where a curve misfits), ``w`` over
 the deltas (``--deltas``, else log-uniform over the measured range). Candidates are block
 multiples from the shortest measured length (rounded up to a block) to the longest, and "no P2P";
@@ -11,7 +11,7 @@ widened alike. Candidates whose expected costs agree within ``TIE_RELATIVE`` go 
 (no P2P above all). A fit without draws decides on its point mean curves as one draw.
 
 Each draw's own best threshold (:meth:`Decision.draw_thresholds`) is what the remaining-work
-boundary's interval and observe's proposal read; :func:`kvcal.emit.expected_cost` turns the
+boundary's interval and observe's proposal read; :func:`kvcal.threshold.rules.expected_cost` turns the
 decision into the default rule's threshold, steps and refusal.
 """
 
@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from kvcal.emit.delta_weights import Deltas, log_uniform
-from kvcal.emit.draw_costs import CostDraws, cost_draws
-from kvcal.emit.threshold_costs import TIE_RELATIVE, ThresholdCosts, highest_least
-from kvcal.emit.threshold_parts import resolve_block_size
 from kvcal.fit.ladder_steps import pull_floor
 from kvcal.records.fit import FitResult
+from kvcal.threshold.candidate_costs import TIE_RELATIVE, ThresholdCosts, highest_least
+from kvcal.threshold.delta_weights import Deltas, log_uniform
+from kvcal.threshold.draw_costs import CostDraws, cost_draws
+from kvcal.threshold.parts import resolve_block_size
 
 __all__ = ["TIE_RELATIVE", "Decision", "candidates", "decide", "draw_thresholds"]
 

@@ -1,8 +1,8 @@
 """What every threshold rule shares: the block, the data's facts (where the pull won, ties, an open interval),
 the disturbance gate and the refusals, and the working state the rules' steps append to.
 
-The rules themselves: :mod:`kvcal.emit.rule_upper` (``--rule upper``, the interval's upper end
-with a margin) and :mod:`kvcal.emit.expected_cost` (the default); :mod:`kvcal.emit.threshold`
+The rules themselves: :mod:`kvcal.threshold.rules.upper` (``--rule upper``, the interval's upper end
+with a margin) and :mod:`kvcal.threshold.rules.expected_cost` (the default); :mod:`kvcal.threshold.choose`
 chooses between them and says what the choice costs.
 """
 
@@ -13,12 +13,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcal.emit.limits import validate_block_size
 from kvcal.errors import KvcalError, NoThreshold, NotRecommended
 from kvcal.fit.ladder_steps import pull_floor
 from kvcal.fit.wins import pooled_win_z
 from kvcal.records.fit import FitResult
 from kvcal.settings.sweep import DEFAULT_BLOCK_SIZE
+from kvcal.threshold.limits import validate_block_size
 
 log = logging.getLogger(__name__)
 

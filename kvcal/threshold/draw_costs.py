@@ -1,7 +1,7 @@
 """The fit's own draws of what each leg costs on average: the curves, their scales and the measured means.
 
 One draw ``b`` of the mean costs is, per leg, a bootstrap draw of its fitted curve times a draw
-of its mean-cost scale (:func:`kvcal.emit.regret.draws`), and at every measured length where a
+of its mean-cost scale (:func:`kvcal.threshold.regret.draws`), and at every measured length where a
 leg's measured mean misfits its curve (fit.json's ``mean_cost.per_length``), that length's
 measured mean times its own noise:
 

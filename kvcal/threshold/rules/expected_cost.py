@@ -1,6 +1,6 @@
 """The default rule, ``--rule expected-cost``: the threshold with the least expected cost over the fit's draws.
 
-The decision itself is :func:`kvcal.emit.decision.decide`: every candidate threshold (block
+The decision itself is :func:`kvcal.threshold.decision.decide`: every candidate threshold (block
 multiples over the measured range, and no P2P) priced per request over the deltas, averaged
 over the fit's draws of both legs' mean costs. This module turns it into the rule's steps,
 its warnings and its one refusal:
@@ -13,30 +13,38 @@ its warnings and its one refusal:
   the warning says what would confirm it.
 
 What the earlier rule did with gates is now part of the cost: a length where the pull lost
-counts through its measured mean and noise (:mod:`kvcal.emit.draw_costs`), a tie is a tie in
+counts through its measured mean and noise (:mod:`kvcal.threshold.draw_costs`), a tie is a tie in
 the draws (the highest of equal costs wins), and recomputing winning everywhere is no P2P
 being cheapest. Refusals about the data (a disturbed host) are made before any rule
-(:mod:`kvcal.emit.threshold_parts`).
+(:mod:`kvcal.threshold.parts`).
 """
 
 from __future__ import annotations
 
 import math
 
-from kvcal.emit.decision import Decision, decide
-from kvcal.emit.delta_weights import Deltas
-from kvcal.emit.draw_costs import LEGS, cost_draws
-from kvcal.emit.regret import RegretModel
-from kvcal.emit.threshold_costs import ThresholdCosts
-from kvcal.emit.threshold_parts import Working, fmt, ladder_down, ladder_up
 from kvcal.errors import NotRecommended
 from kvcal.fit.ladder_steps import pull_floor
 from kvcal.fit.mean_cost import mean_scales, reps_to_settle, scale_rel_sd
+from kvcal.threshold.candidate_costs import ThresholdCosts
+from kvcal.threshold.decision import Decision, decide
+from kvcal.threshold.delta_weights import Deltas
+from kvcal.threshold.draw_costs import LEGS, cost_draws
+from kvcal.threshold.parts import Working, fmt, ladder_down, ladder_up
+from kvcal.threshold.regret import RegretModel
+from kvcal.threshold.rules import Chosen
 
 SETTLE_REGRET_PCT = 0.1
 """An expected regret (% of TTFT) below which no leg's scale needs settling."""
 DOMINATES = 0.5
 """The share of the expected regret a scale's uncertainty must carry to dominate the choice."""
+
+
+def choose(w: Working, *, margin: float | None, deltas: Deltas | None, allow_extrapolation: bool) -> Chosen:
+    """The rule's entry (kvcal.threshold.rules): the decision's threshold, and the decision with it."""
+    decision = expected_cost_threshold(w, deltas, allow_extrapolation)
+    assert decision.threshold is not None  # expected_cost_threshold refuses a decision without one
+    return Chosen(decision.threshold, decision, carries_decision=True)
 
 
 def expected_cost_threshold(w: Working, deltas: Deltas | None, allow_extrapolation: bool) -> Decision:

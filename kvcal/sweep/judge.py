@@ -1,18 +1,19 @@
 """emit-config's verdict on a fit, for the adaptive campaign's stop (kvcal.sweep.regret_stop.Judge).
 
-The sweep stage sits below emit, so the campaign cannot call the threshold rule itself:
-the commands that run or simulate campaigns hand it this function.
+The default rule's threshold (:mod:`kvcal.threshold`, the package below the sweep) and its expected regret. It
+lives in the sweep because it returns the sweep's :class:`~kvcal.sweep.regret_stop.Verdict`; the commands that run
+or simulate campaigns hand it in, and a campaign handed none stops on the width alone.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kvcal.emit.regret import RegretModel
-from kvcal.emit.threshold import compute_threshold
 from kvcal.errors import NoThreshold, NotRecommended
 from kvcal.records.fit import FitResult
 from kvcal.sweep.regret_stop import Verdict, regret_mc_error
+from kvcal.threshold.choose import compute_threshold
+from kvcal.threshold.regret import RegretModel
 
 
 def emit_judge(fit: FitResult) -> Verdict:

@@ -9,7 +9,7 @@ measured length:
 
 and at least ``B``. Each layer guards against a threshold below the break-even and ignores
 the pulls it forgoes above it (docs/emit.md, "How the threshold is chosen", has what that
-costs); the default rule is :mod:`kvcal.emit.expected_cost`. An interval open above has no
+costs); the default rule is :mod:`kvcal.threshold.rules.expected_cost`. An interval open above has no
 upper end, so this rule refuses it.
 """
 
@@ -17,18 +17,32 @@ from __future__ import annotations
 
 import math
 
-from kvcal.emit.threshold_parts import (
+from kvcal.errors import InputError
+from kvcal.records.fit import FIT_DEFAULTS
+from kvcal.threshold.decision import decide
+from kvcal.threshold.delta_weights import Deltas
+from kvcal.threshold.parts import (
     Working,
     fmt,
     ladder_down,
     ladder_up,
     pull_won_from,
+    refuse_never_or_tie,
     refuse_open_above,
     round_up,
     where_the_pull_won,
 )
-from kvcal.errors import InputError
-from kvcal.records.fit import FIT_DEFAULTS
+from kvcal.threshold.rules import Chosen
+
+
+def choose(w: Working, *, margin: float | None, deltas: Deltas | None, allow_extrapolation: bool) -> Chosen:
+    """The rule's entry (kvcal.threshold.rules): the earlier gates, then the rule; priced on the default decision's
+    draws and deltas, which the result does not carry (this rule did not decide by them)."""
+    assert margin is not None  # the table says this rule takes one: resolve_rule gave its default
+    refuse_never_or_tie(w)
+    threshold = upper_threshold(w, margin, allow_extrapolation)
+    decision = decide(w.fit, block_size=w.block, deltas=deltas, allow_extrapolation=allow_extrapolation)
+    return Chosen(threshold, decision, carries_decision=False)
 
 
 def upper_threshold(w: Working, margin: float, allow_extrapolation: bool) -> int:

@@ -8,7 +8,7 @@ and the measured means' corrections are linear between measured lengths.
 * :class:`LogUniform`: the default, a density ``1 / (d ln(hi / lo))`` over ``[lo, hi]``,
   integrated exactly (``W0 = ln(b/a) / L``, ``W1 = (b - a) / L``, ``W2 = (b^2 - a^2) / 2L``), so a
   threshold between two grid points is not a tie of a discretisation;
-* :class:`Histogram`: deltas a file gave (``--deltas``, :mod:`kvcal.emit.deltas`), each distinct
+* :class:`Histogram`: deltas a file gave (``--deltas``, :mod:`kvcal.threshold.deltas`), each distinct
   value with its weight and the spread of the values it stands for. Its size is bounded
   whatever the file holds: past ``MAX_POINTS`` distinct values neighbours are merged into bins
   of a power-of-two width that keep their exact weight, mean and second moment

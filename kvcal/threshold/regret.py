@@ -1,14 +1,14 @@
 """What a threshold costs the fleet: expected regret over the cached-token deltas the router sees.
 
-With each draw's cost of a threshold, ``C_b(t)`` (:mod:`kvcal.emit.threshold_costs`: the
-fit's draws of the mean costs, :mod:`kvcal.emit.draw_costs`, over the deltas), and the draw's
+With each draw's cost of a threshold, ``C_b(t)`` (:mod:`kvcal.threshold.candidate_costs`: the
+fit's draws of the mean costs, :mod:`kvcal.threshold.draw_costs`, over the deltas), and the draw's
 least cost over every candidate and no P2P, ``C_b*``:
 
     regret_b(t) = C_b(t) - C_b*       in ms per request, and as a share of C_b*
 
 The figures are their means over the draws, and ``p_break_even_above`` is the share of draws
 whose own best threshold lies above ``t`` (no P2P counts as above every threshold). The same
-draws and deltas decide the default threshold (:mod:`kvcal.emit.decision`), so a rule's
+draws and deltas decide the default threshold (:mod:`kvcal.threshold.decision`), so a rule's
 price and the default's choice are read off one set of costs. A fit without bootstrap
 samples has no figures.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from kvcal.emit.threshold_costs import TIE_RELATIVE, ThresholdCosts
+from kvcal.threshold.candidate_costs import TIE_RELATIVE, ThresholdCosts
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 The router has one threshold for every pair. With a fit per link class (``kvcal fit`` on a
 ``kvcal sweep --pairs`` run) it is the one that costs least over the fleet's mix of pairs.
 
-Under the default rule that is the one decision (:mod:`kvcal.emit.decision`) summed over the
+Under the default rule that is the one decision (:mod:`kvcal.threshold.decision`) summed over the
 classes: each class's expected cost per request over its own draws and the deltas (``--deltas``,
 else log-uniform over the lengths the classes measured), on common candidates (block multiples
 over the classes' measured lengths, and no P2P):
@@ -31,23 +31,39 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from kvcal.costs.cost_curve import cost_ms
-from kvcal.emit.decision import Decision
-from kvcal.emit.delta_weights import Deltas, log_uniform
-from kvcal.emit.draw_costs import cost_draws
-from kvcal.emit.options import EmitOptions
-from kvcal.emit.threshold import Threshold, compute_threshold, resolve_block_size
-from kvcal.emit.threshold_costs import ThresholdCosts, highest_least
 from kvcal.errors import InputError, KvcalError, NotRecommended
 from kvcal.fit.mean_cost import mean_curves
 from kvcal.records.fit import ClassFit, FitResult
+from kvcal.threshold.candidate_costs import ThresholdCosts, highest_least
+from kvcal.threshold.choose import Threshold, compute_threshold, resolve_block_size
+from kvcal.threshold.decision import Decision
+from kvcal.threshold.delta_weights import Deltas, log_uniform
+from kvcal.threshold.draw_costs import cost_draws
 
 GRID_POINTS = 512  # lengths the excess is averaged over (log-uniform); its error is far below the curves' own
 MAX_CANDIDATES = 4096  # thresholds tried; beyond it the step grows by whole blocks
+
+
+class MixOptions(Protocol):
+    """What the mix reads of a command's settings (emit-config's ``EmitOptions`` has each): the rule's own choices."""
+
+    @property
+    def rule(self) -> str: ...
+    @property
+    def margin(self) -> float | None: ...
+    @property
+    def block_size(self) -> int | None: ...
+    @property
+    def allow_extrapolation(self) -> bool: ...
+    @property
+    def allow_disturbed(self) -> bool: ...
+    @property
+    def class_mix(self) -> dict[str, float] | None: ...
 
 
 @dataclass(frozen=True)
@@ -88,7 +104,7 @@ class MixThreshold:
 
 
 def class_threshold(
-    fit: FitResult, options: EmitOptions, deltas: Deltas | None = None
+    fit: FitResult, options: MixOptions, deltas: Deltas | None = None
 ) -> tuple[Threshold | None, str | None]:
     """A class's own threshold by the one-class rule, or why it has none (the only call of that rule here)."""
     try:
@@ -107,7 +123,7 @@ def class_threshold(
         return None, str(err)
 
 
-def mix_threshold(fit: FitResult, options: EmitOptions, deltas: Deltas | None = None) -> MixThreshold:
+def mix_threshold(fit: FitResult, options: MixOptions, deltas: Deltas | None = None) -> MixThreshold:
     """The common threshold over the mix (module docstring); NotRecommended when pulling helps no mix of these."""
     if not fit.classes:
         raise InputError("--class-mix needs a fit with link classes (kvcal fit on a kvcal sweep --pairs run)")
@@ -171,7 +187,7 @@ def _cost_at(threshold: int, candidates: np.ndarray, loss: np.ndarray) -> float 
 def _mix_record(
     common: int,
     block: int,
-    options: EmitOptions,
+    options: MixOptions,
     shares: dict[str, float],
     grid: np.ndarray,
     rows: list[ClassThreshold],

@@ -11,8 +11,8 @@ import pytest
 
 from factories import make_curve, make_fit, sim_table
 from kvcal.emit import formats as em
-from kvcal.emit.deltas import read_deltas
-from kvcal.emit.threshold import compute_threshold, regret_model
+from kvcal.threshold.deltas import read_deltas
+from kvcal.threshold.choose import compute_threshold, regret_model
 from kvcal.engines.sim import SimCosts
 from kvcal.errors import InputError, NoThreshold, NotRecommended
 from kvcal.fit import fit_table

@@ -1,13 +1,13 @@
 """What any threshold costs per request, in every draw of the mean costs, over the deltas a router sees.
 
 A router with threshold ``t`` recomputes a delta ``d < t`` and pulls one ``d >= t``, so in draw
-``b`` (:mod:`kvcal.emit.draw_costs`) with mean costs ``R_b`` and ``P_b`` and deltas weighted ``w``:
+``b`` (:mod:`kvcal.threshold.draw_costs`) with mean costs ``R_b`` and ``P_b`` and deltas weighted ``w``:
 
     C_b(t) = sum_d w(d) R_b(d) - S_b(t),       S_b(t) = sum_{d >= t} w(d) (R_b(d) - P_b(d))
 
 Each leg is a quadratic curve plus a correction linear between measured lengths, so ``S_b(t)``
 needs only the deltas' weight and first two moments between consecutive breakpoints (the
-candidate thresholds and the measured lengths, :meth:`kvcal.emit.delta_weights.Deltas.moments`):
+candidate thresholds and the measured lengths, :meth:`kvcal.threshold.delta_weights.Deltas.moments`):
 
     S_b(t) = (r_b - p_b) . M(>= t) + (c^R_b - c^P_b) . H(>= t)
 
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from kvcal.emit.delta_weights import Deltas
-from kvcal.emit.draw_costs import CostDraws
+from kvcal.threshold.delta_weights import Deltas
+from kvcal.threshold.draw_costs import CostDraws
 
 UNITS = np.array([1.0, 1e-3, 1e-6])
 CHUNK_ELEMENTS = 4_000_000  # draws x candidates held at once (32 MB)

@@ -1,0 +1,104 @@
+"""The threshold rules (``--rule``): one module per rule, and :data:`TABLE`, the one list that names them.
+
+A rule is a module here with ``choose(w, *, margin, deltas, allow_extrapolation) -> Chosen`` (the threshold, the
+decision that prices it, and whether the result carries that decision), and its line in :data:`TABLE`: its name,
+the clause ``--rule``'s help says of it, and whether it takes ``--margin``. The default ``expected-cost``
+(:mod:`.expected_cost`) and ``upper`` (:mod:`.upper`) are the two today.
+
+Light on purpose: emit-config's flags read the names and the help from here, so this module imports nothing of
+kvcal but errors and the margin's check, and a rule's module is imported only when the rule runs.
+May import what :mod:`kvcal.threshold` may.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvcal.errors import InputError
+from kvcal.threshold.limits import DEFAULT_MARGIN, validate_margin
+
+if TYPE_CHECKING:
+    from kvcal.threshold.decision import Decision
+    from kvcal.threshold.delta_weights import Deltas
+    from kvcal.threshold.parts import Working
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """What a rule's ``choose`` returns: the threshold, the decision that prices it, and whether the
+    result carries that decision (the default rule's own) or only its prices (a rule that decides otherwise)."""
+
+    threshold: int
+    decision: Decision
+    carries_decision: bool
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ``--rule`` value: its name, its module (a dotted name, imported when it runs) and what its help says."""
+
+    name: str
+    module: str
+    summary: str
+    takes_margin: bool = False
+
+
+TABLE: tuple[Rule, ...] = (
+    Rule(
+        "expected-cost",
+        f"{__name__}.expected_cost",
+        "the block multiple with the least expected cost over the fit's draws",
+    ),
+    Rule(
+        "upper",
+        f"{__name__}.upper",
+        "the break-even interval's upper end x (1 + --margin), kvcal's earlier rule",
+        takes_margin=True,
+    ),
+)
+"""Every rule, the default first."""
+
+DEFAULT_RULE = TABLE[0].name
+
+
+def rule_names() -> tuple[str, ...]:
+    return tuple(rule.name for rule in TABLE)
+
+
+def rule_help() -> str:
+    """``--rule``'s help: the choices, then each rule's clause."""
+    clauses = "; ".join(f"{rule.name}: {rule.summary}" for rule in TABLE)
+    return f"How the threshold is chosen: {' or '.join(rule_names())}. {clauses}."
+
+
+def rule_named(name: str) -> Rule:
+    for rule in TABLE:
+        if rule.name == name:
+            return rule
+    raise InputError(f"unknown --rule {name!r}; choose one of {', '.join(rule_names())}")
+
+
+def resolve_rule(name: str, margin: float | None) -> float | None:
+    """The one check of ``--rule`` and ``--margin``: the margin the rule uses (its default when none is given, None
+    for a rule without one); InputError for an unknown rule, a stray --margin or a margin out of bounds."""
+    rule = rule_named(name)
+    if not rule.takes_margin:
+        if margin is not None:
+            takers = " or ".join(f"--rule {r.name}" for r in TABLE if r.takes_margin)
+            raise InputError(
+                f"--margin applies only to {takers} (the {name} rule has no margin); "
+                "e.g. kvcal emit-config FIT --rule upper --margin 0.25"
+            )
+        return None
+    return validate_margin(DEFAULT_MARGIN if margin is None else margin)
+
+
+def apply_rule(
+    name: str, w: Working, *, margin: float | None, deltas: Deltas | None, allow_extrapolation: bool
+) -> Chosen:
+    """Run the rule called ``name`` on the working state (its module imported now)."""
+    module = importlib.import_module(rule_named(name).module)
+    chosen: Chosen = module.choose(w, margin=margin, deltas=deltas, allow_extrapolation=allow_extrapolation)
+    return chosen
