@@ -44,7 +44,7 @@ from kvcal.threshold.parts import (
     slow_mode_line,
 )
 from kvcal.threshold.regret import Figures, RegretModel
-from kvcal.threshold.rules import TABLE, Rule, apply_rule, resolve_rule, threshold_alone
+from kvcal.threshold.rules import DEFAULT_RULE, TABLE, Rule, apply_rule, resolve_rule, threshold_alone
 
 __all__ = [
     "Threshold",
@@ -82,7 +82,7 @@ class Threshold:
     block_size: int
     steps: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
-    rule: str = "expected-cost"
+    rule: str = DEFAULT_RULE
     figures: Figures = field(default_factory=Figures)
     alternatives: dict[str, Alternative] = field(default_factory=dict)
     decision: Decision | None = None  # the default rule's (and a class mix's); None under --rule upper
@@ -139,7 +139,7 @@ def names_slow_mode(rule: Callable[..., Threshold]) -> Callable[..., Threshold]:
 def compute_threshold(
     fit: FitResult,
     *,
-    rule: str = "expected-cost",
+    rule: str = DEFAULT_RULE,
     margin: float | None = None,
     block_size: int | None = None,
     allow_extrapolation: bool = False,

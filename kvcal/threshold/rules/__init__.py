@@ -117,10 +117,10 @@ def resolve_rule(name: str, margin: float | None) -> float | None:
     rule = rule_named(name)
     if not rule.takes_margin:
         if margin is not None:
-            takers = " or ".join(f"--rule {r.name}" for r in TABLE if r.takes_margin)
+            takers = [r.name for r in TABLE if r.takes_margin]
             raise InputError(
-                f"--margin applies only to {takers} (the {name} rule has no margin); "
-                "e.g. kvcal emit-config FIT --rule upper --margin 0.25"
+                f"--margin applies only to {' or '.join(f'--rule {t}' for t in takers)} (the {name} rule has no "
+                f"margin); e.g. kvcal emit-config FIT --rule {takers[0]} --margin {DEFAULT_MARGIN:g}"
             )
         return None
     return validate_margin(DEFAULT_MARGIN if margin is None else margin)
