@@ -18,6 +18,7 @@ from kvcal.report.html import bullets, cell, esc, figure, fmt, key_values, parag
 from kvcal.report.provenance import disturbance_section, provenance_section
 from kvcal.report.run_data import RunData
 from kvcal.report.svg import chart_figure
+from kvcal.threshold.rules import rule_named
 
 NAV = (
     ("verdict", "Verdict"),
@@ -90,18 +91,7 @@ def rule_text(run: RunData) -> str:
     t = run.emitted.threshold
     if t is None:
         return ""
-    if t.rule == "upper":
-        rule = (
-            f"The rule (--rule upper): the upper end of the break-even's interval, raised by the margin {t.margin:g} "
-            f"and rounded up to a multiple of the block size {t.block_size}, never below the shortest measured length "
-            "from which the pull won (docs/emit.md)."
-        )
-    else:
-        rule = (
-            "The rule (expected cost, the default): where the legs' mean costs, the ones the router pays, cross for "
-            f"good, rounded to a multiple of the block size {t.block_size}, never at or below a length where the pull "
-            "was measured to lose (docs/emit.md, how the threshold is chosen)."
-        )
+    rule = rule_named(t.rule).report_words(t.margin, t.block_size)
     figures = t.figures
     if figures.expected_regret_ms is not None and figures.expected_regret_pct is not None:
         rule += (

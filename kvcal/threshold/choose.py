@@ -14,9 +14,9 @@
 Both refuse a disturbed host (unless ``--allow-disturbed``). Every threshold comes with what
 it costs (:mod:`kvcal.threshold.regret`, on the decision's own draws and deltas): the expected
 regret over the deltas in ms and % and the probability that the best threshold lies above
-it, for the chosen rule and for the alternatives (``upper`` and the llm-d recipe's shortest
-measured length at which the pull's median won), null where a rule refuses or the fit has no
-bootstrap draws.
+it, for the chosen rule and for the alternatives (each rule the table marks ``alternative``, today
+``upper``, and the llm-d recipe's shortest measured length at which the pull's median won), null
+where a rule refuses or the fit has no bootstrap draws.
 
 A pull with a slow mode (:mod:`kvcal.fit.modes`) arrives fitted to its mean cost; the steps
 say so and a refusal names the slow pulls and what to measure.
@@ -34,20 +34,17 @@ from kvcal.errors import KvcalError, NoThreshold, NotRecommended
 from kvcal.records.fit import FitResult
 from kvcal.threshold.decision import Decision, decide
 from kvcal.threshold.delta_weights import Deltas
-from kvcal.threshold.limits import DEFAULT_MARGIN
 from kvcal.threshold.parts import (
     Working,
     check_threshold,
     disturbance_gate,
     fmt,
-    refuse_never_or_tie,
     resolve_block_size,
     round_up,
     slow_mode_line,
 )
 from kvcal.threshold.regret import Figures, RegretModel
-from kvcal.threshold.rules import apply_rule, resolve_rule
-from kvcal.threshold.rules.upper import upper_threshold
+from kvcal.threshold.rules import DEFAULT_RULE, TABLE, Rule, apply_rule, resolve_rule, threshold_alone
 
 __all__ = [
     "Threshold",
@@ -85,7 +82,7 @@ class Threshold:
     block_size: int
     steps: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
-    rule: str = "expected-cost"
+    rule: str = DEFAULT_RULE
     figures: Figures = field(default_factory=Figures)
     alternatives: dict[str, Alternative] = field(default_factory=dict)
     decision: Decision | None = None  # the default rule's (and a class mix's); None under --rule upper
@@ -142,7 +139,7 @@ def names_slow_mode(rule: Callable[..., Threshold]) -> Callable[..., Threshold]:
 def compute_threshold(
     fit: FitResult,
     *,
-    rule: str = "expected-cost",
+    rule: str = DEFAULT_RULE,
     margin: float | None = None,
     block_size: int | None = None,
     allow_extrapolation: bool = False,
@@ -168,8 +165,12 @@ def compute_threshold(
     )
     model = RegretModel(decision.model) if decision.draws.from_bootstrap else None
     price = model.figures if model is not None else (lambda _t: Figures())
-    upper = threshold if rule == "upper" else _quiet_upper(fit, w.block, allow_extrapolation)
-    alternatives = {"upper": _alternative(price, upper), "recipe": _alternative(price, recipe_threshold(fit, w.block))}
+    alternatives = {
+        alt.name: _alternative(price, threshold if alt.name == rule else _quiet(alt, fit, w.block, allow_extrapolation))
+        for alt in TABLE
+        if alt.alternative
+    }
+    alternatives["recipe"] = _alternative(price, recipe_threshold(fit, w.block))
     return Threshold(
         min_cached_token_delta=threshold,
         status=fit.status,
@@ -199,12 +200,10 @@ def _working(fit: FitResult, block_size: int | None) -> Working:
     )
 
 
-def _quiet_upper(fit: FitResult, block: int, allow_extrapolation: bool) -> int | None:
-    """The upper rule's threshold on the same fit, None where it refuses (its own gates included)."""
-    w = _working(fit, block)
+def _quiet(alternative: Rule, fit: FitResult, block: int, allow_extrapolation: bool) -> int | None:
+    """An alternative rule's threshold on the same fit (its own steps and warnings dropped), None where it refuses."""
     try:
-        refuse_never_or_tie(w)
-        return upper_threshold(w, DEFAULT_MARGIN, allow_extrapolation)
+        return threshold_alone(alternative, _working(fit, block), allow_extrapolation=allow_extrapolation)
     except KvcalError:
         return None
 

@@ -11,8 +11,8 @@ over the classes' measured lengths, and no P2P):
     common = argmin_T  sum_c share_c * E_c(T)
 
 and a class's cost of the common threshold is ``E_c(common) - min_T E_c(T)``, what a request of
-that class loses against the threshold best for it alone. Under ``--rule upper`` the mix keeps
-the earlier form, on each class's point mean curves:
+that class loses against the threshold best for it alone. Under a rule whose table entry says
+``mix_on_point_curves`` (``--rule upper``) the mix keeps the earlier form, on each class's point mean curves:
 
     common = argmin_T  sum_c share_c * excess_c(T)
     excess_c(T) = mean over n of [ pull_c(n) - min(pull_c(n), recompute_c(n))   if n >= T
@@ -44,6 +44,7 @@ from kvcal.threshold.choose import Threshold, compute_threshold, resolve_block_s
 from kvcal.threshold.decision import Decision
 from kvcal.threshold.delta_weights import Deltas, log_uniform
 from kvcal.threshold.draw_costs import cost_draws
+from kvcal.threshold.rules import rule_named
 
 GRID_POINTS = 512  # lengths the excess is averaged over (log-uniform); its error is far below the curves' own
 MAX_CANDIDATES = 4096  # thresholds tried; beyond it the step grows by whole blocks
@@ -131,7 +132,7 @@ def mix_threshold(fit: FitResult, options: MixOptions, deltas: Deltas | None = N
     block, _ = resolve_block_size(fit, options.block_size)
     grid = _length_grid(fit.classes)
     decision: Decision | None = None
-    if options.rule == "upper":
+    if rule_named(options.rule).mix_on_point_curves:
         candidates = _candidates(block, int(grid[0]), int(grid[-1]) + block)
         loss = {name: _excess(cls.fit, grid, candidates) for name, cls in fit.classes.items()}
         best = int(np.argmin(sum(shares[name] * loss[name] for name in fit.classes)))

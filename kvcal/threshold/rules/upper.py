@@ -38,11 +38,16 @@ from kvcal.threshold.rules import Chosen
 def choose(w: Working, *, margin: float | None, deltas: Deltas | None, allow_extrapolation: bool) -> Chosen:
     """The rule's entry (kvcal.threshold.rules): the earlier gates, then the rule; priced on the default decision's
     draws and deltas, which the result does not carry (this rule did not decide by them)."""
-    assert margin is not None  # the table says this rule takes one: resolve_rule gave its default
-    refuse_never_or_tie(w)
-    threshold = upper_threshold(w, margin, allow_extrapolation)
+    threshold = threshold_alone(w, margin=margin, allow_extrapolation=allow_extrapolation)
     decision = decide(w.fit, block_size=w.block, deltas=deltas, allow_extrapolation=allow_extrapolation)
     return Chosen(threshold, decision, carries_decision=False)
+
+
+def threshold_alone(w: Working, *, margin: float | None, allow_extrapolation: bool) -> int:
+    """The table marks this rule an alternative: its threshold, unpriced, that every other rule's is priced beside."""
+    assert margin is not None  # the table says this rule takes one: resolve_rule gave its default
+    refuse_never_or_tie(w)
+    return upper_threshold(w, margin, allow_extrapolation)
 
 
 def upper_threshold(w: Working, margin: float, allow_extrapolation: bool) -> int:

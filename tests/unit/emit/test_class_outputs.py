@@ -104,3 +104,19 @@ def test_plot_draws_the_classes_together(classes_run, tmp_path):
     assert any(label.startswith("far (1 pair): pull fit") for label in labels)
     assert "link classes" in figure._suptitle.get_text()
     assert plot_input(run, tmp_path / "classes.png").stat().st_size > 0
+
+
+def test_the_mix_asks_the_rules_table_whether_it_sums_point_curves(classes_run, monkeypatch):
+    """The point-curve form is the rule entry's flag, not its name: set on the default rule, its mix takes that form."""
+    from dataclasses import replace
+
+    from kvcal.emit.options import EmitOptions
+    from kvcal.threshold import rules
+    from kvcal.threshold.class_mix import mix_threshold
+
+    _, fit = classes_run
+    drawn = mix_threshold(fit, EmitOptions()).threshold
+    monkeypatch.setattr(rules, "TABLE", (replace(rules.TABLE[0], mix_on_point_curves=True), *rules.TABLE[1:]))
+    curves = mix_threshold(fit, EmitOptions()).threshold
+    assert drawn.decision is not None and "expected costs over each class's draws" in drawn.steps[0]
+    assert curves.decision is None and "the classes' fitted curves, against choosing per length" in curves.steps[0]

@@ -1,11 +1,12 @@
 """The threshold rules are one table (kvcal/threshold/rules/): a rule registered there is a --rule choice, in the
-help and checked, with no other edit; the table's module stays light for --help."""
+help, in docs/emit.md's list and on the run page, checked, with no other edit; the table's module stays light."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import types
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,7 +15,9 @@ from kvcal.emit.options import EmitOptions
 from kvcal.errors import InputError
 from kvcal.threshold import rules
 from kvcal.threshold.choose import compute_threshold
+from kvcal.report.run_page import rule_text
 from kvcal.threshold.decision import decide
+from tests.docs_lists import docs_block
 
 
 @pytest.fixture
@@ -41,6 +44,21 @@ def test_a_registered_rule_is_a_choice_in_the_help_checked_and_run(dummy_rule):
         EmitOptions(rule="shortest", margin=0.1)
     chosen = compute_threshold(make_fit(), rule="shortest")
     assert (chosen.rule, chosen.min_cached_token_delta, chosen.decision) == ("shortest", 256, None)
+    assert rules.docs_list().splitlines()[-1] == "* `shortest`: the shortest measured length."
+    page = rule_text(SimpleNamespace(emitted=SimpleNamespace(threshold=chosen), fit=make_fit()))
+    assert "The rule (--rule shortest): the shortest measured length." in page
+    assert set(chosen.alternatives) == {"upper", "recipe"}  # priced against the rules the table marks, not itself
+
+
+def test_the_docs_list_is_the_table():
+    assert docs_block("emit.md", "rules") == rules.docs_list(), "run scripts/docs_lists.py"
+
+
+def test_each_rule_words_the_run_page_from_its_entry():
+    words = {rule.name: rule.report_words(0.25, 64) for rule in rules.TABLE}
+    assert words["upper"].startswith("The rule (--rule upper): ") and "margin 0.25" in words["upper"]
+    assert words["expected-cost"].startswith("The rule (expected cost, the default): ") and "block size 64" in words[
+        "expected-cost"]
 
 
 def test_the_help_names_every_rule_and_the_default_first():
