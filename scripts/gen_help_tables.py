@@ -110,11 +110,12 @@ def workload_keys() -> str:
 
 def tables() -> dict[str, Any]:
     """Every generated table, by its name in kvcal/cli/help_tables.py."""
+    from kvcal.emit.options import EmitOptions
     from kvcal.fit.settings import FitConfig
     from kvcal.fleet.settings import FleetConfig
     from kvcal.gate.compare_settings import CompareConfig
-    from kvcal.records.fit import FitSettings
     from kvcal.plan.settings import PlanConfig
+    from kvcal.records.fit import FitSettings
 
     return {
         "COMMANDS": commands(),
@@ -122,6 +123,7 @@ def tables() -> dict[str, Any]:
         "FIT_CONFIG": settings_table(FitConfig),
         "PLAN_SETTINGS": settings_table(PlanConfig),
         "COMPARE_SETTINGS": settings_table(CompareConfig),
+        "EMIT_SETTINGS": settings_table(EmitOptions),
         "SWEEP_FLAGS": sweep_flags(),
         "FLEET_SETTINGS": settings_table(FleetConfig),
         "WORKLOAD_KEYS": workload_keys(),

@@ -7,13 +7,15 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import EMIT_SETTINGS as EMIT  # EmitOptions' defaults and bounds, without pydantic
 from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
-from kvcal.emit.limits import P2P_PORT
-from kvcal.emit.renderers import format_names, help_list, option_help
+from kvcal.emit.renderers import help_list, option_help
 from kvcal.errors import InputError
-from kvcal.threshold.limits import DEFAULT_MARGIN
-from kvcal.threshold.rules import DEFAULT_RULE, rule_help
+from kvcal.threshold.limits import DEFAULT_MARGIN  # resolve_rule's, which EmitOptions calls: declared once there
+from kvcal.threshold.rules import rule_help
+
+P2P_PORT = EMIT["p2p_port"]["default"]
 
 EPILOG = f"""Examples:
 
@@ -61,13 +63,13 @@ def emit_config(
         ..., metavar="INPUT", help="A fit.json, or a run folder (fitted on the fly if it has none)."
     ),
     format: str = typer.Option(
-        format_names()[0],
+        EMIT["format"]["default"],
         "--format",
         "-f",
         help=option_help(),
     ),
     rule: str = typer.Option(
-        DEFAULT_RULE,
+        EMIT["rule"]["default"],
         "--rule",
         help=rule_help(),
     ),

@@ -115,6 +115,32 @@ COMPARE_SETTINGS: dict[str, dict[str, Any]] = {
     "values_file": {"default": None},
 }
 
+EMIT_SETTINGS: dict[str, dict[str, Any]] = {
+    "add_plugin": {"default": False},
+    "allow_disturbed": {"default": False},
+    "allow_extrapolation": {"default": False},
+    "block_size": {"default": None},
+    "chunk_size": {"default": None, "ge": 1},
+    "class_mix": {"default": None},
+    "cpu_bytes_to_use": {"default": None, "ge": 1},
+    "deltas": {"default": None},
+    "deployment": {"default": None},
+    "diff": {"default": False},
+    "format": {"default": "plugin"},
+    "in_place": {"default": False},
+    "margin": {"default": None},
+    "max_model_len": {"default": None, "ge": 1, "le": 1000000000},
+    "model": {"default": None},
+    "p2p_port": {"default": 7777, "ge": 1, "le": 65535},
+    "prefill_profile": {"default": None},
+    "prefix_match_producer": {"default": None},
+    "rule": {"default": "expected-cost"},
+    "transport": {"default": None},
+    "ttft_penalty_ms": {"default": None, "gt": 0, "le": 86400000.0},
+    "values": {"default": None},
+    "with_costmodel": {"default": False},
+}
+
 SWEEP_FLAGS = (
     ("model", "--model", "str", "Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'."),
     ("engine", "--engine", "str", "vllm: real engines; sim: simulated curves, never a measurement. (default: vllm)"),

@@ -58,3 +58,31 @@ def test_a_changed_bound_is_caught(monkeypatch):
     field = FleetConfig.model_fields["seeds"]
     monkeypatch.setattr(field, "metadata", [Le(999) if isinstance(mark, Le) else mark for mark in field.metadata])
     assert GENERATOR.tables()["FLEET_SETTINGS"]["seeds"]["le"] == 999 != help_tables.FLEET_SETTINGS["seeds"]["le"]
+
+
+def test_a_moved_emit_default_or_bound_is_caught(monkeypatch):
+    """EMIT_SETTINGS follows EmitOptions: a moved default (the P2P port) or bound (the longest context) shows."""
+    from annotated_types import Le
+
+    from kvcal.emit.options import EmitOptions
+
+    monkeypatch.setattr(EmitOptions.model_fields["p2p_port"], "default", 7778)
+    field = EmitOptions.model_fields["max_model_len"]
+    monkeypatch.setattr(field, "metadata", [Le(4096) if isinstance(mark, Le) else mark for mark in field.metadata])
+    table = GENERATOR.tables()["EMIT_SETTINGS"]
+    assert table["p2p_port"]["default"] == 7778 != help_tables.EMIT_SETTINGS["p2p_port"]["default"]
+    assert table["max_model_len"]["le"] == 4096 != help_tables.EMIT_SETTINGS["max_model_len"]["le"]
+
+
+def test_emit_configs_flags_default_as_emit_options_does():
+    """No emit-config flag keeps a default of its own: each one named like an EmitOptions field defaults to the
+    model's default (a flag passes its value on, so a different one would silently replace the model's)."""
+    import inspect
+
+    from kvcal.cli.emit_cmd import emit_config
+
+    shared = [p for p in inspect.signature(emit_config).parameters.values() if p.name in help_tables.EMIT_SETTINGS]
+    assert len(shared) == len(help_tables.EMIT_SETTINGS)  # every field is a flag
+    for param in shared:
+        assert param.default.default == help_tables.EMIT_SETTINGS[param.name]["default"], param.name
+        assert param.default.min is None and param.default.max is None, f"{param.name}: bounds are the model's"
