@@ -76,6 +76,18 @@ def settings_table(model: Any) -> dict[str, dict[str, Any]]:
     return table
 
 
+def dataclass_table(record: Any) -> dict[str, dict[str, Any]]:
+    """A settings dataclass's defaults, by field, as :func:`settings_table` gives a model's (a dataclass declares
+    no bounds: its ``__post_init__`` checks them)."""
+    import dataclasses
+
+    return {
+        item.name: {"default": item.default}
+        for item in dataclasses.fields(record)
+        if isinstance(item.default, (int, float, str, type(None)))  # MISSING (required) and factories left out
+    }
+
+
 def commands() -> tuple[tuple[str, str, str], ...]:
     """Every command in ``kvcal --help``'s order: (name, the module that registers it, its one-line summary).
 
@@ -111,6 +123,7 @@ def workload_keys() -> str:
 def tables() -> dict[str, Any]:
     """Every generated table, by its name in kvcal/cli/help_tables.py."""
     from kvcal.emit.options import EmitOptions
+    from kvcal.estimate.predict import PredictSettings
     from kvcal.fit.settings import FitConfig
     from kvcal.fleet.settings import FleetConfig
     from kvcal.gate.compare_settings import CompareConfig
@@ -124,6 +137,7 @@ def tables() -> dict[str, Any]:
         "PLAN_SETTINGS": settings_table(PlanConfig),
         "COMPARE_SETTINGS": settings_table(CompareConfig),
         "EMIT_SETTINGS": settings_table(EmitOptions),
+        "PREDICT_SETTINGS": dataclass_table(PredictSettings),
         "SWEEP_FLAGS": sweep_flags(),
         "FLEET_SETTINGS": settings_table(FleetConfig),
         "WORKLOAD_KEYS": workload_keys(),

@@ -141,6 +141,17 @@ EMIT_SETTINGS: dict[str, dict[str, Any]] = {
     "with_costmodel": {"default": False},
 }
 
+PREDICT_SETTINGS: dict[str, dict[str, Any]] = {
+    "devices": {"default": 1},
+    "kv_dtype": {"default": None},
+    "lengths": {"default": None},
+    "link_efficiency": {"default": None},
+    "mfu": {"default": None},
+    "overhead_ms": {"default": None},
+    "pull_floor_ms": {"default": None},
+    "sliding_window_full": {"default": False},
+}
+
 SWEEP_FLAGS = (
     ("model", "--model", "str", "Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'."),
     ("engine", "--engine", "str", "vllm: real engines; sim: simulated curves, never a measurement. (default: vllm)"),

@@ -74,15 +74,35 @@ def test_a_moved_emit_default_or_bound_is_caught(monkeypatch):
     assert table["max_model_len"]["le"] == 4096 != help_tables.EMIT_SETTINGS["max_model_len"]["le"]
 
 
-def test_emit_configs_flags_default_as_emit_options_does():
-    """No emit-config flag keeps a default of its own: each one named like an EmitOptions field defaults to the
-    model's default (a flag passes its value on, so a different one would silently replace the model's)."""
+@pytest.mark.parametrize(
+    ("module", "command", "table"),
+    [("emit_cmd", "emit_config", "EMIT_SETTINGS"), ("predict_cmd", "predict", "PREDICT_SETTINGS")],
+)
+def test_a_commands_flags_default_as_its_settings_do(module, command, table):
+    """No such flag keeps a default of its own: each one named like a field of the command's settings defaults to
+    the settings' default (a flag passes its value on, so a different one would silently replace the settings')."""
+    import importlib
     import inspect
 
-    from kvcal.cli.emit_cmd import emit_config
-
-    shared = [p for p in inspect.signature(emit_config).parameters.values() if p.name in help_tables.EMIT_SETTINGS]
-    assert len(shared) == len(help_tables.EMIT_SETTINGS)  # every field is a flag
+    settings = getattr(help_tables, table)
+    function = getattr(importlib.import_module(f"kvcal.cli.{module}"), command)
+    shared = [p for p in inspect.signature(function).parameters.values() if p.name in settings]
+    assert len(shared) == len(settings)  # every field is a flag
     for param in shared:
-        assert param.default.default == help_tables.EMIT_SETTINGS[param.name]["default"], param.name
-        assert param.default.min is None and param.default.max is None, f"{param.name}: bounds are the model's"
+        assert param.default.default == settings[param.name]["default"], param.name
+        assert param.default.min is None and param.default.max is None, f"{param.name}: bounds are the settings'"
+
+
+def test_a_moved_predict_default_is_caught(monkeypatch):
+    """PREDICT_SETTINGS follows the PredictSettings dataclass (a plain record, no model)."""
+    import dataclasses
+
+    from kvcal.estimate.predict import PredictSettings
+
+    (devices,) = [item for item in dataclasses.fields(PredictSettings) if item.name == "devices"]
+    monkeypatch.setattr(devices, "default", 2)
+    assert (
+        GENERATOR.tables()["PREDICT_SETTINGS"]["devices"]["default"]
+        == 2
+        != help_tables.PREDICT_SETTINGS["devices"]["default"]
+    )
