@@ -88,6 +88,14 @@ def dataclass_table(record: Any) -> dict[str, dict[str, Any]]:
     }
 
 
+def k8s_job_table() -> dict[str, dict[str, Any]]:
+    """``kvcal k8s-job``'s flags' defaults: the Job's settings, and the pairs Job's ``parallelism``."""
+    from kvcal.k8s.job import JobSpec
+    from kvcal.k8s.pairs_job import PairsJobSpec
+
+    return {**dataclass_table(JobSpec), "parallelism": dataclass_table(PairsJobSpec)["parallelism"]}
+
+
 def commands() -> tuple[tuple[str, str, str], ...]:
     """Every command in ``kvcal --help``'s order: (name, the module that registers it, its one-line summary).
 
@@ -137,6 +145,7 @@ def tables() -> dict[str, Any]:
         "PLAN_SETTINGS": settings_table(PlanConfig),
         "COMPARE_SETTINGS": settings_table(CompareConfig),
         "EMIT_SETTINGS": settings_table(EmitOptions),
+        "K8S_JOB_SETTINGS": k8s_job_table(),
         "PREDICT_SETTINGS": dataclass_table(PredictSettings),
         "SWEEP_FLAGS": sweep_flags(),
         "FLEET_SETTINGS": settings_table(FleetConfig),

@@ -141,6 +141,22 @@ EMIT_SETTINGS: dict[str, dict[str, Any]] = {
     "with_costmodel": {"default": False},
 }
 
+K8S_JOB_SETTINGS: dict[str, dict[str, Any]] = {
+    "cpu": {"default": "1"},
+    "memory": {"default": "2Gi"},
+    "name": {"default": "kvcal-calibrate"},
+    "namespace": {"default": "default"},
+    "parallelism": {"default": 1},
+    "producer_p2p_host": {"default": None},
+    "producer_p2p_port": {"default": None},
+    "pvc": {"default": None},
+    "reps": {"default": None},
+    "run_name": {"default": None},
+    "service_account": {"default": None},
+    "transport": {"default": "p2p-tier"},
+    "ttl_seconds": {"default": 86400},
+}
+
 PREDICT_SETTINGS: dict[str, dict[str, Any]] = {
     "devices": {"default": 1},
     "kv_dtype": {"default": None},

@@ -76,7 +76,11 @@ def test_a_moved_emit_default_or_bound_is_caught(monkeypatch):
 
 @pytest.mark.parametrize(
     ("module", "command", "table"),
-    [("emit_cmd", "emit_config", "EMIT_SETTINGS"), ("predict_cmd", "predict", "PREDICT_SETTINGS")],
+    [
+        ("emit_cmd", "emit_config", "EMIT_SETTINGS"),
+        ("predict_cmd", "predict", "PREDICT_SETTINGS"),
+        ("k8s_cmd", "k8s_job", "K8S_JOB_SETTINGS"),
+    ],
 )
 def test_a_commands_flags_default_as_its_settings_do(module, command, table):
     """No such flag keeps a default of its own: each one named like a field of the command's settings defaults to
@@ -86,10 +90,12 @@ def test_a_commands_flags_default_as_its_settings_do(module, command, table):
 
     settings = getattr(help_tables, table)
     function = getattr(importlib.import_module(f"kvcal.cli.{module}"), command)
-    shared = [p for p in inspect.signature(function).parameters.values() if p.name in settings]
+    field_of = {"ttl": "ttl_seconds"}  # k8s-job's --ttl sets the Job's ttlSecondsAfterFinished
+    params = inspect.signature(function).parameters.values()
+    shared = [p for p in params if field_of.get(p.name, p.name) in settings]
     assert len(shared) == len(settings)  # every field is a flag
     for param in shared:
-        assert param.default.default == settings[param.name]["default"], param.name
+        assert param.default.default == settings[field_of.get(param.name, param.name)]["default"], param.name
         assert param.default.min is None and param.default.max is None, f"{param.name}: bounds are the settings'"
 
 
