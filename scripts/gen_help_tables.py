@@ -96,6 +96,22 @@ def k8s_job_table() -> dict[str, dict[str, Any]]:
     return {**dataclass_table(JobSpec), "parallelism": dataclass_table(PairsJobSpec)["parallelism"]}
 
 
+def emit_fallbacks() -> dict[str, Any]:
+    """What emit-config uses when neither a flag nor the run gives a value, by setting, as its ``--help`` names them:
+    each is declared once in the stage that applies it (the sweep's settings, emit's affinity and router modules, the
+    P2P transport), not in ``EmitOptions`` (whose default, None, means "resolve it from the run")."""
+    from kvcal.emit import affinity, router
+    from kvcal.settings import sweep_groups
+    from kvcal.transports import p2p_tier
+
+    return {
+        "block_size": sweep_groups.DEFAULT_BLOCK_SIZE,
+        "chunk_size": affinity.DEFAULT_CHUNK,
+        "cpu_bytes_to_use": p2p_tier.DEFAULT_CPU_BYTES,
+        "prefix_match_producer": router.DEFAULT_PREFIX_MATCH_PRODUCER,
+    }
+
+
 def commands() -> tuple[tuple[str, str, str], ...]:
     """Every command in ``kvcal --help``'s order: (name, the module that registers it, its one-line summary).
 
@@ -145,6 +161,7 @@ def tables() -> dict[str, Any]:
         "PLAN_SETTINGS": settings_table(PlanConfig),
         "COMPARE_SETTINGS": settings_table(CompareConfig),
         "EMIT_SETTINGS": settings_table(EmitOptions),
+        "EMIT_FALLBACKS": emit_fallbacks(),
         "K8S_JOB_SETTINGS": k8s_job_table(),
         "PREDICT_SETTINGS": dataclass_table(PredictSettings),
         "SWEEP_FLAGS": sweep_flags(),
@@ -155,7 +172,9 @@ def tables() -> dict[str, Any]:
 
 def _annotation(value: Any) -> str:
     """A settings table's type (its values mix numbers and None, which a type checker would read as ``object``)."""
-    return ": dict[str, dict[str, Any]]" if isinstance(value, dict) else ""
+    if isinstance(value, dict):
+        return ": dict[str, dict[str, Any]]" if all(isinstance(v, dict) for v in value.values()) else ": dict[str, Any]"
+    return ""
 
 
 def render() -> str:

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import EMIT_FALLBACKS as FALLBACK  # what emit uses when neither flag nor run says
 from kvcal.cli.help_tables import EMIT_SETTINGS as EMIT  # EmitOptions' defaults and bounds, without pydantic
 from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
@@ -86,7 +87,7 @@ def emit_config(
         "a router (EPP) log with p2p decisions (default: log-uniform over the measured range), e.g. --deltas epp.log.",
     ),
     block_size: int = typer.Option(
-        None, "--block-size", help="Round to this block size (default: the run's, else 64)."
+        None, "--block-size", help=f"Round to this block size (default: the run's, else {FALLBACK['block_size']})."
     ),
     values: Path = typer.Option(
         None, "--values", help="Helm values file: patched with --format helm; plugin reads its names."
@@ -101,7 +102,7 @@ def emit_config(
     prefix_match_producer: Optional[str] = typer.Option(
         None,
         "--prefix-match-producer",
-        help="prefixMatchInfoProducerName (default: the values file's, else precise-prefix-cache-producer).",
+        help=f"prefixMatchInfoProducerName (default: the values file's, else {FALLBACK['prefix_match_producer']}).",
     ),
     prefill_profile: Optional[str] = typer.Option(
         None,
@@ -128,7 +129,7 @@ def emit_config(
         None,
         "--cpu-bytes-to-use",
         help="--format vllm: CPU tier per engine, e.g. 88GiB "
-        "(default 8GiB, with a warning); /dev/shm is sized from it.",
+        f"(default {FALLBACK['cpu_bytes_to_use'] / 1024**3:g}GiB, with a warning); /dev/shm is sized from it.",
     ),
     model: Optional[str] = typer.Option(
         None, "--model", help="--format vllm: served model name for the KV-events topic (default: the run's)."
@@ -137,7 +138,7 @@ def emit_config(
         None,
         "--chunk-size",
         help="affinity/json/helm: tokens per prefill chunk for "
-        "peakPrefillThroughput (default: the run's --max-num-batched-tokens, else 8192).",
+        f"peakPrefillThroughput (default: the run's --max-num-batched-tokens, else {FALLBACK['chunk_size']}).",
     ),
     with_costmodel: bool = typer.Option(
         False,

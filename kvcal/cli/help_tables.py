@@ -141,6 +141,13 @@ EMIT_SETTINGS: dict[str, dict[str, Any]] = {
     "with_costmodel": {"default": False},
 }
 
+EMIT_FALLBACKS: dict[str, Any] = {
+    "block_size": 64,
+    "chunk_size": 8192,
+    "cpu_bytes_to_use": 8589934592,
+    "prefix_match_producer": "precise-prefix-cache-producer",
+}
+
 K8S_JOB_SETTINGS: dict[str, dict[str, Any]] = {
     "cpu": {"default": "1"},
     "memory": {"default": "2Gi"},

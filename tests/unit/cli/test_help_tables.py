@@ -112,3 +112,11 @@ def test_a_moved_predict_default_is_caught(monkeypatch):
         == 2
         != help_tables.PREDICT_SETTINGS["devices"]["default"]
     )
+
+
+def test_a_moved_emit_fallback_is_caught(monkeypatch):
+    """EMIT_FALLBACKS follows the module that applies each fallback (here the affinity filter's prefill chunk)."""
+    from kvcal.emit import affinity
+
+    monkeypatch.setattr(affinity, "DEFAULT_CHUNK", 4096)
+    assert GENERATOR.tables()["EMIT_FALLBACKS"]["chunk_size"] == 4096 != help_tables.EMIT_FALLBACKS["chunk_size"]
