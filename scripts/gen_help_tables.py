@@ -112,6 +112,13 @@ def emit_fallbacks() -> dict[str, Any]:
     }
 
 
+def observe_fallbacks() -> dict[str, Any]:
+    """What ``kvcal observe`` uses when a flag is not given, as its ``--help`` names it (declared in observe/run.py)."""
+    from kvcal.observe import run
+
+    return {"since": run.DEFAULT_SINCE}
+
+
 def commands() -> tuple[tuple[str, str, str], ...]:
     """Every command in ``kvcal --help``'s order: (name, the module that registers it, its one-line summary).
 
@@ -163,6 +170,7 @@ def tables() -> dict[str, Any]:
         "EMIT_SETTINGS": settings_table(EmitOptions),
         "EMIT_FALLBACKS": emit_fallbacks(),
         "K8S_JOB_SETTINGS": k8s_job_table(),
+        "OBSERVE_FALLBACKS": observe_fallbacks(),
         "PREDICT_SETTINGS": dataclass_table(PredictSettings),
         "SWEEP_FLAGS": sweep_flags(),
         "FLEET_SETTINGS": settings_table(FleetConfig),

@@ -164,6 +164,8 @@ K8S_JOB_SETTINGS: dict[str, dict[str, Any]] = {
     "ttl_seconds": {"default": 86400},
 }
 
+OBSERVE_FALLBACKS: dict[str, Any] = {"since": "15m"}
+
 PREDICT_SETTINGS: dict[str, dict[str, Any]] = {
     "devices": {"default": 1},
     "kv_dtype": {"default": None},

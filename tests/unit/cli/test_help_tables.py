@@ -120,3 +120,10 @@ def test_a_moved_emit_fallback_is_caught(monkeypatch):
 
     monkeypatch.setattr(affinity, "DEFAULT_CHUNK", 4096)
     assert GENERATOR.tables()["EMIT_FALLBACKS"]["chunk_size"] == 4096 != help_tables.EMIT_FALLBACKS["chunk_size"]
+
+
+def test_a_moved_observe_window_is_caught(monkeypatch):
+    from kvcal.observe import run
+
+    monkeypatch.setattr(run, "DEFAULT_SINCE", "1h")
+    assert GENERATOR.tables()["OBSERVE_FALLBACKS"]["since"] == "1h" != help_tables.OBSERVE_FALLBACKS["since"]
