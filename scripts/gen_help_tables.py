@@ -76,6 +76,49 @@ def settings_table(model: Any) -> dict[str, dict[str, Any]]:
     return table
 
 
+def dataclass_table(record: Any) -> dict[str, dict[str, Any]]:
+    """A settings dataclass's defaults, by field, as :func:`settings_table` gives a model's (a dataclass declares
+    no bounds: its ``__post_init__`` checks them)."""
+    import dataclasses
+
+    return {
+        item.name: {"default": item.default}
+        for item in dataclasses.fields(record)
+        if isinstance(item.default, (int, float, str, type(None)))  # MISSING (required) and factories left out
+    }
+
+
+def k8s_job_table() -> dict[str, dict[str, Any]]:
+    """``kvcal k8s-job``'s flags' defaults: the Job's settings, and the pairs Job's ``parallelism``."""
+    from kvcal.k8s.job import JobSpec
+    from kvcal.k8s.pairs_job import PairsJobSpec
+
+    return {**dataclass_table(JobSpec), "parallelism": dataclass_table(PairsJobSpec)["parallelism"]}
+
+
+def emit_fallbacks() -> dict[str, Any]:
+    """What emit-config uses when neither a flag nor the run gives a value, by setting, as its ``--help`` names them:
+    each is declared once in the stage that applies it (the sweep's settings, emit's affinity and router modules, the
+    P2P transport), not in ``EmitOptions`` (whose default, None, means "resolve it from the run")."""
+    from kvcal.emit import affinity, router
+    from kvcal.settings import sweep_groups
+    from kvcal.transports import p2p_tier
+
+    return {
+        "block_size": sweep_groups.DEFAULT_BLOCK_SIZE,
+        "chunk_size": affinity.DEFAULT_CHUNK,
+        "cpu_bytes_to_use": p2p_tier.DEFAULT_CPU_BYTES,
+        "prefix_match_producer": router.DEFAULT_PREFIX_MATCH_PRODUCER,
+    }
+
+
+def observe_fallbacks() -> dict[str, Any]:
+    """What ``kvcal observe`` uses when a flag is not given, as its ``--help`` names it (declared in observe/run.py)."""
+    from kvcal.observe import run
+
+    return {"since": run.DEFAULT_SINCE}
+
+
 def commands() -> tuple[tuple[str, str, str], ...]:
     """Every command in ``kvcal --help``'s order: (name, the module that registers it, its one-line summary).
 
@@ -110,11 +153,13 @@ def workload_keys() -> str:
 
 def tables() -> dict[str, Any]:
     """Every generated table, by its name in kvcal/cli/help_tables.py."""
+    from kvcal.emit.options import EmitOptions
+    from kvcal.estimate.predict import PredictSettings
     from kvcal.fit.settings import FitConfig
     from kvcal.fleet.settings import FleetConfig
     from kvcal.gate.compare_settings import CompareConfig
-    from kvcal.records.fit import FitSettings
     from kvcal.plan.settings import PlanConfig
+    from kvcal.records.fit import FitSettings
 
     return {
         "COMMANDS": commands(),
@@ -122,6 +167,11 @@ def tables() -> dict[str, Any]:
         "FIT_CONFIG": settings_table(FitConfig),
         "PLAN_SETTINGS": settings_table(PlanConfig),
         "COMPARE_SETTINGS": settings_table(CompareConfig),
+        "EMIT_SETTINGS": settings_table(EmitOptions),
+        "EMIT_FALLBACKS": emit_fallbacks(),
+        "K8S_JOB_SETTINGS": k8s_job_table(),
+        "OBSERVE_FALLBACKS": observe_fallbacks(),
+        "PREDICT_SETTINGS": dataclass_table(PredictSettings),
         "SWEEP_FLAGS": sweep_flags(),
         "FLEET_SETTINGS": settings_table(FleetConfig),
         "WORKLOAD_KEYS": workload_keys(),
@@ -130,7 +180,9 @@ def tables() -> dict[str, Any]:
 
 def _annotation(value: Any) -> str:
     """A settings table's type (its values mix numbers and None, which a type checker would read as ``object``)."""
-    return ": dict[str, dict[str, Any]]" if isinstance(value, dict) else ""
+    if isinstance(value, dict):
+        return ": dict[str, dict[str, Any]]" if all(isinstance(v, dict) for v in value.values()) else ": dict[str, Any]"
+    return ""
 
 
 def render() -> str:

@@ -7,13 +7,16 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import EMIT_FALLBACKS as FALLBACK  # what emit uses when neither flag nor run says
+from kvcal.cli.help_tables import EMIT_SETTINGS as EMIT  # EmitOptions' defaults and bounds, without pydantic
 from kvcal.cli.options import byte_size, parse_class_mix
 from kvcal.cli.output import info, warn
-from kvcal.emit.limits import P2P_PORT
-from kvcal.emit.renderers import format_names, help_list, option_help
+from kvcal.emit.renderers import help_list, option_help
 from kvcal.errors import InputError
-from kvcal.threshold.limits import DEFAULT_MARGIN
-from kvcal.threshold.rules import DEFAULT_RULE, rule_help
+from kvcal.threshold.limits import DEFAULT_MARGIN  # resolve_rule's, which EmitOptions calls: declared once there
+from kvcal.threshold.rules import rule_help
+
+P2P_PORT = EMIT["p2p_port"]["default"]
 
 EPILOG = f"""Examples:
 
@@ -61,13 +64,13 @@ def emit_config(
         ..., metavar="INPUT", help="A fit.json, or a run folder (fitted on the fly if it has none)."
     ),
     format: str = typer.Option(
-        format_names()[0],
+        EMIT["format"]["default"],
         "--format",
         "-f",
         help=option_help(),
     ),
     rule: str = typer.Option(
-        DEFAULT_RULE,
+        EMIT["rule"]["default"],
         "--rule",
         help=rule_help(),
     ),
@@ -84,7 +87,7 @@ def emit_config(
         "a router (EPP) log with p2p decisions (default: log-uniform over the measured range), e.g. --deltas epp.log.",
     ),
     block_size: int = typer.Option(
-        None, "--block-size", help="Round to this block size (default: the run's, else 64)."
+        None, "--block-size", help=f"Round to this block size (default: the run's, else {FALLBACK['block_size']})."
     ),
     values: Path = typer.Option(
         None, "--values", help="Helm values file: patched with --format helm; plugin reads its names."
@@ -99,7 +102,7 @@ def emit_config(
     prefix_match_producer: Optional[str] = typer.Option(
         None,
         "--prefix-match-producer",
-        help="prefixMatchInfoProducerName (default: the values file's, else precise-prefix-cache-producer).",
+        help=f"prefixMatchInfoProducerName (default: the values file's, else {FALLBACK['prefix_match_producer']}).",
     ),
     prefill_profile: Optional[str] = typer.Option(
         None,
@@ -126,7 +129,7 @@ def emit_config(
         None,
         "--cpu-bytes-to-use",
         help="--format vllm: CPU tier per engine, e.g. 88GiB "
-        "(default 8GiB, with a warning); /dev/shm is sized from it.",
+        f"(default {FALLBACK['cpu_bytes_to_use'] / 1024**3:g}GiB, with a warning); /dev/shm is sized from it.",
     ),
     model: Optional[str] = typer.Option(
         None, "--model", help="--format vllm: served model name for the KV-events topic (default: the run's)."
@@ -135,7 +138,7 @@ def emit_config(
         None,
         "--chunk-size",
         help="affinity/json/helm: tokens per prefill chunk for "
-        "peakPrefillThroughput (default: the run's --max-num-batched-tokens, else 8192).",
+        f"peakPrefillThroughput (default: the run's --max-num-batched-tokens, else {FALLBACK['chunk_size']}).",
     ),
     with_costmodel: bool = typer.Option(
         False,

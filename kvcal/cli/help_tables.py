@@ -115,6 +115,68 @@ COMPARE_SETTINGS: dict[str, dict[str, Any]] = {
     "values_file": {"default": None},
 }
 
+EMIT_SETTINGS: dict[str, dict[str, Any]] = {
+    "add_plugin": {"default": False},
+    "allow_disturbed": {"default": False},
+    "allow_extrapolation": {"default": False},
+    "block_size": {"default": None},
+    "chunk_size": {"default": None, "ge": 1},
+    "class_mix": {"default": None},
+    "cpu_bytes_to_use": {"default": None, "ge": 1},
+    "deltas": {"default": None},
+    "deployment": {"default": None},
+    "diff": {"default": False},
+    "format": {"default": "plugin"},
+    "in_place": {"default": False},
+    "margin": {"default": None},
+    "max_model_len": {"default": None, "ge": 1, "le": 1000000000},
+    "model": {"default": None},
+    "p2p_port": {"default": 7777, "ge": 1, "le": 65535},
+    "prefill_profile": {"default": None},
+    "prefix_match_producer": {"default": None},
+    "rule": {"default": "expected-cost"},
+    "transport": {"default": None},
+    "ttft_penalty_ms": {"default": None, "gt": 0, "le": 86400000.0},
+    "values": {"default": None},
+    "with_costmodel": {"default": False},
+}
+
+EMIT_FALLBACKS: dict[str, Any] = {
+    "block_size": 64,
+    "chunk_size": 8192,
+    "cpu_bytes_to_use": 8589934592,
+    "prefix_match_producer": "precise-prefix-cache-producer",
+}
+
+K8S_JOB_SETTINGS: dict[str, dict[str, Any]] = {
+    "cpu": {"default": "1"},
+    "memory": {"default": "2Gi"},
+    "name": {"default": "kvcal-calibrate"},
+    "namespace": {"default": "default"},
+    "parallelism": {"default": 1},
+    "producer_p2p_host": {"default": None},
+    "producer_p2p_port": {"default": None},
+    "pvc": {"default": None},
+    "reps": {"default": None},
+    "run_name": {"default": None},
+    "service_account": {"default": None},
+    "transport": {"default": "p2p-tier"},
+    "ttl_seconds": {"default": 86400},
+}
+
+OBSERVE_FALLBACKS: dict[str, Any] = {"since": "15m"}
+
+PREDICT_SETTINGS: dict[str, dict[str, Any]] = {
+    "devices": {"default": 1},
+    "kv_dtype": {"default": None},
+    "lengths": {"default": None},
+    "link_efficiency": {"default": None},
+    "mfu": {"default": None},
+    "overhead_ms": {"default": None},
+    "pull_floor_ms": {"default": None},
+    "sliding_window_full": {"default": False},
+}
+
 SWEEP_FLAGS = (
     ("model", "--model", "str", "Hub id or local model folder; default: the embedded tiny CPU model (vllm) or 'sim'."),
     ("engine", "--engine", "str", "vllm: real engines; sim: simulated curves, never a measurement. (default: vllm)"),

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import K8S_JOB_SETTINGS as JOB  # JobSpec's defaults, without ruamel or the sweep's checks
 from kvcal.cli.options import int_list
 from kvcal.cli.output import info
 from kvcal.errors import InputError
@@ -40,13 +41,19 @@ def k8s_job(
         "emit-config. Not with --producer-url/--consumer-url.",
     ),
     parallelism: int = typer.Option(
-        1, "--parallelism", help="--pairs: pods at once (1: pairs that share an engine would slow each other's probes)."
+        JOB["parallelism"]["default"],
+        "--parallelism",
+        help="--pairs: pods at once (1: pairs that share an engine would slow each other's probes).",
     ),
     model: str = typer.Option(..., "--model", help="Model name the engines serve."),
-    name: str = typer.Option("kvcal-calibrate", "--name", help="Job name (a DNS label); also the run folder name."),
-    namespace: str = typer.Option("default", "--namespace", "-n", help="Namespace of the Job (usually the engines')."),
+    name: str = typer.Option(
+        JOB["name"]["default"], "--name", help="Job name (a DNS label); also the run folder name."
+    ),
+    namespace: str = typer.Option(
+        JOB["namespace"]["default"], "--namespace", "-n", help="Namespace of the Job (usually the engines')."
+    ),
     transport: str = typer.Option(
-        "p2p-tier", "--transport", help="How the engines move KV: p2p-tier (llm-d P2P) or nixl-pd."
+        JOB["transport"]["default"], "--transport", help="How the engines move KV: p2p-tier (llm-d P2P) or nixl-pd."
     ),
     prefix_lengths: Optional[str] = typer.Option(
         None, "--prefix-lengths", help="Comma-separated prefix lengths (default: kvcal sweep's)."
@@ -62,10 +69,14 @@ def k8s_job(
     run_name: Optional[str] = typer.Option(
         None, "--run-name", help="Run folder name under /results (default: the Job name)."
     ),
-    cpu: str = typer.Option("1", "--cpu", help="CPU request of the kvcal container."),
-    memory: str = typer.Option("2Gi", "--memory", help="Memory request and limit of the kvcal container."),
+    cpu: str = typer.Option(JOB["cpu"]["default"], "--cpu", help="CPU request of the kvcal container."),
+    memory: str = typer.Option(
+        JOB["memory"]["default"], "--memory", help="Memory request and limit of the kvcal container."
+    ),
     ttl: int = typer.Option(
-        86400, "--ttl", help="ttlSecondsAfterFinished: seconds before Kubernetes deletes the finished Job."
+        JOB["ttl_seconds"]["default"],
+        "--ttl",
+        help="ttlSecondsAfterFinished: seconds before Kubernetes deletes the finished Job.",
     ),
     service_account: Optional[str] = typer.Option(None, "--service-account", help="serviceAccountName for the pod."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the manifest to FILE instead of stdout."),

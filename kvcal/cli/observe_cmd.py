@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import OBSERVE_FALLBACKS  # observe/run.py's DEFAULT_SINCE, without the observe stage
 from kvcal.cli.output import info, stdout
 from kvcal.terminal_text import json_visible, visible
 
@@ -59,7 +60,7 @@ def observe(
         help="The Prometheus server's base URL, e.g. http://prometheus:9090 (needed unless --dashboard is given).",
     ),
     since: Optional[str] = typer.Option(
-        None, "--since", help="The window: this long up to now (15m, 1h30m, 2d; default 15m)."
+        None, "--since", help=f"The window: this long up to now (15m, 1h30m, 2d; default {OBSERVE_FALLBACKS['since']})."
     ),
     start: Optional[str] = typer.Option(
         None, "--start", help="The window's start: RFC 3339 or unix seconds (with --end)."

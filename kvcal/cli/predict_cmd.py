@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import PREDICT_SETTINGS as PREDICT  # PredictSettings' defaults, without numpy
 from kvcal.cli.options import int_list
 from kvcal.cli.output import stdout
 
@@ -42,7 +43,9 @@ def predict(
         None, "--mfu", help="Share of peak the prefill reaches, 0-1; default: the accelerator's calibrated value."
     ),
     devices: int = typer.Option(
-        1, "--devices", help="Devices serving one engine instance (TP x PP); multiplies the peak."
+        PREDICT["devices"]["default"],
+        "--devices",
+        help="Devices serving one engine instance (TP x PP); multiplies the peak.",
     ),
     overhead_ms: Optional[float] = typer.Option(
         None, "--overhead-ms", help="Fixed TTFT part in ms; default: the accelerator's."

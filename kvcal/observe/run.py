@@ -42,6 +42,7 @@ class FleetOutsidePrediction(KvcalError, exit_code=1):
     """A check came out outside its prediction beyond the stated tolerance (exit 1 by contract)."""
 
 
+DEFAULT_SINCE = "15m"  # the window when neither --since nor --start/--end is given (observe's help quotes it)
 NO_SERVER = "give --prometheus URL to read the fleet (or --dashboard FILE to write its Grafana dashboard)"
 
 
@@ -118,7 +119,7 @@ def resolve_window(config: ObserveConfig, now: float) -> Window:
         if window.seconds > MAX_WINDOW_S:
             raise InputError("the window from --start to --end must be at most 31 days")
         return window
-    return Window(now - parse_duration(config.since or "15m"), now)
+    return Window(now - parse_duration(config.since or DEFAULT_SINCE), now)
 
 
 def load_prediction(config: ObserveConfig) -> Prediction:

@@ -58,3 +58,72 @@ def test_a_changed_bound_is_caught(monkeypatch):
     field = FleetConfig.model_fields["seeds"]
     monkeypatch.setattr(field, "metadata", [Le(999) if isinstance(mark, Le) else mark for mark in field.metadata])
     assert GENERATOR.tables()["FLEET_SETTINGS"]["seeds"]["le"] == 999 != help_tables.FLEET_SETTINGS["seeds"]["le"]
+
+
+def test_a_moved_emit_default_or_bound_is_caught(monkeypatch):
+    """EMIT_SETTINGS follows EmitOptions: a moved default (the P2P port) or bound (the longest context) shows."""
+    from annotated_types import Le
+
+    from kvcal.emit.options import EmitOptions
+
+    monkeypatch.setattr(EmitOptions.model_fields["p2p_port"], "default", 7778)
+    field = EmitOptions.model_fields["max_model_len"]
+    monkeypatch.setattr(field, "metadata", [Le(4096) if isinstance(mark, Le) else mark for mark in field.metadata])
+    table = GENERATOR.tables()["EMIT_SETTINGS"]
+    assert table["p2p_port"]["default"] == 7778 != help_tables.EMIT_SETTINGS["p2p_port"]["default"]
+    assert table["max_model_len"]["le"] == 4096 != help_tables.EMIT_SETTINGS["max_model_len"]["le"]
+
+
+@pytest.mark.parametrize(
+    ("module", "command", "table"),
+    [
+        ("emit_cmd", "emit_config", "EMIT_SETTINGS"),
+        ("predict_cmd", "predict", "PREDICT_SETTINGS"),
+        ("k8s_cmd", "k8s_job", "K8S_JOB_SETTINGS"),
+    ],
+)
+def test_a_commands_flags_default_as_its_settings_do(module, command, table):
+    """No such flag keeps a default of its own: each one named like a field of the command's settings defaults to
+    the settings' default (a flag passes its value on, so a different one would silently replace the settings')."""
+    import importlib
+    import inspect
+
+    settings = getattr(help_tables, table)
+    function = getattr(importlib.import_module(f"kvcal.cli.{module}"), command)
+    field_of = {"ttl": "ttl_seconds"}  # k8s-job's --ttl sets the Job's ttlSecondsAfterFinished
+    params = inspect.signature(function).parameters.values()
+    shared = [p for p in params if field_of.get(p.name, p.name) in settings]
+    assert len(shared) == len(settings)  # every field is a flag
+    for param in shared:
+        assert param.default.default == settings[field_of.get(param.name, param.name)]["default"], param.name
+        assert param.default.min is None and param.default.max is None, f"{param.name}: bounds are the settings'"
+
+
+def test_a_moved_predict_default_is_caught(monkeypatch):
+    """PREDICT_SETTINGS follows the PredictSettings dataclass (a plain record, no model)."""
+    import dataclasses
+
+    from kvcal.estimate.predict import PredictSettings
+
+    (devices,) = [item for item in dataclasses.fields(PredictSettings) if item.name == "devices"]
+    monkeypatch.setattr(devices, "default", 2)
+    assert (
+        GENERATOR.tables()["PREDICT_SETTINGS"]["devices"]["default"]
+        == 2
+        != help_tables.PREDICT_SETTINGS["devices"]["default"]
+    )
+
+
+def test_a_moved_emit_fallback_is_caught(monkeypatch):
+    """EMIT_FALLBACKS follows the module that applies each fallback (here the affinity filter's prefill chunk)."""
+    from kvcal.emit import affinity
+
+    monkeypatch.setattr(affinity, "DEFAULT_CHUNK", 4096)
+    assert GENERATOR.tables()["EMIT_FALLBACKS"]["chunk_size"] == 4096 != help_tables.EMIT_FALLBACKS["chunk_size"]
+
+
+def test_a_moved_observe_window_is_caught(monkeypatch):
+    from kvcal.observe import run
+
+    monkeypatch.setattr(run, "DEFAULT_SINCE", "1h")
+    assert GENERATOR.tables()["OBSERVE_FALLBACKS"]["since"] == "1h" != help_tables.OBSERVE_FALLBACKS["since"]
