@@ -18,19 +18,28 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvcal.errors import InputError, KvcalError
 from kvcal.files.reading import check_input
-from kvcal.fit.classes import with_links, with_table_classes
-from kvcal.fit.fitting import fit_table
 from kvcal.fit.io import looks_like_json
-from kvcal.fit.tables import ProbeTable, load_probe_table
 from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings, load_fit
 from kvcal.records.manifest import RunManifest
 from kvcal.records.run import RunSetup
 from kvcal.records.run_folder import RunFolder, run_folders_in
 
+if TYPE_CHECKING:
+    from kvcal.fit.tables import ProbeTable
+
 log = logging.getLogger(__name__)
+
+
+def load_probe_table(path: Path) -> ProbeTable:
+    """The probes at ``path``, read with pandas; imported here so that reading a stored fit (emit-config) loads
+    neither pandas nor the fitting code (about half a second of a fresh process)."""
+    from kvcal.fit.tables import load_probe_table as load
+
+    return load(path)
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,9 @@ class FitInput:
         """A fit of the probes made now (``kvcal fit``); InputError when no probes were found."""
         if self.table is None:
             raise InputError(f"{self.path}: no probes to fit (give a run folder, a probe CSV or an llm-d Job log)")
+        from kvcal.fit.classes import with_links, with_table_classes  # the fitting code (see load_probe_table)
+        from kvcal.fit.fitting import fit_table
+
         result = fit_table(self.table, settings, busy_queue_threshold=busy_queue_threshold)
         origin = self.table.origin
         if self.manifest is None or origin.kind != "run-folder" or origin.path is None:

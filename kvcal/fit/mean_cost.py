@@ -46,15 +46,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import stats
+from scipy.special import ndtri
 
 from kvcal.costs.cost_curve import cost_ms
 from kvcal.fit import tails
-from kvcal.fit.curves import LegData
 from kvcal.records.fit import FitResult
 from kvcal.records.fit_mean_cost import MeanCostSummary, MeanLength, ScaleParts
+
+if TYPE_CHECKING:  # the curves module brings pandas and scipy.optimize, which emit-config never needs
+    from kvcal.fit.curves import LegData
 
 TAIL_SD = 5.4  # where the robust fit's Huber weight falls below 1/4 (kvcal.fit.curves.DOWNWEIGHT_REPORT_BELOW)
 SD_FLOOR = 1e-3
@@ -150,7 +153,7 @@ def summarise(
     ``medians`` whether each probe is a length's median (an llm-d Job's table: its spread is the medians' noise,
     not the requests', so the scales stay 1 and no parts are recorded)."""
     n_tests = sum(len(d.lengths) for d in legs.values())
-    z = float(stats.norm.ppf(1.0 - MISFIT_ALPHA / (2 * max(n_tests, 1))))
+    z = float(ndtri(1.0 - MISFIT_ALPHA / (2 * max(n_tests, 1))))  # the normal quantile, as stats.norm.ppf computes it
     rec, pull = (leg_mean(legs[name], np.asarray(coefs[name], dtype=float), z) for name in ("recompute", "pull"))
     if medians:
         return MeanCostSummary(

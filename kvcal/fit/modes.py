@@ -52,13 +52,13 @@ from scipy import stats
 
 from kvcal.costs.cost_curve import cost_ms
 from kvcal.fit.curves import DOWNWEIGHT_REPORT_BELOW, LegData, LegFit, fit_leg, weighted_fit
+from kvcal.fit.tails import STALL_SHARE
 from kvcal.records.fit import FIT_DEFAULTS, FitSettings, SlowMode
 
 MIN_PROBES = 10  # below, a split of normal noise into two clusters passes the tests below by chance
 MIN_SEPARATION_SD = 5.0
 MIN_LIKELIHOOD_RATIO = 16.0  # 2 log LR of mixture over one normal; normal noise stays under it in 999 of 1,000 legs
 MIN_SLOW_PROBES = 2
-STALL_SHARE = 0.05  # a slow share up to this is a stall (robust handling); beyond it (test (c)), a mode
 TAIL_ALPHA = 1e-3
 EM_STEPS = 40
 START_QUANTILES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)

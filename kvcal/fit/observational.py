@@ -43,7 +43,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvcal.errors import InputError
 from kvcal.files.reading import load_json
-from kvcal.fit.costmodel import fit_cost_model
 from kvcal.fit.costmodel_inputs import LoadedProbes, idle_curves
 from kvcal.fit.entry import load_or_fit
 from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings, FitSource
@@ -332,6 +331,10 @@ def fit_observational(
         skipped.update(read.skipped)
     decisions = parse_epp_log(epp_log)
     data, stats = join(requests, decisions, sum(skipped.values()))
+    # The cost model's bootstrap brings scipy.stats and pandas: imported here, so that reading a router log's
+    # decisions (emit-config --deltas) loads neither.
+    from kvcal.fit.costmodel import fit_cost_model
+
     idle_fit = load_or_fit(idle, settings)
     cost = fit_cost_model(data, idle_curves(idle_fit), threshold=threshold, settings=settings)
     notes = []

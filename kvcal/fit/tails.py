@@ -46,8 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import betaln
 
-from kvcal.fit.modes import STALL_SHARE
-
+STALL_SHARE = 0.05  # a slow share up to this is a stall (robust handling); beyond it (test (c)), a mode
 RARE_SHARE = STALL_SHARE / 2  # the prior mean of a tail share: half the most a stall's share is (2.5 %)
 RARE_WEIGHT = 20.0  # the prior's weight, in probes: about a 6-length x 3-rep leg's 18
 SINGLE_SIZE_CV = 1.0  # relative sd of a size estimated from one tail probe

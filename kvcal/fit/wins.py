@@ -22,11 +22,14 @@ at every longer measured length (None when it lost at the longest).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from scipy import stats
+from scipy.special import ndtri
 
-from kvcal.fit.tables import ProbeTable
 from kvcal.records.fit import LengthSummary
+
+if TYPE_CHECKING:  # the probe table brings pandas, which the threshold's tie test (emit-config) never needs
+    from kvcal.fit.tables import ProbeTable
 
 MIN_WIN_LOG = math.log(1 / 0.98)
 FAMILY_ALPHA = 0.05
@@ -46,7 +49,7 @@ def per_length(table: ProbeTable, cv_recompute: float, cv_pull: float) -> list[L
     groups = table.probes.groupby(["prefix_tokens", "leg"])["ttft_ms"]
     med, count = groups.median(), groups.size()
     lengths = table.lengths
-    z = float(stats.norm.ppf(1.0 - FAMILY_ALPHA / max(len(lengths), 1)))
+    z = float(ndtri(1.0 - FAMILY_ALPHA / max(len(lengths), 1)))
     out = []
     for n in lengths:
         rec, pull = med.get((n, "recompute")), med.get((n, "pull"))
@@ -101,7 +104,7 @@ def _round(value: float | None) -> float | None:
 def pull_lost_measurably(rows: list[LengthSummary], cv_recompute: float, cv_pull: float) -> list[int]:
     """The lengths where the pull's median lost by a measurable amount: the win test of :func:`per_length`
     mirrored (``log(pull / recompute) > max(MIN_WIN_LOG, z x se)``, z shared over the lengths as there)."""
-    z = float(stats.norm.ppf(1.0 - FAMILY_ALPHA / max(len(rows), 1)))
+    z = float(ndtri(1.0 - FAMILY_ALPHA / max(len(rows), 1)))
     return [
         r.prefix_tokens
         for r in rows

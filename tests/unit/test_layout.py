@@ -15,7 +15,9 @@ MAX_FUNCTION_LINES = 60
 LAZY_ALLOWED = ("cli/", "engines/serve.py",
                 "costs/simulated.py",  # kvcal --help loads it through the flags; see its docstring
                 "threshold/limits.py",  # read by the flags: emit-config's --help must not build the records (MAX_TOKENS)
-                "records/run_folder.py")  # the run manifest's settings: reading probes must not load them (RunFolder.manifest)
+                "records/run_folder.py",  # the run manifest's settings: reading probes must not load them (RunFolder.manifest)
+                "fit/inputs.py",  # the probe table and fitting code (pandas, scipy): reading a stored fit must not load them
+                "fit/observational.py")  # the cost model's bootstrap (scipy.stats): emit-config --deltas reads its log parser
 
 
 def _modules() -> dict[str, Path]:

@@ -41,6 +41,24 @@ def test_help_of_every_command_loads_no_numeric_stack():
     assert loaded == ["HEAVY="], f"--help imported {loaded}"
 
 
+def test_emit_config_on_a_stored_fit_loads_neither_pandas_nor_scipy_stats():
+    """Reading a fit.json and choosing the threshold needs numpy and scipy.special only: pandas, scipy.stats and
+    scipy.optimize (the fitting code's) were about half a second of every fresh emit-config."""
+    fit = ROOT / "results/baselines/cpu-tiny/fit.json"
+    done = run_python(f"""
+        import sys
+        from kvcal.cli.app import main
+        for extra in (["--format", "json"], ["--format", "vllm"], ["--format", "env"],
+                      ["--format", "work-range", "--ttft-penalty-ms", "3500", "--max-model-len", "8192"]):
+            assert main(["emit-config", {str(fit)!r}, *extra]) == 0, extra
+        heavy = ("pandas", "scipy.stats", "scipy.optimize", "matplotlib")
+        print("LOADED=" + ",".join(m for m in heavy if m in sys.modules), file=sys.stderr)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stderr.splitlines() if line.startswith("LOADED=")] == ["LOADED="]
+    assert "minCachedTokenDelta" in done.stdout or "min_cached_token_delta" in done.stdout.lower()
+
+
 def test_top_level_help_imports_no_command_module():
     """The command list comes from the index: no command module, no pydantic settings, no typed records."""
     done = run_python("""
