@@ -20,6 +20,8 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
+from kvcal.settings.bounds import BOUND_KEYS
+
 TARGET = Path(__file__).resolve().parents[1] / "kvcal" / "cli" / "help_tables.py"
 RUFF = Path(sys.executable).with_name("ruff")  # the text is formatted as the project's formatter leaves it
 
@@ -58,9 +60,6 @@ def sweep_flags() -> tuple[tuple[str, str, str, str], ...]:
     return tuple((name, flag_of(name), _kind(flat_field(name).annotation), flag_help(name)) for name in flag_fields())
 
 
-BOUNDS = ("ge", "gt", "le", "lt")  # annotated_types' names, as a field declares them
-
-
 def settings_table(model: Any) -> dict[str, dict[str, Any]]:
     """A settings model's defaults and bounds, by field: ``{"default": ..., "ge": ..., "le": ...}``.
 
@@ -71,18 +70,18 @@ def settings_table(model: Any) -> dict[str, dict[str, Any]]:
         default = info.get_default(call_default_factory=True)
         if info.is_required() or not isinstance(default, (int, float, str, type(None))):
             continue
-        bounds = {key: getattr(mark, key) for mark in info.metadata for key in BOUNDS if hasattr(mark, key)}
+        bounds = {key: getattr(mark, key) for mark in info.metadata for key in BOUND_KEYS if hasattr(mark, key)}
         table[name] = {"default": default, **bounds}
     return table
 
 
 def dataclass_table(record: Any) -> dict[str, dict[str, Any]]:
-    """A settings dataclass's defaults, by field, as :func:`settings_table` gives a model's (a dataclass declares
-    no bounds: its ``__post_init__`` checks them)."""
+    """A settings dataclass's defaults and bounds, by field, as :func:`settings_table` gives a model's (a dataclass
+    declares a field's bounds in its metadata, by the same names; its ``__post_init__`` checks them)."""
     import dataclasses
 
     return {
-        item.name: {"default": item.default}
+        item.name: {"default": item.default, **{key: item.metadata[key] for key in BOUND_KEYS if key in item.metadata}}
         for item in dataclasses.fields(record)
         if isinstance(item.default, (int, float, str, type(None)))  # MISSING (required) and factories left out
     }

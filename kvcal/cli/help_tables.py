@@ -167,13 +167,13 @@ K8S_JOB_SETTINGS: dict[str, dict[str, Any]] = {
 OBSERVE_FALLBACKS: dict[str, Any] = {"since": "15m"}
 
 PREDICT_SETTINGS: dict[str, dict[str, Any]] = {
-    "devices": {"default": 1},
+    "devices": {"default": 1, "ge": 1},
     "kv_dtype": {"default": None},
     "lengths": {"default": None},
-    "link_efficiency": {"default": None},
-    "mfu": {"default": None},
-    "overhead_ms": {"default": None},
-    "pull_floor_ms": {"default": None},
+    "link_efficiency": {"default": None, "gt": 0, "le": 1},
+    "mfu": {"default": None, "gt": 0, "le": 1},
+    "overhead_ms": {"default": None, "ge": 0},
+    "pull_floor_ms": {"default": None, "ge": 0},
     "sliding_window_full": {"default": False},
 }
 

@@ -6,6 +6,8 @@ Kept apart from :mod:`kvcal.settings.from_flags` (which words a refused flag's b
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -35,3 +37,19 @@ def _number(value: Any) -> str:
         if isinstance(value, float)
         else str(value)
     )
+
+
+BOUND_KEYS = ("gt", "ge", "lt", "le")  # annotated_types' names; a help table's entry and a dataclass field's metadata
+_COMPARE = {"gt": operator.gt, "ge": operator.ge, "lt": operator.lt, "le": operator.le}
+
+
+def bounds_in_words(bounds: Mapping[str, Any]) -> str | None:
+    """The bounds among ``bounds``' keys (gt, ge, lt, le) in words, as :func:`in_words` gives them."""
+    low = "gt" if "gt" in bounds else "ge"
+    high = "lt" if "lt" in bounds else "le"
+    return in_words(bounds.get(low), low == "gt", bounds.get(high), high == "lt")
+
+
+def within(value: Any, bounds: Mapping[str, Any]) -> bool:
+    """Whether ``value`` meets every bound among ``bounds``' keys (gt, ge, lt, le)."""
+    return all(_COMPARE[key](value, bounds[key]) for key in BOUND_KEYS if key in bounds)

@@ -114,6 +114,23 @@ def test_a_moved_predict_default_is_caught(monkeypatch):
     )
 
 
+def test_a_moved_predict_bound_is_caught_and_the_help_quotes_the_table(monkeypatch):
+    """--mfu's bounds are declared once, in PredictSettings' field: the table follows it, the help quotes the table."""
+    import dataclasses
+    import inspect
+
+    from kvcal.cli.predict_cmd import predict
+    from kvcal.estimate.predict import PredictSettings
+    from kvcal.settings.bounds import bounds_in_words
+
+    (mfu,) = [item for item in dataclasses.fields(PredictSettings) if item.name == "mfu"]
+    monkeypatch.setattr(mfu, "metadata", {"gt": 0, "le": 0.9})
+    assert GENERATOR.tables()["PREDICT_SETTINGS"]["mfu"]["le"] == 0.9 != help_tables.PREDICT_SETTINGS["mfu"]["le"]
+    words = bounds_in_words(help_tables.PREDICT_SETTINGS["mfu"])
+    assert words == "be above 0 and at most 1"
+    assert f"(must {words})" in inspect.signature(predict).parameters["mfu"].default.help
+
+
 def test_a_moved_emit_fallback_is_caught(monkeypatch):
     """EMIT_FALLBACKS follows the module that applies each fallback (here the affinity filter's prefill chunk)."""
     from kvcal.emit import affinity
