@@ -118,6 +118,14 @@ def observe_fallbacks() -> dict[str, Any]:
     return {"since": run.DEFAULT_SINCE}
 
 
+def fleet_fallbacks() -> dict[str, Any]:
+    """What ``kvcal fleet`` reads when a flag says so, as its ``--help`` names it: --thresholds' word for the spread
+    around the break-even (declared beside the setting, in fleet/settings.py; the setting itself is then None)."""
+    from kvcal.fleet import settings
+
+    return {"thresholds": settings.AUTO_THRESHOLDS}
+
+
 def commands() -> tuple[tuple[str, str, str], ...]:
     """Every command in ``kvcal --help``'s order: (name, the module that registers it, its one-line summary).
 
@@ -173,6 +181,7 @@ def tables() -> dict[str, Any]:
         "PREDICT_SETTINGS": dataclass_table(PredictSettings),
         "SWEEP_FLAGS": sweep_flags(),
         "FLEET_SETTINGS": settings_table(FleetConfig),
+        "FLEET_FALLBACKS": fleet_fallbacks(),
         "WORKLOAD_KEYS": workload_keys(),
     }
 

@@ -331,6 +331,8 @@ FLEET_SETTINGS: dict[str, dict[str, Any]] = {
     "thresholds": {"default": None},
 }
 
+FLEET_FALLBACKS: dict[str, Any] = {"thresholds": "auto"}
+
 WORKLOAD_KEYS = (
     "Workload file keys (YAML; an unknown key is refused; docs/examples/fleet-workload.yaml is a complete example):\n"
     "\n"

@@ -144,3 +144,13 @@ def test_a_moved_observe_window_is_caught(monkeypatch):
 
     monkeypatch.setattr(run, "DEFAULT_SINCE", "1h")
     assert GENERATOR.tables()["OBSERVE_FALLBACKS"]["since"] == "1h" != help_tables.OBSERVE_FALLBACKS["since"]
+
+
+def test_a_moved_thresholds_word_is_caught(monkeypatch):
+    """fleet --thresholds' word for the spread is declared in fleet/settings.py; the command reads it from the table."""
+    from kvcal.cli import fleet_cmd
+    from kvcal.fleet import settings
+
+    monkeypatch.setattr(settings, "AUTO_THRESHOLDS", "spread")
+    assert GENERATOR.tables()["FLEET_FALLBACKS"]["thresholds"] == "spread" != help_tables.FLEET_FALLBACKS["thresholds"]
+    assert '"auto"' not in Path(fleet_cmd.__file__).read_text()  # no second copy: the command reads the table
