@@ -8,11 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
-from kvcal.emit.limits import (
-    P2P_PORT,
-    WORK_RANGE_FORMATS,
-)
-from kvcal.emit.renderers import format_names
+from kvcal.emit.limits import P2P_PORT
+from kvcal.emit.renderers import check_flags, format_names, scoped_flags
 from kvcal.errors import InputError
 from kvcal.records.run import MAX_TOKENS, MAX_TTFT_MS
 from kvcal.settings.from_flags import FlagModel
@@ -26,7 +23,6 @@ if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not
 TRANSPORTS = tuple(sorted(transport_names(), key=lambda name: available()[name].deployment != "p2p"))
 DEPLOYMENTS = ("p2p", "pd")
 _TRANSPORT_ALIASES = {alias: name for name, cls in available().items() for alias in (name, *cls.aliases)}
-_HELM_ONLY = ("--in-place", "--diff", "--add-plugin", "--with-costmodel")
 
 
 def canonical_transport(name: str) -> str:
@@ -100,15 +96,12 @@ class EmitOptions(FlagModel):
         resolve_rule(self.rule, self.margin)  # the rules' table holds the one check of --rule and --margin
         if self.block_size is not None:
             validate_block_size(self.block_size)
-        if self.format == "helm" and self.values is None:
-            raise InputError("--format helm needs --values FILE (the Helm values file to patch)")
-        if self.values is not None and self.format not in ("helm", "plugin"):
-            raise InputError("--values applies only to --format helm (patch it) and plugin (read its names)")
-        if self.format != "helm":
-            for flag, on in zip(_HELM_ONLY, (self.in_place, self.diff, self.add_plugin, self.with_costmodel)):
-                if on:
-                    raise InputError(f"{flag} applies only to --format helm")
-        self._work_range_flags()
+        field_of = {flag: name for name, flag in self.FLAGS.items()}
+        given = {
+            flag: getattr(self, field_of.get(flag, flag[2:].replace("-", "_"))) not in (None, False)
+            for flag in scoped_flags()
+        }
+        check_flags(self.format, given)  # the formats' table says which flags each needs and reads
         _check_name("--prefix-match-producer", self.prefix_match_producer)
         _check_name("--prefill-profile", self.prefill_profile)
         _check_name("--model", self.model)
@@ -120,17 +113,6 @@ class EmitOptions(FlagModel):
         if self.transport is not None:
             canonical_transport(self.transport)
         return self
-
-    def _work_range_flags(self) -> None:
-        if self.format == "work-range" and self.ttft_penalty_ms is None:
-            raise InputError(
-                "--format work-range needs --ttft-penalty-ms MS, the TTFT a request may lose by migrating "
-                "(the guide's maxTTFTPenaltyMs, an operator's choice), e.g. --ttft-penalty-ms 3500"
-            )
-        if self.format not in WORK_RANGE_FORMATS:
-            for flag, value in (("--ttft-penalty-ms", self.ttft_penalty_ms), ("--max-model-len", self.max_model_len)):
-                if value is not None:
-                    raise InputError(f"{flag} applies only to --format work-range, json and helm")
 
 
 @dataclass(frozen=True)
