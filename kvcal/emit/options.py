@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from kvcal.emit.limits import P2P_PORT
 from kvcal.emit.renderers import check_flags, format_names, scoped_flags
@@ -14,7 +14,7 @@ from kvcal.errors import InputError
 from kvcal.records.run import MAX_TOKENS, MAX_TTFT_MS
 from kvcal.settings.from_flags import FlagModel
 from kvcal.threshold.limits import validate_block_size
-from kvcal.threshold.rules import DEFAULT_RULE, resolve_rule
+from kvcal.threshold.rules import DEFAULT_RULE, ResolvedRule
 from kvcal.transports import available, transport_names
 
 if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not pay for them
@@ -88,12 +88,18 @@ class EmitOptions(FlagModel):
     allow_extrapolation: bool = False
     allow_disturbed: bool = False
     class_mix: dict[str, float] | None = None  # CLASS -> share (kvcal.threshold.class_mix); None: the campaign's pairs
+    _resolved_rule: ResolvedRule = PrivateAttr()
+
+    @property
+    def resolved_rule(self) -> ResolvedRule:
+        """--rule and --margin as checked when these settings were built (the threshold reads them, unchecked again)."""
+        return self._resolved_rule
 
     @model_validator(mode="after")
     def _consistent(self) -> EmitOptions:
         if self.format not in format_names():
             raise InputError(f"unknown --format {self.format!r}; choose one of {', '.join(format_names())}")
-        resolve_rule(self.rule, self.margin)  # the rules' table holds the one check of --rule and --margin
+        self._resolved_rule = ResolvedRule.of(self.rule, self.margin)  # the rules' table holds the one check
         if self.block_size is not None:
             validate_block_size(self.block_size)
         field_of = {flag: name for name, flag in self.FLAGS.items()}
