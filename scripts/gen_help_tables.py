@@ -126,6 +126,19 @@ def fleet_fallbacks() -> dict[str, Any]:
     return {"thresholds": settings.AUTO_THRESHOLDS}
 
 
+def plan_fallbacks() -> dict[str, Any]:
+    """What ``kvcal plan`` uses when neither a flag nor the prior gives a value, as its ``--help`` names it (declared
+    in plan/priors.py, the block size in the sweep's settings)."""
+    from kvcal.plan import priors
+    from kvcal.settings import sweep_groups
+
+    return {
+        "block_size": sweep_groups.DEFAULT_BLOCK_SIZE,
+        "max_model_len": priors.PROFILE_LIMIT,
+        "noise_cv": priors.DEFAULT_NOISE_CV,
+    }
+
+
 def commands() -> tuple[tuple[str, str, str], ...]:
     """Every command in ``kvcal --help``'s order: (name, the module that registers it, its one-line summary).
 
@@ -173,6 +186,7 @@ def tables() -> dict[str, Any]:
         "FIT_SETTINGS": settings_table(FitSettings),
         "FIT_CONFIG": settings_table(FitConfig),
         "PLAN_SETTINGS": settings_table(PlanConfig),
+        "PLAN_FALLBACKS": plan_fallbacks(),
         "COMPARE_SETTINGS": settings_table(CompareConfig),
         "EMIT_SETTINGS": settings_table(EmitOptions),
         "EMIT_FALLBACKS": emit_fallbacks(),

@@ -104,6 +104,8 @@ PLAN_SETTINGS: dict[str, dict[str, Any]] = {
     "target_width": {"default": 0.1, "gt": 0, "lt": 10},
 }
 
+PLAN_FALLBACKS: dict[str, Any] = {"block_size": 64, "max_model_len": 131072, "noise_cv": 0.05}
+
 COMPARE_SETTINGS: dict[str, dict[str, Any]] = {
     "deployed_tokens": {"default": None, "ge": 1},
     "force": {"default": False},

@@ -154,3 +154,11 @@ def test_a_moved_thresholds_word_is_caught(monkeypatch):
     monkeypatch.setattr(settings, "AUTO_THRESHOLDS", "spread")
     assert GENERATOR.tables()["FLEET_FALLBACKS"]["thresholds"] == "spread" != help_tables.FLEET_FALLBACKS["thresholds"]
     assert '"auto"' not in Path(fleet_cmd.__file__).read_text()  # no second copy: the command reads the table
+
+
+def test_a_moved_plan_fallback_is_caught(monkeypatch):
+    """PLAN_FALLBACKS follows plan/priors.py, which applies them (here the noise a prior without one gets)."""
+    from kvcal.plan import priors
+
+    monkeypatch.setattr(priors, "DEFAULT_NOISE_CV", 0.1)
+    assert GENERATOR.tables()["PLAN_FALLBACKS"]["noise_cv"] == 0.1 != help_tables.PLAN_FALLBACKS["noise_cv"]
