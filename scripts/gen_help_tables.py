@@ -126,6 +126,21 @@ def fleet_fallbacks() -> dict[str, Any]:
     return {"thresholds": settings.AUTO_THRESHOLDS}
 
 
+def fit_fallbacks() -> dict[str, Any]:
+    """What ``kvcal fit`` uses when neither a flag nor the run gives a value, as its ``--help`` names it (the sweep's
+    settings declare it)."""
+    from kvcal.settings import sweep_groups
+
+    return {"busy_queue_threshold": sweep_groups.DEFAULT_BUSY_QUEUE_THRESHOLD}
+
+
+def compare_fallbacks() -> dict[str, Any]:
+    """What ``kvcal compare``'s --help quotes of the gate: the deployed threshold's tolerated regret (gate/deployed.py)."""
+    from kvcal.gate import deployed
+
+    return {"strict_deployed_regret_pct": deployed.REGRET_TOLERANCE_PCT}
+
+
 def plan_fallbacks() -> dict[str, Any]:
     """What ``kvcal plan`` uses when neither a flag nor the prior gives a value, as its ``--help`` names it (declared
     in plan/priors.py, the block size in the sweep's settings)."""
@@ -185,9 +200,11 @@ def tables() -> dict[str, Any]:
         "COMMANDS": commands(),
         "FIT_SETTINGS": settings_table(FitSettings),
         "FIT_CONFIG": settings_table(FitConfig),
+        "FIT_FALLBACKS": fit_fallbacks(),
         "PLAN_SETTINGS": settings_table(PlanConfig),
         "PLAN_FALLBACKS": plan_fallbacks(),
         "COMPARE_SETTINGS": settings_table(CompareConfig),
+        "COMPARE_FALLBACKS": compare_fallbacks(),
         "EMIT_SETTINGS": settings_table(EmitOptions),
         "EMIT_FALLBACKS": emit_fallbacks(),
         "K8S_JOB_SETTINGS": k8s_job_table(),

@@ -90,6 +90,8 @@ FIT_CONFIG: dict[str, dict[str, Any]] = {
     "transport": {"default": None},
 }
 
+FIT_FALLBACKS: dict[str, Any] = {"busy_queue_threshold": 1}
+
 PLAN_SETTINGS: dict[str, dict[str, Any]] = {
     "block_size": {"default": None, "ge": 1},
     "campaigns": {"default": 10, "ge": 1, "le": 200},
@@ -116,6 +118,8 @@ COMPARE_SETTINGS: dict[str, dict[str, Any]] = {
     "tolerance": {"default": 0.1, "gt": 0, "lt": 10.0},
     "values_file": {"default": None},
 }
+
+COMPARE_FALLBACKS: dict[str, Any] = {"strict_deployed_regret_pct": 0.5}
 
 EMIT_SETTINGS: dict[str, dict[str, Any]] = {
     "add_plugin": {"default": False},

@@ -3,6 +3,7 @@ with its model, so that no flag's default, bound or help is kept by hand in a se
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -162,3 +163,16 @@ def test_a_moved_plan_fallback_is_caught(monkeypatch):
 
     monkeypatch.setattr(priors, "DEFAULT_NOISE_CV", 0.1)
     assert GENERATOR.tables()["PLAN_FALLBACKS"]["noise_cv"] == 0.1 != help_tables.PLAN_FALLBACKS["noise_cv"]
+
+
+@pytest.mark.parametrize(
+    "module, name, table, key",
+    [
+        ("kvcal.settings.sweep_groups", "DEFAULT_BUSY_QUEUE_THRESHOLD", "FIT_FALLBACKS", "busy_queue_threshold"),
+        ("kvcal.gate.deployed", "REGRET_TOLERANCE_PCT", "COMPARE_FALLBACKS", "strict_deployed_regret_pct"),
+    ],
+)
+def test_a_moved_fit_or_compare_fallback_is_caught(monkeypatch, module, name, table, key):
+    """fit's busy threshold and compare's tolerated regret are declared where they apply; the helps quote the table."""
+    monkeypatch.setattr(importlib.import_module(module), name, 7)
+    assert GENERATOR.tables()[table][key] == 7 != getattr(help_tables, table)[key]
