@@ -154,6 +154,16 @@ def plan_fallbacks() -> dict[str, Any]:
     }
 
 
+def json_schemas() -> dict[str, str]:
+    """The schema each command's ``--json`` prints, by command, as its ``--help`` names it (declared by its record)."""
+    from kvcal.estimate.predict import PREDICT_SCHEMA
+    from kvcal.fleet.result import FLEET_SCHEMA
+    from kvcal.observe.result import OBSERVE_SCHEMA
+    from kvcal.plan.simulate_designs import PLAN_SCHEMA
+
+    return {"fleet": FLEET_SCHEMA, "observe": OBSERVE_SCHEMA, "plan": PLAN_SCHEMA, "predict": PREDICT_SCHEMA}
+
+
 def commands() -> tuple[tuple[str, str, str], ...]:
     """Every command in ``kvcal --help``'s order: (name, the module that registers it, its one-line summary).
 
@@ -198,6 +208,7 @@ def tables() -> dict[str, Any]:
 
     return {
         "COMMANDS": commands(),
+        "JSON_SCHEMAS": json_schemas(),
         "FIT_SETTINGS": settings_table(FitSettings),
         "FIT_CONFIG": settings_table(FitConfig),
         "FIT_FALLBACKS": fit_fallbacks(),

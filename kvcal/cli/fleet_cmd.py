@@ -8,7 +8,10 @@ from typing import Optional
 
 import typer
 
-from kvcal.cli.help_tables import FLEET_FALLBACKS  # --thresholds' word for the spread, without pydantic
+from kvcal.cli.help_tables import (
+    FLEET_FALLBACKS,  # --thresholds' word for the spread, without pydantic
+    JSON_SCHEMAS,  # what --json prints, declared by its record
+)
 from kvcal.cli.help_tables import FLEET_SETTINGS as FLEET  # FleetConfig's defaults and bounds, without pydantic
 from kvcal.cli.help_tables import WORKLOAD_KEYS as KEYS_HELP  # the workload record's keys, without pydantic
 from kvcal.cli.options import float_list, int_list
@@ -91,7 +94,7 @@ def fleet(
     plot: Optional[Path] = typer.Option(
         None, "--plot", help="Write TTFT p90 and goodput against threshold and load (.png/.svg)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema kvcal.fleet/1)."),
+    as_json: bool = typer.Option(False, "--json", help=f"Print the result as JSON (schema {JSON_SCHEMAS['fleet']})."),
     jobs: Optional[int] = typer.Option(
         None,
         "--jobs",

@@ -73,6 +73,13 @@ COMMANDS = (
     ("profiles", "profiles_cmd", "Model and hardware profiles: KV layout, FLOPs, accelerators and links."),
 )
 
+JSON_SCHEMAS: dict[str, Any] = {
+    "fleet": "kvcal.fleet/1",
+    "observe": "kvcal.observe/1",
+    "plan": "kvcal.plan/1",
+    "predict": "kvcal.estimate.predict/1",
+}
+
 FIT_SETTINGS: dict[str, dict[str, Any]] = {
     "confidence": {"default": 0.9, "gt": 0, "lt": 1},
     "n_resamples": {"default": 2000, "ge": 0, "le": 1000000},

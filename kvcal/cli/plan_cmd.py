@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import JSON_SCHEMAS  # what --json prints, declared by its record
 from kvcal.cli.help_tables import PLAN_FALLBACKS as FALLBACK  # what plan uses when neither flag nor prior says
 from kvcal.cli.help_tables import PLAN_SETTINGS as PLAN  # PlanConfig's defaults and bounds, without pydantic
 from kvcal.cli.output import warn_each
@@ -78,7 +79,7 @@ def plan(
         help=f"Longest prompt allowed; default: the model's ({FALLBACK['max_model_len'] // 1024}K at most) or the "
         "fit's longest length.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (schema kvcal.plan/1)."),
+    as_json: bool = typer.Option(False, "--json", help=f"Print the plan as JSON (schema {JSON_SCHEMAS['plan']})."),
 ) -> None:
     """Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width."""  # noqa: E501 - help text, printed by --help as written
     from kvcal.plan.run import plan_from_config

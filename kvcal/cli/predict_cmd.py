@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import JSON_SCHEMAS  # what --json prints, declared by its record
 from kvcal.cli.help_tables import PREDICT_SETTINGS as PREDICT  # PredictSettings' defaults and bounds, without numpy
 from kvcal.cli.options import int_list
 from kvcal.cli.output import stdout
@@ -69,7 +70,7 @@ def predict(
         None, "--lengths", help="Comma-separated prefix lengths to tabulate (default: powers of two to the context)."
     ),
     as_json: bool = typer.Option(
-        False, "--json", help="Print the prediction as JSON (schema kvcal.estimate.predict/1)."
+        False, "--json", help=f"Print the prediction as JSON (schema {JSON_SCHEMAS['predict']})."
     ),
 ) -> None:
     """Predict KV bytes per token, prefill FLOPs, the recompute and pull curves, the break-even and the link's floor."""

@@ -176,3 +176,11 @@ def test_a_moved_fit_or_compare_fallback_is_caught(monkeypatch, module, name, ta
     """fit's busy threshold and compare's tolerated regret are declared where they apply; the helps quote the table."""
     monkeypatch.setattr(importlib.import_module(module), name, 7)
     assert GENERATOR.tables()[table][key] == 7 != getattr(help_tables, table)[key]
+
+
+def test_a_moved_json_schema_is_caught(monkeypatch):
+    """--json's help names the schema its record declares (fleet/result.py's FLEET_SCHEMA here)."""
+    from kvcal.fleet import result
+
+    monkeypatch.setattr(result, "FLEET_SCHEMA", "kvcal.fleet/2")
+    assert GENERATOR.tables()["JSON_SCHEMAS"]["fleet"] == "kvcal.fleet/2" != help_tables.JSON_SCHEMAS["fleet"]
