@@ -20,6 +20,8 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
+from kvcal.settings.bounds import BOUND_KEYS
+
 TARGET = Path(__file__).resolve().parents[1] / "kvcal" / "cli" / "help_tables.py"
 RUFF = Path(sys.executable).with_name("ruff")  # the text is formatted as the project's formatter leaves it
 
@@ -58,9 +60,6 @@ def sweep_flags() -> tuple[tuple[str, str, str, str], ...]:
     return tuple((name, flag_of(name), _kind(flat_field(name).annotation), flag_help(name)) for name in flag_fields())
 
 
-BOUNDS = ("ge", "gt", "le", "lt")  # annotated_types' names, as a field declares them
-
-
 def settings_table(model: Any) -> dict[str, dict[str, Any]]:
     """A settings model's defaults and bounds, by field: ``{"default": ..., "ge": ..., "le": ...}``.
 
@@ -71,18 +70,18 @@ def settings_table(model: Any) -> dict[str, dict[str, Any]]:
         default = info.get_default(call_default_factory=True)
         if info.is_required() or not isinstance(default, (int, float, str, type(None))):
             continue
-        bounds = {key: getattr(mark, key) for mark in info.metadata for key in BOUNDS if hasattr(mark, key)}
+        bounds = {key: getattr(mark, key) for mark in info.metadata for key in BOUND_KEYS if hasattr(mark, key)}
         table[name] = {"default": default, **bounds}
     return table
 
 
 def dataclass_table(record: Any) -> dict[str, dict[str, Any]]:
-    """A settings dataclass's defaults, by field, as :func:`settings_table` gives a model's (a dataclass declares
-    no bounds: its ``__post_init__`` checks them)."""
+    """A settings dataclass's defaults and bounds, by field, as :func:`settings_table` gives a model's (a dataclass
+    declares a field's bounds in its metadata, by the same names; its ``__post_init__`` checks them)."""
     import dataclasses
 
     return {
-        item.name: {"default": item.default}
+        item.name: {"default": item.default, **{key: item.metadata[key] for key in BOUND_KEYS if key in item.metadata}}
         for item in dataclasses.fields(record)
         if isinstance(item.default, (int, float, str, type(None)))  # MISSING (required) and factories left out
     }
@@ -117,6 +116,52 @@ def observe_fallbacks() -> dict[str, Any]:
     from kvcal.observe import run
 
     return {"since": run.DEFAULT_SINCE}
+
+
+def fleet_fallbacks() -> dict[str, Any]:
+    """What ``kvcal fleet`` reads when a flag says so, as its ``--help`` names it: --thresholds' word for the spread
+    around the break-even (declared beside the setting, in fleet/settings.py; the setting itself is then None)."""
+    from kvcal.fleet import settings
+
+    return {"thresholds": settings.AUTO_THRESHOLDS}
+
+
+def fit_fallbacks() -> dict[str, Any]:
+    """What ``kvcal fit`` uses when neither a flag nor the run gives a value, as its ``--help`` names it (the sweep's
+    settings declare it)."""
+    from kvcal.settings import sweep_groups
+
+    return {"busy_queue_threshold": sweep_groups.DEFAULT_BUSY_QUEUE_THRESHOLD}
+
+
+def compare_fallbacks() -> dict[str, Any]:
+    """What ``kvcal compare``'s --help quotes of the gate: the deployed threshold's tolerated regret (gate/deployed.py)."""
+    from kvcal.gate import deployed
+
+    return {"strict_deployed_regret_pct": deployed.REGRET_TOLERANCE_PCT}
+
+
+def plan_fallbacks() -> dict[str, Any]:
+    """What ``kvcal plan`` uses when neither a flag nor the prior gives a value, as its ``--help`` names it (declared
+    in plan/priors.py, the block size in the sweep's settings)."""
+    from kvcal.plan import priors
+    from kvcal.settings import sweep_groups
+
+    return {
+        "block_size": sweep_groups.DEFAULT_BLOCK_SIZE,
+        "max_model_len": priors.PROFILE_LIMIT,
+        "noise_cv": priors.DEFAULT_NOISE_CV,
+    }
+
+
+def json_schemas() -> dict[str, str]:
+    """The schema each command's ``--json`` prints, by command, as its ``--help`` names it (declared by its record)."""
+    from kvcal.estimate.predict import PREDICT_SCHEMA
+    from kvcal.fleet.result import FLEET_SCHEMA
+    from kvcal.observe.result import OBSERVE_SCHEMA
+    from kvcal.plan.simulate_designs import PLAN_SCHEMA
+
+    return {"fleet": FLEET_SCHEMA, "observe": OBSERVE_SCHEMA, "plan": PLAN_SCHEMA, "predict": PREDICT_SCHEMA}
 
 
 def commands() -> tuple[tuple[str, str, str], ...]:
@@ -163,10 +208,14 @@ def tables() -> dict[str, Any]:
 
     return {
         "COMMANDS": commands(),
+        "JSON_SCHEMAS": json_schemas(),
         "FIT_SETTINGS": settings_table(FitSettings),
         "FIT_CONFIG": settings_table(FitConfig),
+        "FIT_FALLBACKS": fit_fallbacks(),
         "PLAN_SETTINGS": settings_table(PlanConfig),
+        "PLAN_FALLBACKS": plan_fallbacks(),
         "COMPARE_SETTINGS": settings_table(CompareConfig),
+        "COMPARE_FALLBACKS": compare_fallbacks(),
         "EMIT_SETTINGS": settings_table(EmitOptions),
         "EMIT_FALLBACKS": emit_fallbacks(),
         "K8S_JOB_SETTINGS": k8s_job_table(),
@@ -174,6 +223,7 @@ def tables() -> dict[str, Any]:
         "PREDICT_SETTINGS": dataclass_table(PredictSettings),
         "SWEEP_FLAGS": sweep_flags(),
         "FLEET_SETTINGS": settings_table(FleetConfig),
+        "FLEET_FALLBACKS": fleet_fallbacks(),
         "WORKLOAD_KEYS": workload_keys(),
     }
 

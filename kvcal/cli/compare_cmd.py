@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import COMPARE_FALLBACKS  # the gate's tolerated regret, without numpy
 from kvcal.cli.help_tables import COMPARE_SETTINGS as COMPARE  # CompareConfig's defaults and bounds, without pydantic
 from kvcal.cli.output import print_sanity, stdout
 from kvcal.errors import RegressionDetected
@@ -57,7 +58,8 @@ def compare(
     strict_deployed: bool = typer.Option(
         False,
         "--strict-deployed",
-        help="Also exit 1 when the deployed threshold costs more than 0.5% of TTFT "
+        help="Also exit 1 when the deployed threshold costs more than "
+        f"{COMPARE_FALLBACKS['strict_deployed_regret_pct']:g}% of TTFT "
         "(expected regret) against the current fit, too low or too high.",
     ),
     force: bool = typer.Option(

@@ -9,7 +9,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from kvcal.cli.help_tables import FIT_CONFIG, FIT_SETTINGS  # FitSettings' and FitConfig's defaults, without pydantic
+from kvcal.cli.help_tables import FIT_CONFIG, FIT_FALLBACKS, FIT_SETTINGS  # the models' defaults, without pydantic
 from kvcal.cli.output import print_sanity, print_warning, stdout, warn, warn_each
 from kvcal.cli.render_costmodel import render_cost_model
 from kvcal.cli.render_links import render_links
@@ -50,7 +50,10 @@ def fit(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print fit.json to stdout and nothing else."),
     confidence: float = typer.Option(
-        FIT_SETTINGS["confidence"]["default"], "--confidence", help="Level of the bootstrap intervals, between 0 and 1."
+        FIT_SETTINGS["confidence"]["default"],
+        "--confidence",
+        help=f"Level of the bootstrap intervals, between {FIT_SETTINGS['confidence']['gt']} and "
+        f"{FIT_SETTINGS['confidence']['lt']}.",
     ),
     seed: int = typer.Option(
         FIT_SETTINGS["seed"]["default"], "--seed", help="Seed of the bootstrap; the same seed gives the same intervals."
@@ -89,7 +92,8 @@ def fit(
         None,
         "--busy-queue-threshold",
         min=FIT_CONFIG["busy_queue_threshold"]["ge"],
-        help="Cost model: a pod is busy when its measured waiting queue is at least this; default: the run's, else 1.",
+        help="Cost model: a pod is busy when its measured waiting queue is at least this; default: the run's, else "
+        f"{FIT_FALLBACKS['busy_queue_threshold']}.",
     ),
     per_request: Optional[list[Path]] = typer.Option(
         None,

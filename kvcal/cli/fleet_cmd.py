@@ -8,6 +8,10 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import (
+    FLEET_FALLBACKS,  # --thresholds' word for the spread, without pydantic
+    JSON_SCHEMAS,  # what --json prints, declared by its record
+)
 from kvcal.cli.help_tables import FLEET_SETTINGS as FLEET  # FleetConfig's defaults and bounds, without pydantic
 from kvcal.cli.help_tables import WORKLOAD_KEYS as KEYS_HELP  # the workload record's keys, without pydantic
 from kvcal.cli.options import float_list, int_list
@@ -15,6 +19,7 @@ from kvcal.cli.output import info, stdout, warn, warn_each
 from kvcal.fleet.help_facts import WORKER_MIB
 
 PODS, SEEDS, JOBS = FLEET["pods"], FLEET["seeds"], FLEET["jobs"]
+AUTO = FLEET_FALLBACKS["thresholds"]
 
 EPILOG = f"""The model: N engines with continuous batching (a prefill token budget per step), each
 with a prefix cache and an optional CPU tier (LRU eviction), behind the router's prefix- and
@@ -26,7 +31,7 @@ has one). docs/fleet.md says what the model leaves out and when not to trust it.
 
 Examples:
 
-  kvcal fleet runs/r --workload docs/examples/fleet-workload.yaml --pods 8 --thresholds auto --json
+  kvcal fleet runs/r --workload docs/examples/fleet-workload.yaml --pods 8 --thresholds {AUTO} --json
 
   kvcal fleet runs/r/fit.json --workload w.yaml --rate 4 --seeds 5 --resamples 20
 
@@ -54,10 +59,10 @@ def fleet(
     ),
     pods: int = typer.Option(PODS["default"], "--pods", help=f"Engines in the fleet ({PODS['ge']}-{PODS['le']})."),
     thresholds: str = typer.Option(
-        "auto",
+        AUTO,
         "--thresholds",
         help="minCachedTokenDelta values to try (comma-separated "
-        "block multiples, or 1, the plugin's default; a repeat is simulated once), or auto: a spread around the "
+        f"block multiples, or 1, the plugin's default; a repeat is simulated once), or {AUTO}: a spread around the "
         "fit's break-even.",
     ),
     rate: Optional[float] = typer.Option(
@@ -89,7 +94,7 @@ def fleet(
     plot: Optional[Path] = typer.Option(
         None, "--plot", help="Write TTFT p90 and goodput against threshold and load (.png/.svg)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema kvcal.fleet/1)."),
+    as_json: bool = typer.Option(False, "--json", help=f"Print the result as JSON (schema {JSON_SCHEMAS['fleet']})."),
     jobs: Optional[int] = typer.Option(
         None,
         "--jobs",
@@ -109,7 +114,7 @@ def fleet(
     """Simulate a fleet under a workload for each P2P threshold: goodput, TTFT, queues, and the threshold to use."""
     from kvcal.fleet.settings import FleetConfig
 
-    chosen = None if thresholds.strip().lower() == "auto" else int_list(thresholds, "--thresholds")
+    chosen = None if thresholds.strip().lower() == AUTO else int_list(thresholds, "--thresholds")
     config = FleetConfig(
         fit_path=fit_path,
         workload_path=workload,

@@ -73,6 +73,13 @@ COMMANDS = (
     ("profiles", "profiles_cmd", "Model and hardware profiles: KV layout, FLOPs, accelerators and links."),
 )
 
+JSON_SCHEMAS: dict[str, Any] = {
+    "fleet": "kvcal.fleet/1",
+    "observe": "kvcal.observe/1",
+    "plan": "kvcal.plan/1",
+    "predict": "kvcal.estimate.predict/1",
+}
+
 FIT_SETTINGS: dict[str, dict[str, Any]] = {
     "confidence": {"default": 0.9, "gt": 0, "lt": 1},
     "n_resamples": {"default": 2000, "ge": 0, "le": 1000000},
@@ -90,6 +97,8 @@ FIT_CONFIG: dict[str, dict[str, Any]] = {
     "transport": {"default": None},
 }
 
+FIT_FALLBACKS: dict[str, Any] = {"busy_queue_threshold": 1}
+
 PLAN_SETTINGS: dict[str, dict[str, Any]] = {
     "block_size": {"default": None, "ge": 1},
     "campaigns": {"default": 10, "ge": 1, "le": 200},
@@ -104,6 +113,8 @@ PLAN_SETTINGS: dict[str, dict[str, Any]] = {
     "target_width": {"default": 0.1, "gt": 0, "lt": 10},
 }
 
+PLAN_FALLBACKS: dict[str, Any] = {"block_size": 64, "max_model_len": 131072, "noise_cv": 0.05}
+
 COMPARE_SETTINGS: dict[str, dict[str, Any]] = {
     "deployed_tokens": {"default": None, "ge": 1},
     "force": {"default": False},
@@ -114,6 +125,8 @@ COMPARE_SETTINGS: dict[str, dict[str, Any]] = {
     "tolerance": {"default": 0.1, "gt": 0, "lt": 10.0},
     "values_file": {"default": None},
 }
+
+COMPARE_FALLBACKS: dict[str, Any] = {"strict_deployed_regret_pct": 0.5}
 
 EMIT_SETTINGS: dict[str, dict[str, Any]] = {
     "add_plugin": {"default": False},
@@ -167,13 +180,13 @@ K8S_JOB_SETTINGS: dict[str, dict[str, Any]] = {
 OBSERVE_FALLBACKS: dict[str, Any] = {"since": "15m"}
 
 PREDICT_SETTINGS: dict[str, dict[str, Any]] = {
-    "devices": {"default": 1},
+    "devices": {"default": 1, "ge": 1},
     "kv_dtype": {"default": None},
     "lengths": {"default": None},
-    "link_efficiency": {"default": None},
-    "mfu": {"default": None},
-    "overhead_ms": {"default": None},
-    "pull_floor_ms": {"default": None},
+    "link_efficiency": {"default": None, "gt": 0, "le": 1},
+    "mfu": {"default": None, "gt": 0, "le": 1},
+    "overhead_ms": {"default": None, "ge": 0},
+    "pull_floor_ms": {"default": None, "ge": 0},
     "sliding_window_full": {"default": False},
 }
 
@@ -330,6 +343,8 @@ FLEET_SETTINGS: dict[str, dict[str, Any]] = {
     "seeds": {"default": 3, "ge": 1, "le": 1000},
     "thresholds": {"default": None},
 }
+
+FLEET_FALLBACKS: dict[str, Any] = {"thresholds": "auto"}
 
 WORKLOAD_KEYS = (
     "Workload file keys (YAML; an unknown key is refused; docs/examples/fleet-workload.yaml is a complete example):\n"

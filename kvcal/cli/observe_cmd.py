@@ -7,7 +7,10 @@ from typing import Optional
 
 import typer
 
-from kvcal.cli.help_tables import OBSERVE_FALLBACKS  # observe/run.py's DEFAULT_SINCE, without the observe stage
+from kvcal.cli.help_tables import (
+    JSON_SCHEMAS,  # what --json prints, declared by its record
+    OBSERVE_FALLBACKS,  # observe/run.py's DEFAULT_SINCE, without the observe stage
+)
 from kvcal.cli.output import info, stdout
 from kvcal.terminal_text import json_visible, visible
 
@@ -105,7 +108,7 @@ def observe(
         metavar="FILE",
         help="Write the fit moved to production costs (a fit.json emit-config renders); implies --propose.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema kvcal.observe/1)."),
+    as_json: bool = typer.Option(False, "--json", help=f"Print the result as JSON (schema {JSON_SCHEMAS['observe']})."),
     dashboard: Optional[Path] = typer.Option(
         None,
         "--dashboard",

@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from kvcal.cli.help_tables import JSON_SCHEMAS  # what --json prints, declared by its record
+from kvcal.cli.help_tables import PLAN_FALLBACKS as FALLBACK  # what plan uses when neither flag nor prior says
 from kvcal.cli.help_tables import PLAN_SETTINGS as PLAN  # PlanConfig's defaults and bounds, without pydantic
 from kvcal.cli.output import warn_each
 from kvcal.cli.predict_cmd import say
@@ -42,7 +44,9 @@ def plan(
     ),
     link: Optional[str] = typer.Option(None, "--link", "-l", help="Link profile; default: the accelerator's."),
     noise_cv: Optional[float] = typer.Option(
-        None, "--noise-cv", help="Probe noise as a fraction of TTFT; default: the fit's, or 0.05."
+        None,
+        "--noise-cv",
+        help=f"Probe noise as a fraction of TTFT; default: the fit's, or {FALLBACK['noise_cv']:g}.",
     ),
     target_width: float = typer.Option(
         PLAN["target_width"]["default"], "--target-width", help="Relative width (upper - lower) / break-even to reach."
@@ -51,7 +55,9 @@ def plan(
         None,
         "--target-regret",
         help="Adaptive campaigns stop instead once the expected regret of emit-config's "
-        "threshold is at most this fraction of TTFT (0 < R < 1), as kvcal sweep --adaptive --target-regret.",
+        "threshold is at most this fraction of TTFT "
+        f"({PLAN['target_regret']['gt']} < R < {PLAN['target_regret']['lt']}), as kvcal sweep --adaptive "
+        "--target-regret.",
     ),
     campaigns: int = typer.Option(
         PLAN["campaigns"]["default"],
@@ -64,15 +70,16 @@ def plan(
         PLAN["seed"]["default"], "--seed", min=PLAN["seed"]["ge"], help="Seed of the first simulated campaign."
     ),
     block_size: Optional[int] = typer.Option(
-        None, "--block-size", help="KV block size in tokens; default: the fit's, or 64."
+        None, "--block-size", help=f"KV block size in tokens; default: the fit's, or {FALLBACK['block_size']}."
     ),
     max_model_len: Optional[int] = typer.Option(
         None,
         "--max-model-len",
         max=PLAN["max_model_len"]["le"],
-        help="Longest prompt allowed; default: the model's (128K at most) or the fit's longest length.",
+        help=f"Longest prompt allowed; default: the model's ({FALLBACK['max_model_len'] // 1024}K at most) or the "
+        "fit's longest length.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (schema kvcal.plan/1)."),
+    as_json: bool = typer.Option(False, "--json", help=f"Print the plan as JSON (schema {JSON_SCHEMAS['plan']})."),
 ) -> None:
     """Simulate adaptive and uniform-ladder campaigns on prior curves: expected probes, engine time and interval width."""  # noqa: E501 - help text, printed by --help as written
     from kvcal.plan.run import plan_from_config

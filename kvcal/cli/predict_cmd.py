@@ -7,9 +7,11 @@ from typing import Optional
 
 import typer
 
-from kvcal.cli.help_tables import PREDICT_SETTINGS as PREDICT  # PredictSettings' defaults, without numpy
+from kvcal.cli.help_tables import JSON_SCHEMAS  # what --json prints, declared by its record
+from kvcal.cli.help_tables import PREDICT_SETTINGS as PREDICT  # PredictSettings' defaults and bounds, without numpy
 from kvcal.cli.options import int_list
 from kvcal.cli.output import stdout
+from kvcal.settings.bounds import bounds_in_words
 
 EPILOG = """An estimate from the model's KV layout and FLOPs and the hardware's nominal
 rates (docs/predict.md lists every assumption): use it to plan a sweep and to judge
@@ -40,7 +42,10 @@ def predict(
         None, "--kv-dtype", help="KV cache dtype: bf16, fp16, fp8, fp32 or auto (the model's)."
     ),
     mfu: Optional[float] = typer.Option(
-        None, "--mfu", help="Share of peak the prefill reaches, 0-1; default: the accelerator's calibrated value."
+        None,
+        "--mfu",
+        help=f"Share of peak the prefill reaches (must {bounds_in_words(PREDICT['mfu'])}); default: the accelerator's "
+        "calibrated value.",
     ),
     devices: int = typer.Option(
         PREDICT["devices"]["default"],
@@ -54,7 +59,9 @@ def predict(
         None, "--pull-floor-ms", help="Whole fixed cost of a pull in ms; default: overhead + link setup."
     ),
     link_efficiency: Optional[float] = typer.Option(
-        None, "--link-efficiency", help="Share of the link's nominal rate a pull reaches, 0-1."
+        None,
+        "--link-efficiency",
+        help=f"Share of the link's nominal rate a pull reaches (must {bounds_in_words(PREDICT['link_efficiency'])}).",
     ),
     sliding_window_full: bool = typer.Option(
         False, "--sliding-window-full", help="Count sliding-window layers on every token (engine keeps all)."
@@ -63,7 +70,7 @@ def predict(
         None, "--lengths", help="Comma-separated prefix lengths to tabulate (default: powers of two to the context)."
     ),
     as_json: bool = typer.Option(
-        False, "--json", help="Print the prediction as JSON (schema kvcal.estimate.predict/1)."
+        False, "--json", help=f"Print the prediction as JSON (schema {JSON_SCHEMAS['predict']})."
     ),
 ) -> None:
     """Predict KV bytes per token, prefill FLOPs, the recompute and pull curves, the break-even and the link's floor."""

@@ -38,7 +38,7 @@ from kvcal.emit.run_context import run_context
 from kvcal.fit.inputs import load_fit_input
 from kvcal.records.fit import FitResult
 from kvcal.settings.sweep import DEFAULT_BLOCK_SIZE
-from kvcal.threshold.choose import Threshold, check_threshold, compute_threshold, resolve_block_size
+from kvcal.threshold.choose import Threshold, check_threshold, compute_threshold, resolve_block_size, threshold_for
 from kvcal.threshold.class_mix import mix_threshold
 from kvcal.threshold.delta_weights import Deltas
 from kvcal.threshold.deltas import read_deltas
@@ -96,15 +96,7 @@ def _emit(source: Path | FitResult, options: EmitOptions, fmt: OutputFormat) -> 
         mix = mix_threshold(fit, options, deltas)
         t = mix.threshold
     elif fmt.needs_threshold:  # affinity needs only the recompute curve
-        t = compute_threshold(
-            fit,
-            rule=options.rule,
-            margin=options.margin,
-            block_size=options.block_size,
-            allow_extrapolation=options.allow_extrapolation,
-            allow_disturbed=options.allow_disturbed,
-            deltas=deltas,
-        )
+        t = threshold_for(fit, options, deltas)
     notes = [*t.steps, cost_note(t, deltas)] if t else []
     return fmt.render(Render(fit, ctx, t, options, origin, notes, list(t.warnings) if t else [], mix, deltas))
 

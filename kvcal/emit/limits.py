@@ -1,4 +1,4 @@
-"""emit-config's light constants, read by the flag declarations: the P2P port's default and the work-range formats.
+"""emit-config's light constants, read by the flag declarations: the P2P port's default.
 
 Kept apart from :mod:`kvcal.emit.formats` so that the flag declarations (and ``kvcal --help``) do not build
 the typed records that rendering needs. The formats themselves are named in :mod:`kvcal.emit.renderers`;
@@ -9,6 +9,3 @@ the rules' names and the checks on their numbers are :mod:`kvcal.threshold.limit
 from __future__ import annotations
 
 from kvcal.transports.p2p_tier import P2P_PORT  # noqa: F401 - --p2p-port's default; the CLI reads it here
-
-WORK_RANGE_FORMATS = ("work-range", "json", "helm")
-"""The formats that read --ttft-penalty-ms and --max-model-len (the remaining-work boundary, kvcal.emit.work_range)."""

@@ -6,18 +6,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
-from kvcal.emit.limits import (
-    P2P_PORT,
-    WORK_RANGE_FORMATS,
-)
-from kvcal.emit.renderers import format_names
+from kvcal.emit.limits import P2P_PORT
+from kvcal.emit.renderers import check_flags, format_names, scoped_flags
 from kvcal.errors import InputError
 from kvcal.records.run import MAX_TOKENS, MAX_TTFT_MS
 from kvcal.settings.from_flags import FlagModel
 from kvcal.threshold.limits import validate_block_size
-from kvcal.threshold.rules import DEFAULT_RULE, resolve_rule
+from kvcal.threshold.rules import DEFAULT_RULE, ResolvedRule
 from kvcal.transports import available, transport_names
 
 if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not pay for them
@@ -26,7 +23,6 @@ if TYPE_CHECKING:  # the rule's module builds the typed records; --help must not
 TRANSPORTS = tuple(sorted(transport_names(), key=lambda name: available()[name].deployment != "p2p"))
 DEPLOYMENTS = ("p2p", "pd")
 _TRANSPORT_ALIASES = {alias: name for name, cls in available().items() for alias in (name, *cls.aliases)}
-_HELM_ONLY = ("--in-place", "--diff", "--add-plugin", "--with-costmodel")
 
 
 def canonical_transport(name: str) -> str:
@@ -92,23 +88,26 @@ class EmitOptions(FlagModel):
     allow_extrapolation: bool = False
     allow_disturbed: bool = False
     class_mix: dict[str, float] | None = None  # CLASS -> share (kvcal.threshold.class_mix); None: the campaign's pairs
+    _resolved_rule: ResolvedRule = PrivateAttr()
+
+    @property
+    def resolved_rule(self) -> ResolvedRule:
+        """--rule and --margin as checked when these settings were built (the threshold reads them, unchecked again)."""
+        return self._resolved_rule
 
     @model_validator(mode="after")
     def _consistent(self) -> EmitOptions:
         if self.format not in format_names():
             raise InputError(f"unknown --format {self.format!r}; choose one of {', '.join(format_names())}")
-        resolve_rule(self.rule, self.margin)  # the rules' table holds the one check of --rule and --margin
+        self._resolved_rule = ResolvedRule.of(self.rule, self.margin)  # the rules' table holds the one check
         if self.block_size is not None:
             validate_block_size(self.block_size)
-        if self.format == "helm" and self.values is None:
-            raise InputError("--format helm needs --values FILE (the Helm values file to patch)")
-        if self.values is not None and self.format not in ("helm", "plugin"):
-            raise InputError("--values applies only to --format helm (patch it) and plugin (read its names)")
-        if self.format != "helm":
-            for flag, on in zip(_HELM_ONLY, (self.in_place, self.diff, self.add_plugin, self.with_costmodel)):
-                if on:
-                    raise InputError(f"{flag} applies only to --format helm")
-        self._work_range_flags()
+        field_of = {flag: name for name, flag in self.FLAGS.items()}
+        given = {
+            flag: getattr(self, field_of.get(flag, flag[2:].replace("-", "_"))) not in (None, False)
+            for flag in scoped_flags()
+        }
+        check_flags(self.format, given)  # the formats' table says which flags each needs and reads
         _check_name("--prefix-match-producer", self.prefix_match_producer)
         _check_name("--prefill-profile", self.prefill_profile)
         _check_name("--model", self.model)
@@ -120,17 +119,6 @@ class EmitOptions(FlagModel):
         if self.transport is not None:
             canonical_transport(self.transport)
         return self
-
-    def _work_range_flags(self) -> None:
-        if self.format == "work-range" and self.ttft_penalty_ms is None:
-            raise InputError(
-                "--format work-range needs --ttft-penalty-ms MS, the TTFT a request may lose by migrating "
-                "(the guide's maxTTFTPenaltyMs, an operator's choice), e.g. --ttft-penalty-ms 3500"
-            )
-        if self.format not in WORK_RANGE_FORMATS:
-            for flag, value in (("--ttft-penalty-ms", self.ttft_penalty_ms), ("--max-model-len", self.max_model_len)):
-                if value is not None:
-                    raise InputError(f"{flag} applies only to --format work-range, json and helm")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ recompute(n) >= pull(n), is solved exactly piece by piece with the quadratic for
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from kvcal import __version__
@@ -34,6 +34,7 @@ from kvcal.estimate.profiles import (
     matmul_params_per_token,
     prefill_flops,
 )
+from kvcal.settings.bounds import bounds_in_words, within
 
 PREDICT_SCHEMA = "kvcal.estimate.predict/1"
 DEFAULT_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -41,30 +42,31 @@ DEFAULT_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 Status = Literal["crossover", "pull-always-wins", "recompute-always-wins"]
 
 
+def _bounded(default: Any = None, **bounds: float) -> Any:
+    """A setting with its bounds (gt, ge, lt, le), declared once: ``__post_init__`` checks them and
+    scripts/gen_help_tables.py writes them into PREDICT_SETTINGS, which ``--help`` quotes."""
+    return field(default=default, metadata=bounds)
+
+
 @dataclass(frozen=True)
 class PredictSettings:
     """Overrides of the profile defaults; None means 'use the profile's value'."""
 
     kv_dtype: str | None = None
-    mfu: float | None = None
-    devices: int = 1
-    overhead_ms: float | None = None
-    pull_floor_ms: float | None = None
-    link_efficiency: float | None = None
+    mfu: float | None = _bounded(gt=0, le=1)
+    devices: int = _bounded(1, ge=1)
+    overhead_ms: float | None = _bounded(ge=0)
+    pull_floor_ms: float | None = _bounded(ge=0)
+    link_efficiency: float | None = _bounded(gt=0, le=1)
     sliding_window_full: bool = False
     lengths: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.mfu is not None and not 0 < self.mfu <= 1:
-            raise InputError(f"--mfu must be in (0, 1], got {self.mfu}")
-        if self.link_efficiency is not None and not 0 < self.link_efficiency <= 1:
-            raise InputError(f"--link-efficiency must be in (0, 1], got {self.link_efficiency}")
-        if self.devices < 1:
-            raise InputError(f"--devices must be >= 1, got {self.devices}")
-        for name in ("overhead_ms", "pull_floor_ms"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if value is not None and not within(value, item.metadata):
+                flag = "--" + item.name.replace("_", "-")
+                raise InputError(f"{flag} must {bounds_in_words(item.metadata)}, got {value}")
         if self.lengths is not None and (not self.lengths or min(self.lengths) < 1):
             raise InputError("--lengths needs positive token counts")
 

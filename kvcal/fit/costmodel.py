@@ -49,6 +49,7 @@ from kvcal.fit.costmodel_bootstrap import OWN_SCALE_MIN, measured_class, request
 from kvcal.fit.costmodel_inputs import IdleCurves, LoadedProbes
 from kvcal.records.fit import FIT_DEFAULTS, FitSettings
 from kvcal.records.fit_costmodel import CostModelDiagnostics, CostModelFit, Estimate
+from kvcal.settings.sweep_groups import DEFAULT_BUSY_QUEUE_THRESHOLD
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,11 @@ def diagnostics(data: LoadedProbes, bs: np.ndarray, bc: np.ndarray) -> tuple[Cos
 
 
 def fit_cost_model(
-    data: LoadedProbes, idle: IdleCurves, *, threshold: int = 1, settings: FitSettings = FIT_DEFAULTS
+    data: LoadedProbes,
+    idle: IdleCurves,
+    *,
+    threshold: int = DEFAULT_BUSY_QUEUE_THRESHOLD,
+    settings: FitSettings = FIT_DEFAULTS,
 ) -> CostModelFit:
     """Fit base, q, F, S, Q with P and T from ``idle``; bootstrap every constant (``settings``: the fit's)."""
     if threshold < 1:

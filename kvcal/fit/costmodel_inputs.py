@@ -18,6 +18,7 @@ from kvcal.records.fit import FitResult
 from kvcal.records.manifest import RunManifest
 from kvcal.records.run import ProbeRecord
 from kvcal.records.run_folder import probe_counts_as_idle
+from kvcal.settings.sweep_groups import DEFAULT_BUSY_QUEUE_THRESHOLD
 
 _COEFS = ("intercept_ms", "per_token_us", "per_token2_ns")
 
@@ -39,7 +40,7 @@ class LoadedProbes:
     stratum: np.ndarray  # int labels
     design: str  # "designed" | "observational"
     n_dropped: int = 0  # requests left out (unknown queues)
-    threshold: int = 1  # the busy threshold the data were taken with (a designed run's), the fit's default
+    threshold: int = DEFAULT_BUSY_QUEUE_THRESHOLD  # the busy threshold the data were taken with (a designed run's)
 
     def __len__(self) -> int:
         return len(self.ttft_ms)
@@ -70,7 +71,7 @@ def split_loaded(records: list[ProbeRecord], manifest: RunManifest) -> tuple[lis
     return idle, loaded
 
 
-def from_run_records(records: list[ProbeRecord], threshold: int = 1) -> LoadedProbes | None:
+def from_run_records(records: list[ProbeRecord], threshold: int = DEFAULT_BUSY_QUEUE_THRESHOLD) -> LoadedProbes | None:
     """The designed experiment's probes (the last valid attempt of each probe id); None for an idle-only run."""
     chosen: dict[str, ProbeRecord] = {}
     for r in records:

@@ -47,6 +47,7 @@ from kvcal.fit.costmodel_inputs import LoadedProbes, idle_curves
 from kvcal.fit.entry import load_or_fit
 from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings, FitSource
 from kvcal.records.run import MAX_TOKENS
+from kvcal.settings.sweep_groups import DEFAULT_BUSY_QUEUE_THRESHOLD
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +319,12 @@ def join(
 
 
 def fit_observational(
-    per_request: list[Path], epp_log: Path, idle: Path, settings: FitSettings = FIT_DEFAULTS, *, threshold: int = 1
+    per_request: list[Path],
+    epp_log: Path,
+    idle: Path,
+    settings: FitSettings = FIT_DEFAULTS,
+    *,
+    threshold: int = DEFAULT_BUSY_QUEUE_THRESHOLD,
 ) -> FitResult:
     """The idle fit of ``idle`` with ``cost_model`` fitted to the joined production requests."""
     if not per_request:

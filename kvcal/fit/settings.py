@@ -21,6 +21,7 @@ from kvcal.fit.observational import fit_observational
 from kvcal.records.fit import FIT_DEFAULTS, FitResult, FitSettings
 from kvcal.records.run import RunSetup
 from kvcal.settings.from_flags import FlagModel, from_flags
+from kvcal.settings.sweep_groups import DEFAULT_BUSY_QUEUE_THRESHOLD
 from kvcal.transports import transport_names
 
 # Field -> flag where the flag's name is not the field's (the rest are --field-name).
@@ -85,7 +86,11 @@ def run_fit(config: FitConfig) -> tuple[FitResult, Path]:
     if config.observational:
         assert config.epp_log is not None and config.idle is not None  # the model's validator holds it
         result = fit_observational(
-            config.per_request, config.epp_log, config.idle, config.settings, threshold=config.busy_queue_threshold or 1
+            config.per_request,
+            config.epp_log,
+            config.idle,
+            config.settings,
+            threshold=config.busy_queue_threshold or DEFAULT_BUSY_QUEUE_THRESHOLD,
         )
         return result, write_fit(result, config.output or config.epp_log.with_name(f"{config.epp_log.stem}.fit.json"))
     assert config.input is not None

@@ -20,6 +20,7 @@ from kvcal.settings.from_flags import FlagModel
 
 MAX_RATE = 1e5  # sessions per second, as the workload file's arrival.rate
 MAX_THRESHOLD_TOKENS = 10**7  # as the workload's longest system prompt: no prompt reaches further
+AUTO_THRESHOLDS = "auto"  # --thresholds' word for None: a spread around the break-even (kvcal.fleet.study)
 
 
 class FleetConfig(FlagModel):
@@ -35,7 +36,7 @@ class FleetConfig(FlagModel):
     workload_path: Path
     pods: int = Field(8, ge=1, le=MAX_PODS, description="Engines in the fleet.")
     thresholds: list[Annotated[int, Field(ge=1, le=MAX_THRESHOLD_TOKENS)]] | None = Field(
-        None, min_length=1, max_length=200, description="minCachedTokenDelta values to try (None: auto)."
+        None, min_length=1, max_length=200, description=f"minCachedTokenDelta values to try (None: {AUTO_THRESHOLDS})."
     )
     rate: float | None = Field(None, gt=0, le=MAX_RATE, description="New sessions per second (replaces the arrival).")
     loads: list[Annotated[float, Field(gt=0, le=MAX_RATE)]] | None = Field(

@@ -20,9 +20,12 @@ from kvcal.estimate.predict import PredictSettings, build_cost_model
 from kvcal.estimate.profiles import load_profiles
 from kvcal.fit.entry import load_or_fit
 from kvcal.records.run_folder import RunFolder
+from kvcal.settings.sweep_groups import DEFAULT_BLOCK_SIZE
 from kvcal.sweep.lengths.adaptive_design import allowed_range
 
 DEFAULT_LIMIT = 65536  # a prior fit whose run does not say its model limit: kvcal sweep's sim default
+DEFAULT_NOISE_CV = 0.05  # probe noise when neither --noise-cv nor the prior fit gives one (kvcal plan --help says it)
+PROFILE_LIMIT = 131072  # a profile prior's longest length unless --max-model-len: the model's context, 128K at most
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ def prior_from_fit(path: str, *, noise_cv: float | None, block_size: int | None,
     """Curves and noise from an earlier run folder or fit.json (its fit is computed if absent)."""
     fit = load_or_fit(path)
     r, p = fit.recompute, fit.pull
-    noise = noise_cv if noise_cv is not None else max(r.noise_cv or 0.05, p.noise_cv or 0.05)
+    noise = noise_cv if noise_cv is not None else max(r.noise_cv or DEFAULT_NOISE_CV, p.noise_cv or DEFAULT_NOISE_CV)
     curves = dict(
         recompute_intercept_ms=r.intercept_ms,
         recompute_per_token_us=r.per_token_us,
@@ -63,7 +66,7 @@ def prior_from_fit(path: str, *, noise_cv: float | None, block_size: int | None,
             f"{path}: the fitted curves cannot drive a simulated pair ({refused}: the simulator "
             "takes coefficients of 0 or more); plan from --model and --hardware, or from a fit with more lengths"
         ) from None
-    block = block_size or fit.block_size or 64
+    block = block_size or fit.block_size or DEFAULT_BLOCK_SIZE
     limit = max_model_len or max(_run_limit(path) or DEFAULT_LIMIT, fit.measured_range[1] + 1)
     low, high = allowed_range(None, block, limit)
     notes = ["pull curvature dropped: the simulated pull is affine"] if p.per_token2_ns else []
@@ -92,8 +95,8 @@ def prior_from_profiles(
     spec = load_model(model)
     accelerator = profiles.accelerator(hardware)
     cost = build_cost_model(spec, accelerator, profiles.link(link or accelerator.default_link), PredictSettings())
-    block = block_size or 64
-    low, high = allowed_range(None, block, max_model_len or min(spec.max_position_embeddings, 131072))
+    block = block_size or DEFAULT_BLOCK_SIZE
+    low, high = allowed_range(None, block, max_model_len or min(spec.max_position_embeddings, PROFILE_LIMIT))
     n = np.geomspace(low, high, 40)
     rec = _poly_fit(n, np.array([cost.recompute_ms(x) for x in n]), 3)
     pull = _poly_fit(n, np.array([cost.pull_ms(x) for x in n]), 2)
@@ -103,9 +106,13 @@ def prior_from_profiles(
         recompute_per_token2_ns=rec[2] * 1e6,
         pull_intercept_ms=pull[0],
         pull_per_token_us=pull[1] * 1e3,
-        noise_cv=0.05 if noise_cv is None else noise_cv,
+        noise_cv=DEFAULT_NOISE_CV if noise_cv is None else noise_cv,
     )
-    notes = [] if noise_cv is not None else ["noise 5% (the default; give --noise-cv from a run of this pair)"]
+    notes = (
+        []
+        if noise_cv is not None
+        else [f"noise {DEFAULT_NOISE_CV:.0%} (the default; give --noise-cv from a run of this pair)"]
+    )
     return Prior(costs, f"kvcal predict {spec.name} on {accelerator.name}", low, high, block, tuple(notes))
 
 

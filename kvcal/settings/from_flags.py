@@ -18,6 +18,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kvcal.errors import InputError
+from kvcal.settings.bounds import in_words
 
 Model = TypeVar("Model", bound=BaseModel)
 BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
@@ -89,34 +90,7 @@ def declared_bounds(model: type[BaseModel], names: list[str], broken: str | None
                 low, low_open = value, name == "gt"
             elif value is not None:
                 high, high_open = value, name == "lt"
-    return _in_words(low, low_open, high, high_open)
-
-
-def _in_words(low: Any, low_open: bool, high: Any, high_open: bool) -> str | None:
-    if low is not None and high is not None:
-        if low_open and high_open:
-            return f"lie between {_number(low)} and {_number(high)} (exclusive)"
-        if not low_open and not high_open:
-            return f"lie within {_number(low)}-{_number(high)}"
-        return (
-            f"be {'above' if low_open else 'at least'} {_number(low)} and {'below' if high_open else 'at most'} "
-            f"{_number(high)}"
-        )
-    if low is not None:
-        return f"be {'above' if low_open else 'at least'} {_number(low)}"
-    if high is not None:
-        return f"be {'below' if high_open else 'at most'} {_number(high)}"
-    return None
-
-
-def _number(value: Any) -> str:
-    return (
-        f"{value:,}"
-        if isinstance(value, int) and abs(value) >= 100_000
-        else f"{value:g}"
-        if isinstance(value, float)
-        else str(value)
-    )
+    return in_words(low, low_open, high, high_open)
 
 
 def shown(value: Any) -> str:

@@ -36,6 +36,9 @@ TRANSPORT_NAMES = transport_names()
 """Every KV transport's name, sorted, as the transports declare them: what the transport setting accepts."""
 DEFAULT_BLOCK_SIZE = 64
 """KV block size in tokens when nothing sets one (kvcal sweep's default; the llm-d guides use 64)."""
+DEFAULT_BUSY_QUEUE_THRESHOLD = 1
+"""Waiting requests at or above which an engine counts as busy when nothing sets it (the sweep's default, and the
+cost model's fit of data that do not say: production logs)."""
 
 LoadState = Literal["idle", "source-busy", "computing-busy", "both-busy"]  # what each means: kvcal.sweep.load
 
@@ -241,7 +244,7 @@ class LoadSettings(Group):
         None, ge=1, le=256, description="Background request streams per busy engine; default: busy_queue_threshold + 2."
     )
     busy_queue_threshold: int = Field(
-        1, ge=1, description="Waiting requests at or above which an engine counts as busy."
+        DEFAULT_BUSY_QUEUE_THRESHOLD, ge=1, description="Waiting requests at or above which an engine counts as busy."
     )
     background_prompt_tokens: int | None = Field(
         None,

@@ -1,7 +1,8 @@
 """The threshold (``minCachedTokenDelta``): one entry point, the rule it applied, and what the choice costs.
 
 :func:`compute_threshold` takes a :class:`~kvcal.records.fit.FitResult` and returns a
-:class:`Threshold` (or raises NotRecommended / NoThreshold, exit 3). Two rules:
+:class:`Threshold` (or raises NotRecommended / NoThreshold, exit 3); :func:`threshold_for` does the same with a
+command's settings, whose rule they resolved once. Two rules:
 
 * ``expected-cost`` (default, :mod:`kvcal.threshold.rules.expected_cost`): the candidate with the least
   expected cost per request over the fit's draws (:mod:`kvcal.threshold.decision`); it refuses only
@@ -28,7 +29,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from kvcal.errors import KvcalError, NoThreshold, NotRecommended
 from kvcal.records.fit import FitResult
@@ -44,7 +45,7 @@ from kvcal.threshold.parts import (
     slow_mode_line,
 )
 from kvcal.threshold.regret import Figures, RegretModel
-from kvcal.threshold.rules import DEFAULT_RULE, TABLE, Rule, apply_rule, resolve_rule, threshold_alone
+from kvcal.threshold.rules import DEFAULT_RULE, TABLE, ResolvedRule, Rule, apply_rule, threshold_alone
 
 __all__ = [
     "Threshold",
@@ -54,6 +55,7 @@ __all__ = [
     "recipe_threshold",
     "resolve_block_size",
     "round_up",
+    "threshold_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -135,7 +137,20 @@ def names_slow_mode(rule: Callable[..., Threshold]) -> Callable[..., Threshold]:
     return apply
 
 
-@names_slow_mode
+class ThresholdOptions(Protocol):
+    """What the threshold reads of a command's settings (emit-config's ``EmitOptions`` has each): the rule already
+    resolved (when the settings were built), the block size and the two gates' overrides."""
+
+    @property
+    def resolved_rule(self) -> ResolvedRule: ...
+    @property
+    def block_size(self) -> int | None: ...
+    @property
+    def allow_extrapolation(self) -> bool: ...
+    @property
+    def allow_disturbed(self) -> bool: ...
+
+
 def compute_threshold(
     fit: FitResult,
     *,
@@ -148,9 +163,44 @@ def compute_threshold(
 ) -> Threshold:
     """Apply ``rule`` to ``fit`` (module docstring) and price it; NotRecommended or NoThreshold (exit 3) if none.
 
-    The one entry point every caller uses (emit-config, compare, the fleet, per-class fits).
+    The entry point of callers without a command's settings (compare, the fleet, observe, the sweep's judge); a
+    command's settings go through :func:`threshold_for`.
     """
-    margin = resolve_rule(rule, margin)
+    return _threshold(
+        fit,
+        resolved=ResolvedRule.of(rule, margin),
+        block_size=block_size,
+        allow_extrapolation=allow_extrapolation,
+        allow_disturbed=allow_disturbed,
+        deltas=deltas,
+    )
+
+
+def threshold_for(fit: FitResult, options: ThresholdOptions, deltas: Deltas | None = None) -> Threshold:
+    """:func:`compute_threshold` with a command's settings, whose rule they resolved once: emit-config's threshold
+    and each link class's own under ``--class-mix``."""
+    return _threshold(
+        fit,
+        resolved=options.resolved_rule,
+        block_size=options.block_size,
+        allow_extrapolation=options.allow_extrapolation,
+        allow_disturbed=options.allow_disturbed,
+        deltas=deltas,
+    )
+
+
+@names_slow_mode
+def _threshold(
+    fit: FitResult,
+    *,
+    resolved: ResolvedRule,
+    block_size: int | None,
+    allow_extrapolation: bool,
+    allow_disturbed: bool,
+    deltas: Deltas | None,
+) -> Threshold:
+    """Both entry points' body: the rule already resolved (checked once, by whoever resolved it)."""
+    rule, margin = resolved.rule.name, resolved.margin
     w = _working(fit, block_size)
     disturbance_gate(w, allow_disturbed)
     chosen = apply_rule(rule, w, margin=margin, deltas=deltas, allow_extrapolation=allow_extrapolation)

@@ -40,29 +40,21 @@ from kvcal.errors import InputError, KvcalError, NotRecommended
 from kvcal.fit.mean_cost import mean_curves
 from kvcal.records.fit import ClassFit, FitResult
 from kvcal.threshold.candidate_costs import ThresholdCosts, highest_least
-from kvcal.threshold.choose import Threshold, compute_threshold, resolve_block_size
+from kvcal.threshold.choose import Threshold, ThresholdOptions, resolve_block_size, threshold_for
 from kvcal.threshold.decision import Decision
 from kvcal.threshold.delta_weights import Deltas, log_uniform
 from kvcal.threshold.draw_costs import cost_draws
-from kvcal.threshold.rules import rule_named
 
 GRID_POINTS = 512  # lengths the excess is averaged over (log-uniform); its error is far below the curves' own
 MAX_CANDIDATES = 4096  # thresholds tried; beyond it the step grows by whole blocks
 
 
-class MixOptions(Protocol):
-    """What the mix reads of a command's settings (emit-config's ``EmitOptions`` has each): the rule's own choices."""
+class MixOptions(ThresholdOptions, Protocol):
+    """What the mix reads of a command's settings (emit-config's ``EmitOptions`` has each): the threshold's, the
+    margin as given (the mix's record states it) and the shares."""
 
     @property
-    def rule(self) -> str: ...
-    @property
     def margin(self) -> float | None: ...
-    @property
-    def block_size(self) -> int | None: ...
-    @property
-    def allow_extrapolation(self) -> bool: ...
-    @property
-    def allow_disturbed(self) -> bool: ...
     @property
     def class_mix(self) -> dict[str, float] | None: ...
 
@@ -109,15 +101,7 @@ def class_threshold(
 ) -> tuple[Threshold | None, str | None]:
     """A class's own threshold by the one-class rule, or why it has none (the only call of that rule here)."""
     try:
-        return compute_threshold(
-            fit,
-            rule=options.rule,
-            margin=options.margin,
-            block_size=options.block_size,
-            allow_extrapolation=options.allow_extrapolation,
-            allow_disturbed=options.allow_disturbed,
-            deltas=deltas,
-        ), None
+        return threshold_for(fit, options, deltas), None
     except KvcalError as err:
         if err.exit_code != 3:
             raise
@@ -132,7 +116,7 @@ def mix_threshold(fit: FitResult, options: MixOptions, deltas: Deltas | None = N
     block, _ = resolve_block_size(fit, options.block_size)
     grid = _length_grid(fit.classes)
     decision: Decision | None = None
-    if rule_named(options.rule).mix_on_point_curves:
+    if options.resolved_rule.rule.mix_on_point_curves:
         candidates = _candidates(block, int(grid[0]), int(grid[-1]) + block)
         loss = {name: _excess(cls.fit, grid, candidates) for name, cls in fit.classes.items()}
         best = int(np.argmin(sum(shares[name] * loss[name] for name in fit.classes)))
@@ -212,7 +196,7 @@ def _mix_record(
         margin=options.margin,
         block_size=block,
         steps=tuple(steps),
-        rule=options.rule,
+        rule=options.resolved_rule.rule.name,
         decision=decision,
     )
 

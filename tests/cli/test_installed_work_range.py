@@ -52,7 +52,7 @@ def test_work_range_without_the_budget_is_exit_2(fit, tmp_path) -> None:
 def test_the_work_range_flags_on_another_format_are_exit_2(fmt, fit, tmp_path) -> None:
     for flag, value in (("--ttft-penalty-ms", "3500"), ("--max-model-len", "120000")):
         _refused(_kvcal("emit-config", fit, "--format", fmt, flag, value, cwd=tmp_path), 2,
-                 f"{flag} applies only to --format work-range, json and helm")
+                 f"{flag} applies only to --format helm, json and work-range")
 
 
 def test_no_max_model_len_anywhere_is_exit_2_naming_the_flag(fit, tmp_path) -> None:

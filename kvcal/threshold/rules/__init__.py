@@ -126,6 +126,21 @@ def resolve_rule(name: str, margin: float | None) -> float | None:
     return validate_margin(DEFAULT_MARGIN if margin is None else margin)
 
 
+@dataclass(frozen=True)
+class ResolvedRule:
+    """``--rule`` and ``--margin`` once checked: the rule's table entry and the margin it uses (None: it takes none).
+
+    A command's settings resolve it when they are built, so that the check runs once per command."""
+
+    rule: Rule
+    margin: float | None
+
+    @classmethod
+    def of(cls, name: str, margin: float | None) -> ResolvedRule:
+        """:func:`resolve_rule`'s check and its margin; InputError as it gives."""
+        return cls(rule_named(name), resolve_rule(name, margin))
+
+
 def apply_rule(
     name: str, w: Working, *, margin: float | None, deltas: Deltas | None, allow_extrapolation: bool
 ) -> Chosen:

@@ -3,6 +3,7 @@ with its model, so that no flag's default, bound or help is kept by hand in a se
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -114,6 +115,23 @@ def test_a_moved_predict_default_is_caught(monkeypatch):
     )
 
 
+def test_a_moved_predict_bound_is_caught_and_the_help_quotes_the_table(monkeypatch):
+    """--mfu's bounds are declared once, in PredictSettings' field: the table follows it, the help quotes the table."""
+    import dataclasses
+    import inspect
+
+    from kvcal.cli.predict_cmd import predict
+    from kvcal.estimate.predict import PredictSettings
+    from kvcal.settings.bounds import bounds_in_words
+
+    (mfu,) = [item for item in dataclasses.fields(PredictSettings) if item.name == "mfu"]
+    monkeypatch.setattr(mfu, "metadata", {"gt": 0, "le": 0.9})
+    assert GENERATOR.tables()["PREDICT_SETTINGS"]["mfu"]["le"] == 0.9 != help_tables.PREDICT_SETTINGS["mfu"]["le"]
+    words = bounds_in_words(help_tables.PREDICT_SETTINGS["mfu"])
+    assert words == "be above 0 and at most 1"
+    assert f"(must {words})" in inspect.signature(predict).parameters["mfu"].default.help
+
+
 def test_a_moved_emit_fallback_is_caught(monkeypatch):
     """EMIT_FALLBACKS follows the module that applies each fallback (here the affinity filter's prefill chunk)."""
     from kvcal.emit import affinity
@@ -127,3 +145,42 @@ def test_a_moved_observe_window_is_caught(monkeypatch):
 
     monkeypatch.setattr(run, "DEFAULT_SINCE", "1h")
     assert GENERATOR.tables()["OBSERVE_FALLBACKS"]["since"] == "1h" != help_tables.OBSERVE_FALLBACKS["since"]
+
+
+def test_a_moved_thresholds_word_is_caught(monkeypatch):
+    """fleet --thresholds' word for the spread is declared in fleet/settings.py; the command reads it from the table."""
+    from kvcal.cli import fleet_cmd
+    from kvcal.fleet import settings
+
+    monkeypatch.setattr(settings, "AUTO_THRESHOLDS", "spread")
+    assert GENERATOR.tables()["FLEET_FALLBACKS"]["thresholds"] == "spread" != help_tables.FLEET_FALLBACKS["thresholds"]
+    assert '"auto"' not in Path(fleet_cmd.__file__).read_text()  # no second copy: the command reads the table
+
+
+def test_a_moved_plan_fallback_is_caught(monkeypatch):
+    """PLAN_FALLBACKS follows plan/priors.py, which applies them (here the noise a prior without one gets)."""
+    from kvcal.plan import priors
+
+    monkeypatch.setattr(priors, "DEFAULT_NOISE_CV", 0.1)
+    assert GENERATOR.tables()["PLAN_FALLBACKS"]["noise_cv"] == 0.1 != help_tables.PLAN_FALLBACKS["noise_cv"]
+
+
+@pytest.mark.parametrize(
+    "module, name, table, key",
+    [
+        ("kvcal.settings.sweep_groups", "DEFAULT_BUSY_QUEUE_THRESHOLD", "FIT_FALLBACKS", "busy_queue_threshold"),
+        ("kvcal.gate.deployed", "REGRET_TOLERANCE_PCT", "COMPARE_FALLBACKS", "strict_deployed_regret_pct"),
+    ],
+)
+def test_a_moved_fit_or_compare_fallback_is_caught(monkeypatch, module, name, table, key):
+    """fit's busy threshold and compare's tolerated regret are declared where they apply; the helps quote the table."""
+    monkeypatch.setattr(importlib.import_module(module), name, 7)
+    assert GENERATOR.tables()[table][key] == 7 != getattr(help_tables, table)[key]
+
+
+def test_a_moved_json_schema_is_caught(monkeypatch):
+    """--json's help names the schema its record declares (fleet/result.py's FLEET_SCHEMA here)."""
+    from kvcal.fleet import result
+
+    monkeypatch.setattr(result, "FLEET_SCHEMA", "kvcal.fleet/2")
+    assert GENERATOR.tables()["JSON_SCHEMAS"]["fleet"] == "kvcal.fleet/2" != help_tables.JSON_SCHEMAS["fleet"]

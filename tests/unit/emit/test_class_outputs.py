@@ -120,3 +120,21 @@ def test_the_mix_asks_the_rules_table_whether_it_sums_point_curves(classes_run, 
     curves = mix_threshold(fit, EmitOptions()).threshold
     assert drawn.decision is not None and "expected costs over each class's draws" in drawn.steps[0]
     assert curves.decision is None and "the classes' fitted curves, against choosing per length" in curves.steps[0]
+
+
+def test_the_rule_is_resolved_once_per_emit(classes_run, monkeypatch):
+    """--rule and --margin are checked when the settings are built; the threshold (and each class's own) reads that."""
+    from kvcal.emit.formats import emit
+    from kvcal.emit.options import EmitOptions
+    from kvcal.threshold import rules
+
+    calls = []
+    real = rules.resolve_rule
+    monkeypatch.setattr(rules, "resolve_rule", lambda name, margin: calls.append(name) or real(name, margin))
+    _, fit = classes_run
+    for options in ({"format": "json"}, {"format": "json", "rule": "upper", "margin": 0.5}):
+        calls.clear()
+        result = emit(fit, EmitOptions(**options))
+        assert result.threshold is not None and len(json.loads(result.stdout)["classes"]) == 2
+        own = [name for name in calls if name == options.get("rule", rules.DEFAULT_RULE)]
+        assert own == [options.get("rule", rules.DEFAULT_RULE)], calls  # others: the alternatives' default margins

@@ -76,3 +76,22 @@ def test_a_new_format_is_one_module(dummy_format):
     result = emit(make_fit(), EmitOptions(format="dummy"))
     assert result.stdout == f"dummy {result.threshold.min_cached_token_delta}\n"
     assert ALPHA_NOTE not in result.notes  # router_side=False, as vllm: no other edit decides it
+
+
+def test_a_new_formats_flags_are_checked_from_its_entry(monkeypatch):
+    """Which format needs or reads a flag is its entry's word: a new one joins the checks with no edit elsewhere."""
+    entry = renderers.FormatEntry(__name__, reads={"--values": "list it"}, needs={"--values": "FILE (a test's)"})
+    monkeypatch.setitem(renderers.FORMATS, "dummy", entry)
+    with pytest.raises(InputError, match=r"^--format dummy needs --values FILE \(a test's\)$"):
+        EmitOptions(format="dummy")
+    with pytest.raises(InputError, match=r"^--in-place applies only to --format helm$"):
+        EmitOptions(format="dummy", values="v.yaml", in_place=True)
+    expected = "--values applies only to --format dummy (list it), helm (patch it) and plugin (read its names)"
+    with pytest.raises(InputError) as err:
+        EmitOptions(format="env", values="v.yaml")
+    assert str(err.value) == expected
+
+
+def test_a_format_needs_only_flags_it_reads():
+    for name, entry in renderers.FORMATS.items():
+        assert set(entry.needs) <= set(entry.reads), name

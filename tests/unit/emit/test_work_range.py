@@ -154,7 +154,7 @@ def test_the_names_follow_the_flags() -> None:
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"format": "work-range"}, "--format work-range needs --ttft-penalty-ms"),
-    *[({"format": fmt, "ttft_penalty_ms": 3500.0}, "--ttft-penalty-ms applies only to --format work-range, json and helm")
+    *[({"format": fmt, "ttft_penalty_ms": 3500.0}, "--ttft-penalty-ms applies only to --format helm, json and work-range")
       for fmt in ("plugin", "affinity", "costmodel", "vllm", "env")],
     ({"format": "env", "max_model_len": 131072}, "--max-model-len applies only"),
     ({"format": "work-range", "ttft_penalty_ms": 0.0}, "--ttft-penalty-ms must be a positive number"),

@@ -23,6 +23,7 @@ from kvcal.transports import available, get_transport
 from kvcal.transports.base import Role, SideChannel
 
 SIDE = SideChannel("10.0.0.5", 5600)
+NEVER_READY = "http://127.0.0.1:9/health"  # the discard port: no server there answers
 
 # --- transports --------------------------------------------------------------------
 
@@ -243,22 +244,28 @@ def test_server_tree_is_gone_after_stop(tmp_path):
     server.stop()  # idempotent
 
 
-def test_a_dying_server_fails_fast_with_its_last_log_lines(tmp_path):
-    script = "import sys; print('loading model', flush=True); print('ValueError: no such model', file=sys.stderr); sys.exit(3)"
-    server = ServerProcess(
-        "producer",
-        [sys.executable, "-c", script],
-        env={},
-        log_path=tmp_path / "p.log",
-        ready_url="http://127.0.0.1:9/health",
+def _script_server(tmp_path, name: str, script: str) -> ServerProcess:
+    """A server that runs ``script`` and is never ready (its ready URL is the discard port, where nothing answers)."""
+    return ServerProcess(
+        name, [sys.executable, "-c", script], env={}, log_path=tmp_path / f"{name}.log", ready_url=NEVER_READY
     )
+
+
+def _fails_fast(server: ServerProcess, timeout_s: float) -> str:
+    """The readiness wait's one-line error for a server that cannot start: it comes well before ``timeout_s``."""
     began = time.monotonic()
     with server, pytest.raises(EngineError) as err:
-        wait_all_ready([server], timeout_s=60)
-    assert time.monotonic() - began < 15
-    message = str(err.value)
+        wait_all_ready([server], timeout_s=timeout_s)
+    assert time.monotonic() - began < timeout_s / 4
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_a_dying_server_fails_fast_with_its_last_log_lines(tmp_path):
+    script = "import sys; print('loading model', flush=True); print('ValueError: no such model', file=sys.stderr); sys.exit(3)"
+    message = _fails_fast(_script_server(tmp_path, "producer", script), timeout_s=60)
     assert "producer exited with status 3" in message
-    assert "loading model | ValueError: no such model" in message and "\n" not in message
+    assert "loading model | ValueError: no such model" in message
 
 
 def test_a_server_whose_listener_lost_its_port_fails_fast_though_it_lives_on(tmp_path):
@@ -268,18 +275,8 @@ def test_a_server_whose_listener_lost_its_port_fails_fast_though_it_lives_on(tmp
         "print('zmq.error.ZMQError: Address already in use (addr=tcp://127.0.0.1:42641)', flush=True); "
         "time.sleep(120)"
     )
-    server = ServerProcess(
-        "loop-producer",
-        [sys.executable, "-c", script],
-        env={},
-        log_path=tmp_path / "p.log",
-        ready_url="http://127.0.0.1:9/health",
-    )
-    began = time.monotonic()
-    with server, pytest.raises(EngineError) as err:
-        wait_all_ready([server], timeout_s=120)
-    assert time.monotonic() - began < 30
-    assert "loop-producer cannot start" in str(err.value) and "Address already in use" in str(err.value)
+    message = _fails_fast(_script_server(tmp_path, "loop-producer", script), timeout_s=120)
+    assert "loop-producer cannot start" in message and "Address already in use" in message
 
 
 def test_free_ports_stay_below_the_ephemeral_range(tmp_path, monkeypatch):
@@ -297,13 +294,7 @@ def test_free_ports_stay_below_the_ephemeral_range(tmp_path, monkeypatch):
 
 
 def test_a_server_that_never_answers_times_out(tmp_path):
-    server = ServerProcess(
-        "consumer",
-        [sys.executable, "-c", "import time; time.sleep(60)"],
-        env={},
-        log_path=tmp_path / "c.log",
-        ready_url="http://127.0.0.1:9/health",
-    )
+    server = _script_server(tmp_path, "consumer", "import time; time.sleep(60)")
     with server, pytest.raises(EngineError, match="consumer not ready after 1 s"):
         wait_all_ready([server], timeout_s=1)
 

@@ -137,6 +137,15 @@ def test_bad_settings_are_input_errors(kwargs, flag):
         PredictSettings(**kwargs)
 
 
+def test_the_check_accepts_what_the_help_says():
+    """--mfu and --link-efficiency: above 0, at most 1 (the help's words, from the same declaration)."""
+    assert PredictSettings(mfu=1, link_efficiency=1).mfu == 1
+    for kwargs, flag in (({"mfu": 0}, "--mfu"), ({"link_efficiency": 0.0}, "--link-efficiency")):
+        with pytest.raises(InputError) as err:
+            PredictSettings(**kwargs)
+        assert str(err.value) == f"{flag} must be above 0 and at most 1, got {next(iter(kwargs.values()))}"
+
+
 def test_cli_json_contract(capsys):
     code = main(["predict", "--model", "llama-3.1-8b", "--hardware", "h100", "--link", "rdma-400", "--json"])
     assert code == 0
