@@ -4,13 +4,15 @@ Typer prints each panel of a help as ``Panel(Table(...))`` whose help cells are 
 renders that as Panel -> Padding -> Table -> Padding -> Columns -> Table.grid -> Padding -> Text, each layer
 splitting, cropping and padding every line of the layer below. That was most of ``kvcal sweep --help``'s time.
 :func:`panel` stands in for ``rich.panel.Panel`` in ``typer.rich_utils`` (kvcal/cli/rich_help.py): for a table
-laid out the way typer lays out its panels it hands the real ``Panel`` a body (:class:`_Body`) that builds the
-lines itself, with rich doing every part that decides a byte: the column widths
-(``Table._calculate_column_widths``), the cells' padding (``Table._get_cells``), the ``Columns`` column count
-(copied from ``Columns.__rich_console__``) and each text's wrapping and styles (``console.render_lines`` on
-the text). Anything else (a styled column or row, a box, lines between rows, other renderables) is left to
-rich as it is, and so is a table whose widths do not fill the panel. tests/unit/cli/test_help_rendering.py
-checks every help, at several widths and in colour, byte for byte against typer's own renderer.
+laid out the way typer lays out its panels it returns a :class:`_Panel` that builds the lines itself, with rich
+doing every part that decides a byte: the frame (rich's ``Panel`` round an empty body: borders, title), the
+column widths (``Table._calculate_column_widths``; the texts measured by their own ``__rich_measure__``), the
+cells' padding (``Table._get_cells``), the ``Columns`` column count (its loop, copied) and each text's
+wrapping and styles (``Text.wrap``, ``Text.render``, ``Segment.split_and_crop_lines``). Anything else (a
+styled column or row, a box, lines between rows, other renderables, other panel settings) is left to rich as
+it is, and so is a table whose widths would not fill the panel. tests/unit/cli/test_help_rendering.py checks
+every help, at several widths and in colour, byte for byte against typer's own renderer; test_help_panels.py
+does the same for synthetic tables at every width from 1 to 120.
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ from rich.table import Column, Table
 from rich.text import DEFAULT_JUSTIFY, DEFAULT_OVERFLOW, Text
 
 Lines = list[list[Segment]]
+TYPER_PANEL = {"border_style", "title", "title_align"}  # what typer's panels set; any other setting goes to rich
 
 
-def panel(renderable: Any, *args: Any, **kwargs: Any) -> Panel:
-    """``Panel(renderable, ...)``, with the body of a table typer lays out (:func:`_plain`) built by :class:`_Body`."""
-    if not args and "padding" not in kwargs and isinstance(renderable, Table) and _plain(renderable, expand=True):
-        return Panel(_Body(renderable), padding=0, **kwargs)
+def panel(renderable: Any, *args: Any, **kwargs: Any) -> Any:
+    """``Panel(renderable, ...)``, or for a table typer lays out (:func:`_plain`) a :class:`_Panel`."""
+    if not args and set(kwargs) <= TYPER_PANEL and isinstance(renderable, Table) and _plain(renderable, expand=True):
+        return _Panel(renderable, kwargs)
     return Panel(renderable, *args, **kwargs)
 
 
@@ -57,32 +60,43 @@ def _plain(table: Table, *, expand: bool) -> bool:
     )
 
 
-class _Body:
-    """What ``Padding(table, (0, 1))`` renders inside typer's panel, built line by line (see the module)."""
+class _Panel:
+    """What ``Panel(table, **settings)`` renders, its frame taken from rich's own panel round an empty body."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: Table, settings: dict[str, Any]) -> None:
         self.table = table
+        self.settings = settings
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        inner = options.update_width(options.max_width - 2)
-        rows = _table_lines(console, self.table, inner) if inner.max_width > 0 else None
-        if rows is None or any(_width(line) != inner.max_width for line in rows):
-            yield Padding(self.table, (0, 1))  # exactly what the panel would have held
+        width = options.max_width
+        # Panel's body: its width less the border, then Padding (0, 1)'s less its two spaces
+        child = options.update(width=width - 2, height=None, highlight=False)
+        laid_out = _table_lines(console, self.table, child.update_width(width - 4)) if width > 4 else None
+        if laid_out is None or laid_out[1] != width - 4:
+            yield Panel(self.table, **self.settings)  # rich lays it out, as typer would have had it
             return
-        edge, new_line = Segment(" "), Segment.line()
-        for line in rows:
+        frame = console.render_lines(Panel(Text(""), padding=0, **self.settings), options, pad=False)
+        if len(frame) != 3:  # not the top, "│ ... │" and bottom of an empty panel
+            yield Panel(self.table, **self.settings)
+            return
+        (top, middle, bottom), edge, new_line = frame, Segment(" "), Segment.line()
+        left, right = middle[0], middle[-1]
+        yield from top
+        yield new_line
+        for line in laid_out[0]:
+            yield left
             yield edge
             yield from line
             yield edge
+            yield right
             yield new_line
+        yield from bottom
+        yield new_line
 
 
-def _width(line: list[Segment]) -> int:
-    return sum(segment.cell_length for segment in line)
-
-
-def _table_lines(console: Console, table: Table, options: ConsoleOptions) -> Lines | None:
-    """The lines ``table`` renders to at ``options`` (``Table.__rich_console__`` and ``_render`` without a box)."""
+def _table_lines(console: Console, table: Table, options: ConsoleOptions) -> tuple[Lines, int] | None:
+    """The lines ``table`` renders to at ``options`` (``Table.__rich_console__`` and ``_render`` without a box) and
+    their width: each cell's lines are exactly its column's width (:func:`_padded_lines`), so every line is the sum."""
     columns = table.columns
     if not columns or not table.rows:
         return None
@@ -106,7 +120,7 @@ def _table_lines(console: Console, table: Table, options: ConsoleOptions) -> Lin
                 return None
             rendered.append(cell_lines)
         lines.extend(_row_lines(rendered, widths))
-    return lines
+    return lines, sum(widths)
 
 
 def _column_widths(console: Console, table: Table, options: ConsoleOptions) -> list[int]:
@@ -251,7 +265,7 @@ def _columns_lines(console: Console, columns: Columns, options: ConsoleOptions) 
             tail = [Segment(" " * gap)] if gap else []
             rendered.append([[*line, *tail] for line in _text_lines(console, cast(Text, text), cell_options)])
         lines.extend(_row_lines(rendered, widths))
-    return [_pad(line, max_width) for line in lines]
+    return [_pad(line, max_width - sum(widths)) for line in lines]
 
 
 _GRID = Column()  # the columns Table.grid adds for Columns: rich's defaults
@@ -274,14 +288,14 @@ def _grid_lines(console: Console, columns: Columns, options: ConsoleOptions) -> 
     grid = _columns_grid(console, columns, options)
     if grid is None:
         return console.render_lines(columns, options, pad=True)
-    lines = _table_lines(console, grid, options)
-    if lines is None or any(_width(line) > options.max_width for line in lines):
+    laid_out = _table_lines(console, grid, options)
+    if laid_out is None or laid_out[1] > options.max_width:
         return None
-    return [_pad(line, options.max_width) for line in lines]
+    return [_pad(line, options.max_width - laid_out[1]) for line in laid_out[0]]
 
 
-def _pad(line: list[Segment], width: int) -> list[Segment]:
-    short = width - _width(line)
+def _pad(line: list[Segment], short: int) -> list[Segment]:
+    """A line ``short`` cells short of the width, padded to it as ``Segment.adjust_line_length`` pads."""
     return [*line, Segment(" " * short)] if short > 0 else line
 
 

@@ -87,6 +87,6 @@ def test_a_panel_is_richs_own_at_every_width(variant, colour):
 
 def test_the_layout_is_used_for_typers_tables_only():
     laid_out = help_panels.panel(fill(typer_table()), title="Options")
-    assert isinstance(laid_out.renderable, help_panels._Body)
+    assert isinstance(laid_out, help_panels._Panel)
     for other in (fill(typer_table(box=box.ROUNDED)), fill(typer_table(show_lines=True)), Text("an error")):
         assert help_panels.panel(other, title="Error").renderable is other
