@@ -4,9 +4,15 @@ The target (issues 10, 45): `kvcal --help` and every `kvcal <command> --help` wi
 `import typer`. Each figure is the median wall time of fresh processes, measured here, on this machine; nothing is
 assumed. Rounds interleave the cases, so a burst of load on a shared machine hits them alike; the load average is
 printed with the figures (rerun on a quiet machine before quoting them).
+With --bytecode, every process (the `import typer` floor too) reads its modules from bytecode written by the warm-up
+run into a temporary PYTHONPYCACHEPREFIX, as an installed kvcal does: where PYTHONDONTWRITEBYTECODE is set and the
+source tree has no __pycache__ (a checkout), kvcal's own modules are otherwise compiled from source in every run
+while typer's and rich's come from their installed bytecode. The line above the table says which applies.
 With --imports, each help's import time (python -X importtime, one run) is split by top-level package: what each
 help still imports and what that costs (docs/architecture.md, "Startup").
-Run: PYTHONPATH=. .venv/bin/python benchmarks/cli_startup.py [--runs 5] [--imports]
+With --against KVCAL (another checkout's kvcal script, main's for a baseline), each of its helps runs right after the
+same help of this tree, in the same rounds, so a change is measured against the baseline under the same load.
+Run: PYTHONPATH=. .venv/bin/python benchmarks/cli_startup.py [--runs 5] [--bytecode] [--against KVCAL] [--imports]
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,11 +35,30 @@ FLOOR = "python -c 'import typer'"
 HELP_ENV = {"COLUMNS": "100"}  # what a help renders to is the same in every run
 
 
+BASELINES: set[str] = set()  # --against's script: run without PYTHONPATH, which names this tree
+
+
 def wall_s(argv: list[str]) -> float:
+    env = {**os.environ, **HELP_ENV}
+    if argv[0] in BASELINES:  # else `PYTHONPATH=. ...` would have the baseline's script import this tree's kvcal
+        env.pop("PYTHONPATH", None)
     began = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                   env={**os.environ, **HELP_ENV})
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
     return time.perf_counter() - began
+
+
+def use_bytecode(folder: str) -> str:
+    """Let every measured process write and read bytecode under ``folder``; says what the runs load."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = folder
+    return f"every module from bytecode (written by the warm-up run under {folder})"
+
+
+def how_loaded() -> str:
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return ("PYTHONDONTWRITEBYTECODE is set: kvcal's modules load from bytecode only where a __pycache__ "
+                "exists (a checkout has none), typer's and rich's from their installed bytecode; see --bytecode")
+    return "modules from bytecode where Python could write it"
 
 
 def help_cases(kvcal: list[str]) -> dict[str, list[str]]:
@@ -62,10 +88,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--imports", action="store_true", help="also split each help's import time by package")
+    parser.add_argument("--bytecode", action="store_true", help="every process reads bytecode (see the docstring)")
+    parser.add_argument("--against", metavar="KVCAL", help="another tree's kvcal script (a baseline): its helps are "
+                        "timed in the same rounds, interleaved, and shown as 'against: ...'")
     args = parser.parse_args()
+    loaded = use_bytecode(tempfile.mkdtemp(prefix="cli-startup-pyc-")) if args.bytecode else how_loaded()
     kvcal = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "kvcal.cli.app"]
     cases = {"python -c pass": [sys.executable, "-c", "pass"], FLOOR: [sys.executable, "-c", "import typer"],
              **help_cases(kvcal)}
+    if args.against:  # the same helps of the baseline, each right after this tree's: load hits both alike
+        BASELINES.add(args.against)
+        theirs = help_cases([args.against])
+        cases = {k: v for label, argv in cases.items()
+                 for k, v in [(label, argv), *([(f"against: {label}", theirs[label])] if label in theirs else [])]}
     for argv in cases.values():
         wall_s(argv)  # warm the file cache and bytecode
     times: dict[str, list[float]] = {label: [] for label in cases}
@@ -73,11 +108,14 @@ def main() -> None:
         for label, argv in cases.items():
             times[label].append(wall_s(argv))
     floor = statistics.median(times[FLOOR])
-    print(f"{'command':40} {'median s':>9} {'min s':>7} {'max s':>7} {'/ typer':>8}   ({args.runs} runs each)")
+    print(f"loading: {loaded}")
+    print(f"{'command':50} {'median s':>9} {'min s':>7} {'max s':>7} {'/ typer':>8}   ({args.runs} runs each)")
     for label, values in times.items():
         median = statistics.median(values)
-        print(f"{label:40} {median:9.3f} {min(values):7.3f} {max(values):7.3f} {median / floor:7.2f}x")
+        print(f"{label:50} {median:9.3f} {min(values):7.3f} {max(values):7.3f} {median / floor:7.2f}x")
     worst = max((statistics.median(v) / floor, label) for label, v in times.items() if label.startswith("kvcal"))
+    if args.against:
+        print(f"(lines 'against: ...' are {args.against}; 'slowest' is of this tree)")
     print(f"slowest: {worst[1]} = {worst[0]:.2f}x import typer (target: at most 2x); load average "
           f"{' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     if args.imports:

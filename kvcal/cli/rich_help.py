@@ -8,7 +8,8 @@ help is printed, yet the two were about half the time of ``kvcal <command> --hel
 (benchmarks/cli_startup.py). :func:`load_help_renderer` imports ``typer.rich_utils``
 with a stand-in for those two names; a stand-in imports the real class the first time it
 is called or read, so nothing typer does with them changes. The stand-in modules are
-removed again at once: a later ``import rich.markdown`` gets the real module.
+removed again at once: a later ``import rich.markdown`` gets the real module. Its options panels are laid
+out by kvcal/cli/help_panels.py (the ``Panel`` that ``typer.rich_utils`` calls), to the same bytes.
 :class:`HelpFlagGroup` keeps pydantic out of a command's help (see there). :func:`help_path` also pauses the
 cyclic garbage collector while a help may be rendered (see there).
 tests/unit/cli/test_help_rendering.py checks that every help is byte-identical to typer's own.
@@ -62,12 +63,15 @@ def load_help_renderer() -> None:
     placed = {module: _stand_in(module, names) for module, names in DEFERRED.items() if module not in sys.modules}
     sys.modules.update(placed)
     try:
-        importlib.import_module("typer.rich_utils")
+        rich_utils = importlib.import_module("typer.rich_utils")
     except ImportError:  # a typer that imports more from them than the names above: import it as it is
         _remove(placed)
-        importlib.import_module("typer.rich_utils")
+        rich_utils = importlib.import_module("typer.rich_utils")
     finally:
         _remove(placed)
+    from kvcal.cli.help_panels import panel
+
+    setattr(rich_utils, "Panel", panel)  # noqa: B010 - typer's panels laid out in one pass (kvcal/cli/help_panels.py)
 
 
 _PAUSED: list[bool] = []  # whether help_path paused the collector and nothing has resumed it yet

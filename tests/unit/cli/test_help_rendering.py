@@ -1,7 +1,9 @@
-"""Every help kvcal prints is typer's own, byte for byte, with what kvcal/cli/rich_help.py defers.
+"""Every help kvcal prints is typer's own, byte for byte, with what kvcal/cli/rich_help.py defers and the panels
+kvcal/cli/help_panels.py lays out.
 
-Renders each help twice in fresh processes: once as kvcal does, once with typer's renderer imported whole and the
-group's help flag left as typer makes it. Also on a colour terminal (FORCE_COLOR), where rich writes styles.
+Renders each help twice in fresh processes: once as kvcal does, once with typer's renderer imported whole (rich's
+own ``Panel``) and the group's help flag left as typer makes it; at several terminal widths, and also on a colour
+terminal (FORCE_COLOR), where rich writes styles.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ SUBCOMMANDS = [["profiles", "list"], ["profiles", "show"], ["profiles", "from-co
 # Invocations that print a help or a usage error without --help (others would run: a bare `kvcal sweep` sweeps):
 # nothing, a group, a command without its argument, an unknown word.
 BARE = [[], ["profiles"], ["fit"], ["emit-config"], ["nosuch"]]
+WIDTHS = [20, 40, 60, 73, 80, 100, 137, 200]  # COLUMNS: cramped, usual and wide terminals
 
 RENDER = """
-    import contextlib, io, json, sys
+    import contextlib, io, json, os, sys
     if {as_typer}:
         import typer.rich_utils  # the whole renderer, rich.markdown and rich.traceback included
         from typer.core import TyperGroup
@@ -32,34 +35,42 @@ RENDER = """
     from kvcal.cli.commands import INDEX
     shown = {{}}
     helps = [[name, "--help"] for name, _ in INDEX] + [[*path, "--help"] for path in {subcommands!r}]
-    for args in [["--help"], *helps, *{bare!r}]:
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(args)
-        shown[" ".join(args)] = [code, out.getvalue(), err.getvalue()]
+    for width in {widths!r}:
+        os.environ["COLUMNS"] = str(width)  # read by each help's console
+        for args in [["--help"], *helps, *{bare!r}]:
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(args)
+            shown[f"{{width}}: " + " ".join(args)] = [code, out.getvalue(), err.getvalue()]
+    import rich.panel, typer.rich_utils
     print(json.dumps({{"shown": shown, "deferred": [m for m in ("rich.markdown", "rich.traceback", "pydantic")
-                                                  if m not in sys.modules]}}))
+                                                  if m not in sys.modules],
+                      "rich_panel": typer.rich_utils.Panel is rich.panel.Panel}}))
 """
 
 
 def render(*, as_typer: bool, **env: str) -> dict:
-    code = textwrap.dedent(RENDER.format(as_typer=as_typer, subcommands=SUBCOMMANDS, bare=BARE))
+    code = textwrap.dedent(RENDER.format(as_typer=as_typer, subcommands=SUBCOMMANDS, bare=BARE, widths=WIDTHS))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100", **env})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("env", [{}, {"FORCE_COLOR": "1", "COLUMNS": "73"}], ids=["plain", "colour"])
+@pytest.mark.parametrize("env", [{}, {"FORCE_COLOR": "1"}], ids=["plain", "colour"])
 def test_every_help_and_usage_error_is_typers_own(env):
     mine, typers = render(as_typer=False, **env), render(as_typer=True, **env)
-    assert mine["shown"].keys() == typers["shown"].keys() and len(mine["shown"]) == 23
+    assert mine["shown"].keys() == typers["shown"].keys() and len(mine["shown"]) == 23 * len(WIDTHS)
     for args, shown in mine["shown"].items():
         assert shown == typers["shown"][args], args
-    sweep_help = mine["shown"]["sweep --help"][1]
-    assert "Campaign YAML" in sweep_help and ("\x1b[" in sweep_help) == bool(env)  # styled only on a terminal
+    for width in WIDTHS:
+        sweep_help = mine["shown"][f"{width}: sweep --help"][1]
+        assert "Usage:" in sweep_help and "╭─" in sweep_help
+        assert ("\x1b[" in sweep_help) == bool(env)  # styled only on a terminal
+        assert max(len(line) for line in sweep_help.splitlines()) == width or env  # laid out to the width asked
     assert "rich.markdown" in mine["deferred"] and "rich.traceback" in mine["deferred"]  # what kvcal saved
     assert typers["deferred"] == []  # the reference did import them: the comparison is not of one thing with itself
+    assert not mine["rich_panel"] and typers["rich_panel"]  # kvcal laid its panels out itself, the reference did not
 
 
 def test_the_stand_ins_give_the_real_classes_when_used():
