@@ -71,7 +71,10 @@ class _Panel:
         width = options.max_width
         # Panel's body: its width less the border, then Padding (0, 1)'s less its two spaces
         child = options.update(width=width - 2, height=None, highlight=False)
-        laid_out = _table_lines(console, self.table, child.update_width(width - 4)) if width > 4 else None
+        try:  # rich's private helpers (Table._calculate_column_widths, _get_cells) may change in a later rich
+            laid_out = _table_lines(console, self.table, child.update_width(width - 4)) if width > 4 else None
+        except (AttributeError, TypeError, ValueError):
+            laid_out = None
         if laid_out is None or laid_out[1] != width - 4:
             yield Panel(self.table, **self.settings)  # rich lays it out, as typer would have had it
             return

@@ -69,8 +69,10 @@ def load_help_renderer() -> None:
         rich_utils = importlib.import_module("typer.rich_utils")
     finally:
         _remove(placed)
-    from kvcal.cli.help_panels import panel
-
+    try:  # it reads a few of rich's private names: a rich without them keeps typer's own Panel
+        from kvcal.cli.help_panels import panel
+    except ImportError:
+        return
     setattr(rich_utils, "Panel", panel)  # noqa: B010 - typer's panels laid out in one pass (kvcal/cli/help_panels.py)
 
 

@@ -90,3 +90,17 @@ def test_the_layout_is_used_for_typers_tables_only():
     assert isinstance(laid_out, help_panels._Panel)
     for other in (fill(typer_table(box=box.ROUNDED)), fill(typer_table(show_lines=True)), Text("an error")):
         assert help_panels.panel(other, title="Error").renderable is other
+
+
+@pytest.mark.parametrize("colour", [False, True], ids=["plain", "colour"])
+def test_a_rich_without_the_private_helpers_gets_richs_own_panel(monkeypatch, colour):
+    """The layout reads Table._calculate_column_widths and _get_cells; a rich that renamed them must not break a help."""
+    table = fill(typer_table())
+    expected = {width: rendered(Panel, table, width, colour) for width in (40, 80, 137)}
+
+    def renamed(*_args):
+        raise AttributeError("'Table' object has no attribute '_calculate_column_widths'")
+
+    monkeypatch.setattr(help_panels, "_column_widths", renamed)
+    for width, text in expected.items():
+        assert rendered(help_panels.panel, table, width, colour) == text, width
