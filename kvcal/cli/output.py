@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
@@ -71,15 +70,20 @@ def safe_line(message: object) -> str:
     return flattened(redact_text(str(message)))
 
 
-class SafeLogFormatter(logging.Formatter):
-    """A log record as one safe line (:func:`safe_line`): a library's log quotes URLs and what servers sent."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return safe_line(super().format(record))
-
-
 def configure_logging(verbose: bool) -> None:
-    """Library detail on stderr (INFO with --verbose), each record one safe line (they quote URLs and servers)."""
+    """Library detail on stderr (INFO with --verbose), each record one safe line (they quote URLs and servers).
+
+    logging is imported here, where a command runs: no --help configures it (kvcal/cli/app.py), and at the top of
+    this module, which every command imports, it was about 3 ms of every help (benchmarks/cli_startup.py).
+    """
+    import logging
+
+    class SafeLogFormatter(logging.Formatter):
+        """A log record as one safe line (:func:`safe_line`): a library's log quotes URLs and what servers sent."""
+
+        def format(self, record: logging.LogRecord) -> str:
+            return safe_line(super().format(record))
+
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
     for handler in logging.getLogger().handlers:
         handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))

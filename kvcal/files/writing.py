@@ -24,7 +24,6 @@ import contextlib
 import errno
 import fcntl
 import io
-import logging
 import os
 import select
 import shutil
@@ -37,7 +36,13 @@ from typing import BinaryIO, TextIO
 
 from kvcal.errors import InputError
 
-log = logging.getLogger(__name__)
+
+def _log():
+    """This module's logger; logging is imported on the first warning, as the CLI's --help never writes one."""
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 STDOUT = "-"  # as an output path: standard output
 ENCODING_ERRORS = "backslashreplace"  # text that cannot be encoded is written escaped, never refused
@@ -245,7 +250,9 @@ def writer_lock(path: str | Path, what: str, *, wait_s: float = WRITER_WAIT_S) -
             except BlockingIOError:
                 if not waiting:  # a wait of up to a minute says why it is quiet
                     waiting = True
-                    log.warning("%s: another kvcal is writing in %s; waiting up to %.0f s for it", what, folder, wait_s)
+                    _log().warning(
+                        "%s: another kvcal is writing in %s; waiting up to %.0f s for it", what, folder, wait_s
+                    )
                 if time.monotonic() > deadline:
                     raise InputError(
                         f"{what}: another kvcal has been writing in {folder} for {wait_s:.0f} s; "
@@ -328,7 +335,7 @@ def _open_special(path: str | Path, what: str) -> int:
     except OSError as err:
         if err.errno != errno.ENXIO or not stat.S_ISFIFO(os.stat(path).st_mode):
             raise
-        log.warning("%s is a FIFO with no reader yet; waiting for one", what)
+        _log().warning("%s is a FIFO with no reader yet; waiting for one", what)
         return os.open(path, flags)
     os.set_blocking(fd, True)
     return fd

@@ -18,7 +18,7 @@ from cli_corpus import FIXTURES, commands, problems, snapshot
 from kvcal.cli.app import EXIT_INTERNAL, app, main
 from kvcal.sweep.lock import claim_run_folder, holder_pid
 
-HEAVY = ("pandas", "scipy", "matplotlib", "numpy")
+HEAVY = ("pandas", "scipy", "matplotlib", "numpy", "logging")  # logging: configured where a command runs, not for a help
 ROOT = Path(__file__).resolve().parents[3]
 
 
