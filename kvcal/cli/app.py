@@ -37,6 +37,7 @@ import typer
 
 from kvcal import __version__
 from kvcal.cli import commands
+from kvcal.cli.output import configure_logging, error_line, library_warning
 from kvcal.cli.rich_help import HelpFlagGroup, help_path, resume_collector
 from kvcal.errors import InputError, KvcalError
 from kvcal.files.writing import checked_stdout, unclaim_stdout
@@ -51,6 +52,7 @@ WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG,
 
 ROOT_FLAGS = {"-h", "--help", "--version", "-v", "--verbose"}
 HELP_FLAGS = {"-h", "--help"}
+_LOGGING = {"verbose": False}  # the root's --verbose: a help loads no logging (kvcal/cli/output.py, about 3 ms)
 
 
 def _version(value: bool) -> None:
@@ -65,25 +67,7 @@ def _root(
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log library detail to stderr."),
 ) -> None:
-    _LOGGING["verbose"] = verbose  # configured when a command runs (_pipe_checked), not for a help
-
-
-# Runs before any command's own parsing, so a help never configures logging: kvcal.cli.output and logging behind it
-# were about 4 ms of every --help (benchmarks/cli_startup.py).
-_LOGGING = {"verbose": False}
-
-
-def error_line(message: str) -> None:
-    """kvcal.cli.output's one error line, that module loaded only when something goes wrong."""
-    from kvcal.cli.output import error_line as say
-
-    say(message)
-
-
-def _library_warning(*args: object, **kwargs: object) -> None:
-    from kvcal.cli.output import library_warning
-
-    library_warning(*args, **kwargs)
+    _LOGGING["verbose"] = verbose  # configured where a command runs (_pipe_checked), not for a help
 
 
 def _listed_only() -> None:
@@ -178,8 +162,6 @@ def _pipe_checked(callback):
     @functools.wraps(callback)
     def checked(*args, **kwargs):
         resume_collector()  # a command runs after all: no longer a help (kvcal/cli/rich_help.py)
-        from kvcal.cli.output import configure_logging
-
         configure_logging(_LOGGING["verbose"])
         try:
             return callback(*args, **kwargs)
@@ -391,7 +373,7 @@ def _guard_streams() -> None:
     sys.stdout = checked_stdout(sys.stdout)  # every byte written or an error, text escaped (kvcal/files/writing.py)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - stderr for the life of the process
-    warnings.showwarning = _library_warning  # a library's warning quotes what it was given: one safe line
+    warnings.showwarning = library_warning  # a library's warning quotes what it was given: one safe line
     # Rich ends a command whose reader left with exit 1 (compare's "regression"); typer's help prints through rich.
     rich.console.Console.on_broken_pipe = _reader_left  # type: ignore[method-assign,assignment]  # rich's hook
     # An umask that takes the owner's own bits would leave run folders and files their owner cannot open.

@@ -1,21 +1,18 @@
 """Where a command may write, and how: whole files or nothing, one writer at a time.
 
-``check_output`` runs before any work is done, so a refused output costs nothing and
-damages nothing: never over one of the command's own inputs or a run's records, never
-onto a folder. ``write_file``/``replacing`` are the one way kvcal writes a file: to a
-temporary file in the same folder, fsynced, renamed over the old one, so a full disk or
-a crash leaves the old file as it was and no partial file behind. ``writer_lock``
-serialises writers of one folder (an in-place Helm patch reads, patches and writes
-under it, so a second patch waits and builds on the first instead of undoing it).
+``check_output`` runs before any work is done, so a refused output costs nothing and damages nothing: never over one
+of the command's own inputs or a run's records, never onto a folder. ``write_file``/``replacing`` are the one way
+kvcal writes a file: to a temporary file in the same folder, fsynced, renamed over the old one, so a full disk or a
+crash leaves the old file as it was and no partial file behind. ``writer_lock`` serialises writers of one folder (an
+in-place Helm patch reads, patches and writes under it, so a second patch waits and builds on the first instead of
+undoing it).
 
-``checked_stdout`` is the one way anything reaches standard output (the CLI installs it
-over ``sys.stdout`` at start): every byte is written or the write fails. Python's own
-stdout drops the rest of a short write (a pipe whose reader left part-way returns a
-short count, and both the text layer and ``-u``'s raw layer ignore it), so a report cut
-off at 64 KiB ended 0 and claimed "wrote -"; here the rest is written again, which meets
-the closed reader as EPIPE (exit 141 at the CLI's boundary). Text that cannot be encoded
-(a lone surrogate read from a JSON file, an ASCII locale) is written escaped
-(``\\udcff``), as in files: ``write_file`` encodes the same way.
+``checked_stdout`` is the one way anything reaches standard output (the CLI installs it over ``sys.stdout`` at
+start): every byte is written or the write fails. Python's own stdout drops the rest of a short write (a pipe whose
+reader left part-way returns a short count, and both the text layer and ``-u``'s raw layer ignore it), so a report
+cut off at 64 KiB ended 0 and claimed "wrote -"; here the rest is written again, which meets the closed reader as
+EPIPE (exit 141 at the CLI's boundary). Text that cannot be encoded (a lone surrogate read from a JSON file, an
+ASCII locale) is written escaped (``\\udcff``), as in files: ``write_file`` encodes the same way.
 """
 
 from __future__ import annotations
@@ -37,11 +34,10 @@ from typing import BinaryIO, TextIO
 from kvcal.errors import InputError
 
 
-def _log():
-    """This module's logger; logging is imported on the first warning, as the CLI's --help never writes one."""
+def _warn(message: str, *args: object) -> None:  # logging imported at the first warning: no --help writes one
     import logging
 
-    return logging.getLogger(__name__)
+    logging.getLogger(__name__).warning(message, *args)
 
 
 STDOUT = "-"  # as an output path: standard output
@@ -250,9 +246,7 @@ def writer_lock(path: str | Path, what: str, *, wait_s: float = WRITER_WAIT_S) -
             except BlockingIOError:
                 if not waiting:  # a wait of up to a minute says why it is quiet
                     waiting = True
-                    _log().warning(
-                        "%s: another kvcal is writing in %s; waiting up to %.0f s for it", what, folder, wait_s
-                    )
+                    _warn("%s: another kvcal is writing in %s; waiting up to %.0f s for it", what, folder, wait_s)
                 if time.monotonic() > deadline:
                     raise InputError(
                         f"{what}: another kvcal has been writing in {folder} for {wait_s:.0f} s; "
@@ -335,7 +329,7 @@ def _open_special(path: str | Path, what: str) -> int:
     except OSError as err:
         if err.errno != errno.ENXIO or not stat.S_ISFIFO(os.stat(path).st_mode):
             raise
-        _log().warning("%s is a FIFO with no reader yet; waiting for one", what)
+        _warn("%s is a FIFO with no reader yet; waiting for one", what)
         return os.open(path, flags)
     os.set_blocking(fd, True)
     return fd
