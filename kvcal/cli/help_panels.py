@@ -230,14 +230,7 @@ def _one_line(text: Text, width: int, justify: str, overflow: str) -> list[Text]
 def _columns_lines(console: Console, columns: Columns, options: ConsoleOptions) -> Lines | None:
     """The lines of typer's help ``Columns`` (texts in rows), the grid ``Columns`` would yield laid out directly."""
     renderables = columns.renderables
-    if (
-        not renderables
-        or not all(isinstance(renderable, Text) for renderable in renderables)
-        or any((columns.width, columns.equal, columns.expand, columns.title, columns.align))
-        or columns.column_first
-        or columns.right_to_left
-        or Padding.unpack(columns.padding) != (0, 1, 0, 1)
-    ):
+    if not _texts_in_rows(columns) or Padding.unpack(columns.padding) != (0, 1, 0, 1):
         return console.render_lines(columns, options, pad=True)
     max_width = options.max_width
     measured = [Measurement.get(console, options, renderable).maximum for renderable in renderables]
@@ -305,13 +298,7 @@ def _pad(line: list[Segment], short: int) -> list[Segment]:
 def _columns_grid(console: Console, columns: Columns, options: ConsoleOptions) -> Table | None:
     """The ``Table.grid`` that ``Columns.__rich_console__`` yields, for texts in rows (typer's help), else None."""
     renderables = columns.renderables
-    if (
-        not renderables
-        or not all(isinstance(renderable, Text) for renderable in renderables)
-        or any((columns.width, columns.equal, columns.expand, columns.title, columns.align))
-        or columns.column_first
-        or columns.right_to_left
-    ):
+    if not _texts_in_rows(columns):
         return None
     _top, right, _bottom, left = Padding.unpack(columns.padding)
     widths = [Measurement.get(console, options, renderable).maximum for renderable in renderables]
@@ -347,3 +334,14 @@ def _column_count(widths: list[int], width_padding: int, max_width: int) -> int:
 def _with_blanks(widths: list[int], column_count: int) -> Iterator[int]:
     yield from widths
     yield from [0] * (-len(widths) % column_count)
+
+
+def _texts_in_rows(columns: Columns) -> bool:
+    """True for a ``Columns`` as typer's help builds one: texts only, laid out in rows with rich's defaults."""
+    return (
+        bool(columns.renderables)
+        and all(isinstance(renderable, Text) for renderable in columns.renderables)
+        and not any((columns.width, columns.equal, columns.expand, columns.title, columns.align))
+        and not columns.column_first
+        and not columns.right_to_left
+    )
